@@ -1,0 +1,275 @@
+//! Configuration flows one way: command-line flags (each with an environment
+//! variable) over an optional TOML file over defaults, into one plain
+//! [`Config`] that the host is built from. Tests build a `Config` directly.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// Limits applied to every plugin call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time one call may take before it is interrupted.
+    pub call_timeout: Duration,
+    /// Linear memory one plugin instance may grow to, in bytes.
+    pub memory_bytes: usize,
+    /// Size of what one call may return (strings and list items), in bytes.
+    pub output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            call_timeout: Duration::from_millis(100),
+            memory_bytes: 64 << 20,
+            output_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Everything the host is built from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address of the HTTP server.
+    pub listen: SocketAddr,
+    /// The folder of plugin components, watched for changes; `None` runs
+    /// without plugins.
+    pub plugins_dir: Option<PathBuf>,
+    /// Where the host keeps its state (the compiled-code cache among it).
+    pub data_dir: PathBuf,
+    pub limits: Limits,
+    /// How long the plugin folder must be quiet before a change is loaded.
+    pub reload_debounce: Duration,
+    /// Settings handed to each plugin as JSON text, by plugin name.
+    pub settings: BTreeMap<String, serde_json::Value>,
+}
+
+impl Config {
+    /// A configuration with defaults, for a plugin folder and data folder.
+    pub fn new(plugins_dir: Option<PathBuf>, data_dir: PathBuf) -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            plugins_dir,
+            data_dir,
+            limits: Limits::default(),
+            reload_debounce: Duration::from_millis(150),
+            settings: BTreeMap::new(),
+        }
+    }
+
+    /// The settings text for one plugin (`{}` when none are configured).
+    pub fn settings_for(&self, plugin: &str) -> String {
+        self.settings
+            .get(plugin)
+            .map_or_else(|| "{}".to_string(), serde_json::Value::to_string)
+    }
+}
+
+/// The flags of `verdict serve`. Each also reads an environment variable and
+/// a key of the configuration file; a flag wins over the variable, which wins
+/// over the file, which wins over the default.
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "VERDICT_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Folder of plugin components [default: target/plugins when it exists].
+    #[arg(long, env = "VERDICT_PLUGINS", value_name = "DIR")]
+    pub plugins: Option<PathBuf>,
+
+    /// Folder for the host's state [default: verdict-data].
+    #[arg(long, env = "VERDICT_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// TOML configuration file.
+    #[arg(long, env = "VERDICT_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Time one plugin call may take, in milliseconds [default: 100].
+    #[arg(long, env = "VERDICT_CALL_TIMEOUT_MS", value_name = "MS")]
+    pub call_timeout_ms: Option<u64>,
+
+    /// Memory one plugin instance may use, in MiB [default: 64].
+    #[arg(long, env = "VERDICT_MEMORY_LIMIT_MIB", value_name = "MIB")]
+    pub memory_limit_mib: Option<usize>,
+
+    /// Size of one plugin call's output, in KiB [default: 1024].
+    #[arg(long, env = "VERDICT_OUTPUT_LIMIT_KIB", value_name = "KIB")]
+    pub output_limit_kib: Option<usize>,
+}
+
+/// The configuration file's keys (all optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    plugins: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    call_timeout_ms: Option<u64>,
+    memory_limit_mib: Option<usize>,
+    output_limit_kib: Option<usize>,
+    reload_debounce_ms: Option<u64>,
+    /// `[settings.<plugin>]` tables.
+    #[serde(default)]
+    settings: BTreeMap<String, toml::Table>,
+}
+
+impl FileConfig {
+    fn read(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+        toml::from_str(&text).map_err(|e| Error::ConfigFile {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+}
+
+impl ServeArgs {
+    /// Merge flags, environment, file and defaults into a [`Config`].
+    pub fn into_config(self) -> Result<Config> {
+        let file = match &self.config {
+            Some(path) => FileConfig::read(path)?,
+            None => FileConfig::default(),
+        };
+        // Paths in the file are relative to the file's folder.
+        let base = self
+            .config
+            .as_deref()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let from_file = |p: Option<PathBuf>| p.map(|p| base.join(p));
+
+        let plugins_dir = match self.plugins.or_else(|| from_file(file.plugins)) {
+            Some(dir) if !dir.is_dir() => {
+                return Err(Error::Config {
+                    key: "plugins",
+                    message: format!("{} is not a folder", dir.display()),
+                });
+            }
+            Some(dir) => Some(dir),
+            None => Some(PathBuf::from("target/plugins")).filter(|d| d.is_dir()),
+        };
+        let data_dir = self
+            .data_dir
+            .or_else(|| from_file(file.data_dir))
+            .unwrap_or_else(|| PathBuf::from("verdict-data"));
+
+        let mut config = Config::new(plugins_dir, data_dir);
+        if let Some(listen) = self.listen.or(file.listen) {
+            config.listen = listen;
+        }
+        if let Some(ms) = self.call_timeout_ms.or(file.call_timeout_ms) {
+            if ms == 0 {
+                return Err(Error::Config {
+                    key: "call-timeout-ms",
+                    message: "must be at least 1".into(),
+                });
+            }
+            config.limits.call_timeout = Duration::from_millis(ms);
+        }
+        if let Some(mib) = self.memory_limit_mib.or(file.memory_limit_mib) {
+            config.limits.memory_bytes =
+                mib.checked_mul(1 << 20)
+                    .filter(|b| *b > 0)
+                    .ok_or(Error::Config {
+                        key: "memory-limit-mib",
+                        message: format!("{mib} is out of range"),
+                    })?;
+        }
+        if let Some(kib) = self.output_limit_kib.or(file.output_limit_kib) {
+            config.limits.output_bytes =
+                kib.checked_mul(1 << 10)
+                    .filter(|b| *b > 0)
+                    .ok_or(Error::Config {
+                        key: "output-limit-kib",
+                        message: format!("{kib} is out of range"),
+                    })?;
+        }
+        if let Some(ms) = file.reload_debounce_ms {
+            config.reload_debounce = Duration::from_millis(ms);
+        }
+        config.settings = file
+            .settings
+            .into_iter()
+            .map(|(name, table)| {
+                let json = serde_json::to_value(table).unwrap_or_default();
+                (name, json)
+            })
+            .collect();
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let path = dir.join("verdict.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "listen = \"127.0.0.1:9000\"\ncall-timeout-ms = 250\n[settings.status]\nrestart-window-ms = 1000\n",
+        );
+        let args = ServeArgs {
+            config: Some(path),
+            call_timeout_ms: Some(40),
+            ..ServeArgs::default()
+        };
+        let config = args.into_config().unwrap();
+        assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(config.limits.call_timeout, Duration::from_millis(40));
+        assert_eq!(config.limits.memory_bytes, 64 << 20);
+        assert_eq!(config.data_dir, PathBuf::from("verdict-data"));
+        assert_eq!(
+            config.settings_for("status"),
+            r#"{"restart-window-ms":1000}"#
+        );
+        assert_eq!(config.settings_for("other"), "{}");
+    }
+
+    #[test]
+    fn the_example_configuration_parses() {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/verdict.toml");
+        let file = FileConfig::read(&example).unwrap();
+        assert_eq!(file.call_timeout_ms, Some(100));
+        assert!(file.settings.contains_key("status"));
+    }
+
+    #[test]
+    fn an_unknown_key_names_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "listn = \"127.0.0.1:9000\"\n");
+        let error = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        }
+        .into_config()
+        .unwrap_err();
+        assert!(error.to_string().contains("listn"), "{error}");
+    }
+
+    #[test]
+    fn a_missing_plugin_folder_is_an_error() {
+        let error = ServeArgs {
+            plugins: Some(PathBuf::from("/nonexistent/plugins")),
+            ..ServeArgs::default()
+        }
+        .into_config()
+        .unwrap_err();
+        assert!(error.to_string().contains("plugins"), "{error}");
+    }
+}

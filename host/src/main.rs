@@ -1,0 +1,53 @@
+//! The `verdict` binary: parses the command line, sets up logging, and runs
+//! the host. All logic lives in the library.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "verdict",
+    version,
+    about = "Hot-swappable WebAssembly policies over a Kubernetes cluster"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load the plugins, watch their folder and serve the HTTP API.
+    Serve(verdict::config::ServeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("VERDICT_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let outcome = match cli.command {
+        Command::Serve(args) => args.into_config().and_then(|config| {
+            let runtime = tokio::runtime::Runtime::new()
+                .map_err(|e| verdict::Error::Runtime(e.to_string()))?;
+            runtime.block_on(verdict::host::serve(config))
+        }),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("verdict: {error}");
+            match error {
+                verdict::Error::Config { .. } | verdict::Error::ConfigFile { .. } => {
+                    ExitCode::from(2)
+                }
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
+}

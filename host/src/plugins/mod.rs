@@ -1,0 +1,82 @@
+//! The plugin runtime: compiles, validates, hot-swaps and calls policy
+//! components under limits.
+//!
+//! Data flows: a file in the plugin folder → [`Registry::reload`] compiles it
+//! (or reads its code from the cache) in the [`Runtime`] → a validated
+//! [`Version`] is swapped into its [`registry::Slot`] → callers take the slot
+//! of a [`World`] and call the version serving it.
+
+pub mod bindings;
+mod error;
+mod registry;
+mod runtime;
+mod validate;
+mod version;
+mod watch;
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+pub use error::{CallError, LoadError, PolicyError};
+pub use registry::{Answer, ErrorRecord, PluginStatus, Registry, ReloadReport, Slot};
+pub use runtime::{CodeSource, Runtime};
+pub use version::{Version, VersionInfo};
+pub use watch::{Watcher, watch};
+
+/// The three kinds of policy a plugin can implement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum World {
+    #[serde(rename = "status-policy")]
+    Status,
+    #[serde(rename = "failover-policy")]
+    Failover,
+    #[serde(rename = "admission-policy")]
+    Admission,
+}
+
+impl World {
+    pub const ALL: [World; 3] = [World::Status, World::Failover, World::Admission];
+
+    /// The world's name in the WIT package.
+    pub fn name(self) -> &'static str {
+        match self {
+            World::Status => "status-policy",
+            World::Failover => "failover-policy",
+            World::Admission => "admission-policy",
+        }
+    }
+
+    /// The interface a component of this world exports.
+    pub(crate) fn export_name(self) -> &'static str {
+        match self {
+            World::Status => "verdict:policy/status@0.1.0",
+            World::Failover => "verdict:policy/failover@0.1.0",
+            World::Admission => "verdict:policy/admission@0.1.0",
+        }
+    }
+
+    /// The file name (without `.wasm`) that serves this world by default.
+    pub fn file_stem(self) -> &'static str {
+        match self {
+            World::Status => "status",
+            World::Failover => "failover",
+            World::Admission => "admission",
+        }
+    }
+}
+
+impl std::fmt::Display for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Times in JSON as RFC 3339 text with milliseconds.
+pub(crate) fn serialize_time<S: serde::Serializer>(
+    time: &SystemTime,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&humantime::format_rfc3339_millis(*time))
+}

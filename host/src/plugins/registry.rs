@@ -1,0 +1,514 @@
+//! The registry of loaded plugins: one slot per file of the plugin folder,
+//! each holding the version that serves and the last good one before it.
+//!
+//! A reload reads the folder, loads every new or changed file (in parallel),
+//! validates it, and only then swaps it in atomically; a call in flight keeps
+//! the version it started with. A file that fails is recorded with its reason
+//! and the old version keeps serving; a deleted file unloads its plugin.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwapOption;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::World;
+use super::error::{CallError, LoadError, PolicyError};
+use super::runtime::Runtime;
+use super::version::{Version, VersionInfo};
+
+/// A failure recorded against a plugin: of loading a file, or of a call.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorRecord {
+    #[serde(serialize_with = "super::serialize_time")]
+    pub at: SystemTime,
+    /// `load` or `call`.
+    pub during: &'static str,
+    pub kind: &'static str,
+    pub message: String,
+    /// The hash of the file that failed to load, or of the version whose
+    /// call failed.
+    pub hash: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    calls: AtomicU64,
+    errors: AtomicU64,
+    timeouts: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+/// One plugin: the file it comes from and the versions loaded from it.
+#[derive(Debug)]
+pub struct Slot {
+    name: String,
+    file: PathBuf,
+    current: ArcSwapOption<Version>,
+    /// The version `current` replaced: it answers when `current` fails.
+    previous: ArcSwapOption<Version>,
+    last_error: Mutex<Option<ErrorRecord>>,
+    /// The hash of a file content that was rejected, so that the same bytes
+    /// are not compiled again on every event.
+    rejected_hash: Mutex<Option<String>>,
+    counters: Counters,
+}
+
+/// An answer of a policy, with the version that gave it.
+#[derive(Debug)]
+pub struct Answer<R> {
+    pub value: R,
+    pub version: Arc<Version>,
+    /// Whether the serving version failed and the previous one answered.
+    pub fell_back: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Slot {
+    fn new(name: &str, file: &Path) -> Self {
+        Self {
+            name: name.to_string(),
+            file: file.to_path_buf(),
+            current: ArcSwapOption::empty(),
+            previous: ArcSwapOption::empty(),
+            last_error: Mutex::new(None),
+            rejected_hash: Mutex::new(None),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The version serving now, if any.
+    pub fn current(&self) -> Option<Arc<Version>> {
+        self.current.load_full()
+    }
+
+    fn record(
+        &self,
+        during: &'static str,
+        kind: &'static str,
+        message: String,
+        hash: Option<String>,
+    ) {
+        *lock(&self.last_error) = Some(ErrorRecord {
+            at: SystemTime::now(),
+            during,
+            kind,
+            message,
+            hash,
+        });
+    }
+
+    fn count_failure(&self, version: &Version, error: &CallError) {
+        self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        if matches!(error, CallError::Timeout(_)) {
+            self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::warn!(plugin = %self.name, version = %version.info().version, %error, "plugin call failed");
+        self.record(
+            "call",
+            error.kind(),
+            error.to_string(),
+            Some(version.info().hash.clone()),
+        );
+    }
+
+    /// Call the serving version; when it fails (a trap, a timeout, too much
+    /// memory or output, a malformed answer), record the failure and let the
+    /// previous version answer. A deliberate refusal is an answer, not a
+    /// failure of the version, so it is not retried.
+    pub fn call<R>(
+        &self,
+        f: impl Fn(&Version) -> Result<R, CallError>,
+    ) -> Result<Answer<R>, PolicyError> {
+        let Some(current) = self.current.load_full() else {
+            return Err(PolicyError::Failed {
+                plugin: self.name.clone(),
+                kind: "unloaded",
+                message: "the plugin was unloaded".into(),
+            });
+        };
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let error = match f(&current) {
+            Ok(value) => {
+                return Ok(Answer {
+                    value,
+                    version: current,
+                    fell_back: false,
+                });
+            }
+            Err(error) => error,
+        };
+        self.count_failure(&current, &error);
+        let failed = |error: &CallError| PolicyError::Failed {
+            plugin: self.name.clone(),
+            kind: error.kind(),
+            message: error.to_string(),
+        };
+        if matches!(error, CallError::Refused(_)) {
+            return Err(failed(&error));
+        }
+        let Some(previous) = self.previous.load_full() else {
+            return Err(failed(&error));
+        };
+        match f(&previous) {
+            Ok(value) => {
+                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                Ok(Answer {
+                    value,
+                    version: previous,
+                    fell_back: true,
+                })
+            }
+            Err(second) => {
+                self.count_failure(&previous, &second);
+                Err(failed(&error))
+            }
+        }
+    }
+
+    fn status(&self, active: bool) -> PluginStatus {
+        let info = |v: Option<Arc<Version>>| v.map(|v| v.info().clone());
+        PluginStatus {
+            name: self.name.clone(),
+            file: self.file.clone(),
+            active,
+            current: info(self.current.load_full()),
+            previous: info(self.previous.load_full()),
+            last_error: lock(&self.last_error).clone(),
+            calls: self.counters.calls.load(Ordering::Relaxed),
+            errors: self.counters.errors.load(Ordering::Relaxed),
+            timeouts: self.counters.timeouts.load(Ordering::Relaxed),
+            fallbacks: self.counters.fallbacks.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What `/v1/plugins` shows of one plugin.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginStatus {
+    /// The file's name without `.wasm`.
+    pub name: String,
+    pub file: PathBuf,
+    /// Whether this plugin serves its world.
+    pub active: bool,
+    /// The version serving now; `None` when its file never loaded.
+    pub current: Option<VersionInfo>,
+    /// The last good version before it, which answers when it fails.
+    pub previous: Option<VersionInfo>,
+    pub last_error: Option<ErrorRecord>,
+    pub calls: u64,
+    pub errors: u64,
+    pub timeouts: u64,
+    pub fallbacks: u64,
+}
+
+/// A plugin swapped in by a reload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Loaded {
+    pub plugin: String,
+    #[serde(flatten)]
+    pub info: VersionInfo,
+}
+
+/// A file a reload did not swap in.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rejected {
+    pub plugin: String,
+    pub kind: &'static str,
+    pub error: String,
+    /// Whether an older version of the plugin keeps serving.
+    pub still_serving: bool,
+}
+
+/// What one reload did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReloadReport {
+    pub loaded: Vec<Loaded>,
+    pub rejected: Vec<Rejected>,
+    pub unloaded: Vec<String>,
+    pub unchanged: Vec<String>,
+}
+
+/// A file to load in this reload.
+struct Candidate {
+    name: String,
+    path: PathBuf,
+    bytes: Vec<u8>,
+    hash: String,
+}
+
+/// All plugins of the host.
+#[derive(Debug)]
+pub struct Registry {
+    runtime: Arc<Runtime>,
+    dir: Option<PathBuf>,
+    settings: BTreeMap<String, String>,
+    slots: RwLock<BTreeMap<String, Arc<Slot>>>,
+    /// Reloads run one at a time (the watcher and `POST /v1/plugins/reload`).
+    reloading: Mutex<()>,
+}
+
+impl Registry {
+    /// A registry over the plugin folder `dir` (none: no plugins). Nothing
+    /// is loaded until [`Registry::reload`].
+    pub fn new(
+        runtime: Arc<Runtime>,
+        dir: Option<PathBuf>,
+        settings: BTreeMap<String, String>,
+    ) -> Self {
+        Self {
+            runtime,
+            dir,
+            settings,
+            slots: RwLock::new(BTreeMap::new()),
+            reloading: Mutex::new(()),
+        }
+    }
+
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    fn slots(&self) -> Vec<Arc<Slot>> {
+        self.slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The plugin named `name` (its file name without `.wasm`).
+    pub fn get(&self, name: &str) -> Option<Arc<Slot>> {
+        self.slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    /// The plugin serving `world`: the one named after the world
+    /// (`status.wasm` for the status world) when it implements it, else the
+    /// first by name that does.
+    pub fn policy(&self, world: World) -> Result<Arc<Slot>, PolicyError> {
+        let serves = |slot: &Slot| slot.current().is_some_and(|v| v.world() == world);
+        let slots = self.slots();
+        slots
+            .iter()
+            .find(|s| s.name == world.file_stem() && serves(s))
+            .or_else(|| slots.iter().find(|s| serves(s)))
+            .cloned()
+            .ok_or(PolicyError::NotLoaded { world })
+    }
+
+    /// Every plugin with its versions, errors and counters.
+    pub fn statuses(&self) -> Vec<PluginStatus> {
+        let active: BTreeSet<String> = World::ALL
+            .into_iter()
+            .filter_map(|w| self.policy(w).ok())
+            .map(|s| s.name.clone())
+            .collect();
+        self.slots()
+            .iter()
+            .map(|s| s.status(active.contains(&s.name)))
+            .collect()
+    }
+
+    /// Bring the registry in line with the plugin folder.
+    pub fn reload(&self) -> ReloadReport {
+        let _one_at_a_time = lock(&self.reloading);
+        let mut report = ReloadReport::default();
+        let Some(dir) = &self.dir else {
+            return report;
+        };
+        let files = match plugin_files(dir) {
+            Ok(files) => files,
+            Err(error) => {
+                tracing::error!(dir = %dir.display(), %error, "cannot read the plugin folder");
+                return report;
+            }
+        };
+
+        let mut candidates = Vec::new();
+        for (name, path) in &files {
+            let slot = self.get(name);
+            let bytes = match std::fs::read(path) {
+                Ok(bytes) => bytes,
+                // Gone between listing and reading: the next event tells.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) => {
+                    let error = LoadError::Read(error.to_string());
+                    self.reject(name, path, None, &error, &mut report);
+                    continue;
+                }
+            };
+            let hash = hex::encode(Sha256::digest(&bytes));
+            if let Some(slot) = &slot {
+                if slot.current().is_some_and(|v| v.info().hash == hash) {
+                    report.unchanged.push(name.clone());
+                    continue;
+                }
+                if lock(&slot.rejected_hash).as_deref() == Some(hash.as_str()) {
+                    let last = lock(&slot.last_error).clone();
+                    report.rejected.push(Rejected {
+                        plugin: name.clone(),
+                        kind: last.as_ref().map_or("load", |e| e.kind),
+                        error: last.map(|e| e.message).unwrap_or_default(),
+                        still_serving: slot.current().is_some(),
+                    });
+                    continue;
+                }
+            }
+            candidates.push(Candidate {
+                name: name.clone(),
+                path: path.clone(),
+                bytes,
+                hash,
+            });
+        }
+
+        // Compile new files side by side: compilation dominates a reload.
+        let outcomes: Vec<(Candidate, Result<Version, LoadError>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = candidates
+                .into_iter()
+                .map(|c| {
+                    scope.spawn(move || {
+                        let settings = self
+                            .settings
+                            .get(&c.name)
+                            .cloned()
+                            .unwrap_or_else(|| "{}".into());
+                        let loaded = Version::load(
+                            &self.runtime,
+                            &c.name,
+                            &c.bytes,
+                            c.hash.clone(),
+                            settings,
+                        );
+                        (c, loaded)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("loading a plugin does not panic"))
+                .collect()
+        });
+
+        for (candidate, outcome) in outcomes {
+            match outcome {
+                Ok(version) => self.swap_in(&candidate, version, &mut report),
+                Err(error) => self.reject(
+                    &candidate.name,
+                    &candidate.path,
+                    Some(candidate.hash),
+                    &error,
+                    &mut report,
+                ),
+            }
+        }
+
+        let mut slots = self
+            .slots
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slots.retain(|name, _| {
+            let keep = files.contains_key(name);
+            if !keep {
+                tracing::info!(plugin = %name, "plugin file removed: unloaded");
+                report.unloaded.push(name.clone());
+            }
+            keep
+        });
+        report
+    }
+
+    fn slot_for(&self, name: &str, path: &Path) -> Arc<Slot> {
+        let mut slots = self
+            .slots
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(
+            slots
+                .entry(name.to_string())
+                .or_insert_with(|| Arc::new(Slot::new(name, path))),
+        )
+    }
+
+    fn swap_in(&self, candidate: &Candidate, version: Version, report: &mut ReloadReport) {
+        let slot = self.slot_for(&candidate.name, &candidate.path);
+        let info = version.info().clone();
+        let replaced = slot.current.swap(Some(Arc::new(version)));
+        if replaced.is_some() {
+            slot.previous.store(replaced);
+        }
+        *lock(&slot.rejected_hash) = None;
+        *lock(&slot.last_error) = None;
+        tracing::info!(
+            plugin = %candidate.name,
+            name = %info.name,
+            version = %info.version,
+            world = %info.world,
+            hash = %info.hash,
+            code = ?info.code,
+            compile_ms = info.compile_ms,
+            "plugin loaded"
+        );
+        report.loaded.push(Loaded {
+            plugin: candidate.name.clone(),
+            info,
+        });
+    }
+
+    fn reject(
+        &self,
+        name: &str,
+        path: &Path,
+        hash: Option<String>,
+        error: &LoadError,
+        report: &mut ReloadReport,
+    ) {
+        let slot = self.slot_for(name, path);
+        let still_serving = slot.current().is_some();
+        tracing::warn!(plugin = %name, %error, still_serving, "plugin file rejected");
+        slot.record("load", error.kind(), error.to_string(), hash.clone());
+        *lock(&slot.rejected_hash) = hash;
+        report.rejected.push(Rejected {
+            plugin: name.to_string(),
+            kind: error.kind(),
+            error: error.to_string(),
+            still_serving,
+        });
+    }
+}
+
+/// The `*.wasm` files of the plugin folder by plugin name. Hidden files
+/// (editors' and build tools' temporaries) are not plugins.
+fn plugin_files(dir: &Path) -> std::io::Result<BTreeMap<String, PathBuf>> {
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(stem) = file_name.strip_suffix(".wasm") else {
+            continue;
+        };
+        if stem.is_empty() || stem.starts_with('.') || !path.is_file() {
+            continue;
+        }
+        files.insert(stem.to_string(), path);
+    }
+    Ok(files)
+}

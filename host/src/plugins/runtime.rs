@@ -1,0 +1,285 @@
+//! The one wasmtime [`Engine`] of the host, its epoch ticker, the on-disk
+//! cache of compiled code, and the per-instance store state that enforces the
+//! memory cap and carries plugin logs.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, ResourceLimiter, Store};
+
+use super::bindings::{host, types};
+use super::error::LoadError;
+use crate::config::Limits;
+
+/// How often the epoch advances. Call deadlines are counted in these ticks.
+pub(crate) const TICK: Duration = Duration::from_millis(2);
+
+/// Longest log message a plugin may write; longer ones are cut.
+const MAX_LOG_MESSAGE: usize = 4096;
+
+/// Where compiled code came from, for the registry and for tests that check
+/// a restart does not recompile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CodeSource {
+    Compiled,
+    Cache,
+}
+
+/// The engine, its ticker, the code cache and the linker shared by every
+/// plugin.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<StoreState>,
+    cache_dir: PathBuf,
+    /// `precompile_compatibility_hash` of the engine, in cache file names.
+    compat: String,
+    pub(crate) limits: Limits,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("cache_dir", &self.cache_dir)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Build the engine and start its epoch ticker. Compiled code is cached
+    /// under `cache_dir`.
+    pub fn new(cache_dir: &Path, limits: Limits) -> Result<Self, LoadError> {
+        let mut config = wasmtime::Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            // Component-model async is unused; with it on, plain calls cost
+            // about three times as much.
+            .concurrency_support(false)
+            .max_wasm_stack(512 << 10);
+        let engine = Engine::new(&config).map_err(|e| LoadError::Engine(e.to_string()))?;
+
+        let mut linker = Linker::new(&engine);
+        host::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)
+            .map_err(|e| LoadError::Engine(e.to_string()))?;
+
+        std::fs::create_dir_all(cache_dir)
+            .map_err(|e| LoadError::Engine(format!("creating {}: {e}", cache_dir.display())))?;
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let compat = format!("{:016x}", hasher.finish());
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&ticker_stop);
+        let ticking = engine.clone();
+        std::thread::Builder::new()
+            .name("verdict-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    ticking.increment_epoch();
+                }
+            })
+            .map_err(|e| LoadError::Engine(format!("starting the epoch ticker: {e}")))?;
+
+        Ok(Self {
+            engine,
+            linker,
+            cache_dir: cache_dir.to_path_buf(),
+            compat,
+            limits,
+            ticker_stop,
+        })
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn linker(&self) -> &Linker<StoreState> {
+        &self.linker
+    }
+
+    /// Compile a component, or load its compiled code from the cache.
+    /// `hash` is the hex SHA-256 of `bytes`.
+    pub(crate) fn compile(
+        &self,
+        bytes: &[u8],
+        hash: &str,
+    ) -> Result<(Component, CodeSource, Duration), LoadError> {
+        let started = Instant::now();
+        let cached = self.cache_dir.join(format!("{hash}-{}.cwasm", self.compat));
+        if cached.is_file() {
+            if let Some(component) = self.deserialize(&cached) {
+                return Ok((component, CodeSource::Cache, started.elapsed()));
+            }
+            // An unreadable entry (a crash mid-write, another version) is
+            // compiled again and overwritten.
+            let _ = std::fs::remove_file(&cached);
+        }
+        match wasm_kind(bytes) {
+            WasmKind::Component => {}
+            WasmKind::CoreModule => return Err(LoadError::NotAComponent),
+            WasmKind::Neither => {
+                return Err(LoadError::Compile(
+                    "not a WebAssembly file (no `\\0asm` header)".into(),
+                ));
+            }
+        }
+        let code = self
+            .engine
+            .precompile_component(bytes)
+            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        // SAFETY: `code` was produced by this engine just now.
+        let component = unsafe_deserialize(&self.engine, &code)
+            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let elapsed = started.elapsed();
+        self.store_in_cache(&cached, &code);
+        Ok((component, CodeSource::Compiled, elapsed))
+    }
+
+    fn deserialize(&self, path: &Path) -> Option<Component> {
+        let code = std::fs::read(path).ok()?;
+        match unsafe_deserialize(&self.engine, &code) {
+            Ok(component) => Some(component),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "ignoring a cached compilation");
+                None
+            }
+        }
+    }
+
+    /// Write a cache entry through a temporary file and a rename, so that a
+    /// crash never leaves half an entry under the final name.
+    fn store_in_cache(&self, path: &Path, code: &[u8]) {
+        static WRITES: AtomicU64 = AtomicU64::new(0);
+        let unique = WRITES.fetch_add(1, Ordering::Relaxed);
+        let partial = path.with_extension(format!("partial-{}-{unique}", std::process::id()));
+        let written = std::fs::write(&partial, code).and_then(|()| std::fs::rename(&partial, path));
+        if let Err(error) = written {
+            let _ = std::fs::remove_file(&partial);
+            tracing::warn!(path = %path.display(), %error, "could not cache compiled code");
+        }
+    }
+
+    /// A new store for one plugin instance, with the memory cap installed.
+    pub(crate) fn store(&self, plugin: Arc<str>) -> Store<StoreState> {
+        let mut store = Store::new(
+            &self.engine,
+            StoreState {
+                plugin,
+                limiter: MemoryCap {
+                    max_bytes: self.limits.memory_bytes,
+                    exceeded: false,
+                },
+            },
+        );
+        store.limiter(|state| &mut state.limiter);
+        store.epoch_deadline_trap();
+        store
+    }
+
+    /// How many epoch ticks make one call's deadline.
+    pub(crate) fn deadline_ticks(&self) -> u64 {
+        (self.limits.call_timeout.as_millis() / TICK.as_millis()).max(1) as u64 + 1
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+enum WasmKind {
+    Component,
+    CoreModule,
+    Neither,
+}
+
+/// Tell a component from a core module by the binary header: both start with
+/// `\0asm`; a core module's version is 1, a component's layer is 1.
+fn wasm_kind(bytes: &[u8]) -> WasmKind {
+    match bytes.get(..8) {
+        Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => WasmKind::CoreModule,
+        Some([0, b'a', b's', b'm', _, _, 1, 0]) => WasmKind::Component,
+        _ => WasmKind::Neither,
+    }
+}
+
+/// Component code is trusted only from this engine's own precompilation: the
+/// host writes every cache entry itself, keyed by content hash and by the
+/// engine's compatibility hash.
+#[allow(unsafe_code)]
+fn unsafe_deserialize(engine: &Engine, code: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: `code` is output of `Engine::precompile_component` of an engine
+    // with the same compatibility hash (it is part of the cache key), and the
+    // cache folder belongs to the host.
+    unsafe { Component::deserialize(engine, code) }
+}
+
+/// State of one plugin instance's store.
+pub(crate) struct StoreState {
+    pub(crate) plugin: Arc<str>,
+    pub(crate) limiter: MemoryCap,
+}
+
+/// Caps the linear memory of an instance and remembers whether the cap was
+/// hit, so that the resulting trap is reported as a memory excess.
+pub(crate) struct MemoryCap {
+    max_bytes: usize,
+    pub(crate) exceeded: bool,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+impl types::Host for StoreState {}
+
+impl host::Host for StoreState {
+    fn log(&mut self, level: types::LogLevel, mut message: String) {
+        if message.len() > MAX_LOG_MESSAGE {
+            let mut cut = MAX_LOG_MESSAGE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push('…');
+        }
+        let plugin = &*self.plugin;
+        match level {
+            types::LogLevel::Trace => tracing::trace!(plugin, "{message}"),
+            types::LogLevel::Debug => tracing::debug!(plugin, "{message}"),
+            types::LogLevel::Info => tracing::info!(plugin, "{message}"),
+            types::LogLevel::Warn => tracing::warn!(plugin, "{message}"),
+            types::LogLevel::Error => tracing::error!(plugin, "{message}"),
+        }
+    }
+}

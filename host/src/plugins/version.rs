@@ -1,0 +1,371 @@
+//! One loaded version of a plugin: its pre-linked component, a small pool of
+//! ready instances, and typed calls that enforce the limits on every call.
+//!
+//! Policies are pure functions, so an instance is reused across calls; an
+//! instance whose call failed is dropped (a trap poisons its store) and a
+//! fresh one is made from the pre-linked component on the next call.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use wasmtime::Store;
+use wasmtime::component::Component;
+
+use super::World;
+use super::bindings::{
+    AdmissionPolicy, AdmissionPolicyPre, FailoverPolicy, FailoverPolicyPre, StatusPolicy,
+    StatusPolicyPre, admission, failover, status, types,
+};
+use super::error::{CallError, LoadError};
+use super::runtime::{CodeSource, Runtime, StoreState};
+use super::validate::{self, OutputSize};
+
+/// Instances kept ready per version; more concurrent callers make more, and
+/// the surplus is dropped when they return.
+const POOL_SIZE: usize = 8;
+
+/// What the registry shows of a version.
+#[derive(Debug, Clone, Serialize)]
+pub struct VersionInfo {
+    /// The plugin's own name and version, from `describe`.
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    pub world: World,
+    /// SHA-256 of the component file, hex.
+    pub hash: String,
+    /// When this version was swapped in.
+    #[serde(serialize_with = "super::serialize_time")]
+    pub loaded_at: SystemTime,
+    /// Whether the code was compiled or read from the cache.
+    pub code: CodeSource,
+    /// Milliseconds to compile (or to read from the cache).
+    pub compile_ms: f64,
+}
+
+enum Pre {
+    Status(StatusPolicyPre<StoreState>),
+    Failover(FailoverPolicyPre<StoreState>),
+    Admission(AdmissionPolicyPre<StoreState>),
+}
+
+enum Bound {
+    Status(StatusPolicy),
+    Failover(FailoverPolicy),
+    Admission(AdmissionPolicy),
+}
+
+struct Instance {
+    store: Store<StoreState>,
+    bound: Bound,
+}
+
+/// A loaded, validated version of a plugin.
+pub struct Version {
+    info: VersionInfo,
+    plugin: Arc<str>,
+    settings: String,
+    pre: Pre,
+    pool: Mutex<Vec<Instance>>,
+    runtime: Arc<Runtime>,
+}
+
+impl std::fmt::Debug for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Version")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which world a component implements, from the names of its exports.
+fn world_of(runtime: &Runtime, component: &Component) -> Result<World, LoadError> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty
+        .exports(runtime.engine())
+        .map(|(name, _)| name.to_string())
+        .collect();
+    World::ALL
+        .into_iter()
+        .find(|world| exports.iter().any(|e| e == world.export_name()))
+        .ok_or_else(|| LoadError::NoWorld {
+            exports: if exports.is_empty() {
+                "nothing".into()
+            } else {
+                exports.join(", ")
+            },
+        })
+}
+
+impl Version {
+    /// Compile (or load from cache), recognise the world, link, and validate:
+    /// `describe` must answer and a smoke evaluation must succeed within the
+    /// limits. Nothing is swapped in here.
+    pub(crate) fn load(
+        runtime: &Arc<Runtime>,
+        plugin: &str,
+        bytes: &[u8],
+        hash: String,
+        settings: String,
+    ) -> Result<Self, LoadError> {
+        let (component, code, compile_time) = runtime.compile(bytes, &hash)?;
+        let world = world_of(runtime, &component)?;
+        let linked = runtime
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Link(format!("{e:#}")))?;
+        let link = |e: wasmtime::Error| LoadError::Link(format!("{e:#}"));
+        let pre = match world {
+            World::Status => Pre::Status(StatusPolicyPre::new(linked).map_err(link)?),
+            World::Failover => Pre::Failover(FailoverPolicyPre::new(linked).map_err(link)?),
+            World::Admission => Pre::Admission(AdmissionPolicyPre::new(linked).map_err(link)?),
+        };
+        let mut version = Self {
+            info: VersionInfo {
+                name: String::new(),
+                version: String::new(),
+                description: String::new(),
+                world,
+                hash,
+                loaded_at: SystemTime::now(),
+                code,
+                compile_ms: duration_ms(compile_time),
+            },
+            plugin: Arc::from(plugin),
+            settings,
+            pre,
+            pool: Mutex::new(Vec::new()),
+            runtime: Arc::clone(runtime),
+        };
+        let described = version.describe().map_err(LoadError::Validation)?;
+        version.info.name = described.name;
+        version.info.version = described.version;
+        version.info.description = described.description;
+        version.smoke().map_err(LoadError::Validation)?;
+        Ok(version)
+    }
+
+    pub fn info(&self) -> &VersionInfo {
+        &self.info
+    }
+
+    pub fn world(&self) -> World {
+        self.info.world
+    }
+
+    /// The context of a call at `now`, with this plugin's settings.
+    pub fn context(&self, now: types::Timestamp) -> types::Context {
+        types::Context {
+            now,
+            settings: self.settings.clone(),
+        }
+    }
+
+    fn instantiate(&self) -> Result<Instance, CallError> {
+        let mut store = self.runtime.store(Arc::clone(&self.plugin));
+        store.set_epoch_deadline(self.runtime.deadline_ticks());
+        let failed = |e: wasmtime::Error| CallError::Instantiate(format!("{e:#}"));
+        let bound = match &self.pre {
+            Pre::Status(pre) => Bound::Status(pre.instantiate(&mut store).map_err(failed)?),
+            Pre::Failover(pre) => Bound::Failover(pre.instantiate(&mut store).map_err(failed)?),
+            Pre::Admission(pre) => Bound::Admission(pre.instantiate(&mut store).map_err(failed)?),
+        };
+        Ok(Instance { store, bound })
+    }
+
+    /// Run `f` on a pooled instance under the deadline and memory cap, then
+    /// check the size of what it returned.
+    fn call<R: OutputSize>(
+        &self,
+        f: impl FnOnce(&mut Store<StoreState>, &Bound) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut instance = match pooled {
+            Some(instance) => instance,
+            None => self.instantiate()?,
+        };
+        instance.store.data_mut().limiter.exceeded = false;
+        instance
+            .store
+            .set_epoch_deadline(self.runtime.deadline_ticks());
+        let result = f(&mut instance.store, &instance.bound);
+        let answer = match result {
+            Ok(answer) => answer,
+            // The instance is dropped: a trap leaves its store unusable.
+            Err(error) => return Err(self.classify(&error, &instance.store)),
+        };
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < POOL_SIZE {
+            pool.push(instance);
+        }
+        drop(pool);
+        let size = answer.output_size();
+        let limit = self.runtime.limits.output_bytes;
+        if size > limit {
+            return Err(CallError::OutputTooLarge { size, limit });
+        }
+        Ok(answer)
+    }
+
+    fn classify(&self, error: &wasmtime::Error, store: &Store<StoreState>) -> CallError {
+        if store.data().limiter.exceeded {
+            return CallError::Memory(self.runtime.limits.memory_bytes);
+        }
+        if let Some(wasmtime::Trap::Interrupt) = error.downcast_ref::<wasmtime::Trap>() {
+            return CallError::Timeout(self.runtime.limits.call_timeout.as_millis());
+        }
+        CallError::Trap(format!("{error:#}"))
+    }
+
+    fn describe(&self) -> Result<types::PluginInfo, CallError> {
+        let info = self.call(|store, bound| match bound {
+            Bound::Status(b) => b.verdict_policy_status().call_describe(store),
+            Bound::Failover(b) => b.verdict_policy_failover().call_describe(store),
+            Bound::Admission(b) => b.verdict_policy_admission().call_describe(store),
+        })?;
+        validate::plugin_info(&info)?;
+        Ok(info)
+    }
+
+    /// Evaluate once on made-up input for this world, as a check before a
+    /// version is swapped in.
+    fn smoke(&self) -> Result<(), CallError> {
+        let ctx = self.context(validate::SMOKE_NOW);
+        match self.info.world {
+            World::Status => {
+                let inputs = validate::smoke_status_inputs();
+                self.evaluate(&ctx, &inputs[0])?;
+                let batch = self.evaluate_batch(&ctx, &inputs)?;
+                batch
+                    .into_iter()
+                    .find_map(Result::err)
+                    .map_or(Ok(()), |e| Err(CallError::Refused(e)))
+            }
+            World::Failover => self
+                .decide(&ctx, &validate::smoke_failover_input())
+                .map(drop),
+            World::Admission => {
+                self.admit_task(&ctx, &validate::smoke_admission_input())?;
+                self.review(&ctx, validate::SMOKE_REVIEW).map(drop)
+            }
+        }
+    }
+
+    fn wrong_world(&self, wanted: World) -> CallError {
+        CallError::Malformed(format!(
+            "called as a {wanted} plugin but it implements {}",
+            self.info.world
+        ))
+    }
+
+    /// The status verdict of one application.
+    pub fn evaluate(
+        &self,
+        ctx: &types::Context,
+        input: &status::AppInput,
+    ) -> Result<types::AppVerdict, CallError> {
+        if self.info.world != World::Status {
+            return Err(self.wrong_world(World::Status));
+        }
+        let answer = self.call(|store, bound| match bound {
+            Bound::Status(b) => b.verdict_policy_status().call_evaluate(store, ctx, input),
+            _ => Ok(Err(String::new())),
+        })?;
+        let verdict = answer.map_err(CallError::Refused)?;
+        validate::app_verdict(&verdict, &input.app.id)?;
+        Ok(verdict)
+    }
+
+    /// The status verdicts of many applications, one result per input.
+    pub fn evaluate_batch(
+        &self,
+        ctx: &types::Context,
+        inputs: &[status::AppInput],
+    ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
+        if self.info.world != World::Status {
+            return Err(self.wrong_world(World::Status));
+        }
+        let answers = self.call(|store, bound| match bound {
+            Bound::Status(b) => b
+                .verdict_policy_status()
+                .call_evaluate_batch(store, ctx, inputs),
+            _ => Ok(Vec::new()),
+        })?;
+        if answers.len() != inputs.len() {
+            return Err(CallError::Malformed(format!(
+                "{} verdicts for {} applications",
+                answers.len(),
+                inputs.len()
+            )));
+        }
+        for (answer, input) in answers.iter().zip(inputs) {
+            if let Ok(verdict) = answer {
+                validate::app_verdict(verdict, &input.app.id)?;
+            }
+        }
+        Ok(answers)
+    }
+
+    /// The failover decisions over the given nodes.
+    pub fn decide(
+        &self,
+        ctx: &types::Context,
+        input: &failover::FailoverInput,
+    ) -> Result<Vec<failover::NodeDecision>, CallError> {
+        if self.info.world != World::Failover {
+            return Err(self.wrong_world(World::Failover));
+        }
+        let answer = self.call(|store, bound| match bound {
+            Bound::Failover(b) => b.verdict_policy_failover().call_decide(store, ctx, input),
+            _ => Ok(Err(String::new())),
+        })?;
+        let decisions = answer.map_err(CallError::Refused)?;
+        validate::node_decisions(&decisions, input)?;
+        Ok(decisions)
+    }
+
+    /// The admission answer to a task request.
+    pub fn admit_task(
+        &self,
+        ctx: &types::Context,
+        input: &admission::AdmissionInput,
+    ) -> Result<admission::TaskAdmission, CallError> {
+        if self.info.world != World::Admission {
+            return Err(self.wrong_world(World::Admission));
+        }
+        let answer = self.call(|store, bound| match bound {
+            Bound::Admission(b) => b
+                .verdict_policy_admission()
+                .call_admit_task(store, ctx, input),
+            _ => Ok(Err(String::new())),
+        })?;
+        let admitted = answer.map_err(CallError::Refused)?;
+        validate::task_admission(&admitted)?;
+        Ok(admitted)
+    }
+
+    /// The answer to a Kubernetes admission request (JSON text).
+    pub fn review(
+        &self,
+        ctx: &types::Context,
+        request: &str,
+    ) -> Result<admission::ReviewResponse, CallError> {
+        if self.info.world != World::Admission {
+            return Err(self.wrong_world(World::Admission));
+        }
+        let answer = self.call(|store, bound| match bound {
+            Bound::Admission(b) => b
+                .verdict_policy_admission()
+                .call_review(store, ctx, request),
+            _ => Ok(Err(String::new())),
+        })?;
+        let response = answer.map_err(CallError::Refused)?;
+        validate::review_response(&response)?;
+        Ok(response)
+    }
+}
+
+fn duration_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}

@@ -1,0 +1,66 @@
+//! Hot reload: a debounced watch on the plugin folder that reloads the
+//! registry after each burst of changes.
+//!
+//! The folder is watched, not the files, because editors and build tools
+//! save by writing a temporary file and renaming it over the old one. A file
+//! caught half-written fails to load and is recorded as rejected; the event
+//! of the write's completion triggers the next reload, which loads it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use notify::RecursiveMode;
+use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+
+use super::Registry;
+use crate::error::{Error, Result};
+
+/// Watches the plugin folder while it lives; dropping it stops the watch.
+pub struct Watcher {
+    _debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher").finish_non_exhaustive()
+    }
+}
+
+/// Start watching `dir`, reloading `registry` after changes have been quiet
+/// for `debounce`.
+pub fn watch(registry: Arc<Registry>, dir: &Path, debounce: Duration) -> Result<Watcher> {
+    let (tx, rx) = mpsc::channel::<DebounceEventResult>();
+    let mut debouncer = new_debouncer(debounce, None, tx).map_err(|source| Error::Watch {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    debouncer
+        .watch(dir, RecursiveMode::NonRecursive)
+        .map_err(|source| Error::Watch {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    std::thread::Builder::new()
+        .name("verdict-reload".into())
+        .spawn(move || {
+            // Ends when the debouncer, and so the sender, is dropped.
+            while let Ok(first) = rx.recv() {
+                if let Err(errors) = &first {
+                    // Lost events (a rescan) are covered: a reload reads the
+                    // whole folder.
+                    for error in errors {
+                        tracing::warn!(%error, "plugin folder watch reported an error");
+                    }
+                }
+                // Fold a burst of batches into one reload.
+                while rx.try_recv().is_ok() {}
+                registry.reload();
+            }
+        })
+        .map_err(|e| Error::Runtime(format!("starting the reload thread: {e}")))?;
+    Ok(Watcher {
+        _debouncer: debouncer,
+    })
+}

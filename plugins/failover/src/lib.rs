@@ -1,0 +1,299 @@
+//! The default failover policy (seed 002): a short outage waits, a longer one
+//! marks the node unknown and moves its stateless pods, an unrecoverable node
+//! goes offline and its stateful pods are released only with a person's
+//! approval; a node that returns must stay healthy a while before it is
+//! trusted again. Manual overrides rank above every rule.
+
+wit_bindgen::generate!({
+    world: "failover-policy",
+    path: "../../wit",
+});
+
+use exports::verdict::policy::failover::{
+    Action, FailoverInput, Guest, NodeDecision, NodeHealth, Override, OverrideKind, Placement,
+    ProposedAction,
+};
+use verdict::policy::types::{ConditionStatus, Context, Node, PluginInfo, Timestamp};
+
+struct Settings {
+    /// How long a node may be out of contact before anything is done.
+    grace_ms: i64,
+    /// How long before an unreachable node is judged offline.
+    offline_after_ms: i64,
+    /// How long a returning node stays `recovering`.
+    stabilize_ms: i64,
+}
+
+impl Settings {
+    fn parse(text: &str) -> Self {
+        let value: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        let ms = |key: &str, default: i64| {
+            value
+                .get(key)
+                .and_then(serde_json::Value::as_i64)
+                .unwrap_or(default)
+        };
+        Self {
+            grace_ms: ms("grace-ms", 40_000),
+            offline_after_ms: ms("offline-after-ms", 5 * 60_000),
+            stabilize_ms: ms("stabilize-ms", 2 * 60_000),
+        }
+    }
+}
+
+struct DefaultFailover;
+
+impl Guest for DefaultFailover {
+    fn describe() -> PluginInfo {
+        PluginInfo {
+            name: "default-failover".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            description: "Node health with a grace period, stateless eviction and fenced release of stateful pods.".into(),
+            settings_schema: Some(
+                r#"{"type":"object","properties":{"grace-ms":{"type":"integer","minimum":0},"offline-after-ms":{"type":"integer","minimum":0},"stabilize-ms":{"type":"integer","minimum":0}}}"#.into(),
+            ),
+        }
+    }
+
+    fn decide(ctx: Context, input: FailoverInput) -> Result<Vec<NodeDecision>, String> {
+        let settings = Settings::parse(&ctx.settings);
+        Ok(input
+            .nodes
+            .iter()
+            .map(|node| decide_node(&settings, ctx.now, node, &input))
+            .collect())
+    }
+}
+
+export!(DefaultFailover);
+
+fn active_override<'a>(
+    now: Timestamp,
+    node: &str,
+    overrides: &'a [Override],
+) -> Option<&'a Override> {
+    overrides
+        .iter()
+        .filter(|o| o.node == node && o.expires_at.is_none_or(|e| e > now))
+        .max_by_key(|o| o.at)
+}
+
+fn decide_node(
+    settings: &Settings,
+    now: Timestamp,
+    node: &Node,
+    input: &FailoverInput,
+) -> NodeDecision {
+    let previous = input.previous.iter().find(|d| d.node == node.name);
+    let on_node: Vec<&Placement> = input
+        .placements
+        .iter()
+        .filter(|p| p.node == node.name)
+        .collect();
+    let mut decision = by_rules(settings, now, node, previous, &on_node);
+
+    if let Some(o) = active_override(now, &node.name, &input.overrides) {
+        let by = format!("override by {}: {}", o.by, o.reason);
+        match o.kind {
+            OverrideKind::Healthy => {
+                decision = NodeDecision {
+                    node: node.name.clone(),
+                    health: NodeHealth::Healthy,
+                    since: o.at,
+                    reason: by,
+                    rule: "override-healthy".into(),
+                    actions: Vec::new(),
+                };
+            }
+            OverrideKind::Offline => {
+                decision = offline(node, o.at, by, "override-offline", &on_node);
+            }
+            OverrideKind::Pause => {
+                decision.reason = format!("{}; actions paused ({by})", decision.reason);
+                decision.rule = "override-pause".into();
+                decision.actions.clear();
+            }
+        }
+    }
+    decision
+}
+
+fn by_rules(
+    settings: &Settings,
+    now: Timestamp,
+    node: &Node,
+    previous: Option<&NodeDecision>,
+    on_node: &[&Placement],
+) -> NodeDecision {
+    let since = node.ready_since.or(node.last_heartbeat).unwrap_or(now);
+    if node.ready == ConditionStatus::True {
+        let was_down = previous.is_some_and(|p| {
+            matches!(
+                p.health,
+                NodeHealth::Unknown | NodeHealth::Offline | NodeHealth::Recovering
+            )
+        });
+        if was_down && now - since < settings.stabilize_ms {
+            let trusted_at = since + settings.stabilize_ms;
+            return NodeDecision {
+                node: node.name.clone(),
+                health: NodeHealth::Recovering,
+                since,
+                reason: "ready again after an outage; not trusted until it stays ready".into(),
+                rule: "recovering".into(),
+                actions: vec![ProposedAction {
+                    action: Action::Wait(trusted_at),
+                    reason: "stabilisation period".into(),
+                    needs_approval: false,
+                }],
+            };
+        }
+        let mut actions = Vec::new();
+        if node.unschedulable && previous.is_some_and(|p| p.health == NodeHealth::Recovering) {
+            actions.push(ProposedAction {
+                action: Action::Uncordon,
+                reason: "node is trusted again".into(),
+                needs_approval: false,
+            });
+        }
+        return NodeDecision {
+            node: node.name.clone(),
+            health: NodeHealth::Healthy,
+            since,
+            reason: "ready".into(),
+            rule: "ready".into(),
+            actions,
+        };
+    }
+
+    // Not ready, or out of contact. The clock starts when that began, or when
+    // an earlier evaluation first saw it, whichever is earlier.
+    let down_since = previous
+        .filter(|p| p.health != NodeHealth::Healthy && p.health != NodeHealth::Recovering)
+        .map_or(since, |p| p.since.min(since));
+    let down_for = now - down_since;
+    let what = match node.ready {
+        ConditionStatus::Unknown => "out of contact",
+        _ => "not ready",
+    };
+    if down_for < settings.grace_ms {
+        return NodeDecision {
+            node: node.name.clone(),
+            health: NodeHealth::Suspect,
+            since: down_since,
+            reason: format!("{what} for {}s, within the grace period", down_for / 1000),
+            rule: "grace-period".into(),
+            actions: vec![ProposedAction {
+                action: Action::Wait(down_since + settings.grace_ms),
+                reason: "short outages are waited out".into(),
+                needs_approval: false,
+            }],
+        };
+    }
+    if down_for < settings.offline_after_ms {
+        let mut actions = vec![
+            ProposedAction {
+                action: Action::MarkUnknown,
+                reason: format!("{what} past the grace period"),
+                needs_approval: false,
+            },
+            ProposedAction {
+                action: Action::Cordon,
+                reason: "keep new pods off an unreliable node".into(),
+                needs_approval: false,
+            },
+        ];
+        for workload in distinct_workloads(on_node, false) {
+            actions.push(ProposedAction {
+                action: Action::Evict(workload),
+                reason: "stateless pods are moved to healthy nodes".into(),
+                needs_approval: false,
+            });
+        }
+        actions.push(ProposedAction {
+            action: Action::Wait(down_since + settings.offline_after_ms),
+            reason: "judged offline if it does not return by then".into(),
+            needs_approval: false,
+        });
+        return NodeDecision {
+            node: node.name.clone(),
+            health: NodeHealth::Unknown,
+            since: down_since,
+            reason: format!("{what} for {}s", down_for / 1000),
+            rule: "unknown-after-grace".into(),
+            actions,
+        };
+    }
+    offline(
+        node,
+        down_since,
+        format!("{what} for {}s: judged offline", down_for / 1000),
+        "offline-after-timeout",
+        on_node,
+    )
+}
+
+fn offline(
+    node: &Node,
+    since: Timestamp,
+    reason: String,
+    rule: &str,
+    on_node: &[&Placement],
+) -> NodeDecision {
+    let mut actions = vec![ProposedAction {
+        action: Action::Cordon,
+        reason: "the node is offline".into(),
+        needs_approval: false,
+    }];
+    for workload in distinct_workloads(on_node, false) {
+        actions.push(ProposedAction {
+            action: Action::Evict(workload),
+            reason: "stateless pods are moved to healthy nodes".into(),
+            needs_approval: false,
+        });
+    }
+    for workload in distinct_workloads(on_node, true) {
+        actions.push(ProposedAction {
+            action: Action::Release(workload),
+            reason: "a partitioned node may still run these pods: fence it before releasing them"
+                .into(),
+            needs_approval: true,
+        });
+    }
+    actions.push(ProposedAction {
+        action: Action::RequestReplacement,
+        reason: "restore capacity".into(),
+        needs_approval: false,
+    });
+    actions.push(ProposedAction {
+        action: Action::Notify(format!("node {} is offline", node.name)),
+        reason: "operators decide on repair".into(),
+        needs_approval: false,
+    });
+    NodeDecision {
+        node: node.name.clone(),
+        health: NodeHealth::Offline,
+        since,
+        reason,
+        rule: rule.into(),
+        actions,
+    }
+}
+
+fn distinct_workloads(
+    on_node: &[&Placement],
+    stateful: bool,
+) -> Vec<exports::verdict::policy::failover::WorkloadRef> {
+    let mut seen: Vec<exports::verdict::policy::failover::WorkloadRef> = Vec::new();
+    for p in on_node.iter().filter(|p| p.stateful == stateful) {
+        if let Some(w) = &p.workload {
+            if !seen
+                .iter()
+                .any(|s| s.namespace == w.namespace && s.name == w.name && s.kind == w.kind)
+            {
+                seen.push(w.clone());
+            }
+        }
+    }
+    seen
+}

@@ -1,0 +1,8 @@
+//! End-to-end tests of verdict, in one test binary (it links once). The
+//! plugins they load are real components built from `plugins/` by
+//! `cargo xtask plugins`, including test plugins that misbehave on purpose.
+
+mod misbehaving;
+mod reload;
+mod serve;
+mod support;

@@ -1,0 +1,182 @@
+//! Hot reload under load: callers never see a failure or a half-swapped
+//! answer while the plugin file is replaced, broken and replaced again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use verdict::plugins::{World, watch};
+
+use crate::support::{Fixture, NOW, app_input, install_by_rename, test_plugin, wait_until};
+
+/// Bound on any one wait; the figure that matters is printed.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+#[derive(Default)]
+struct Tally {
+    calls: AtomicU64,
+    failed: AtomicU64,
+    torn: AtomicU64,
+}
+
+/// How a new file reaches the folder.
+enum Write {
+    Rename,
+    InPlace,
+}
+
+#[test]
+fn plugins_swap_under_load_without_a_failed_call() {
+    let fixture = Fixture::new();
+    fixture.install("status", &test_plugin("stamp-a"));
+    fixture.registry.reload();
+    let _watcher = watch(
+        Arc::clone(&fixture.registry),
+        fixture.dir.path(),
+        Duration::from_millis(100),
+    )
+    .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let registry = Arc::clone(&fixture.registry);
+            let stop = Arc::clone(&stop);
+            let tally = Arc::clone(&tally);
+            std::thread::spawn(move || {
+                let input = app_input(&format!("app-{i}"));
+                while !stop.load(Ordering::Relaxed) {
+                    tally.calls.fetch_add(1, Ordering::Relaxed);
+                    let answer = registry
+                        .policy(World::Status)
+                        .map_err(|e| e.to_string())
+                        .and_then(|slot| {
+                            slot.call(|v| v.evaluate(&v.context(NOW), &input))
+                                .map_err(|e| e.to_string())
+                        });
+                    match answer {
+                        Err(_) => {
+                            tally.failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(answer) => {
+                            // Every field a stamp plugin fills carries its
+                            // stamp, which is also its version.
+                            let v = &answer.value;
+                            let stamp = &answer.version.info().version;
+                            if &v.display.text != stamp
+                                || &v.display.status != stamp
+                                || &v.stable_reason != stamp
+                            {
+                                tally.torn.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let serving = |registry: &verdict::plugins::Registry| {
+        registry
+            .get("status")
+            .and_then(|s| s.current())
+            .map(|v| v.info().version.clone())
+    };
+    let path = fixture.path("status");
+    let bytes = |name: &str| std::fs::read(test_plugin(name)).unwrap();
+    let mut latencies = Vec::new();
+
+    let steps: [(&str, Vec<u8>, Write, Option<&str>); 6] = [
+        ("b by rename", bytes("stamp-b"), Write::Rename, Some("b")),
+        (
+            "garbage in place",
+            b"not a component".to_vec(),
+            Write::InPlace,
+            None,
+        ),
+        ("c in place", bytes("stamp-c"), Write::InPlace, Some("c")),
+        (
+            "half of a",
+            bytes("stamp-a")[..30_000].to_vec(),
+            Write::InPlace,
+            None,
+        ),
+        ("a in place", bytes("stamp-a"), Write::InPlace, Some("a")),
+        ("b by rename", bytes("stamp-b"), Write::Rename, Some("b")),
+    ];
+    for (what, content, write, expect) in steps {
+        let before = serving(&fixture.registry);
+        match write {
+            Write::Rename => install_by_rename(&path, &content),
+            Write::InPlace => std::fs::write(&path, &content).unwrap(),
+        }
+        match expect {
+            Some(stamp) => {
+                let took = wait_until(PATIENCE, || {
+                    serving(&fixture.registry).as_deref() == Some(stamp)
+                })
+                .unwrap_or_else(|| panic!("{what}: version {stamp} never served"));
+                latencies.push(took);
+                println!(
+                    "{what}: serving {stamp} {:.0} ms after the write",
+                    took.as_secs_f64() * 1e3
+                );
+            }
+            None => {
+                let hash = hex::encode(Sha256::digest(&content));
+                let slot = fixture.registry.get("status").unwrap();
+                let rejected = wait_until(PATIENCE, || {
+                    fixture.registry.statuses().iter().any(|s| {
+                        s.name == slot.name()
+                            && s.last_error
+                                .as_ref()
+                                .is_some_and(|e| e.hash.as_deref() == Some(hash.as_str()))
+                    })
+                });
+                assert!(rejected.is_some(), "{what}: never rejected");
+                assert_eq!(
+                    serving(&fixture.registry),
+                    before,
+                    "{what}: the old version must keep serving"
+                );
+            }
+        }
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let calls = tally.calls.load(Ordering::Relaxed);
+    println!(
+        "{calls} calls, slowest swap {:.0} ms",
+        latencies.iter().max().unwrap().as_secs_f64() * 1e3
+    );
+    assert!(calls > 100, "the callers made only {calls} calls");
+    assert_eq!(tally.failed.load(Ordering::Relaxed), 0, "failed calls");
+    assert_eq!(
+        tally.torn.load(Ordering::Relaxed),
+        0,
+        "answers mixing two versions"
+    );
+}
+
+#[test]
+fn a_deleted_file_is_unloaded_by_the_watch() {
+    let fixture = Fixture::new();
+    fixture.install("status", &test_plugin("stamp-a"));
+    fixture.registry.reload();
+    let _watcher = watch(
+        Arc::clone(&fixture.registry),
+        fixture.dir.path(),
+        Duration::from_millis(50),
+    )
+    .unwrap();
+    std::fs::remove_file(fixture.path("status")).unwrap();
+    assert!(
+        wait_until(PATIENCE, || fixture.registry.policy(World::Status).is_err()).is_some(),
+        "the plugin was not unloaded"
+    );
+}

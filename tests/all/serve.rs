@@ -1,0 +1,187 @@
+//! The real `verdict` binary over HTTP: it serves the registry, reloads on
+//! request, answers errors as JSON, refuses bad configuration clearly, and
+//! a restart uses the compiled-code cache instead of compiling again.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{default_plugin, test_plugin};
+
+/// A running `verdict serve`, stopped when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(plugins: &Path, data: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .arg("--plugins")
+            .arg(plugins)
+            .arg("--data-dir")
+            .arg(data)
+            .env("VERDICT_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("verdict did not say where it listens");
+        let base = line
+            .trim()
+            .strip_prefix("verdict listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        Self { child, base }
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        let response = reqwest::blocking::get(format!("{}{path}", self.base)).unwrap();
+        (response.status().as_u16(), response.json().unwrap())
+    }
+
+    fn post(&self, path: &str) -> (u16, Value) {
+        let response = reqwest::blocking::Client::new()
+            .post(format!("{}{path}", self.base))
+            .send()
+            .unwrap();
+        (response.status().as_u16(), response.json().unwrap())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn install_defaults(dir: &Path) {
+    for name in ["status", "failover", "admission"] {
+        std::fs::copy(default_plugin(name), dir.join(format!("{name}.wasm"))).unwrap();
+    }
+}
+
+fn code_sources(server: &Server) -> Vec<String> {
+    let (status, body) = server.get("/v1/plugins");
+    assert_eq!(status, 200);
+    body["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["current"]["code"].as_str().unwrap_or("none").to_string())
+        .collect()
+}
+
+#[test]
+fn a_restart_uses_the_code_cache() {
+    let plugins = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    install_defaults(plugins.path());
+
+    let first = Server::start(plugins.path(), data.path());
+    assert_eq!(code_sources(&first), ["compiled", "compiled", "compiled"]);
+    drop(first);
+
+    let second = Server::start(plugins.path(), data.path());
+    assert_eq!(code_sources(&second), ["cache", "cache", "cache"]);
+    let (_, body) = second.get("/v1/plugins");
+    for plugin in body["plugins"].as_array().unwrap() {
+        assert_eq!(plugin["active"], true, "{plugin}");
+        assert!(plugin["last_error"].is_null(), "{plugin}");
+    }
+}
+
+#[test]
+fn plugins_and_reload_over_http() {
+    let plugins = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    install_defaults(plugins.path());
+    let server = Server::start(plugins.path(), data.path());
+
+    let (status, body) = server.get("/healthz");
+    assert_eq!((status, body["status"].as_str()), (200, Some("ok")));
+
+    let (status, body) = server.get("/v1/plugins");
+    assert_eq!(status, 200);
+    let names: Vec<&str> = body["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["current"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["default-admission", "default-failover", "default-status"]
+    );
+
+    // A component of no known world: rejected, with the reason, over HTTP.
+    std::fs::copy(test_plugin("alien"), plugins.path().join("alien.wasm")).unwrap();
+    let (status, report) = server.post("/v1/plugins/reload");
+    assert_eq!(status, 200);
+    let rejected = report["rejected"].as_array().unwrap();
+    assert!(
+        rejected
+            .iter()
+            .any(|r| r["plugin"] == "alien" && r["kind"] == "no-world"),
+        "{report}"
+    );
+    let (_, body) = server.get("/v1/plugins");
+    let alien = body["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "alien")
+        .unwrap()
+        .clone();
+    assert!(alien["current"].is_null());
+    assert!(
+        alien["last_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no world")
+    );
+
+    let (status, body) = server.get("/v1/nothing-here");
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["code"], "not-found");
+    let (status, body) = server.get("/v1/plugins/reload");
+    assert_eq!(status, 405);
+    assert_eq!(body["error"]["code"], "method-not-allowed");
+}
+
+#[test]
+fn bad_configuration_exits_with_a_message_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("verdict.toml");
+    std::fs::write(&config, "call-timeout-ms = \"soon\"\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("call-timeout-ms"), "{stderr}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["serve", "--plugins", "/nonexistent/plugins"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("plugins"));
+}

@@ -1,0 +1,134 @@
+//! Helpers shared by the tests: where the built components are, a host
+//! registry over a temporary plugin folder, inputs, and bounded waits.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use verdict::config::Limits;
+use verdict::plugins::bindings::{status, types};
+use verdict::plugins::{Registry, Runtime};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the host crate is in the workspace")
+        .to_path_buf()
+}
+
+fn component(folder: &str, name: &str) -> PathBuf {
+    let path = workspace()
+        .join("target")
+        .join(folder)
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask plugins` first",
+        path.display()
+    );
+    path
+}
+
+/// A default policy component (`status`, `failover`, `admission`).
+pub fn default_plugin(name: &str) -> PathBuf {
+    component("plugins", name)
+}
+
+/// A test plugin component (see `plugins/testing/`).
+pub fn test_plugin(name: &str) -> PathBuf {
+    component("test-plugins", name)
+}
+
+/// Code cache shared by tests that do not look at compilation, so that each
+/// component is compiled once per run rather than once per test.
+pub fn shared_cache() -> PathBuf {
+    workspace().join("target").join("test-code-cache")
+}
+
+/// Limits small enough that misbehaving plugins hit them fast.
+pub fn test_limits() -> Limits {
+    Limits {
+        call_timeout: Duration::from_millis(200),
+        memory_bytes: 32 << 20,
+        output_bytes: 256 << 10,
+    }
+}
+
+/// A plugin folder in a temporary directory and a registry over it.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub registry: Arc<Registry>,
+}
+
+impl Fixture {
+    pub fn new() -> Self {
+        Self::with_cache(&shared_cache())
+    }
+
+    pub fn with_cache(cache: &Path) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = Runtime::new(cache, test_limits()).unwrap();
+        let registry = Arc::new(Registry::new(
+            Arc::new(runtime),
+            Some(dir.path().to_path_buf()),
+            Default::default(),
+        ));
+        Self { dir, registry }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.wasm"))
+    }
+
+    /// Copy a component into the folder as `name.wasm`, atomically.
+    pub fn install(&self, name: &str, from: &Path) {
+        install_by_rename(&self.path(name), &std::fs::read(from).unwrap());
+    }
+}
+
+/// Write `bytes` beside `path` and rename them over it, as editors save.
+pub fn install_by_rename(path: &Path, bytes: &[u8]) {
+    let partial = path.with_file_name(format!(
+        ".{}.partial",
+        path.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::write(&partial, bytes).unwrap();
+    std::fs::rename(&partial, path).unwrap();
+}
+
+pub const NOW: types::Timestamp = 1_780_000_000_000;
+
+/// An application with a namespace and nothing in it, named `name`.
+pub fn app_input(name: &str) -> status::AppInput {
+    status::AppInput {
+        app: types::App {
+            id: types::AppId {
+                namespace: "shop".into(),
+                name: name.into(),
+            },
+            namespace_exists: true,
+            namespace_labels: Vec::new(),
+            expected_replicas: None,
+            workloads: Vec::new(),
+            pods: Vec::new(),
+            probe: None,
+            observed_at: NOW,
+        },
+        tasks: Vec::new(),
+    }
+}
+
+/// Wait until `condition` holds, checking often, for at most `limit`.
+/// Returns how long it took, or `None` when it never held.
+pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> Option<Duration> {
+    let started = Instant::now();
+    loop {
+        if condition() {
+            return Some(started.elapsed());
+        }
+        if started.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}

@@ -1,0 +1,377 @@
+//! The project's task runner, `cargo xtask VERB`: one place for the verbs a
+//! developer and CI use (build the plugins, run the demo, lint, test, bench).
+//!
+//! Building plugins needs a Rust standard library for `wasm32-unknown-unknown`.
+//! Where rustup has that target installed, the ordinary build is used. Where
+//! it does not (and cannot be downloaded), the standard library is built from
+//! source with Debian's `rustc-web`, `rust-web-src` and `lld-22`, which are
+//! installed when missing. Every probe and install runs under a timeout.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use wait_timeout::ChildExt;
+
+const WASM_TARGET: &str = "wasm32-unknown-unknown";
+const DEBIAN_PACKAGES: [&str; 3] = ["rustc-web", "rust-web-src", "lld-22"];
+const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
+const DEBIAN_RUST_SRC: &str = "/usr/lib/rustlib/src/rust/library";
+
+const PROBE: Duration = Duration::from_secs(30);
+const INSTALL: Duration = Duration::from_secs(20 * 60);
+const BUILD: Duration = Duration::from_secs(40 * 60);
+
+const HELP: &str = "\
+usage: cargo xtask VERB
+
+verbs:
+  plugins   build every crate under plugins/ into a component:
+            target/plugins/<name>.wasm (default policies) and
+            target/test-plugins/<name>.wasm (plugins the tests use)
+  demo      build the plugins and run `verdict serve` with them
+  lint      cargo fmt --check and clippy with warnings denied
+  test      plugins, lint, then every test of the workspace (what CI runs)
+  bench     plugins, then the runtime benchmark in the release profile
+            (`bench --quick` for a short run)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let verb = args.first().map(String::as_str).unwrap_or("help");
+    let rest = &args[args.len().min(1)..];
+    let outcome = match verb {
+        "plugins" => build_plugins().map(|_| ()),
+        "demo" => build_plugins().and_then(|_| demo(rest)),
+        "lint" => lint(),
+        "test" => build_plugins().and_then(|_| lint()).and_then(|()| test()),
+        "bench" => build_plugins().and_then(|_| bench(rest)),
+        "help" | "-h" | "--help" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => {
+            eprint!("unknown verb `{other}`\n\n{HELP}");
+            return ExitCode::from(2);
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("xtask {verb}: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Where cargo puts build output: `CARGO_TARGET_DIR` when set (CI points it
+/// at a cache outside the clone), else the workspace's `target/`.
+fn cargo_target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Run a command to completion within `limit`, failing on a non-zero exit.
+fn run(command: &mut Command, limit: Duration) -> Result<()> {
+    let shown = format!("{command:?}");
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("could not start {shown}"))?;
+    match child.wait_timeout(limit)? {
+        Some(status) if status.success() => Ok(()),
+        Some(status) => bail!("{shown} failed with {status}"),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{shown} did not finish within {}s", limit.as_secs())
+        }
+    }
+}
+
+/// Run a probe and return its standard output, or `None` when it fails, is
+/// missing, or does not answer within the probe timeout.
+fn probe(program: &str, args: &[&str]) -> Option<String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let status = match child.wait_timeout(PROBE).ok()? {
+        Some(status) => status,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
+    status.success().then_some(out)
+}
+
+/// How the wasm32 standard library is obtained.
+enum Toolchain {
+    /// rustup's own target.
+    Rustup,
+    /// Debian's rustc with the standard library built from source.
+    Debian { wasm_ld: PathBuf },
+}
+
+fn find_wasm_ld() -> Option<PathBuf> {
+    let mut candidates = vec![
+        PathBuf::from("/usr/bin/wasm-ld"),
+        PathBuf::from("/usr/bin/wasm-ld-22"),
+    ];
+    if let Ok(entries) = std::fs::read_dir("/usr/lib") {
+        let mut llvm: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(OsStr::to_str)
+                    .is_some_and(|n| n.starts_with("llvm-"))
+            })
+            .map(|p| p.join("bin/wasm-ld"))
+            .collect();
+        llvm.sort();
+        candidates.extend(llvm.into_iter().rev());
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+fn debian_ready() -> Option<Toolchain> {
+    let is_debian_rustc = probe(DEBIAN_RUSTC, &["--version"])?.contains("rustc");
+    (is_debian_rustc && Path::new(DEBIAN_RUST_SRC).is_dir())
+        .then(find_wasm_ld)
+        .flatten()
+        .map(|wasm_ld| Toolchain::Debian { wasm_ld })
+}
+
+fn choose_toolchain() -> Result<Toolchain> {
+    let installed = probe("rustup", &["target", "list", "--installed"]).unwrap_or_default();
+    if installed.lines().any(|l| l.trim() == WASM_TARGET) {
+        return Ok(Toolchain::Rustup);
+    }
+    if let Some(toolchain) = debian_ready() {
+        return Ok(toolchain);
+    }
+    eprintln!(
+        "xtask: rustup has no {WASM_TARGET} target; installing Debian's {} to build its standard library",
+        DEBIAN_PACKAGES.join(", ")
+    );
+    if probe("apt-get", &["--version"]).is_none() {
+        bail!(
+            "no {WASM_TARGET} standard library: run `rustup target add {WASM_TARGET}`, \
+             or install Debian's {}",
+            DEBIAN_PACKAGES.join(" ")
+        );
+    }
+    let quiet = |c: &mut Command| {
+        c.env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null());
+    };
+    let mut update = Command::new("apt-get");
+    update.args(["update", "-qq"]);
+    quiet(&mut update);
+    run(&mut update, INSTALL)?;
+    let mut install = Command::new("apt-get");
+    install
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(DEBIAN_PACKAGES);
+    quiet(&mut install);
+    run(&mut install, INSTALL)?;
+    debian_ready().context("Debian's Rust packages were installed but rustc, its library source or wasm-ld is still missing")
+}
+
+/// A guest crate found in the plugin workspace.
+struct Guest {
+    /// The crate's folder name: the plugin's file name.
+    name: String,
+    /// The library target's name: the core module's file name.
+    lib: String,
+    /// Whether it is a test plugin (under `plugins/testing/`).
+    testing: bool,
+}
+
+fn guests(plugins: &Path) -> Result<Vec<Guest>> {
+    let output = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(plugins)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo metadata in plugins/")?;
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .context("cargo metadata of plugins/ did not answer JSON")?;
+    let mut found = Vec::new();
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
+        let dir = manifest.parent().context("manifest without a folder")?;
+        let lib = package["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| {
+                t["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
+            })
+            .and_then(|t| t["name"].as_str());
+        let Some(lib) = lib else { continue };
+        found.push(Guest {
+            name: dir
+                .file_name()
+                .and_then(OsStr::to_str)
+                .unwrap_or_default()
+                .to_string(),
+            lib: lib.replace('-', "_"),
+            testing: dir.parent().is_some_and(|p| p.ends_with("testing")),
+        });
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(found)
+}
+
+/// Build every guest crate and encode it as a component. Returns the paths
+/// of the components written.
+fn build_plugins() -> Result<Vec<PathBuf>> {
+    let root = root();
+    let plugins = root.join("plugins");
+    let wasm_target_dir = cargo_target_dir().join("wasm");
+    let toolchain = choose_toolchain()?;
+
+    let mut build = cargo();
+    build
+        .args(["build", "--release", "--target", WASM_TARGET])
+        .arg("--target-dir")
+        .arg(&wasm_target_dir)
+        .current_dir(&plugins)
+        .stdin(Stdio::null());
+    if let Toolchain::Debian { wasm_ld } = &toolchain {
+        build
+            .args(["-Zbuild-std=std,panic_abort"])
+            .env("RUSTC_BOOTSTRAP", "1")
+            .env("RUSTC", DEBIAN_RUSTC)
+            .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", wasm_ld);
+    }
+    // A rustup toolchain file or override must not pick another compiler for
+    // the guest build than the one chosen above.
+    build
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC_WRAPPER");
+    let started = Instant::now();
+    run(&mut build, BUILD).context("building the plugin crates")?;
+    eprintln!(
+        "xtask: plugin crates built in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let modules = wasm_target_dir.join(WASM_TARGET).join("release");
+    let mut written = Vec::new();
+    for guest in guests(&plugins)? {
+        let out_dir = root.join("target").join(if guest.testing {
+            "test-plugins"
+        } else {
+            "plugins"
+        });
+        std::fs::create_dir_all(&out_dir)?;
+        let module_path = modules.join(format!("{}.wasm", guest.lib));
+        let module = std::fs::read(&module_path)
+            .with_context(|| format!("reading {}", module_path.display()))?;
+        let started = Instant::now();
+        let component = wit_component::ComponentEncoder::default()
+            .module(&module)
+            .and_then(|e| e.validate(true).encode())
+            .with_context(|| format!("encoding {} as a component", module_path.display()))?;
+        let out = out_dir.join(format!("{}.wasm", guest.name));
+        // Write beside and rename, so a host watching the folder never reads
+        // half a file.
+        let partial = out_dir.join(format!(".{}.wasm.partial", guest.name));
+        std::fs::write(&partial, &component)?;
+        std::fs::rename(&partial, &out)?;
+        eprintln!(
+            "xtask: {} ({} KiB, encoded in {:.1} ms)",
+            out.strip_prefix(&root).unwrap_or(&out).display(),
+            component.len() / 1024,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        written.push(out);
+    }
+    Ok(written)
+}
+
+fn demo(rest: &[String]) -> Result<()> {
+    let mut serve = cargo();
+    serve
+        .args(["run", "--package", "verdict", "--", "serve"])
+        .args(rest)
+        .current_dir(root());
+    let status = serve.status()?;
+    if !status.success() {
+        bail!("verdict serve exited with {status}");
+    }
+    Ok(())
+}
+
+fn lint() -> Result<()> {
+    let root = root();
+    for dir in [root.clone(), root.join("plugins")] {
+        run(
+            cargo().args(["fmt", "--all", "--check"]).current_dir(&dir),
+            BUILD,
+        )
+        .with_context(|| {
+            format!(
+                "formatting differs: run `cargo fmt --all` in {}",
+                dir.display()
+            )
+        })?;
+    }
+    run(
+        cargo()
+            .args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ])
+            .current_dir(&root),
+        BUILD,
+    )
+}
+
+fn test() -> Result<()> {
+    run(
+        cargo()
+            .args(["test", "--workspace", "--no-fail-fast"])
+            .current_dir(root()),
+        BUILD,
+    )
+}
+
+fn bench(rest: &[String]) -> Result<()> {
+    run(
+        cargo()
+            .args(["bench", "--package", "verdict", "--bench", "runtime", "--"])
+            .args(rest)
+            .current_dir(root()),
+        BUILD,
+    )
+}
