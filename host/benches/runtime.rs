@@ -5,26 +5,20 @@
 //!
 //! Run with `cargo xtask bench` (release profile); `--quick` for a short run.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use verdict::config::Limits;
-use verdict::plugins::bindings::{status, types};
+use verdict::plugins::bindings::status;
 use verdict::plugins::{CodeSource, Registry, Runtime, World, watch};
 
-fn component(folder: &str, name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target")
-        .join(folder)
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo xtask plugins`",
-        path.display()
-    );
-    path
-}
+// The tests' helpers: where the built components are, and inputs.
+#[allow(dead_code)]
+#[path = "../../tests/all/support.rs"]
+mod support;
+
+use support::{app_input as app, default_plugin, test_plugin};
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -46,25 +40,6 @@ fn registry_over(dir: &Path, cache: &Path) -> Arc<Registry> {
         Some(dir.to_path_buf()),
         Default::default(),
     ))
-}
-
-fn app(name: &str) -> status::AppInput {
-    status::AppInput {
-        app: types::App {
-            id: types::AppId {
-                namespace: "bench".into(),
-                name: name.into(),
-            },
-            namespace_exists: true,
-            namespace_labels: Vec::new(),
-            expected_replicas: None,
-            workloads: Vec::new(),
-            pods: Vec::new(),
-            probe: None,
-            observed_at: 0,
-        },
-        tasks: Vec::new(),
-    }
 }
 
 fn main() {
@@ -90,7 +65,7 @@ fn main() {
             let plugins = tempfile::tempdir().unwrap();
             let cache = tempfile::tempdir().unwrap();
             std::fs::copy(
-                component("plugins", name),
+                default_plugin(name),
                 plugins.path().join(format!("{name}.wasm")),
             )
             .unwrap();
@@ -120,11 +95,7 @@ fn main() {
     // output checks).
     let plugins = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        component("plugins", "status"),
-        plugins.path().join("status.wasm"),
-    )
-    .unwrap();
+    std::fs::copy(default_plugin("status"), plugins.path().join("status.wasm")).unwrap();
     let registry = registry_over(plugins.path(), cache.path());
     registry.reload();
     let input = app("web");
@@ -157,7 +128,7 @@ fn main() {
     let plugins = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     let target = plugins.path().join("status.wasm");
-    std::fs::copy(component("test-plugins", "stamp-a"), &target).unwrap();
+    std::fs::copy(test_plugin("stamp-a"), &target).unwrap();
     let registry = registry_over(plugins.path(), cache.path());
     registry.reload();
     let debounce = Duration::from_millis(150);
@@ -165,7 +136,7 @@ fn main() {
     let mut latencies = Vec::new();
     for i in 0..swaps {
         let stamp = ["b", "c", "a"][i % 3];
-        let bytes = std::fs::read(component("test-plugins", &format!("stamp-{stamp}"))).unwrap();
+        let bytes = std::fs::read(test_plugin(&format!("stamp-{stamp}"))).unwrap();
         // A new version is new code: measure with compilation, not a cache hit.
         for entry in std::fs::read_dir(cache.path()).unwrap() {
             std::fs::remove_file(entry.unwrap().path()).unwrap();

@@ -1,6 +1,7 @@
 //! The `verdict` binary: parses the command line, sets up logging, and runs
 //! the host. All logic lives in the library.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
             EnvFilter::try_from_env("VERDICT_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let outcome = match cli.command {
         Command::Serve(args) => args.into_config().and_then(|config| {

@@ -6,12 +6,26 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use verdict::plugins::{World, watch};
+use verdict::plugins::{Watcher, World, watch};
 
 use crate::support::{Fixture, NOW, app_input, install_by_rename, test_plugin, wait_until};
 
 /// Bound on any one wait; the figure that matters is printed.
 const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A plugin folder serving `stamp-a` as `status`, watched.
+fn watched_with_stamp_a() -> (Fixture, Watcher) {
+    let fixture = Fixture::new();
+    fixture.install("status", &test_plugin("stamp-a"));
+    fixture.registry.reload();
+    let watcher = watch(
+        Arc::clone(&fixture.registry),
+        fixture.dir.path(),
+        Duration::from_millis(100),
+    )
+    .unwrap();
+    (fixture, watcher)
+}
 
 #[derive(Default)]
 struct Tally {
@@ -28,15 +42,7 @@ enum Write {
 
 #[test]
 fn plugins_swap_under_load_without_a_failed_call() {
-    let fixture = Fixture::new();
-    fixture.install("status", &test_plugin("stamp-a"));
-    fixture.registry.reload();
-    let _watcher = watch(
-        Arc::clone(&fixture.registry),
-        fixture.dir.path(),
-        Duration::from_millis(100),
-    )
-    .unwrap();
+    let (fixture, _watcher) = watched_with_stamp_a();
 
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
@@ -165,15 +171,7 @@ fn plugins_swap_under_load_without_a_failed_call() {
 
 #[test]
 fn a_deleted_file_is_unloaded_by_the_watch() {
-    let fixture = Fixture::new();
-    fixture.install("status", &test_plugin("stamp-a"));
-    fixture.registry.reload();
-    let _watcher = watch(
-        Arc::clone(&fixture.registry),
-        fixture.dir.path(),
-        Duration::from_millis(50),
-    )
-    .unwrap();
+    let (fixture, _watcher) = watched_with_stamp_a();
     std::fs::remove_file(fixture.path("status")).unwrap();
     assert!(
         wait_until(PATIENCE, || fixture.registry.policy(World::Status).is_err()).is_some(),

@@ -26,7 +26,6 @@ pub use watch::{Watcher, watch};
 
 /// The three kinds of policy a plugin can implement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
 pub enum World {
     #[serde(rename = "status-policy")]
     Status,

@@ -176,9 +176,11 @@ impl Version {
 
     /// Run `f` on a pooled instance under the deadline and memory cap, then
     /// check the size of what it returned.
+    /// `f` answers `None` when the instance is not of the `wanted` world.
     fn call<R: OutputSize>(
         &self,
-        f: impl FnOnce(&mut Store<StoreState>, &Bound) -> wasmtime::Result<R>,
+        wanted: World,
+        f: impl FnOnce(&mut Store<StoreState>, &Bound) -> Option<wasmtime::Result<R>>,
     ) -> Result<R, CallError> {
         let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut instance = match pooled {
@@ -191,9 +193,15 @@ impl Version {
             .set_epoch_deadline(self.runtime.deadline_ticks());
         let result = f(&mut instance.store, &instance.bound);
         let answer = match result {
-            Ok(answer) => answer,
+            None => {
+                return Err(CallError::Malformed(format!(
+                    "called as a {wanted} plugin but it implements {}",
+                    self.info.world
+                )));
+            }
+            Some(Ok(answer)) => answer,
             // The instance is dropped: a trap leaves its store unusable.
-            Err(error) => return Err(self.classify(&error, &instance.store)),
+            Some(Err(error)) => return Err(self.classify(&error, &instance.store)),
         };
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         if pool.len() < POOL_SIZE {
@@ -219,10 +227,10 @@ impl Version {
     }
 
     fn describe(&self) -> Result<types::PluginInfo, CallError> {
-        let info = self.call(|store, bound| match bound {
-            Bound::Status(b) => b.verdict_policy_status().call_describe(store),
-            Bound::Failover(b) => b.verdict_policy_failover().call_describe(store),
-            Bound::Admission(b) => b.verdict_policy_admission().call_describe(store),
+        let info = self.call(self.info.world, |store, bound| match bound {
+            Bound::Status(b) => Some(b.verdict_policy_status().call_describe(store)),
+            Bound::Failover(b) => Some(b.verdict_policy_failover().call_describe(store)),
+            Bound::Admission(b) => Some(b.verdict_policy_admission().call_describe(store)),
         })?;
         validate::plugin_info(&info)?;
         Ok(info)
@@ -252,25 +260,15 @@ impl Version {
         }
     }
 
-    fn wrong_world(&self, wanted: World) -> CallError {
-        CallError::Malformed(format!(
-            "called as a {wanted} plugin but it implements {}",
-            self.info.world
-        ))
-    }
-
     /// The status verdict of one application.
     pub fn evaluate(
         &self,
         ctx: &types::Context,
         input: &status::AppInput,
     ) -> Result<types::AppVerdict, CallError> {
-        if self.info.world != World::Status {
-            return Err(self.wrong_world(World::Status));
-        }
-        let answer = self.call(|store, bound| match bound {
-            Bound::Status(b) => b.verdict_policy_status().call_evaluate(store, ctx, input),
-            _ => Ok(Err(String::new())),
+        let answer = self.call(World::Status, |store, bound| match bound {
+            Bound::Status(b) => Some(b.verdict_policy_status().call_evaluate(store, ctx, input)),
+            _ => None,
         })?;
         let verdict = answer.map_err(CallError::Refused)?;
         validate::app_verdict(&verdict, &input.app.id)?;
@@ -283,14 +281,12 @@ impl Version {
         ctx: &types::Context,
         inputs: &[status::AppInput],
     ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
-        if self.info.world != World::Status {
-            return Err(self.wrong_world(World::Status));
-        }
-        let answers = self.call(|store, bound| match bound {
-            Bound::Status(b) => b
-                .verdict_policy_status()
-                .call_evaluate_batch(store, ctx, inputs),
-            _ => Ok(Vec::new()),
+        let answers = self.call(World::Status, |store, bound| match bound {
+            Bound::Status(b) => Some(
+                b.verdict_policy_status()
+                    .call_evaluate_batch(store, ctx, inputs),
+            ),
+            _ => None,
         })?;
         if answers.len() != inputs.len() {
             return Err(CallError::Malformed(format!(
@@ -313,12 +309,9 @@ impl Version {
         ctx: &types::Context,
         input: &failover::FailoverInput,
     ) -> Result<Vec<failover::NodeDecision>, CallError> {
-        if self.info.world != World::Failover {
-            return Err(self.wrong_world(World::Failover));
-        }
-        let answer = self.call(|store, bound| match bound {
-            Bound::Failover(b) => b.verdict_policy_failover().call_decide(store, ctx, input),
-            _ => Ok(Err(String::new())),
+        let answer = self.call(World::Failover, |store, bound| match bound {
+            Bound::Failover(b) => Some(b.verdict_policy_failover().call_decide(store, ctx, input)),
+            _ => None,
         })?;
         let decisions = answer.map_err(CallError::Refused)?;
         validate::node_decisions(&decisions, input)?;
@@ -331,14 +324,12 @@ impl Version {
         ctx: &types::Context,
         input: &admission::AdmissionInput,
     ) -> Result<admission::TaskAdmission, CallError> {
-        if self.info.world != World::Admission {
-            return Err(self.wrong_world(World::Admission));
-        }
-        let answer = self.call(|store, bound| match bound {
-            Bound::Admission(b) => b
-                .verdict_policy_admission()
-                .call_admit_task(store, ctx, input),
-            _ => Ok(Err(String::new())),
+        let answer = self.call(World::Admission, |store, bound| match bound {
+            Bound::Admission(b) => Some(
+                b.verdict_policy_admission()
+                    .call_admit_task(store, ctx, input),
+            ),
+            _ => None,
         })?;
         let admitted = answer.map_err(CallError::Refused)?;
         validate::task_admission(&admitted)?;
@@ -351,14 +342,12 @@ impl Version {
         ctx: &types::Context,
         request: &str,
     ) -> Result<admission::ReviewResponse, CallError> {
-        if self.info.world != World::Admission {
-            return Err(self.wrong_world(World::Admission));
-        }
-        let answer = self.call(|store, bound| match bound {
-            Bound::Admission(b) => b
-                .verdict_policy_admission()
-                .call_review(store, ctx, request),
-            _ => Ok(Err(String::new())),
+        let answer = self.call(World::Admission, |store, bound| match bound {
+            Bound::Admission(b) => Some(
+                b.verdict_policy_admission()
+                    .call_review(store, ctx, request),
+            ),
+            _ => None,
         })?;
         let response = answer.map_err(CallError::Refused)?;
         validate::review_response(&response)?;

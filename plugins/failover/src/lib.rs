@@ -203,13 +203,7 @@ fn by_rules(
                 needs_approval: false,
             },
         ];
-        for workload in distinct_workloads(on_node, false) {
-            actions.push(ProposedAction {
-                action: Action::Evict(workload),
-                reason: "stateless pods are moved to healthy nodes".into(),
-                needs_approval: false,
-            });
-        }
+        actions.extend(evictions(on_node));
         actions.push(ProposedAction {
             action: Action::Wait(down_since + settings.offline_after_ms),
             reason: "judged offline if it does not return by then".into(),
@@ -245,13 +239,7 @@ fn offline(
         reason: "the node is offline".into(),
         needs_approval: false,
     }];
-    for workload in distinct_workloads(on_node, false) {
-        actions.push(ProposedAction {
-            action: Action::Evict(workload),
-            reason: "stateless pods are moved to healthy nodes".into(),
-            needs_approval: false,
-        });
-    }
+    actions.extend(evictions(on_node));
     for workload in distinct_workloads(on_node, true) {
         actions.push(ProposedAction {
             action: Action::Release(workload),
@@ -278,6 +266,17 @@ fn offline(
         rule: rule.into(),
         actions,
     }
+}
+
+/// Evict the pods of each stateless workload on the node.
+fn evictions(on_node: &[&Placement]) -> impl Iterator<Item = ProposedAction> {
+    distinct_workloads(on_node, false)
+        .into_iter()
+        .map(|workload| ProposedAction {
+            action: Action::Evict(workload),
+            reason: "stateless pods are moved to healthy nodes".into(),
+            needs_approval: false,
+        })
 }
 
 fn distinct_workloads(
