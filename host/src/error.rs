@@ -20,6 +20,9 @@ pub enum Error {
     #[error("configuration: {key}: {message}")]
     Config { key: &'static str, message: String },
 
+    #[error("{0}")]
+    Input(String),
+
     #[error("plugin runtime: {0}")]
     Runtime(String),
 

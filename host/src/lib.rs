@@ -3,6 +3,9 @@
 //!
 //! - [`plugins`]: the Wasm runtime, registry and hot reload;
 //! - [`api`]: the HTTP surface;
+//! - [`observe`]: Kubernetes objects reduced to observations and grouped into apps;
+//! - [`verdicts`]: status evaluation and the JSON form of verdicts;
+//! - [`offline`]: `verdict eval` and `verdict test` for policy authors;
 //! - [`config`]: flags, environment and file into one [`config::Config`];
 //! - [`host`]: the parts assembled and served.
 
@@ -10,6 +13,10 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod host;
+pub mod observe;
+pub mod offline;
 pub mod plugins;
+pub mod tasks;
+pub mod verdicts;
 
 pub use error::{Error, Result};

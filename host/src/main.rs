@@ -22,13 +22,24 @@ struct Cli {
 enum Command {
     /// Load the plugins, watch their folder and serve the HTTP API.
     Serve(verdict::config::ServeArgs),
+    /// Run the status policy over Kubernetes objects from files.
+    Eval(verdict::offline::eval::EvalArgs),
+    /// Run policy test cases; exits non-zero when any fails.
+    Test(verdict::offline::test::TestArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The offline tools print their results on standard output; only
+    // warnings belong beside them.
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        Command::Eval(_) | Command::Test(_) => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_env("VERDICT_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+            EnvFilter::try_from_env("VERDICT_LOG")
+                .unwrap_or_else(|_| EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -39,15 +50,26 @@ fn main() -> ExitCode {
                 .map_err(|e| verdict::Error::Runtime(e.to_string()))?;
             runtime.block_on(verdict::host::serve(config))
         }),
+        Command::Eval(args) => verdict::offline::eval::run(&args).map(|out| print!("{out}")),
+        Command::Test(args) => match verdict::offline::test::run(&args) {
+            Ok(outcome) => {
+                print!("{}", outcome.report);
+                if outcome.failed > 0 {
+                    return ExitCode::FAILURE;
+                }
+                Ok(())
+            }
+            Err(error) => Err(error),
+        },
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("verdict: {error}");
             match error {
-                verdict::Error::Config { .. } | verdict::Error::ConfigFile { .. } => {
-                    ExitCode::from(2)
-                }
+                verdict::Error::Config { .. }
+                | verdict::Error::ConfigFile { .. }
+                | verdict::Error::Input(_) => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
             }
         }

@@ -3,6 +3,7 @@
 //! `cargo xtask plugins`, including test plugins that misbehave on purpose.
 
 mod misbehaving;
+mod offline;
 mod reload;
 mod serve;
 mod support;

@@ -34,6 +34,11 @@ pub fn default_plugin(name: &str) -> PathBuf {
     component("plugins", name)
 }
 
+/// An example plugin component (see `examples/`).
+pub fn example_plugin(name: &str) -> PathBuf {
+    component("example-plugins", name)
+}
+
 /// A test plugin component (see `plugins/testing/`).
 pub fn test_plugin(name: &str) -> PathBuf {
     component("test-plugins", name)
@@ -115,6 +120,7 @@ pub fn app_input(name: &str) -> status::AppInput {
             observed_at: NOW,
         },
         tasks: Vec::new(),
+        nodes: Vec::new(),
     }
 }
 

@@ -28,9 +28,10 @@ const HELP: &str = "\
 usage: cargo xtask VERB
 
 verbs:
-  plugins   build every crate under plugins/ into a component:
-            target/plugins/<name>.wasm (default policies) and
-            target/test-plugins/<name>.wasm (plugins the tests use)
+  plugins   build every plugin crate into a component:
+            target/plugins/<name>.wasm (the default policies),
+            target/test-plugins/<name>.wasm (plugins the tests use) and
+            target/example-plugins/<name>.wasm (examples/)
   demo      build the plugins and run `verdict serve` with them
   lint      cargo fmt --check and clippy with warnings denied
   test      plugins, lint, then every test of the workspace (what CI runs)
@@ -205,19 +206,26 @@ struct Guest {
     name: String,
     /// The library target's name: the core module's file name.
     lib: String,
-    /// Whether it is a test plugin (under `plugins/testing/`).
-    testing: bool,
+    /// Where its component goes under `target/`: `plugins` for the default
+    /// policies, `test-plugins` for `plugins/testing/*`, `example-plugins`
+    /// for `examples/*`.
+    output: &'static str,
 }
 
-fn guests(plugins: &Path) -> Result<Vec<Guest>> {
+fn guests(workspace: &Path) -> Result<Vec<Guest>> {
     let output = cargo()
         .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(plugins)
+        .current_dir(workspace)
         .stderr(Stdio::inherit())
         .output()
-        .context("running cargo metadata in plugins/")?;
-    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)
-        .context("cargo metadata of plugins/ did not answer JSON")?;
+        .with_context(|| format!("running cargo metadata in {}", workspace.display()))?;
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).with_context(|| {
+            format!(
+                "cargo metadata in {} did not answer JSON",
+                workspace.display()
+            )
+        })?;
     let mut found = Vec::new();
     for package in metadata["packages"].as_array().into_iter().flatten() {
         let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
@@ -240,7 +248,13 @@ fn guests(plugins: &Path) -> Result<Vec<Guest>> {
                 .unwrap_or_default()
                 .to_string(),
             lib: lib.replace('-', "_"),
-            testing: dir.parent().is_some_and(|p| p.ends_with("testing")),
+            output: if dir.parent().is_some_and(|p| p.ends_with("testing")) {
+                "test-plugins"
+            } else if dir.parent().is_some_and(|p| p.ends_with("examples")) {
+                "example-plugins"
+            } else {
+                "plugins"
+            },
         });
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));
@@ -251,68 +265,74 @@ fn guests(plugins: &Path) -> Result<Vec<Guest>> {
 /// of the components written.
 fn build_plugins() -> Result<Vec<PathBuf>> {
     let root = root();
-    let plugins = root.join("plugins");
     let wasm_target_dir = cargo_target_dir().join("wasm");
     let toolchain = choose_toolchain()?;
-
-    let mut build = cargo();
-    build
-        .args(["build", "--release", "--target", WASM_TARGET])
-        .arg("--target-dir")
-        .arg(&wasm_target_dir)
-        .current_dir(&plugins)
-        .stdin(Stdio::null());
-    if let Toolchain::Debian { wasm_ld } = &toolchain {
-        build
-            .args(["-Zbuild-std=std,panic_abort"])
-            .env("RUSTC_BOOTSTRAP", "1")
-            .env("RUSTC", DEBIAN_RUSTC)
-            .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", wasm_ld);
-    }
-    // A rustup toolchain file or override must not pick another compiler for
-    // the guest build than the one chosen above.
-    build
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .env_remove("RUSTC_WRAPPER");
-    let started = Instant::now();
-    run(&mut build, BUILD).context("building the plugin crates")?;
-    eprintln!(
-        "xtask: plugin crates built in {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-
-    let modules = wasm_target_dir.join(WASM_TARGET).join("release");
     let mut written = Vec::new();
-    for guest in guests(&plugins)? {
-        let out_dir = root.join("target").join(if guest.testing {
-            "test-plugins"
-        } else {
-            "plugins"
-        });
-        std::fs::create_dir_all(&out_dir)?;
-        let module_path = modules.join(format!("{}.wasm", guest.lib));
-        let module = std::fs::read(&module_path)
-            .with_context(|| format!("reading {}", module_path.display()))?;
+    // Two workspaces: the plugins, and the examples that build on them.
+    for workspace in [root.join("plugins"), root.join("examples")] {
+        let mut build = cargo();
+        build
+            .args(["build", "--release", "--target", WASM_TARGET])
+            .arg("--target-dir")
+            .arg(&wasm_target_dir)
+            .current_dir(&workspace)
+            .stdin(Stdio::null());
+        if let Toolchain::Debian { wasm_ld } = &toolchain {
+            build
+                .args(["-Zbuild-std=std,panic_abort"])
+                .env("RUSTC_BOOTSTRAP", "1")
+                .env("RUSTC", DEBIAN_RUSTC)
+                .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", wasm_ld);
+        }
+        // A rustup toolchain file or override must not pick another compiler
+        // for the guest build than the one chosen above.
+        build
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("RUSTC_WRAPPER");
         let started = Instant::now();
-        let component = wit_component::ComponentEncoder::default()
-            .module(&module)
-            .and_then(|e| e.validate(true).encode())
-            .with_context(|| format!("encoding {} as a component", module_path.display()))?;
-        let out = out_dir.join(format!("{}.wasm", guest.name));
-        // Write beside and rename, so a host watching the folder never reads
-        // half a file.
-        let partial = out_dir.join(format!(".{}.wasm.partial", guest.name));
-        std::fs::write(&partial, &component)?;
-        std::fs::rename(&partial, &out)?;
+        run(&mut build, BUILD)
+            .with_context(|| format!("building the crates of {}", workspace.display()))?;
         eprintln!(
-            "xtask: {} ({} KiB, encoded in {:.1} ms)",
-            out.strip_prefix(&root).unwrap_or(&out).display(),
-            component.len() / 1024,
-            started.elapsed().as_secs_f64() * 1e3
+            "xtask: {} built in {:.1}s",
+            workspace
+                .strip_prefix(&root)
+                .unwrap_or(&workspace)
+                .display(),
+            started.elapsed().as_secs_f64()
         );
-        written.push(out);
+        let modules = wasm_target_dir.join(WASM_TARGET).join("release");
+        for guest in guests(&workspace)? {
+            written.push(encode(&root, &modules, &guest)?);
+        }
     }
     Ok(written)
+}
+
+/// Encode a guest's core module as a component in `target/<output>/`.
+fn encode(root: &Path, modules: &Path, guest: &Guest) -> Result<PathBuf> {
+    let out_dir = root.join("target").join(guest.output);
+    std::fs::create_dir_all(&out_dir)?;
+    let module_path = modules.join(format!("{}.wasm", guest.lib));
+    let module = std::fs::read(&module_path)
+        .with_context(|| format!("reading {}", module_path.display()))?;
+    let started = Instant::now();
+    let component = wit_component::ComponentEncoder::default()
+        .module(&module)
+        .and_then(|e| e.validate(true).encode())
+        .with_context(|| format!("encoding {} as a component", module_path.display()))?;
+    let out = out_dir.join(format!("{}.wasm", guest.name));
+    // Write beside and rename, so a host watching the folder never reads
+    // half a file.
+    let partial = out_dir.join(format!(".{}.wasm.partial", guest.name));
+    std::fs::write(&partial, &component)?;
+    std::fs::rename(&partial, &out)?;
+    eprintln!(
+        "xtask: {} ({} KiB, encoded in {:.1} ms)",
+        out.strip_prefix(root).unwrap_or(&out).display(),
+        component.len() / 1024,
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(out)
 }
 
 fn demo(rest: &[String]) -> Result<()> {
@@ -330,7 +350,7 @@ fn demo(rest: &[String]) -> Result<()> {
 
 fn lint() -> Result<()> {
     let root = root();
-    for dir in [root.clone(), root.join("plugins")] {
+    for dir in [root.clone(), root.join("plugins"), root.join("examples")] {
         run(
             cargo().args(["fmt", "--all", "--check"]).current_dir(&dir),
             BUILD,

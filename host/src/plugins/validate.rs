@@ -200,10 +200,12 @@ pub(crate) fn smoke_status_inputs() -> Vec<status::AppInput> {
         status::AppInput {
             app: smoke_app("verdict-smoke", true),
             tasks: Vec::new(),
+            nodes: Vec::new(),
         },
         status::AppInput {
             app: smoke_app("verdict-smoke-missing", false),
             tasks: Vec::new(),
+            nodes: Vec::new(),
         },
     ]
 }

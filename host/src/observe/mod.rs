@@ -1,0 +1,181 @@
+//! Observation: Kubernetes objects reduced to compact observations
+//! ([`reduce`]), read from files ([`objects`]), and grouped into
+//! applications with their tasks ([`Snapshot::apps`]).
+
+pub mod objects;
+pub mod reduce;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::plugins::bindings::{status, types};
+
+/// How pods and workloads are grouped into applications.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Grouping {
+    /// By the value of a label (default `app.kubernetes.io/instance`);
+    /// objects without it fall back to their owning workload's name.
+    Label(String),
+    /// By the owning workload (Deployment, StatefulSet, DaemonSet).
+    Owner,
+    /// One application per namespace (seed 000).
+    Namespace,
+}
+
+impl Default for Grouping {
+    fn default() -> Self {
+        Grouping::Label("app.kubernetes.io/instance".into())
+    }
+}
+
+impl std::str::FromStr for Grouping {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "owner" => Ok(Grouping::Owner),
+            "namespace" => Ok(Grouping::Namespace),
+            _ => match text.strip_prefix("label=") {
+                Some(label) if !label.is_empty() => Ok(Grouping::Label(label.to_string())),
+                _ => Err(format!(
+                    "`{text}` is not a grouping: use label=KEY, owner or namespace"
+                )),
+            },
+        }
+    }
+}
+
+fn label<'a>(labels: &'a [types::KeyValue], key: &str) -> Option<&'a str> {
+    labels
+        .iter()
+        .find(|l| l.key == key)
+        .map(|l| l.value.as_str())
+}
+
+/// What is known of the cluster at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Namespaces by name, with their labels.
+    pub namespaces: BTreeMap<String, Vec<types::KeyValue>>,
+    pub workloads: Vec<types::Workload>,
+    pub pods: Vec<types::Pod>,
+    pub nodes: Vec<types::Node>,
+    /// Measured usage by pod (namespace, name), then by container.
+    pub usage: BTreeMap<(String, String), BTreeMap<String, types::Resources>>,
+}
+
+impl Snapshot {
+    fn app_of_workload(grouping: &Grouping, w: &types::Workload) -> types::AppId {
+        let name = match grouping {
+            Grouping::Label(key) => label(&w.labels, key).unwrap_or(&w.name),
+            Grouping::Owner => &w.name,
+            Grouping::Namespace => &w.namespace,
+        };
+        types::AppId {
+            namespace: w.namespace.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    fn app_of_pod(grouping: &Grouping, p: &types::Pod) -> types::AppId {
+        let owner = p.owner.as_ref().map(|o| o.name.as_str());
+        let name = match grouping {
+            Grouping::Label(key) => label(&p.labels, key).or(owner).unwrap_or(&p.name),
+            Grouping::Owner => owner.unwrap_or(&p.name),
+            Grouping::Namespace => &p.namespace,
+        };
+        types::AppId {
+            namespace: p.namespace.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    /// Group the snapshot into applications, each with its tasks (newest
+    /// first) and the nodes its pods run on. Applications named only by a
+    /// task exist too, with nothing in them. `now` stamps the observations.
+    pub fn apps(
+        &self,
+        grouping: &Grouping,
+        tasks: &[types::Task],
+        now: types::Timestamp,
+    ) -> Vec<status::AppInput> {
+        // A namespace exists when its object was seen or something lives in it.
+        let mut live: BTreeSet<&str> = self.namespaces.keys().map(String::as_str).collect();
+        live.extend(self.workloads.iter().map(|w| w.namespace.as_str()));
+        live.extend(self.pods.iter().map(|p| p.namespace.as_str()));
+
+        let new_app = |id: types::AppId| status::AppInput {
+            app: types::App {
+                namespace_exists: live.contains(id.namespace.as_str()),
+                namespace_labels: self
+                    .namespaces
+                    .get(&id.namespace)
+                    .cloned()
+                    .unwrap_or_default(),
+                id,
+                expected_replicas: None,
+                workloads: Vec::new(),
+                pods: Vec::new(),
+                probe: None,
+                observed_at: now,
+            },
+            tasks: Vec::new(),
+            nodes: Vec::new(),
+        };
+        let mut apps: BTreeMap<(String, String), status::AppInput> = BTreeMap::new();
+        fn entry<'m>(
+            apps: &'m mut BTreeMap<(String, String), status::AppInput>,
+            id: types::AppId,
+            new_app: &impl Fn(types::AppId) -> status::AppInput,
+        ) -> &'m mut status::AppInput {
+            let key = (id.namespace.clone(), id.name.clone());
+            apps.entry(key).or_insert_with(|| new_app(id))
+        }
+        for w in &self.workloads {
+            entry(&mut apps, Self::app_of_workload(grouping, w), &new_app)
+                .app
+                .workloads
+                .push(w.clone());
+        }
+        for p in &self.pods {
+            let mut pod = p.clone();
+            if let Some(usage) = self.usage.get(&(p.namespace.clone(), p.name.clone())) {
+                for c in &mut pod.containers {
+                    c.usage = usage.get(&c.name).copied();
+                }
+                pod.usage = Some(types::Resources {
+                    cpu_millis: usage.values().map(|u| u.cpu_millis).sum(),
+                    memory_bytes: usage.values().map(|u| u.memory_bytes).sum(),
+                });
+            }
+            entry(&mut apps, Self::app_of_pod(grouping, p), &new_app)
+                .app
+                .pods
+                .push(pod);
+        }
+        for t in tasks {
+            entry(&mut apps, t.app.clone(), &new_app)
+                .tasks
+                .push(t.clone());
+        }
+        let mut apps: Vec<status::AppInput> = apps.into_values().collect();
+        for input in &mut apps {
+            input.tasks.sort_by_key(|t| std::cmp::Reverse(t.created_at));
+            let on: BTreeSet<&str> = input
+                .app
+                .pods
+                .iter()
+                .filter_map(|p| p.node.as_deref())
+                .collect();
+            input.nodes = self
+                .nodes
+                .iter()
+                .filter(|n| on.contains(n.name.as_str()))
+                .cloned()
+                .collect();
+        }
+        apps
+    }
+}

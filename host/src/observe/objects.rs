@@ -1,0 +1,354 @@
+//! Kubernetes objects read from files: what `kubectl get … -o json` or
+//! `-o yaml` prints (a `List`, one object, or several YAML documents),
+//! reduced into a [`Snapshot`]. A file that does not parse is an error that
+//! names the file and the place in it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{Snapshot, reduce};
+use crate::plugins::bindings::types;
+
+/// A file that could not be read or understood.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {place}{message}")]
+pub struct ObjectError {
+    pub file: PathBuf,
+    /// Where in the file, ending in `: ` (empty for the whole file).
+    pub place: String,
+    pub message: String,
+}
+
+/// Objects read so far, and the kinds that were passed over.
+#[derive(Debug, Default)]
+pub struct Objects {
+    pub snapshot: Snapshot,
+    /// Kinds the host does not observe (Services, Jobs …), with counts.
+    pub skipped: BTreeMap<String, usize>,
+}
+
+/// Time as RFC 3339 text.
+pub fn rfc3339(at: types::Timestamp) -> String {
+    let time = SystemTime::UNIX_EPOCH + Duration::from_millis(at.max(0) as u64);
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// Parse RFC 3339 text (`2026-01-01T00:00:00Z`) into milliseconds.
+pub fn parse_time(text: &str) -> Result<types::Timestamp, String> {
+    let time = humantime::parse_rfc3339_weak(text.trim())
+        .map_err(|e| format!("`{text}` is not an RFC 3339 time: {e}"))?;
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_err(|_| format!("`{text}` is before 1970"))?;
+    Ok(since.as_millis() as types::Timestamp)
+}
+
+/// The value of an `@now`, `@now-5m` or `@now+1h` placeholder at `now`
+/// (units `ms`, `s`, `m`, `h`, `d`), or `None` for any other text.
+fn placeholder(text: &str, now: types::Timestamp) -> Option<types::Timestamp> {
+    let rest = text.strip_prefix("@now")?;
+    if rest.is_empty() {
+        return Some(now);
+    }
+    let (sign, amount) = match rest.split_at(1) {
+        ("-", amount) => (-1, amount),
+        ("+", amount) => (1, amount),
+        _ => return None,
+    };
+    let digits = amount.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = match &amount[digits.len()..] {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    let n: i64 = digits.parse().ok()?;
+    Some(now + sign * n * unit)
+}
+
+/// Replace every `@now…` placeholder string in `value` by the time it names.
+pub fn substitute_now(value: &mut Value, now: types::Timestamp) {
+    match value {
+        Value::String(text) => {
+            if let Some(at) = placeholder(text, now) {
+                *text = rfc3339(at);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| substitute_now(v, now)),
+        Value::Object(map) => map.values_mut().for_each(|v| substitute_now(v, now)),
+        _ => {}
+    }
+}
+
+/// The documents of a file: JSON (one value) or YAML (one or more).
+pub fn documents(file: &Path, text: &str) -> Result<Vec<Value>, ObjectError> {
+    let error = |place: String, message: String| ObjectError {
+        file: file.to_path_buf(),
+        place,
+        message,
+    };
+    if text.trim_start().starts_with(['{', '[']) {
+        return serde_json::from_str(text)
+            .map(|v| vec![v])
+            .map_err(|e| error(String::new(), format!("not valid JSON: {e}")));
+    }
+    let mut values = Vec::new();
+    for (i, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = Value::deserialize(document).map_err(|e| {
+            error(
+                format!("document {}: ", i + 1),
+                format!("not valid YAML: {e}"),
+            )
+        })?;
+        if !value.is_null() {
+            values.push(value);
+        }
+    }
+    Ok(values)
+}
+
+impl Objects {
+    /// Read files of objects, substituting `@now` placeholders.
+    pub fn read(paths: &[PathBuf], now: types::Timestamp) -> Result<Self, ObjectError> {
+        let mut objects = Self::default();
+        for path in paths {
+            let text = std::fs::read_to_string(path).map_err(|e| ObjectError {
+                file: path.clone(),
+                place: String::new(),
+                message: e.to_string(),
+            })?;
+            for (i, mut document) in documents(path, &text)?.into_iter().enumerate() {
+                substitute_now(&mut document, now);
+                objects.add(path, &format!("document {}", i + 1), document)?;
+            }
+        }
+        Ok(objects)
+    }
+
+    /// Add one object (or a `List` of them); `place` says where it came from.
+    pub fn add(&mut self, file: &Path, place: &str, object: Value) -> Result<(), ObjectError> {
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        // `kubectl get … -o json` of several kinds is a `List`; so is an
+        // array of objects.
+        let items = match (&kind, &object) {
+            (_, Value::Array(items)) => Some(items.clone()),
+            (Some(k), _) if k.ends_with("List") => {
+                object.get("items").and_then(Value::as_array).cloned()
+            }
+            _ => None,
+        };
+        if let Some(items) = items {
+            for (i, item) in items.into_iter().enumerate() {
+                self.add(file, &format!("{place}, items[{i}]"), item)?;
+            }
+            return Ok(());
+        }
+        // Client libraries often drop `kind`; a pod is still recognisable.
+        let kind = kind.unwrap_or_else(|| {
+            if object.pointer("/spec/containers").is_some() {
+                "Pod".into()
+            } else {
+                "(no kind)".into()
+            }
+        });
+        let typed = |what: &str| format!("{place} ({what} {name})");
+        match kind.as_str() {
+            "Pod" => {
+                let pod: Pod = parse(file, &typed("Pod"), object)?;
+                self.snapshot.pods.push(reduce::pod(&pod));
+            }
+            "Deployment" => {
+                let d: Deployment = parse(file, &typed("Deployment"), object)?;
+                self.snapshot.workloads.push(reduce::deployment(&d));
+            }
+            "StatefulSet" => {
+                let s: StatefulSet = parse(file, &typed("StatefulSet"), object)?;
+                self.snapshot.workloads.push(reduce::stateful_set(&s));
+            }
+            "DaemonSet" => {
+                let d: DaemonSet = parse(file, &typed("DaemonSet"), object)?;
+                self.snapshot.workloads.push(reduce::daemon_set(&d));
+            }
+            "Node" => {
+                let n: Node = parse(file, &typed("Node"), object)?;
+                self.snapshot.nodes.push(reduce::node(&n));
+            }
+            "Namespace" => {
+                let ns: Namespace = parse(file, &typed("Namespace"), object)?;
+                let labels = ns
+                    .metadata
+                    .labels
+                    .iter()
+                    .flatten()
+                    .map(|(key, value)| types::KeyValue {
+                        key: key.clone(),
+                        value: value.clone(),
+                    })
+                    .collect();
+                self.snapshot
+                    .namespaces
+                    .insert(ns.metadata.name.unwrap_or_default(), labels);
+            }
+            "PodMetrics" => self.add_metrics(file, place, &object)?,
+            other => *self.skipped.entry(other.to_string()).or_default() += 1,
+        }
+        Ok(())
+    }
+}
+
+impl Objects {
+    /// A `metrics.k8s.io` PodMetrics: the usage of each container.
+    fn add_metrics(&mut self, file: &Path, place: &str, object: &Value) -> Result<(), ObjectError> {
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let key = (
+            text("/metadata/namespace").to_string(),
+            text("/metadata/name").to_string(),
+        );
+        let mut usage = BTreeMap::new();
+        for (i, c) in object
+            .get("containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let quantity = |resource: &str| -> Result<Option<f64>, ObjectError> {
+                match c
+                    .pointer(&format!("/usage/{resource}"))
+                    .and_then(Value::as_str)
+                {
+                    None => Ok(None),
+                    Some(q) => reduce::parse_quantity(q)
+                        .map(Some)
+                        .ok_or_else(|| ObjectError {
+                            file: file.to_path_buf(),
+                            place: format!(
+                                "{place} (PodMetrics {}): containers[{i}].usage.{resource}: ",
+                                key_name(&key)
+                            ),
+                            message: format!("`{q}` is not a quantity"),
+                        }),
+                }
+            };
+            let name = c
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            usage.insert(
+                name,
+                types::Resources {
+                    cpu_millis: quantity("cpu")?.map(|cores| (cores * 1000.0).round() as u64),
+                    memory_bytes: quantity("memory")?.map(|bytes| bytes.round() as u64),
+                },
+            );
+        }
+        self.snapshot.usage.insert(key, usage);
+        Ok(())
+    }
+}
+
+fn key_name(key: &(String, String)) -> String {
+    format!("{}/{}", key.0, key.1)
+}
+
+/// Deserialize a typed object, naming the field that does not fit.
+fn parse<T: DeserializeOwned>(file: &Path, place: &str, object: Value) -> Result<T, ObjectError> {
+    serde_path_to_error::deserialize(object).map_err(|e| ObjectError {
+        file: file.to_path_buf(),
+        place: format!("{place}: {}: ", e.path()),
+        message: e.inner().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: types::Timestamp = 1_780_000_000_000;
+
+    #[test]
+    fn now_placeholders_become_times() {
+        assert_eq!(placeholder("@now", NOW), Some(NOW));
+        assert_eq!(placeholder("@now-5m", NOW), Some(NOW - 300_000));
+        assert_eq!(placeholder("@now+2h", NOW), Some(NOW + 7_200_000));
+        assert_eq!(placeholder("@now-90s", NOW), Some(NOW - 90_000));
+        assert_eq!(placeholder("@nowhere", NOW), None);
+        assert_eq!(placeholder("@now-5y", NOW), None);
+        assert_eq!(parse_time(&rfc3339(NOW)), Ok(NOW));
+    }
+
+    #[test]
+    fn a_list_of_kinds_is_reduced_and_other_kinds_are_counted() {
+        let text = r#"{"apiVersion":"v1","kind":"List","items":[
+            {"apiVersion":"v1","kind":"Namespace","metadata":{"name":"shop","labels":{"team":"a"}}},
+            {"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"shop"},
+             "spec":{"containers":[{"name":"web","image":"web:1"}]},"status":{"phase":"Running"}},
+            {"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"shop"}}]}"#;
+        let mut objects = Objects::default();
+        for doc in documents(Path::new("list.json"), text).unwrap() {
+            objects
+                .add(Path::new("list.json"), "document 1", doc)
+                .unwrap();
+        }
+        assert_eq!(objects.snapshot.pods.len(), 1);
+        assert_eq!(objects.snapshot.pods[0].containers[0].image, "web:1");
+        assert_eq!(objects.snapshot.namespaces["shop"][0].key, "team");
+        assert_eq!(objects.skipped["Service"], 1);
+    }
+
+    #[test]
+    fn a_bad_field_is_named_with_file_and_place() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web-2\nspec:\n  containers:\n  - name: 7\n    image: [1]\n";
+        let mut objects = Objects::default();
+        let mut error = None;
+        for (i, doc) in documents(Path::new("pods.yaml"), text)
+            .unwrap()
+            .into_iter()
+            .enumerate()
+        {
+            if let Err(e) = objects.add(Path::new("pods.yaml"), &format!("document {}", i + 1), doc)
+            {
+                error = Some(e);
+            }
+        }
+        let message = error.expect("the second pod is malformed").to_string();
+        assert!(
+            message.starts_with("pods.yaml: document 2 (Pod web-2): spec.containers[0]."),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn broken_yaml_names_the_document_and_line() {
+        let error = documents(Path::new("x.yaml"), "a: 1\n---\nb: [1, 2\n").unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with("x.yaml: document 2: not valid YAML"),
+            "{message}"
+        );
+        assert!(message.contains("line"), "{message}");
+    }
+}

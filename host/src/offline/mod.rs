@@ -1,0 +1,90 @@
+//! Offline tools for policy authors: `verdict eval` runs the status policy on
+//! objects from files, `verdict test` runs policy test cases. Neither needs
+//! a cluster or a running host.
+
+pub mod eval;
+pub mod test;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::Limits;
+use crate::error::{Error, Result};
+use crate::plugins::{Registry, Runtime, Slot, World};
+
+/// Which status plugin to use.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PolicyArgs {
+    /// Folder of plugin components.
+    #[arg(
+        long,
+        env = "VERDICT_PLUGINS",
+        value_name = "DIR",
+        default_value = "target/plugins"
+    )]
+    pub plugins: PathBuf,
+
+    /// The plugin to use, by file name without `.wasm` [default: the one
+    /// serving the status world].
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+
+    /// Folder for the compiled-code cache.
+    #[arg(
+        long,
+        env = "VERDICT_DATA_DIR",
+        value_name = "DIR",
+        default_value = "verdict-data"
+    )]
+    pub data_dir: PathBuf,
+}
+
+impl PolicyArgs {
+    /// Load the plugin folder and pick the status plugin. A plugin that was
+    /// asked for by name and did not load is an error with the reason.
+    pub fn status_policy(&self) -> Result<Arc<Slot>> {
+        if !self.plugins.is_dir() {
+            return Err(Error::Input(format!(
+                "plugin folder {} does not exist (build it with `cargo xtask plugins`)",
+                self.plugins.display()
+            )));
+        }
+        let runtime = Runtime::new(&self.data_dir.join("code-cache"), Limits::default())
+            .map_err(|e| Error::Runtime(e.to_string()))?;
+        let registry = Registry::new(
+            Arc::new(runtime),
+            Some(self.plugins.clone()),
+            Default::default(),
+        );
+        let report = registry.reload();
+        let slot = match &self.policy {
+            Some(name) => {
+                if let Some(rejected) = report.rejected.iter().find(|r| &r.plugin == name) {
+                    return Err(Error::Input(format!(
+                        "plugin {name} did not load: {}",
+                        rejected.error
+                    )));
+                }
+                registry.get(name).ok_or_else(|| {
+                    Error::Input(format!("no plugin {name} in {}", self.plugins.display()))
+                })?
+            }
+            None => registry
+                .policy(World::Status)
+                .map_err(|e| Error::Input(format!("{e} in {}", self.plugins.display())))?,
+        };
+        match slot.current() {
+            Some(version) if version.world() == World::Status => Ok(slot),
+            Some(version) => Err(Error::Input(format!(
+                "plugin {} implements {}, not {}",
+                slot.name(),
+                version.world(),
+                World::Status
+            ))),
+            None => Err(Error::Input(format!(
+                "plugin {} is not loaded",
+                slot.name()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! `verdict test`: policy test cases. A case file (YAML) lists cases, each
+//! with its input (objects inline or from files, tasks, `now`, settings)
+//! and the verdict fields it expects; only the fields named are compared.
+//!
+//! ```yaml
+//! cases:
+//!   - name: a crash-looping pod puts its app in panic
+//!     rationale: the only replica cannot become ready by waiting
+//!     now: 2026-01-01T00:00:00Z
+//!     files: [fixtures/pod-crashloop.yaml]
+//!     expect:
+//!       shop/web:
+//!         stable: panic
+//!         groups:
+//!           web-1: { status: running-restarting, reason: CrashLoopBackOff }
+//! ```
+//!
+//! Pods are matched by name under `groups`, containers by name under
+//! `instances`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::PolicyArgs;
+use crate::error::{Error, Result};
+use crate::observe::Grouping;
+use crate::observe::objects::{Objects, documents, parse_time, substitute_now};
+use crate::plugins::Slot;
+use crate::tasks::TaskRecord;
+use crate::verdicts::{self, view::AppView};
+
+/// The default evaluation time of a case.
+const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
+
+/// The arguments of `verdict test`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TestArgs {
+    /// Case files, or folders searched for `*.yaml` case files.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseFile {
+    cases: Vec<Case>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct Case {
+    name: String,
+    /// Why the expectation is right, in one line.
+    #[serde(default)]
+    rationale: Option<String>,
+    #[serde(default)]
+    now: Option<String>,
+    #[serde(default)]
+    settings: Option<Value>,
+    #[serde(default)]
+    group_by: Option<String>,
+    /// Object files, relative to the case file.
+    #[serde(default)]
+    files: Vec<PathBuf>,
+    #[serde(default)]
+    objects: Vec<Value>,
+    #[serde(default)]
+    tasks: Vec<Value>,
+    /// Expected verdict fields by app (`namespace/name`).
+    expect: BTreeMap<String, Value>,
+}
+
+/// The outcome of a test run.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub passed: usize,
+    pub failed: usize,
+    pub report: String,
+}
+
+fn case_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut found = Vec::new();
+            collect_yaml(path, &mut found)?;
+            found.sort();
+            files.extend(found);
+        } else if path.is_file() {
+            files.push(path.clone());
+        } else {
+            return Err(Error::Input(format!(
+                "{}: no such file or folder",
+                path.display()
+            )));
+        }
+    }
+    Ok(files)
+}
+
+fn collect_yaml(dir: &Path, into: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
+        let path = entry.map_err(Error::io(dir))?.path();
+        if path.is_dir() {
+            collect_yaml(&path, into)?;
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            // Object files sit beside case files; case files say `cases:`.
+            let text = std::fs::read_to_string(&path).map_err(Error::io(&path))?;
+            if text.lines().any(|l| l.starts_with("cases:")) {
+                into.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Run every case of every file against the plugin.
+pub fn run(args: &TestArgs) -> Result<Outcome> {
+    let files = case_files(&args.paths)?;
+    let slot = args.policy.status_policy()?;
+    let mut outcome = Outcome::default();
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(Error::io(&file))?;
+        let document = documents(&file, &text)
+            .map_err(|e| Error::Input(e.to_string()))?
+            .into_iter()
+            .next()
+            .unwrap_or(Value::Null);
+        let cases: CaseFile = serde_path_to_error::deserialize(document).map_err(|e| {
+            Error::Input(format!("{}: {}: {}", file.display(), e.path(), e.inner()))
+        })?;
+        for case in &cases.cases {
+            let mismatches = match run_case(&slot, &file, case) {
+                Ok(mismatches) => mismatches,
+                Err(error) => vec![format!("could not run: {error}")],
+            };
+            if mismatches.is_empty() {
+                outcome.passed += 1;
+                let _ = writeln!(outcome.report, "ok    {}", case.name);
+            } else {
+                outcome.failed += 1;
+                let _ = writeln!(outcome.report, "FAIL  {}  ({})", case.name, file.display());
+                if let Some(rationale) = &case.rationale {
+                    let _ = writeln!(outcome.report, "      why: {rationale}");
+                }
+                for m in mismatches {
+                    let _ = writeln!(outcome.report, "      {m}");
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        outcome.report,
+        "\n{} passed, {} failed",
+        outcome.passed, outcome.failed
+    );
+    Ok(outcome)
+}
+
+fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<String>, String> {
+    let now = parse_time(case.now.as_deref().unwrap_or(DEFAULT_NOW))?;
+    let base = file.parent().unwrap_or(Path::new("."));
+    let paths: Vec<PathBuf> = case.files.iter().map(|f| base.join(f)).collect();
+    let mut objects = Objects::read(&paths, now).map_err(|e| e.to_string())?;
+    for (i, object) in case.objects.iter().enumerate() {
+        let mut object = object.clone();
+        substitute_now(&mut object, now);
+        objects
+            .add(file, &format!("case {:?}, objects[{i}]", case.name), object)
+            .map_err(|e| e.to_string())?;
+    }
+    let mut tasks = Vec::new();
+    for (i, task) in case.tasks.iter().enumerate() {
+        let mut task = task.clone();
+        substitute_now(&mut task, now);
+        let record: TaskRecord = serde_path_to_error::deserialize(task)
+            .map_err(|e| format!("tasks[{i}]: {}: {}", e.path(), e.inner()))?;
+        tasks.push(record.to_task()?);
+    }
+    let grouping: Grouping = match &case.group_by {
+        Some(rule) => rule.parse()?,
+        None => Grouping::default(),
+    };
+    let settings = case.settings.as_ref().map(Value::to_string);
+    let inputs = objects.snapshot.apps(&grouping, &tasks, now);
+    let verdicts =
+        verdicts::evaluate(slot, &inputs, now, settings.as_deref()).map_err(|e| e.to_string())?;
+
+    let mut actual: BTreeMap<String, Value> = BTreeMap::new();
+    for (input, verdict) in inputs.iter().zip(verdicts) {
+        let key = format!("{}/{}", input.app.id.namespace, input.app.id.name);
+        let value = match verdict {
+            Ok(v) => keyed(serde_json::to_value(AppView::from(&v)).unwrap_or_default()),
+            Err(e) => serde_json::json!({ "refused": e }),
+        };
+        actual.insert(key, value);
+    }
+    let mut mismatches = Vec::new();
+    for (app, expected) in &case.expect {
+        match actual.get(app) {
+            Some(got) => compare(app, expected, got, &mut mismatches),
+            None => mismatches.push(format!(
+                "{app}: no such app (evaluated: {})",
+                actual.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+    Ok(mismatches)
+}
+
+/// Turn the `groups` and `instances` lists into maps by name, so that
+/// expectations can name the pod or container they are about.
+fn keyed(mut view: Value) -> Value {
+    fn by_name(list: &mut Value, inner: Option<&str>) {
+        let Value::Array(items) = list.take() else {
+            return;
+        };
+        let mut map = serde_json::Map::new();
+        for mut item in items {
+            if let Some(inner) = inner
+                && let Some(nested) = item.get_mut(inner)
+            {
+                by_name(nested, None);
+            }
+            let name = item
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            map.insert(name, item);
+        }
+        *list = Value::Object(map);
+    }
+    if let Some(groups) = view.get_mut("groups") {
+        by_name(groups, Some("instances"));
+    }
+    view
+}
+
+/// Compare only what `expected` names; report each difference with its path.
+fn compare(path: &str, expected: &Value, got: &Value, out: &mut Vec<String>) {
+    match (expected, got) {
+        (Value::Object(want), Value::Object(have)) => {
+            for (key, want) in want {
+                let here = format!("{path}.{key}");
+                match have.get(key) {
+                    Some(have) => compare(&here, want, have, out),
+                    None => out.push(format!(
+                        "{here}: expected {want}, but there is no such field or item"
+                    )),
+                }
+            }
+        }
+        _ if expected == got => {}
+        _ => out.push(format!("{path}: expected {expected}, got {got}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_named_fields_are_compared_and_each_difference_is_reported() {
+        let expected = serde_json::json!({"stable": "panic", "groups": {"web-1": {"reason": "CrashLoopBackOff"}, "web-2": {}}});
+        let got = keyed(serde_json::json!({
+            "stable": "degraded", "display": {"text": "x"},
+            "groups": [{"name": "web-1", "reason": "Error", "instances": [{"name": "c"}]}]
+        }));
+        let mut out = Vec::new();
+        compare("shop/web", &expected, &got, &mut out);
+        assert_eq!(
+            out,
+            [
+                "shop/web.groups.web-1.reason: expected \"CrashLoopBackOff\", got \"Error\"",
+                "shop/web.groups.web-2: expected {}, but there is no such field or item",
+                "shop/web.stable: expected \"panic\", got \"degraded\"",
+            ]
+        );
+        assert!(got["groups"]["web-1"]["instances"]["c"].is_object());
+    }
+}

@@ -1,0 +1,173 @@
+//! Verdicts as JSON: the shape the HTTP API, `verdict eval -o json` and
+//! policy test cases use. Enumerations are spelled as in the WIT
+//! (`running-healthy`, `not-existed`), times as RFC 3339 text.
+
+use serde::Serialize;
+
+use crate::observe::objects::rfc3339;
+use crate::plugins::bindings::types;
+
+/// The WIT name of an enumeration case, both ways.
+pub trait WitName: Sized {
+    fn wit_name(&self) -> &'static str;
+    fn from_wit_name(name: &str) -> Option<Self>;
+}
+
+macro_rules! wit_names {
+    ($($ty:ident { $($variant:ident => $name:literal),* $(,)? })*) => {$(
+        impl WitName for types::$ty {
+            fn wit_name(&self) -> &'static str {
+                match self {
+                    $(types::$ty::$variant => $name),*
+                }
+            }
+
+            fn from_wit_name(name: &str) -> Option<Self> {
+                match name {
+                    $($name => Some(types::$ty::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+wit_names! {
+    InstanceStatus {
+        Pending => "pending", RunningHealthy => "running-healthy",
+        RunningNotReady => "running-not-ready", RunningRestarting => "running-restarting",
+        RunningUnhealthy => "running-unhealthy", Succeeded => "succeeded", Failed => "failed",
+        Unknown => "unknown",
+    }
+    GroupStatus {
+        Pending => "pending", RunningHealthy => "running-healthy",
+        RunningNotReady => "running-not-ready", RunningRestarting => "running-restarting",
+        RunningOverloaded => "running-overloaded", RunningUnhealthy => "running-unhealthy",
+        Succeeded => "succeeded", Failed => "failed", Unknown => "unknown",
+        Terminating => "terminating",
+    }
+    StableStatus {
+        Running => "running", Degraded => "degraded", Stopped => "stopped", Panic => "panic",
+        NotExisted => "not-existed",
+    }
+    Transition {
+        Creating => "creating", Starting => "starting", Stopping => "stopping",
+        Restarting => "restarting", Updating => "updating", Scaling => "scaling",
+        Deleting => "deleting",
+    }
+    TaskPhase {
+        Pending => "pending", AwaitingApproval => "awaiting-approval", Running => "running",
+        Succeeded => "succeeded", Failed => "failed", Cancelled => "cancelled",
+    }
+    TaskAction {
+        Create => "create", Start => "start", Stop => "stop", Restart => "restart",
+        Update => "update", Scale => "scale", Delete => "delete",
+    }
+    Severity {
+        Ok => "ok", Progressing => "progressing", Warning => "warning", Error => "error",
+    }
+}
+
+/// One container's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstanceView {
+    pub name: String,
+    pub app_instance: bool,
+    pub status: &'static str,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub restart_count: u32,
+}
+
+/// One pod's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupView {
+    pub name: String,
+    pub node: Option<String>,
+    pub status: &'static str,
+    pub reason: String,
+    pub message: Option<String>,
+    pub instances: Vec<InstanceView>,
+}
+
+/// The in-flight task of an application.
+#[derive(Debug, Clone, Serialize)]
+pub struct TransitionalView {
+    pub status: &'static str,
+    pub task: String,
+    pub phase: &'static str,
+    pub progress: u8,
+}
+
+/// What a person should see.
+#[derive(Debug, Clone, Serialize)]
+pub struct DisplayView {
+    pub status: String,
+    pub text: String,
+    pub severity: &'static str,
+    pub progress: Option<u8>,
+}
+
+/// One application's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct AppView {
+    pub namespace: String,
+    pub name: String,
+    pub stable: &'static str,
+    pub stable_reason: String,
+    pub transitional: Option<TransitionalView>,
+    pub display: DisplayView,
+    pub ready_replicas: u32,
+    pub expected_replicas: u32,
+    pub recheck_after: Option<String>,
+    pub groups: Vec<GroupView>,
+}
+
+impl From<&types::AppVerdict> for AppView {
+    fn from(v: &types::AppVerdict) -> Self {
+        Self {
+            namespace: v.app.namespace.clone(),
+            name: v.app.name.clone(),
+            stable: v.stable.wit_name(),
+            stable_reason: v.stable_reason.clone(),
+            transitional: v.transitional.as_ref().map(|t| TransitionalView {
+                status: t.status.wit_name(),
+                task: t.task_id.clone(),
+                phase: t.phase.wit_name(),
+                progress: t.progress,
+            }),
+            display: DisplayView {
+                status: v.display.status.clone(),
+                text: v.display.text.clone(),
+                severity: v.display.severity.wit_name(),
+                progress: v.display.progress,
+            },
+            ready_replicas: v.ready_replicas,
+            expected_replicas: v.expected_replicas,
+            recheck_after: v.recheck_after.map(rfc3339),
+            groups: v
+                .groups
+                .iter()
+                .map(|g| GroupView {
+                    name: g.name.clone(),
+                    node: g.node.clone(),
+                    status: g.status.wit_name(),
+                    reason: g.reason.clone(),
+                    message: g.message.clone(),
+                    instances: g
+                        .instances
+                        .iter()
+                        .map(|i| InstanceView {
+                            name: i.name.clone(),
+                            app_instance: i.is_app_instance,
+                            status: i.status.wit_name(),
+                            reason: i.reason.clone(),
+                            message: i.message.clone(),
+                            restart_count: i.restart_count,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The offline tools over the real binary: `verdict test` runs the default
+//! and example plugins' cases and reports differences; `verdict eval` reads
+//! real objects and names the place of bad input. And the status rules hold
+//! when the policy is swapped for the example plugin and back.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use verdict::observe::Grouping;
+use verdict::observe::objects::Objects;
+use verdict::plugins::World;
+use verdict::plugins::bindings::types;
+use verdict::verdicts::{self, view::AppView};
+
+use crate::support::{Fixture, default_plugin, example_plugin};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn verdict(args: &[&str]) -> Output {
+    let data = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(args)
+        .env("VERDICT_DATA_DIR", data.path())
+        .current_dir(workspace())
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The closing `N passed, M failed` line of `verdict test`.
+fn tally(output: &Output) -> (usize, usize) {
+    let text = stdout(output);
+    let line = text.lines().last().unwrap_or_default().to_string();
+    let numbers: Vec<usize> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    match numbers[..] {
+        [passed, failed] => (passed, failed),
+        _ => panic!("no tally in {text}"),
+    }
+}
+
+#[test]
+fn the_default_status_cases_pass() {
+    let output = verdict(&[
+        "test",
+        "--plugins",
+        "target/plugins",
+        "plugins/status/tests",
+    ]);
+    let (passed, failed) = tally(&output);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert_eq!(failed, 0);
+    assert!(passed >= 60, "only {passed} cases ran");
+}
+
+#[test]
+fn the_example_plugin_cases_pass() {
+    let output = verdict(&[
+        "test",
+        "--plugins",
+        "target/example-plugins",
+        "examples/restart-budget/tests",
+    ]);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert_eq!(tally(&output), (5, 0));
+}
+
+#[test]
+fn a_failing_case_shows_the_difference_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = workspace().join("plugins/status/tests/fixtures/argocd__pod-crashloop.yaml");
+    let cases = dir.path().join("wrong.yaml");
+    std::fs::write(
+        &cases,
+        format!(
+            "cases:\n  - name: a wrong expectation\n    files: [{}]\n    expect:\n      argocd/my-pod:\n        stable: running\n        groups: {{my-pod: {{reason: Completed}}}}\n      argocd/other: {{stable: running}}\n",
+            fixture.display()
+        ),
+    )
+    .unwrap();
+    let output = verdict(&[
+        "test",
+        "--plugins",
+        "target/plugins",
+        cases.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(text.contains("FAIL  a wrong expectation"), "{text}");
+    assert!(
+        text.contains(r#"argocd/my-pod.stable: expected "running", got "panic""#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"argocd/my-pod.groups.my-pod.reason: expected "Completed", got "CrashLoopBackOff""#
+        ),
+        "{text}"
+    );
+    assert!(text.contains("argocd/other: no such app"), "{text}");
+    assert_eq!(tally(&output), (0, 1));
+}
+
+#[test]
+fn eval_prints_the_verdicts_of_real_objects() {
+    let fixtures = workspace().join("plugins/status/tests/fixtures");
+    let crashloop = fixtures.join("argocd__pod-crashloop.yaml");
+    let missing_cm = fixtures.join("backstage__pod-missing-cm.json");
+    let args = [
+        "eval",
+        "--plugins",
+        "target/plugins",
+        "--now",
+        "2026-01-01T00:00:00Z",
+        "--objects",
+        crashloop.to_str().unwrap(),
+        missing_cm.to_str().unwrap(),
+    ];
+    let output = verdict(&args);
+    assert!(output.status.success());
+    let table = stdout(&output);
+    assert!(table.starts_with("APP"), "{table}");
+    assert!(table.contains("argocd/my-pod"), "{table}");
+    assert!(table.contains("CrashLoopBackOff"), "{table}");
+    assert!(table.contains("CreateContainerConfigError"), "{table}");
+
+    let mut json_args = args.to_vec();
+    json_args.extend(["-o", "json"]);
+    let output = verdict(&json_args);
+    let body: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let apps = body["apps"].as_array().unwrap();
+    assert_eq!(apps.len(), 2);
+    assert!(apps.iter().all(|a| a["stable"] == "panic"), "{body}");
+}
+
+#[test]
+fn eval_names_the_file_and_place_of_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(&broken, "kind: Pod\nmetadata: {name: a\n").unwrap();
+    let output = verdict(&[
+        "eval",
+        "--plugins",
+        "target/plugins",
+        "--objects",
+        broken.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("broken.yaml: document 1: not valid YAML"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("line"), "{stderr}");
+
+    let wrong = dir.path().join("wrong.json");
+    std::fs::write(
+        &wrong,
+        r#"{"kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":5}]}}"#,
+    )
+    .unwrap();
+    let output = verdict(&[
+        "eval",
+        "--plugins",
+        "target/plugins",
+        "--objects",
+        wrong.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("wrong.json: document 1 (Pod p): spec.containers[0].image: invalid type"),
+        "{stderr}"
+    );
+
+    let output = verdict(&[
+        "eval",
+        "--plugins",
+        "target/plugins",
+        "--objects",
+        "/nonexistent.yaml",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent.yaml"));
+}
+
+fn views_of_fixtures(
+    fixture: &Fixture,
+    inputs: &[verdict::plugins::bindings::status::AppInput],
+    now: types::Timestamp,
+) -> Vec<serde_json::Value> {
+    let slot = fixture.registry.policy(World::Status).unwrap();
+    verdicts::evaluate(&slot, inputs, now, None)
+        .unwrap()
+        .into_iter()
+        .map(|v| serde_json::to_value(AppView::from(&v.unwrap())).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_rules_hold_across_a_swap_to_the_example_and_back() {
+    let now = 1_767_225_600_000; // 2026-01-01
+    let paths: Vec<PathBuf> = std::fs::read_dir(workspace().join("plugins/status/tests/fixtures"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "json"))
+        .collect();
+    let mut objects = Objects::read(&paths, now).unwrap();
+    objects.snapshot.namespaces.insert(
+        "quiet".into(),
+        vec![types::KeyValue {
+            key: "example.dev/maintenance".into(),
+            value: "true".into(),
+        }],
+    );
+    // An app in the maintenance namespace, known from a task only.
+    let task = types::Task {
+        id: "t1".into(),
+        app: types::AppId {
+            namespace: "quiet".into(),
+            name: "web".into(),
+        },
+        action: types::TaskAction::Start,
+        phase: types::TaskPhase::Succeeded,
+        progress: 100,
+        message: None,
+        created_at: now - 60_000,
+        updated_at: now - 30_000,
+        requested_by: None,
+        params: "{}".into(),
+        steps: Vec::new(),
+    };
+    let inputs = objects.snapshot.apps(&Grouping::default(), &[task], now);
+    assert!(inputs.len() > 20);
+
+    let fixture = Fixture::new();
+    fixture.install("status", &default_plugin("status"));
+    fixture.registry.reload();
+    let before = views_of_fixtures(&fixture, &inputs, now);
+
+    fixture.install("status", &example_plugin("restart-budget"));
+    let report = fixture.registry.reload();
+    assert_eq!(report.loaded[0].info.name, "restart-budget", "{report:?}");
+    let example = views_of_fixtures(&fixture, &inputs, now);
+    for (default, custom) in before.iter().zip(&example) {
+        if default["namespace"] == "quiet" {
+            assert_eq!(custom["display"]["status"], "maintenance", "{custom}");
+            assert_ne!(default["display"]["status"], "maintenance");
+        } else {
+            // No fixture is over the restart budget within the hour of `now`:
+            // the example gives the default rules' verdict.
+            assert_eq!(default, custom);
+        }
+    }
+
+    fixture.install("status", &default_plugin("status"));
+    fixture.registry.reload();
+    let after = views_of_fixtures(&fixture, &inputs, now);
+    assert_eq!(before, after);
+}
