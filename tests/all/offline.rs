@@ -141,6 +141,40 @@ fn eval_prints_the_verdicts_of_real_objects() {
     let apps = body["apps"].as_array().unwrap();
     assert_eq!(apps.len(), 2);
     assert!(apps.iter().all(|a| a["stable"] == "panic"), "{body}");
+
+    // With a task in flight, its progress is what the display shows.
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks.yaml");
+    std::fs::write(
+        &tasks,
+        "- {id: t1, app: argocd/my-pod, action: restart, phase: running, progress: 50, created-at: \"@now-1m\"}\n",
+    )
+    .unwrap();
+    json_args.extend(["--tasks", tasks.to_str().unwrap()]);
+    let output = verdict(&json_args);
+    let body: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let my_pod = body["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "my-pod")
+        .unwrap();
+    assert_eq!(my_pod["display"]["text"], "Restarting 50%", "{body}");
+    assert_eq!(my_pod["stable"], "panic");
+
+    // A task file with a bad field is refused with the field named.
+    std::fs::write(
+        &tasks,
+        "- {id: t2, app: argocd/my-pod, action: reboot, phase: running, created-at: \"@now\"}\n",
+    )
+    .unwrap();
+    let output = verdict(&json_args);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("task t2: action: unknown action `reboot`"),
+        "{stderr}"
+    );
 }
 
 #[test]

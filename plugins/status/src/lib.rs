@@ -242,6 +242,7 @@ fn stable_status(
     if expected == 0 {
         return (StableStatus::Stopped, "scaled to zero replicas".into());
     }
+    let rollout = stuck_rollout(app);
     if ready < expected {
         let stuck = groups
             .iter()
@@ -256,18 +257,10 @@ fn stable_status(
                 ),
             );
         }
-        if let Some((w, c)) = stuck_rollout(app) {
+        if let Some(rollout) = &rollout {
             return (
                 StableStatus::Panic,
-                format!(
-                    "{ready}/{expected} ready; {} {} exceeded its progress deadline{}",
-                    kind_word(w),
-                    w.name,
-                    c.message
-                        .as_deref()
-                        .map(|m| format!(": {m}"))
-                        .unwrap_or_default()
-                ),
+                format!("{ready}/{expected} ready; the rollout of {rollout} is stuck"),
             );
         }
         return (
@@ -275,18 +268,10 @@ fn stable_status(
             format!("{ready}/{expected} replicas ready"),
         );
     }
-    if let Some((w, c)) = stuck_rollout(app) {
+    if let Some(rollout) = rollout {
         return (
             StableStatus::Degraded,
-            format!(
-                "{ready}/{expected} ready, but the rollout of {} {} is stuck{}",
-                kind_word(w),
-                w.name,
-                c.message
-                    .as_deref()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
-            ),
+            format!("{ready}/{expected} ready, but the rollout of {rollout} is stuck"),
         );
     }
     if let Some(probe) = &app.probe {
@@ -317,12 +302,19 @@ fn stable_status(
     )
 }
 
-/// A workload whose controller gave up on its rollout.
-fn stuck_rollout(app: &App) -> Option<(&verdict::policy::types::Workload, &Condition)> {
+/// The workload whose controller gave up on its rollout, described.
+fn stuck_rollout(app: &App) -> Option<String> {
     app.workloads.iter().find_map(|w| {
         condition(&w.conditions, "Progressing")
             .filter(|c| c.reason.as_deref() == Some("ProgressDeadlineExceeded"))
-            .map(|c| (w, c))
+            .map(|c| {
+                let detail = c
+                    .message
+                    .as_deref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default();
+                format!("{} {}{detail}", kind_word(w), w.name)
+            })
     })
 }
 
