@@ -270,6 +270,14 @@ fn build_plugins() -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     // Two workspaces: the plugins, and the examples that build on them.
     for workspace in [root.join("plugins"), root.join("examples")] {
+        // Each workspace builds into its own folder: the examples build the
+        // default status crate as a library without its export, and the
+        // artifact would otherwise overwrite the plugin's.
+        let name = workspace
+            .file_name()
+            .and_then(OsStr::to_str)
+            .unwrap_or("plugins");
+        let wasm_target_dir = wasm_target_dir.join(name);
         let mut build = cargo();
         build
             .args(["build", "--release", "--target", WASM_TARGET])
