@@ -6,4 +6,5 @@ mod misbehaving;
 mod offline;
 mod reload;
 mod serve;
+mod simulator;
 mod support;

@@ -1,0 +1,187 @@
+//! The kinds the simulator serves and the discovery documents that
+//! describe them (`/api`, `/apis`, resource lists, `/version`).
+
+use serde_json::{Value, json};
+
+/// One resource type of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resource {
+    /// API group, `""` for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    /// The plural name in URLs, e.g. `pods`.
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+}
+
+impl Resource {
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+/// Every resource the simulator serves.
+pub const RESOURCES: &[Resource] = &[
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "namespaces",
+        singular: "namespace",
+        kind: "Namespace",
+        namespaced: false,
+        short_names: &["ns"],
+    },
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "nodes",
+        singular: "node",
+        kind: "Node",
+        namespaced: false,
+        short_names: &["no"],
+    },
+    Resource {
+        group: "",
+        version: "v1",
+        plural: "pods",
+        singular: "pod",
+        kind: "Pod",
+        namespaced: true,
+        short_names: &["po"],
+    },
+    Resource {
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        singular: "deployment",
+        kind: "Deployment",
+        namespaced: true,
+        short_names: &["deploy"],
+    },
+    Resource {
+        group: "apps",
+        version: "v1",
+        plural: "statefulsets",
+        singular: "statefulset",
+        kind: "StatefulSet",
+        namespaced: true,
+        short_names: &["sts"],
+    },
+    Resource {
+        group: "apps",
+        version: "v1",
+        plural: "daemonsets",
+        singular: "daemonset",
+        kind: "DaemonSet",
+        namespaced: true,
+        short_names: &["ds"],
+    },
+    Resource {
+        group: "metrics.k8s.io",
+        version: "v1beta1",
+        plural: "pods",
+        singular: "",
+        kind: "PodMetrics",
+        namespaced: true,
+        short_names: &[],
+    },
+];
+
+/// The resource at `group/version/plural`.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The resource of a kind, by apiVersion and kind.
+pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static Resource> {
+    RESOURCES
+        .iter()
+        .find(|r| r.api_version() == api_version && r.kind == kind)
+}
+
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+    "deletecollection",
+];
+
+/// `APIResourceList` of one group version.
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let resources: Vec<&Resource> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    let first = resources.first()?;
+    let mut items = Vec::new();
+    for r in &resources {
+        let verbs: &[&str] = if r.kind == "PodMetrics" {
+            &["get", "list"]
+        } else {
+            &VERBS
+        };
+        items.push(json!({
+            "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
+            "kind": r.kind, "verbs": verbs, "shortNames": r.short_names,
+        }));
+        if r.kind != "PodMetrics" && r.kind != "Namespace" {
+            items.push(json!({
+                "name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced,
+                "kind": r.kind, "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    Some(json!({
+        "kind": "APIResourceList", "apiVersion": "v1",
+        "groupVersion": first.api_version(), "resources": items,
+    }))
+}
+
+/// `APIVersions` of the core group (`/api`).
+pub fn core_versions(server: &str) -> Value {
+    json!({
+        "kind": "APIVersions", "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{ "clientCIDR": "0.0.0.0/0", "serverAddress": server }],
+    })
+}
+
+/// `APIGroupList` of the named groups (`/apis`).
+pub fn groups() -> Value {
+    let mut names: Vec<(&str, &str)> = RESOURCES
+        .iter()
+        .filter(|r| !r.group.is_empty())
+        .map(|r| (r.group, r.version))
+        .collect();
+    names.dedup();
+    let groups: Vec<Value> = names
+        .into_iter()
+        .map(|(group, version)| {
+            let gv = json!({ "groupVersion": format!("{group}/{version}"), "version": version });
+            json!({ "name": group, "versions": [gv.clone()], "preferredVersion": gv })
+        })
+        .collect();
+    json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups })
+}
+
+/// `/version`.
+pub fn version() -> Value {
+    json!({
+        "major": "1", "minor": "33", "gitVersion": "v1.33.0-verdict-sim",
+        "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "none", "compiler": "none", "platform": "linux/amd64",
+    })
+}

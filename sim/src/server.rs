@@ -1,0 +1,415 @@
+//! The HTTP side of the simulator: discovery, list (with label and field
+//! selectors), watch streams, get, create, replace, merge patch and delete,
+//! with Kubernetes `Status` errors.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::resources::{self, Resource};
+use crate::selector::Selector;
+use crate::store::{Event, Store, StoreError};
+use crate::table;
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    pub store: Arc<Store>,
+    /// Changing this ends every open watch (a broken connection).
+    pub cut: watch::Receiver<u64>,
+    pub server: String,
+    pub bookmark_every: Duration,
+}
+
+pub fn router(shared: Shared) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Params {
+    watch: Option<String>,
+    resource_version: Option<String>,
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    allow_watch_bookmarks: Option<bool>,
+    timeout_seconds: Option<u64>,
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn error(e: &StoreError) -> Response {
+    json_response(
+        StatusCode::from_u16(e.code).unwrap_or(StatusCode::BAD_REQUEST),
+        &e.status(),
+    )
+}
+
+/// What a path names.
+enum Target {
+    Discovery(Value),
+    Collection {
+        resource: &'static Resource,
+        namespace: Option<String>,
+    },
+    Item {
+        resource: &'static Resource,
+        namespace: String,
+        name: String,
+    },
+}
+
+fn resolve(path: &str, server: &str) -> Result<Target, StoreError> {
+    let parts: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let not_found = || StoreError {
+        code: 404,
+        reason: "NotFound",
+        message: format!("the server could not find the requested resource ({path})"),
+    };
+    let (group, version, rest): (&str, &str, &[&str]) = match parts.as_slice() {
+        ["version"] => return Ok(Target::Discovery(resources::version())),
+        ["api"] => return Ok(Target::Discovery(resources::core_versions(server))),
+        ["apis"] => return Ok(Target::Discovery(resources::groups())),
+        ["api", version, rest @ ..] => ("", version, rest),
+        ["apis", group, version, rest @ ..] => (group, version, rest),
+        _ => return Err(not_found()),
+    };
+    let find = |plural: &str| resources::find(group, version, plural).ok_or_else(not_found);
+    Ok(match rest {
+        [] => Target::Discovery(resources::resource_list(group, version).ok_or_else(not_found)?),
+        [plural] => Target::Collection {
+            resource: find(plural)?,
+            namespace: None,
+        },
+        ["namespaces", namespace, plural] => Target::Collection {
+            resource: find(plural)?,
+            namespace: Some(namespace.to_string()),
+        },
+        ["namespaces", namespace, plural, name]
+        | ["namespaces", namespace, plural, name, "status"] => Target::Item {
+            resource: find(plural)?,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        },
+        [plural, name] | [plural, name, "status"] => Target::Item {
+            resource: find(plural)?,
+            namespace: String::new(),
+            name: name.to_string(),
+        },
+        _ => return Err(not_found()),
+    })
+}
+
+async fn handle(
+    State(shared): State<Shared>,
+    method: Method,
+    uri: Uri,
+    Query(params): Query<Params>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let target = match resolve(uri.path(), &shared.server) {
+        Ok(target) => target,
+        Err(e) => return error(&e),
+    };
+    let store = &shared.store;
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let parse_body = || -> Result<Value, StoreError> {
+        serde_json::from_slice(&body)
+            .map_err(|e| StoreError::bad_request(format!("the body is not JSON: {e}")))
+    };
+    let outcome: Result<(StatusCode, Value), StoreError> = match (target, method) {
+        (Target::Discovery(doc), Method::GET) => Ok((StatusCode::OK, doc)),
+        (
+            Target::Collection {
+                resource,
+                namespace,
+            },
+            Method::GET,
+        ) => {
+            let selector = match Selector::parse(
+                params.label_selector.as_deref(),
+                params.field_selector.as_deref(),
+            ) {
+                Ok(selector) => selector,
+                Err(e) => return error(&StoreError::bad_request(e)),
+            };
+            if matches!(params.watch.as_deref(), Some("true" | "1")) {
+                return watch_stream(
+                    &shared,
+                    resource,
+                    namespace,
+                    selector,
+                    &params,
+                    table::wanted(&accept),
+                );
+            }
+            let (items, rv) = store.list(resource, namespace.as_deref());
+            let items: Vec<Value> = items.into_iter().filter(|o| selector.matches(o)).collect();
+            if table::wanted(&accept) {
+                return json_response(StatusCode::OK, &table::table(resource, &items, rv));
+            }
+            Ok((
+                StatusCode::OK,
+                json!({
+                    "kind": format!("{}List", resource.kind), "apiVersion": resource.api_version(),
+                    "metadata": { "resourceVersion": rv.to_string() }, "items": items,
+                }),
+            ))
+        }
+        (
+            Target::Collection {
+                resource,
+                namespace,
+            },
+            Method::POST,
+        ) => parse_body().and_then(|object| {
+            let namespace = namespace.unwrap_or_default();
+            store
+                .create(resource, &namespace, object)
+                .map(|o| (StatusCode::CREATED, o))
+        }),
+        (
+            Target::Item {
+                resource,
+                namespace,
+                name,
+            },
+            Method::GET,
+        ) => store.get(resource, &namespace, &name).map(|o| {
+            if table::wanted(&accept) {
+                (
+                    StatusCode::OK,
+                    table::table(resource, std::slice::from_ref(&o), store.version()),
+                )
+            } else {
+                (StatusCode::OK, o)
+            }
+        }),
+        (
+            Target::Item {
+                resource,
+                namespace,
+                name,
+            },
+            Method::PUT,
+        ) => parse_body()
+            .and_then(|object| store.replace(resource, &namespace, &name, object))
+            .map(|o| (StatusCode::OK, o)),
+        (
+            Target::Item {
+                resource,
+                namespace,
+                name,
+            },
+            Method::PATCH,
+        ) => {
+            let kind = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            // Strategic merge patches of these kinds' fields behave as merge
+            // patches for what the simulator is used for; JSON patches are
+            // not served.
+            if kind.starts_with("application/json-patch+json") {
+                Err(StoreError {
+                    code: 415,
+                    reason: "UnsupportedMediaType",
+                    message: "JSON patch is not supported; use a merge patch".into(),
+                })
+            } else {
+                parse_body()
+                    .and_then(|patch| store.patch(resource, &namespace, &name, &patch))
+                    .map(|o| (StatusCode::OK, o))
+            }
+        }
+        (
+            Target::Item {
+                resource,
+                namespace,
+                name,
+            },
+            Method::DELETE,
+        ) => store
+            .delete(resource, &namespace, &name)
+            .map(|o| (StatusCode::OK, o)),
+        (_, method) => Err(StoreError {
+            code: 405,
+            reason: "MethodNotAllowed",
+            message: format!("{method} is not supported here"),
+        }),
+    };
+    match outcome {
+        Ok((code, body)) => json_response(code, &body),
+        Err(e) => error(&e),
+    }
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut text = json!({ "type": kind, "object": object }).to_string();
+    text.push('\n');
+    Bytes::from(text)
+}
+
+fn visible(
+    event: &Event,
+    resource: &Resource,
+    namespace: Option<&str>,
+    selector: &Selector,
+) -> bool {
+    std::ptr::eq(event.resource, resource)
+        && namespace.is_none_or(|n| n == event.namespace)
+        && selector.matches(&event.object)
+}
+
+/// A watch: replay from the asked version (or the current state), then live
+/// events, bookmarks when asked, until the timeout or a cut.
+fn watch_stream(
+    shared: &Shared,
+    resource: &'static Resource,
+    namespace: Option<String>,
+    selector: Selector,
+    params: &Params,
+    as_table: bool,
+) -> Response {
+    // kubectl watches in tables too: each event then carries a one-row table.
+    let render = move |kind: &str, object: &Value, rv: u64| {
+        if as_table {
+            line(
+                kind,
+                &table::table(resource, std::slice::from_ref(object), rv),
+            )
+        } else {
+            line(kind, object)
+        }
+    };
+    let store = Arc::clone(&shared.store);
+    // Subscribe before reading, so that nothing falls between the two.
+    let mut live = store.subscribe();
+    let mut first: Vec<Bytes> = Vec::new();
+    let mut last = 0;
+    // A version the log no longer holds ends the watch after its error.
+    let mut gone = false;
+    match params
+        .resource_version
+        .as_deref()
+        .filter(|v| !v.is_empty() && *v != "0")
+    {
+        None => {
+            let (items, rv) = store.list(resource, namespace.as_deref());
+            first.extend(
+                items
+                    .iter()
+                    .filter(|o| selector.matches(o))
+                    .map(|o| render("ADDED", o, rv)),
+            );
+            last = rv;
+        }
+        Some(text) => match text.parse::<u64>() {
+            Err(_) => {
+                return error(&StoreError::bad_request(format!(
+                    "invalid resourceVersion {text}"
+                )));
+            }
+            Ok(since) => match store.since(since) {
+                Ok(events) => {
+                    last = since;
+                    for event in events {
+                        last = event.rv;
+                        if visible(&event, resource, namespace.as_deref(), &selector) {
+                            first.push(render(event.kind.as_str(), &event.object, event.rv));
+                        }
+                    }
+                }
+                Err(expired) => {
+                    first.push(line("ERROR", &expired.status()));
+                    gone = true;
+                }
+            },
+        },
+    }
+    let bookmarks = params.allow_watch_bookmarks.unwrap_or(false);
+    let timeout = params.timeout_seconds.map(Duration::from_secs);
+    let bookmark_every = shared.bookmark_every;
+    let mut cut = shared.cut.clone();
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    tokio::spawn(async move {
+        for bytes in first {
+            if tx.send(bytes).await.is_err() {
+                return;
+            }
+        }
+        if gone {
+            return;
+        }
+        let deadline = tokio::time::sleep(timeout.unwrap_or(Duration::from_secs(3600)));
+        tokio::pin!(deadline);
+        let mut tick = tokio::time::interval(bookmark_every);
+        tick.tick().await;
+        let _ = cut.borrow_and_update();
+        loop {
+            tokio::select! {
+                received = live.recv() => match received {
+                    Ok(event) => {
+                        if event.rv <= last {
+                            continue;
+                        }
+                        last = event.rv;
+                        if visible(&event, resource, namespace.as_deref(), &selector)
+                            && tx.send(render(event.kind.as_str(), &event.object, event.rv)).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    // A watcher that fell behind is cut off; it resumes from
+                    // its last version and the log replays what it missed.
+                    Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tick.tick(), if bookmarks => {
+                    let object = json!({
+                        "kind": resource.kind, "apiVersion": resource.api_version(),
+                        "metadata": { "resourceVersion": store.version().to_string() },
+                    });
+                    if tx.send(line("BOOKMARK", &object)).await.is_err() {
+                        return;
+                    }
+                }
+                _ = &mut deadline => return,
+                _ = cut.changed() => return,
+            }
+        }
+    });
+    let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<Bytes, Infallible>));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::TRANSFER_ENCODING, "chunked")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

@@ -1,0 +1,665 @@
+//! The simulator's state: objects by resource, namespace and name, one
+//! resource version counter, and a bounded log of change events that watches
+//! replay from. A watch from a version older than the log holds gets
+//! `410 Gone`, as from a real API server after compaction.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+use crate::resources::Resource;
+
+/// The type of a watch event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watches see it.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub rv: u64,
+    pub resource: &'static Resource,
+    pub namespace: String,
+    pub kind: EventType,
+    pub object: Value,
+}
+
+/// Why an operation was refused, as a Kubernetes `Status`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct StoreError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl StoreError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn not_found(resource: &Resource, name: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!(
+                "{}.{} \"{name}\" not found",
+                resource.plural,
+                group_or_core(resource)
+            ),
+        )
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    /// The `Status` object of this error.
+    pub fn status(&self) -> Value {
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code,
+        })
+    }
+}
+
+fn group_or_core(resource: &Resource) -> &'static str {
+    if resource.group.is_empty() {
+        "core"
+    } else {
+        resource.group
+    }
+}
+
+type Key = (&'static str, &'static str, String, String);
+
+fn key(resource: &'static Resource, namespace: &str, name: &str) -> Key {
+    (
+        resource.group,
+        resource.plural,
+        namespace.to_string(),
+        name.to_string(),
+    )
+}
+
+struct Inner {
+    rv: u64,
+    objects: BTreeMap<Key, Value>,
+    log: VecDeque<Arc<Event>>,
+    /// Events at or below this version are no longer in the log.
+    compacted: u64,
+    uid: u64,
+}
+
+/// Objects, versions and the change log.
+pub struct Store {
+    inner: Mutex<Inner>,
+    events: broadcast::Sender<Arc<Event>>,
+    log_capacity: usize,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+fn now_text() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+fn meta(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.get("metadata").is_some_and(Value::is_object) {
+        object["metadata"] = json!({});
+    }
+    object["metadata"]
+        .as_object_mut()
+        .expect("metadata was made an object")
+}
+
+fn name_of(object: &Value) -> Option<&str> {
+    object.pointer("/metadata/name").and_then(Value::as_str)
+}
+
+fn finalizers(object: &Value) -> bool {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(fields) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let map = target.as_object_mut().expect("made an object above");
+            for (key, value) in fields {
+                if value.is_null() {
+                    map.remove(key);
+                } else {
+                    merge_patch(map.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+impl Store {
+    pub fn new(log_capacity: usize) -> Self {
+        let (events, _) = broadcast::channel(4096);
+        Self {
+            inner: Mutex::new(Inner {
+                rv: 1,
+                objects: BTreeMap::new(),
+                log: VecDeque::new(),
+                compacted: 0,
+                uid: 0,
+            }),
+            events,
+            log_capacity,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Subscribe to live events.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.events.subscribe()
+    }
+
+    /// The current resource version.
+    pub fn version(&self) -> u64 {
+        self.lock().rv
+    }
+
+    fn record(
+        &self,
+        inner: &mut Inner,
+        resource: &'static Resource,
+        namespace: &str,
+        kind: EventType,
+        object: Value,
+    ) {
+        let event = Arc::new(Event {
+            rv: inner.rv,
+            resource,
+            namespace: namespace.to_string(),
+            kind,
+            object,
+        });
+        inner.log.push_back(Arc::clone(&event));
+        while inner.log.len() > self.log_capacity {
+            if let Some(old) = inner.log.pop_front() {
+                inner.compacted = old.rv;
+            }
+        }
+        // No subscriber is fine: nobody watches.
+        let _ = self.events.send(event);
+    }
+
+    /// Objects of a resource, in a namespace or all; with the list's version.
+    pub fn list(&self, resource: &'static Resource, namespace: Option<&str>) -> (Vec<Value>, u64) {
+        let inner = self.lock();
+        let items = inner
+            .objects
+            .iter()
+            .filter(|((g, p, ns, _), _)| {
+                *g == resource.group && *p == resource.plural && namespace.is_none_or(|n| n == ns)
+            })
+            .map(|(_, v)| v.clone())
+            .collect();
+        (items, inner.rv)
+    }
+
+    pub fn get(
+        &self,
+        resource: &'static Resource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, StoreError> {
+        self.lock()
+            .objects
+            .get(&key(resource, namespace, name))
+            .cloned()
+            .ok_or_else(|| StoreError::not_found(resource, name))
+    }
+
+    /// Events after `since` that the log still holds, or `410 Gone`.
+    pub fn since(&self, since: u64) -> Result<Vec<Arc<Event>>, StoreError> {
+        let inner = self.lock();
+        if since < inner.compacted {
+            return Err(StoreError::gone(format!(
+                "too old resource version: {since} ({})",
+                inner.compacted + 1
+            )));
+        }
+        Ok(inner.log.iter().filter(|e| e.rv > since).cloned().collect())
+    }
+
+    /// Forget the event log, as compaction does: watches from any version
+    /// before now get `410 Gone`.
+    pub fn compact(&self) {
+        let mut inner = self.lock();
+        inner.log.clear();
+        inner.compacted = inner.rv;
+    }
+
+    /// Create an object; `AlreadyExists` if it does.
+    pub fn create(
+        &self,
+        resource: &'static Resource,
+        namespace: &str,
+        mut object: Value,
+    ) -> Result<Value, StoreError> {
+        let name = name_of(&object)
+            .ok_or_else(|| StoreError::bad_request("metadata.name is required"))?
+            .to_string();
+        let namespace = if resource.namespaced { namespace } else { "" };
+        let mut inner = self.lock();
+        let k = key(resource, namespace, &name);
+        if inner.objects.contains_key(&k) {
+            return Err(StoreError::new(
+                409,
+                "AlreadyExists",
+                format!(
+                    "{}.{} \"{name}\" already exists",
+                    resource.plural,
+                    group_or_core(resource)
+                ),
+            ));
+        }
+        if resource.namespaced {
+            let ns_exists = inner
+                .objects
+                .keys()
+                .any(|(g, p, _, n)| g.is_empty() && *p == "namespaces" && n == namespace);
+            if !ns_exists {
+                return Err(StoreError::new(
+                    404,
+                    "NotFound",
+                    format!("namespaces \"{namespace}\" not found"),
+                ));
+            }
+        }
+        inner.rv += 1;
+        inner.uid += 1;
+        let rv = inner.rv;
+        let uid = format!("00000000-0000-4000-8000-{:012x}", inner.uid);
+        object["apiVersion"] = json!(resource.api_version());
+        object["kind"] = json!(resource.kind);
+        let m = meta(&mut object);
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        m.insert("uid".into(), json!(uid));
+        m.entry("creationTimestamp")
+            .or_insert_with(|| json!(now_text()));
+        m.entry("generation").or_insert(json!(1));
+        if resource.namespaced {
+            m.insert("namespace".into(), json!(namespace));
+        }
+        inner.objects.insert(k, object.clone());
+        self.record(
+            &mut inner,
+            resource,
+            namespace,
+            EventType::Added,
+            object.clone(),
+        );
+        Ok(object)
+    }
+
+    /// Replace an object. A `resourceVersion` in the new object must match
+    /// the stored one (`Conflict` otherwise). Removing the last finalizer of
+    /// an object being deleted deletes it.
+    pub fn replace(
+        &self,
+        resource: &'static Resource,
+        namespace: &str,
+        name: &str,
+        mut object: Value,
+    ) -> Result<Value, StoreError> {
+        let namespace = if resource.namespaced { namespace } else { "" };
+        let mut inner = self.lock();
+        let k = key(resource, namespace, name);
+        let current = inner
+            .objects
+            .get(&k)
+            .cloned()
+            .ok_or_else(|| StoreError::not_found(resource, name))?;
+        if let Some(expected) = object
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            && Some(expected)
+                != current
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+        {
+            return Err(StoreError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {}.{} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                    resource.plural,
+                    group_or_core(resource)
+                ),
+            ));
+        }
+        if name_of(&object).is_some_and(|n| n != name) {
+            return Err(StoreError::bad_request(
+                "the name in the body does not match the URL",
+            ));
+        }
+        inner.rv += 1;
+        let rv = inner.rv;
+        object["apiVersion"] = json!(resource.api_version());
+        object["kind"] = json!(resource.kind);
+        // What the server owns is kept from the stored object.
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "namespace",
+            "name",
+        ] {
+            match current.pointer(&format!("/metadata/{field}")) {
+                Some(value) => {
+                    meta(&mut object).insert(field.into(), value.clone());
+                }
+                None => {
+                    meta(&mut object).remove(field);
+                }
+            }
+        }
+        let spec_changed = object.get("spec") != current.get("spec");
+        let generation = current
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let m = meta(&mut object);
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        m.insert(
+            "generation".into(),
+            json!(if spec_changed {
+                generation + 1
+            } else {
+                generation
+            }),
+        );
+
+        let deleting = object.pointer("/metadata/deletionTimestamp").is_some();
+        if deleting && !finalizers(&object) {
+            inner.objects.remove(&k);
+            self.record(
+                &mut inner,
+                resource,
+                namespace,
+                EventType::Deleted,
+                object.clone(),
+            );
+        } else {
+            inner.objects.insert(k, object.clone());
+            self.record(
+                &mut inner,
+                resource,
+                namespace,
+                EventType::Modified,
+                object.clone(),
+            );
+        }
+        Ok(object)
+    }
+
+    /// Apply a JSON merge patch.
+    pub fn patch(
+        &self,
+        resource: &'static Resource,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, StoreError> {
+        let mut object = self.get(
+            resource,
+            if resource.namespaced { namespace } else { "" },
+            name,
+        )?;
+        merge_patch(&mut object, patch);
+        // A patch carrying no resourceVersion applies to whatever is stored.
+        if patch.pointer("/metadata/resourceVersion").is_none() {
+            meta(&mut object).remove("resourceVersion");
+        }
+        self.replace(resource, namespace, name, object)
+    }
+
+    /// Delete an object: with finalizers it only gets a deletion timestamp;
+    /// a namespace takes everything in it along.
+    pub fn delete(
+        &self,
+        resource: &'static Resource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, StoreError> {
+        let namespace = if resource.namespaced { namespace } else { "" };
+        let mut inner = self.lock();
+        let k = key(resource, namespace, name);
+        let mut object = inner
+            .objects
+            .get(&k)
+            .cloned()
+            .ok_or_else(|| StoreError::not_found(resource, name))?;
+        if finalizers(&object) {
+            if object.pointer("/metadata/deletionTimestamp").is_none() {
+                inner.rv += 1;
+                let rv = inner.rv;
+                let m = meta(&mut object);
+                m.insert("deletionTimestamp".into(), json!(now_text()));
+                m.insert("resourceVersion".into(), json!(rv.to_string()));
+                inner.objects.insert(k, object.clone());
+                self.record(
+                    &mut inner,
+                    resource,
+                    namespace,
+                    EventType::Modified,
+                    object.clone(),
+                );
+            }
+            return Ok(object);
+        }
+        if resource.kind == "Namespace" {
+            let inside: Vec<Key> = inner
+                .objects
+                .keys()
+                .filter(|(_, _, ns, _)| ns == name)
+                .cloned()
+                .collect();
+            for k in inside {
+                if let Some(mut child) = inner.objects.remove(&k) {
+                    inner.rv += 1;
+                    let rv = inner.rv;
+                    meta(&mut child).insert("resourceVersion".into(), json!(rv.to_string()));
+                    let child_resource = crate::resources::find(k.0, version_of(&child), k.1);
+                    if let Some(r) = child_resource {
+                        self.record(&mut inner, r, name, EventType::Deleted, child);
+                    }
+                }
+            }
+        }
+        inner.objects.remove(&k);
+        inner.rv += 1;
+        let rv = inner.rv;
+        meta(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
+        self.record(
+            &mut inner,
+            resource,
+            namespace,
+            EventType::Deleted,
+            object.clone(),
+        );
+        Ok(object)
+    }
+}
+
+fn version_of(object: &Value) -> &str {
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("v1");
+    api_version.rsplit('/').next().unwrap_or("v1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::find;
+
+    fn pods() -> &'static Resource {
+        find("", "v1", "pods").unwrap()
+    }
+
+    fn namespaces() -> &'static Resource {
+        find("", "v1", "namespaces").unwrap()
+    }
+
+    fn store_with_namespace() -> Store {
+        let store = Store::new(100);
+        store
+            .create(namespaces(), "", json!({"metadata": {"name": "shop"}}))
+            .unwrap();
+        store
+    }
+
+    #[test]
+    fn merge_patch_follows_rfc_7386() {
+        let mut target = json!({"a": "b", "c": {"d": "e", "f": "g"}});
+        merge_patch(&mut target, &json!({"a": "z", "c": {"f": null}}));
+        assert_eq!(target, json!({"a": "z", "c": {"d": "e"}}));
+    }
+
+    #[test]
+    fn versions_increase_and_conflicts_are_refused() {
+        let store = store_with_namespace();
+        let created = store
+            .create(pods(), "shop", json!({"metadata": {"name": "a"}}))
+            .unwrap();
+        let rv = created["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut stale = created.clone();
+        store
+            .patch(
+                pods(),
+                "shop",
+                "a",
+                &json!({"metadata": {"labels": {"x": "1"}}}),
+            )
+            .unwrap();
+        stale["metadata"]["labels"] = json!({"x": "2"});
+        let error = store.replace(pods(), "shop", "a", stale).unwrap_err();
+        assert_eq!(error.code, 409);
+        let now = store.get(pods(), "shop", "a").unwrap();
+        assert!(
+            now["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+                > rv.parse().unwrap()
+        );
+        assert_eq!(
+            store
+                .create(pods(), "shop", json!({"metadata": {"name": "a"}}))
+                .unwrap_err()
+                .code,
+            409
+        );
+        assert_eq!(
+            store
+                .create(pods(), "nowhere", json!({"metadata": {"name": "b"}}))
+                .unwrap_err()
+                .code,
+            404
+        );
+    }
+
+    #[test]
+    fn finalizers_hold_deletion_until_removed() {
+        let store = store_with_namespace();
+        store
+            .create(
+                pods(),
+                "shop",
+                json!({"metadata": {"name": "a", "finalizers": ["x/y"]}}),
+            )
+            .unwrap();
+        let held = store.delete(pods(), "shop", "a").unwrap();
+        assert!(held["metadata"]["deletionTimestamp"].is_string());
+        assert!(store.get(pods(), "shop", "a").is_ok());
+        store
+            .patch(
+                pods(),
+                "shop",
+                "a",
+                &json!({"metadata": {"finalizers": null}}),
+            )
+            .unwrap();
+        assert_eq!(store.get(pods(), "shop", "a").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn compaction_makes_old_versions_gone() {
+        let store = store_with_namespace();
+        let before = store.version();
+        store
+            .create(pods(), "shop", json!({"metadata": {"name": "a"}}))
+            .unwrap();
+        assert_eq!(store.since(before).unwrap().len(), 1);
+        store.compact();
+        assert_eq!(store.since(before).unwrap_err().code, 410);
+        assert!(store.since(store.version()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn deleting_a_namespace_deletes_what_is_in_it() {
+        let store = store_with_namespace();
+        store
+            .create(pods(), "shop", json!({"metadata": {"name": "a"}}))
+            .unwrap();
+        let mark = store.version();
+        store.delete(namespaces(), "", "shop").unwrap();
+        let events = store.since(mark).unwrap();
+        assert_eq!(events.len(), 2);
+        assert!(events.iter().all(|e| e.kind == EventType::Deleted));
+        assert!(store.list(pods(), None).0.is_empty());
+    }
+}
