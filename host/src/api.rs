@@ -12,12 +12,24 @@ use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::observe::cluster::Observed;
 use crate::plugins::{PluginStatus, Registry, ReloadReport};
+use crate::verdicts::live::{AppStatus, Verdicts};
+
+/// The live side of the host: the observed cluster and its verdicts.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub observed: Arc<Observed>,
+    pub verdicts: Arc<Verdicts>,
+    pub stale_after: std::time::Duration,
+}
 
 /// What the handlers share.
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub registry: Arc<Registry>,
+    /// `None` when the host follows no cluster.
+    pub live: Option<Live>,
 }
 
 /// An error answered as JSON.
@@ -49,6 +61,10 @@ impl IntoResponse for ApiError {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/apps", get(list_apps))
+        .route("/v1/apps/{namespace}/{name}", get(get_app))
+        .route("/v1/nodes", get(list_nodes))
         .route("/v1/plugins", get(list_plugins))
         .route("/v1/plugins/reload", post(reload_plugins))
         .fallback(not_found)
@@ -58,6 +74,118 @@ pub fn router(state: AppState) -> Router {
 
 async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
+}
+
+fn live(state: &AppState) -> Result<&Live, ApiError> {
+    state.live.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no-cluster",
+            "the host follows no cluster (--cluster-url, --kubeconfig)",
+        )
+    })
+}
+
+/// Ready when the status policy is loaded and, with a cluster, every watch
+/// has synced and works.
+async fn readyz(State(state): State<AppState>) -> Response {
+    let policy = state.registry.policy(crate::plugins::World::Status).is_ok();
+    let watches = state.live.as_ref().map(|l| l.observed.health.kinds());
+    let watching = state
+        .live
+        .as_ref()
+        .is_none_or(|l| l.observed.health.ready());
+    let ready = policy && watching;
+    let body = json!({ "ready": ready, "status_policy": policy, "watches": watches });
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(body)).into_response()
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct AppFilter {
+    namespace: Option<String>,
+    /// A stable status (`panic`) or a displayed one (`starting`).
+    status: Option<String>,
+}
+
+#[derive(Serialize)]
+struct AppList {
+    apps: Vec<AppStatus>,
+}
+
+async fn list_apps(
+    State(state): State<AppState>,
+    axum::extract::Query(filter): axum::extract::Query<AppFilter>,
+) -> Result<Json<AppList>, ApiError> {
+    let live = live(&state)?;
+    let until = live.observed.health.observed_until();
+    let apps = live
+        .verdicts
+        .all()
+        .into_iter()
+        .filter(|v| {
+            filter
+                .namespace
+                .as_ref()
+                .is_none_or(|n| &v.view.namespace == n)
+        })
+        .filter(|v| {
+            filter
+                .status
+                .as_ref()
+                .is_none_or(|s| v.view.stable == s || &v.view.display.status == s)
+        })
+        .map(|v| v.status(live.stale_after, until))
+        .collect();
+    Ok(Json(AppList { apps }))
+}
+
+async fn get_app(
+    State(state): State<AppState>,
+    axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
+) -> Result<Json<AppStatus>, ApiError> {
+    let live = live(&state)?;
+    let until = live.observed.health.observed_until();
+    live.verdicts
+        .get(&namespace, &name)
+        .map(|v| Json(v.status(live.stale_after, until)))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no-such-app",
+                format!("no app {namespace}/{name} is known"),
+            )
+        })
+}
+
+async fn list_nodes(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let live = live(&state)?;
+    let nodes: Vec<serde_json::Value> = live
+        .observed
+        .snapshot()
+        .nodes
+        .values()
+        .map(|n| {
+            json!({
+                "name": n.name,
+                "ready": match n.ready {
+                    crate::plugins::bindings::types::ConditionStatus::True => "True",
+                    crate::plugins::bindings::types::ConditionStatus::False => "False",
+                    crate::plugins::bindings::types::ConditionStatus::Unknown => "Unknown",
+                },
+                "ready_since": n.ready_since.map(crate::observe::objects::rfc3339),
+                "last_heartbeat": n.last_heartbeat.map(crate::observe::objects::rfc3339),
+                "unschedulable": n.unschedulable,
+                "taints": n.taints.iter().map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect})).collect::<Vec<_>>(),
+                "address": n.address,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "nodes": nodes })))
 }
 
 #[derive(Serialize)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::observe::Grouping;
 
 /// Limits applied to every plugin call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +48,25 @@ pub struct Config {
     pub reload_debounce: Duration,
     /// Settings handed to each plugin as JSON text, by plugin name.
     pub settings: BTreeMap<String, serde_json::Value>,
+    /// Which cluster to follow.
+    pub cluster: ClusterSource,
+    /// How pods and workloads are grouped into applications.
+    pub group_by: Grouping,
+    /// Verdicts whose observations are older than this are stale.
+    pub stale_after: Duration,
+}
+
+/// Where the cluster comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterSource {
+    /// No cluster: plugins only.
+    None,
+    /// In-cluster configuration or `KUBECONFIG`/`~/.kube/config`, as kubectl finds them.
+    Infer,
+    /// A kubeconfig file.
+    Kubeconfig(PathBuf),
+    /// An API server URL without authentication (the simulator, `kubectl proxy`).
+    Url(String),
 }
 
 impl Config {
@@ -59,6 +79,9 @@ impl Config {
             limits: Limits::default(),
             reload_debounce: Duration::from_millis(150),
             settings: BTreeMap::new(),
+            cluster: ClusterSource::None,
+            group_by: Grouping::default(),
+            stale_after: Duration::from_secs(30),
         }
     }
 
@@ -102,6 +125,31 @@ pub struct ServeArgs {
     /// Size of one plugin call's output, in KiB [default: 1024].
     #[arg(long, env = "VERDICT_OUTPUT_LIMIT_KIB", value_name = "KIB")]
     pub output_limit_kib: Option<usize>,
+
+    /// Follow the cluster of this kubeconfig file.
+    #[arg(
+        long,
+        env = "VERDICT_KUBECONFIG",
+        value_name = "FILE",
+        conflicts_with = "cluster_url"
+    )]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Follow the API server at this URL, without authentication (the
+    /// simulator, `kubectl proxy`). Without this or --kubeconfig the cluster
+    /// is found as kubectl finds it (in-cluster, KUBECONFIG, ~/.kube/config).
+    #[arg(long, env = "VERDICT_CLUSTER_URL", value_name = "URL")]
+    pub cluster_url: Option<String>,
+
+    /// Group pods into apps by `label=KEY`, `owner` or `namespace`
+    /// [default: label=app.kubernetes.io/instance].
+    #[arg(long, env = "VERDICT_GROUP_BY", value_name = "RULE")]
+    pub group_by: Option<Grouping>,
+
+    /// Verdicts are stale when the cluster could not be watched for this
+    /// long, in milliseconds [default: 30000].
+    #[arg(long, env = "VERDICT_STALE_AFTER_MS", value_name = "MS")]
+    pub stale_after_ms: Option<u64>,
 }
 
 /// The configuration file's keys (all optional).
@@ -115,6 +163,10 @@ struct FileConfig {
     memory_limit_mib: Option<usize>,
     output_limit_kib: Option<usize>,
     reload_debounce_ms: Option<u64>,
+    kubeconfig: Option<PathBuf>,
+    cluster_url: Option<String>,
+    group_by: Option<String>,
+    stale_after_ms: Option<u64>,
     /// `[settings.<plugin>]` tables.
     #[serde(default)]
     settings: BTreeMap<String, toml::Table>,
@@ -194,6 +246,27 @@ impl ServeArgs {
         }
         if let Some(ms) = file.reload_debounce_ms {
             config.reload_debounce = Duration::from_millis(ms);
+        }
+        config.cluster = match (
+            self.kubeconfig.or_else(|| from_file(file.kubeconfig)),
+            self.cluster_url.or(file.cluster_url),
+        ) {
+            (Some(path), _) => ClusterSource::Kubeconfig(path),
+            (None, Some(url)) => ClusterSource::Url(url),
+            (None, None) => ClusterSource::Infer,
+        };
+        let group_by = match file.group_by {
+            Some(text) => Some(text.parse().map_err(|message| Error::Config {
+                key: "group-by",
+                message,
+            })?),
+            None => None,
+        };
+        if let Some(grouping) = self.group_by.or(group_by) {
+            config.group_by = grouping;
+        }
+        if let Some(ms) = self.stale_after_ms.or(file.stale_after_ms) {
+            config.stale_after = Duration::from_millis(ms);
         }
         config.settings = file
             .settings

@@ -5,22 +5,75 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use crate::api::{self, AppState};
-use crate::config::Config;
+use crate::api::{self, AppState, Live};
+use crate::config::{ClusterSource, Config};
 use crate::error::{Error, Result};
+use crate::observe::cluster::{self, Following, Observed};
 use crate::plugins::{Registry, Runtime, Watcher, watch};
+use crate::verdicts::live::{self as live, Verdicts};
 
 /// A running host's parts.
 #[derive(Debug)]
 pub struct Host {
     pub registry: Arc<Registry>,
+    pub live: Option<Live>,
     _watcher: Option<Watcher>,
+    _following: Option<Following>,
+    deriver: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some(deriver) = &self.deriver {
+            deriver.abort();
+        }
+    }
+}
+
+/// A `kube` client for the configured cluster, or `None` without one.
+async fn client(source: &ClusterSource) -> Result<Option<kube::Client>> {
+    let config = match source {
+        ClusterSource::None => return Ok(None),
+        ClusterSource::Url(url) => {
+            let uri = url.parse().map_err(|e| Error::Config {
+                key: "cluster-url",
+                message: format!("`{url}` is not a URL: {e}"),
+            })?;
+            kube::Config::new(uri)
+        }
+        ClusterSource::Kubeconfig(path) => {
+            let kubeconfig =
+                kube::config::Kubeconfig::read_from(path).map_err(|e| Error::Config {
+                    key: "kubeconfig",
+                    message: format!("{}: {e}", path.display()),
+                })?;
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| Error::Config {
+                key: "kubeconfig",
+                message: format!("{}: {e}", path.display()),
+            })?
+        }
+        ClusterSource::Infer => match kube::Config::infer().await {
+            Ok(config) => config,
+            Err(error) => {
+                tracing::warn!(%error, "no cluster found (in-cluster, KUBECONFIG or ~/.kube/config): running without one");
+                return Ok(None);
+            }
+        },
+    };
+    kube::Client::try_from(config)
+        .map(Some)
+        .map_err(|e| Error::Runtime(format!("building the Kubernetes client: {e}")))
 }
 
 impl Host {
-    /// Build the runtime, load every plugin of the folder and start
-    /// watching it.
-    pub fn start(config: &Config) -> Result<Self> {
+    /// Build the runtime, load every plugin of the folder, start watching
+    /// it, and follow the cluster when one is configured.
+    pub async fn start(config: &Config) -> Result<Self> {
         let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.limits)
             .map_err(|e| Error::Runtime(e.to_string()))?;
         let settings = config
@@ -46,9 +99,32 @@ impl Host {
                 None
             }
         };
+        let (live, following, deriver) = match client(&config.cluster).await? {
+            None => (None, None, None),
+            Some(client) => {
+                let observed = Arc::new(Observed::default());
+                let verdicts = Arc::new(Verdicts::default());
+                let following = cluster::follow(client, &observed);
+                let deriver = tokio::spawn(live::derive_forever(
+                    Arc::clone(&observed),
+                    Arc::clone(&registry),
+                    Arc::clone(&verdicts),
+                    config.group_by.clone(),
+                ));
+                let live = Live {
+                    observed,
+                    verdicts,
+                    stale_after: config.stale_after,
+                };
+                (Some(live), Some(following), Some(deriver))
+            }
+        };
         Ok(Self {
             registry,
+            live,
             _watcher: watcher,
+            _following: following,
+            deriver,
         })
     }
 
@@ -56,13 +132,14 @@ impl Host {
     pub fn router(&self) -> axum::Router {
         api::router(AppState {
             registry: Arc::clone(&self.registry),
+            live: self.live.clone(),
         })
     }
 }
 
 /// Run the host until Ctrl-C or SIGTERM.
 pub async fn serve(config: Config) -> Result<()> {
-    let host = Host::start(&config)?;
+    let host = Host::start(&config).await?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| Error::Listen {

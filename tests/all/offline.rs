@@ -274,7 +274,9 @@ fn the_rules_hold_across_a_swap_to_the_example_and_back() {
         params: "{}".into(),
         steps: Vec::new(),
     };
-    let inputs = objects.snapshot.apps(&Grouping::default(), &[task], now);
+    let inputs = objects
+        .snapshot
+        .apps(&Grouping::default(), &[task], &[], now);
     assert!(inputs.len() > 20);
 
     let fixture = Fixture::new();

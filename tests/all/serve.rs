@@ -13,19 +13,25 @@ use serde_json::Value;
 use crate::support::{default_plugin, test_plugin};
 
 /// A running `verdict serve`, stopped when dropped.
-struct Server {
+pub struct Server {
     child: Child,
-    base: String,
+    pub base: String,
 }
 
 impl Server {
     fn start(plugins: &Path, data: &Path) -> Self {
+        Self::start_with(plugins, data, &[])
+    }
+
+    /// Start with more flags.
+    pub fn start_with(plugins: &Path, data: &Path, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
             .args(["serve", "--listen", "127.0.0.1:0"])
             .arg("--plugins")
             .arg(plugins)
             .arg("--data-dir")
             .arg(data)
+            .args(extra)
             .env("VERDICT_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -49,7 +55,7 @@ impl Server {
         Self { child, base }
     }
 
-    fn get(&self, path: &str) -> (u16, Value) {
+    pub fn get(&self, path: &str) -> (u16, Value) {
         let response = reqwest::blocking::get(format!("{}{path}", self.base)).unwrap();
         (response.status().as_u16(), response.json().unwrap())
     }

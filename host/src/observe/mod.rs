@@ -2,6 +2,7 @@
 //! ([`reduce`]), read from files ([`objects`]), and grouped into
 //! applications with their tasks ([`Snapshot::apps`]).
 
+pub mod cluster;
 pub mod objects;
 pub mod reduce;
 
@@ -54,16 +55,57 @@ fn label<'a>(labels: &'a [types::KeyValue], key: &str) -> Option<&'a str> {
         .map(|l| l.value.as_str())
 }
 
-/// What is known of the cluster at one moment.
+/// What is known of the cluster at one moment, keyed as the API keys it.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Namespaces by name, with their labels.
     pub namespaces: BTreeMap<String, Vec<types::KeyValue>>,
-    pub workloads: Vec<types::Workload>,
-    pub pods: Vec<types::Pod>,
-    pub nodes: Vec<types::Node>,
+    /// Workloads by kind, namespace and name.
+    pub workloads: BTreeMap<(&'static str, String, String), types::Workload>,
+    /// Pods by namespace and name.
+    pub pods: BTreeMap<(String, String), types::Pod>,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, types::Node>,
     /// Measured usage by pod (namespace, name), then by container.
     pub usage: BTreeMap<(String, String), BTreeMap<String, types::Resources>>,
+}
+
+fn workload_kind(kind: types::WorkloadKind) -> &'static str {
+    match kind {
+        types::WorkloadKind::Deployment => "Deployment",
+        types::WorkloadKind::StatefulSet => "StatefulSet",
+        types::WorkloadKind::DaemonSet => "DaemonSet",
+    }
+}
+
+impl Snapshot {
+    pub fn put_pod(&mut self, pod: types::Pod) {
+        self.pods
+            .insert((pod.namespace.clone(), pod.name.clone()), pod);
+    }
+
+    pub fn put_workload(&mut self, w: types::Workload) {
+        self.workloads.insert(
+            (workload_kind(w.kind), w.namespace.clone(), w.name.clone()),
+            w,
+        );
+    }
+
+    /// Remove a workload of a kind (`Deployment`, `StatefulSet`, `DaemonSet`).
+    pub fn remove_workload(&mut self, kind: types::WorkloadKind, namespace: &str, name: &str) {
+        self.workloads
+            .remove(&(workload_kind(kind), namespace.to_string(), name.to_string()));
+    }
+
+    /// Forget every workload of a kind (before a full re-list).
+    pub fn clear_workloads(&mut self, kind: types::WorkloadKind) {
+        let kind = workload_kind(kind);
+        self.workloads.retain(|(k, _, _), _| *k != kind);
+    }
+
+    pub fn put_node(&mut self, node: types::Node) {
+        self.nodes.insert(node.name.clone(), node);
+    }
 }
 
 impl Snapshot {
@@ -94,17 +136,19 @@ impl Snapshot {
 
     /// Group the snapshot into applications, each with its tasks (newest
     /// first) and the nodes its pods run on. Applications named only by a
-    /// task exist too, with nothing in them. `now` stamps the observations.
+    /// task, or `known` from before, exist too, with nothing in them. `now`
+    /// stamps the observations.
     pub fn apps(
         &self,
         grouping: &Grouping,
         tasks: &[types::Task],
+        known: &[types::AppId],
         now: types::Timestamp,
     ) -> Vec<status::AppInput> {
         // A namespace exists when its object was seen or something lives in it.
         let mut live: BTreeSet<&str> = self.namespaces.keys().map(String::as_str).collect();
-        live.extend(self.workloads.iter().map(|w| w.namespace.as_str()));
-        live.extend(self.pods.iter().map(|p| p.namespace.as_str()));
+        live.extend(self.workloads.values().map(|w| w.namespace.as_str()));
+        live.extend(self.pods.values().map(|p| p.namespace.as_str()));
 
         let new_app = |id: types::AppId| status::AppInput {
             app: types::App {
@@ -133,13 +177,16 @@ impl Snapshot {
             let key = (id.namespace.clone(), id.name.clone());
             apps.entry(key).or_insert_with(|| new_app(id))
         }
-        for w in &self.workloads {
+        for id in known {
+            entry(&mut apps, id.clone(), &new_app);
+        }
+        for w in self.workloads.values() {
             entry(&mut apps, Self::app_of_workload(grouping, w), &new_app)
                 .app
                 .workloads
                 .push(w.clone());
         }
-        for p in &self.pods {
+        for p in self.pods.values() {
             let mut pod = p.clone();
             if let Some(usage) = self.usage.get(&(p.namespace.clone(), p.name.clone())) {
                 for c in &mut pod.containers {
@@ -169,10 +216,9 @@ impl Snapshot {
                 .iter()
                 .filter_map(|p| p.node.as_deref())
                 .collect();
-            input.nodes = self
-                .nodes
+            input.nodes = on
                 .iter()
-                .filter(|n| on.contains(n.name.as_str()))
+                .filter_map(|n| self.nodes.get(*n))
                 .cloned()
                 .collect();
         }

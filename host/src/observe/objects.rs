@@ -172,23 +172,23 @@ impl Objects {
         match kind.as_str() {
             "Pod" => {
                 let pod: Pod = parse(file, &typed("Pod"), object)?;
-                self.snapshot.pods.push(reduce::pod(&pod));
+                self.snapshot.put_pod(reduce::pod(&pod));
             }
             "Deployment" => {
                 let d: Deployment = parse(file, &typed("Deployment"), object)?;
-                self.snapshot.workloads.push(reduce::deployment(&d));
+                self.snapshot.put_workload(reduce::deployment(&d));
             }
             "StatefulSet" => {
                 let s: StatefulSet = parse(file, &typed("StatefulSet"), object)?;
-                self.snapshot.workloads.push(reduce::stateful_set(&s));
+                self.snapshot.put_workload(reduce::stateful_set(&s));
             }
             "DaemonSet" => {
                 let d: DaemonSet = parse(file, &typed("DaemonSet"), object)?;
-                self.snapshot.workloads.push(reduce::daemon_set(&d));
+                self.snapshot.put_workload(reduce::daemon_set(&d));
             }
             "Node" => {
                 let n: Node = parse(file, &typed("Node"), object)?;
-                self.snapshot.nodes.push(reduce::node(&n));
+                self.snapshot.put_node(reduce::node(&n));
             }
             "Namespace" => {
                 let ns: Namespace = parse(file, &typed("Namespace"), object)?;
@@ -314,7 +314,8 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(objects.snapshot.pods.len(), 1);
-        assert_eq!(objects.snapshot.pods[0].containers[0].image, "web:1");
+        let pod = &objects.snapshot.pods[&("shop".to_string(), "web-1".to_string())];
+        assert_eq!(pod.containers[0].image, "web:1");
         assert_eq!(objects.snapshot.namespaces["shop"][0].key, "team");
         assert_eq!(objects.skipped["Service"], 1);
     }

@@ -107,7 +107,7 @@ pub fn run(args: &EvalArgs) -> Result<String> {
         Some(path) => read_tasks(path, now)?,
         None => Vec::new(),
     };
-    let inputs = objects.snapshot.apps(&args.group_by, &tasks, now);
+    let inputs = objects.snapshot.apps(&args.group_by, &tasks, &[], now);
     let slot = args.policy.status_policy()?;
     let verdicts = verdicts::evaluate(&slot, &inputs, now, args.settings.as_deref())
         .map_err(|e| Error::Input(e.to_string()))?;

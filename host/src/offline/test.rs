@@ -189,7 +189,7 @@ fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<St
         None => Grouping::default(),
     };
     let settings = case.settings.as_ref().map(Value::to_string);
-    let inputs = objects.snapshot.apps(&grouping, &tasks, now);
+    let inputs = objects.snapshot.apps(&grouping, &tasks, &[], now);
     let verdicts =
         verdicts::evaluate(slot, &inputs, now, settings.as_deref()).map_err(|e| e.to_string())?;
 

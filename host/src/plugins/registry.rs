@@ -257,6 +257,8 @@ pub struct Registry {
     slots: RwLock<BTreeMap<String, Arc<Slot>>>,
     /// Reloads run one at a time (the watcher and `POST /v1/plugins/reload`).
     reloading: Mutex<()>,
+    /// Woken when a reload swapped a version in or unloaded a plugin.
+    swapped: tokio::sync::Notify,
 }
 
 impl Registry {
@@ -273,7 +275,13 @@ impl Registry {
             settings,
             slots: RwLock::new(BTreeMap::new()),
             reloading: Mutex::new(()),
+            swapped: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Notified after a reload that changed what serves.
+    pub fn swapped(&self) -> &tokio::sync::Notify {
+        &self.swapped
     }
 
     pub fn dir(&self) -> Option<&Path> {
@@ -431,6 +439,10 @@ impl Registry {
             }
             keep
         });
+        drop(slots);
+        if !report.loaded.is_empty() || !report.unloaded.is_empty() {
+            self.swapped.notify_one();
+        }
         report
     }
 

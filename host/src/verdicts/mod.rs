@@ -1,6 +1,7 @@
 //! Verdicts: status evaluation of grouped applications through the status
 //! policy, and their JSON form ([`view`]).
 
+pub mod live;
 pub mod view;
 
 use crate::plugins::bindings::{status, types};

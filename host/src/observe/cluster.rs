@@ -1,0 +1,348 @@
+//! Following a live cluster with the `kube` client: one runtime watcher per
+//! kind (list, then watch; resumption and re-list after `410 Gone` are the
+//! watcher's, backoff on errors is ours), each object reduced on arrival into the
+//! shared [`Snapshot`]. Every change wakes the deriver. Each watcher's health
+//! is kept so that verdicts can say how old their observations are.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::ListParams;
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::{Snapshot, reduce};
+use crate::plugins::bindings::types;
+
+/// How one kind's watch is doing.
+#[derive(Debug, Clone, Serialize)]
+pub struct KindHealth {
+    /// Whether the first full list has arrived.
+    pub synced: bool,
+    /// Whether the watch is working now.
+    pub healthy: bool,
+    /// Since when it has been in its current state.
+    #[serde(serialize_with = "crate::plugins::serialize_time")]
+    pub since: SystemTime,
+    pub last_error: Option<String>,
+}
+
+/// The health of every watch, by kind.
+#[derive(Debug, Default)]
+pub struct WatchHealth {
+    kinds: Mutex<BTreeMap<&'static str, KindHealth>>,
+}
+
+impl WatchHealth {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, KindHealth>> {
+        self.kinds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn start(&self, kind: &'static str) {
+        self.lock().insert(
+            kind,
+            KindHealth {
+                synced: false,
+                healthy: false,
+                since: SystemTime::now(),
+                last_error: None,
+            },
+        );
+    }
+
+    fn ok(&self, kind: &'static str, synced: bool) {
+        let mut kinds = self.lock();
+        if let Some(h) = kinds.get_mut(kind) {
+            if !h.healthy {
+                h.since = SystemTime::now();
+            }
+            h.healthy = true;
+            h.synced |= synced;
+        }
+    }
+
+    fn failed(&self, kind: &'static str, error: String) {
+        let mut kinds = self.lock();
+        if let Some(h) = kinds.get_mut(kind) {
+            if h.healthy {
+                h.since = SystemTime::now();
+                tracing::warn!(kind, %error, "watch failed; retrying with backoff");
+            }
+            h.healthy = false;
+            h.last_error = Some(error);
+        }
+    }
+
+    fn healthy(&self, kind: &'static str) -> bool {
+        self.lock().get(kind).is_some_and(|h| h.healthy)
+    }
+
+    /// Every kind's health.
+    pub fn kinds(&self) -> BTreeMap<&'static str, KindHealth> {
+        self.lock().clone()
+    }
+
+    /// Whether every watch has synced and works now.
+    pub fn ready(&self) -> bool {
+        let kinds = self.lock();
+        !kinds.is_empty() && kinds.values().all(|h| h.synced && h.healthy)
+    }
+
+    /// Up to when observations are known to be current: now while every
+    /// watch works, else when the first broken one broke.
+    pub fn observed_until(&self) -> SystemTime {
+        self.lock()
+            .values()
+            .filter(|h| !h.healthy)
+            .map(|h| h.since)
+            .min()
+            .unwrap_or_else(SystemTime::now)
+    }
+}
+
+/// The shared state the watchers write and the deriver reads.
+#[derive(Debug, Default)]
+pub struct Observed {
+    pub snapshot: Mutex<Snapshot>,
+    pub health: WatchHealth,
+    /// Woken on every change.
+    pub changed: Notify,
+}
+
+impl Observed {
+    pub fn snapshot(&self) -> std::sync::MutexGuard<'_, Snapshot> {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// How one kind enters the snapshot.
+trait Observe: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static {
+    const KIND: &'static str;
+    fn put(snapshot: &mut Snapshot, object: &Self);
+    fn remove(snapshot: &mut Snapshot, object: &Self);
+    /// Forget every object of the kind, before a full list replaces them.
+    fn clear(snapshot: &mut Snapshot);
+}
+
+fn name(meta: &kube::api::ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+fn namespace(meta: &kube::api::ObjectMeta) -> String {
+    meta.namespace.clone().unwrap_or_default()
+}
+
+impl Observe for Pod {
+    const KIND: &'static str = "pods";
+    fn put(snapshot: &mut Snapshot, object: &Self) {
+        snapshot.put_pod(reduce::pod(object));
+    }
+    fn remove(snapshot: &mut Snapshot, object: &Self) {
+        snapshot
+            .pods
+            .remove(&(namespace(&object.metadata), name(&object.metadata)));
+    }
+    fn clear(snapshot: &mut Snapshot) {
+        snapshot.pods.clear();
+    }
+}
+
+impl Observe for Node {
+    const KIND: &'static str = "nodes";
+    fn put(snapshot: &mut Snapshot, object: &Self) {
+        snapshot.put_node(reduce::node(object));
+    }
+    fn remove(snapshot: &mut Snapshot, object: &Self) {
+        snapshot.nodes.remove(&name(&object.metadata));
+    }
+    fn clear(snapshot: &mut Snapshot) {
+        snapshot.nodes.clear();
+    }
+}
+
+impl Observe for Namespace {
+    const KIND: &'static str = "namespaces";
+    fn put(snapshot: &mut Snapshot, object: &Self) {
+        let labels = object
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .map(|(key, value)| types::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect();
+        snapshot.namespaces.insert(name(&object.metadata), labels);
+    }
+    fn remove(snapshot: &mut Snapshot, object: &Self) {
+        snapshot.namespaces.remove(&name(&object.metadata));
+    }
+    fn clear(snapshot: &mut Snapshot) {
+        snapshot.namespaces.clear();
+    }
+}
+
+macro_rules! observe_workload {
+    ($ty:ty, $kind:literal, $reduce:path, $wk:expr) => {
+        impl Observe for $ty {
+            const KIND: &'static str = $kind;
+            fn put(snapshot: &mut Snapshot, object: &Self) {
+                snapshot.put_workload($reduce(object));
+            }
+            fn remove(snapshot: &mut Snapshot, object: &Self) {
+                snapshot.remove_workload(
+                    $wk,
+                    &namespace(&object.metadata),
+                    &name(&object.metadata),
+                );
+            }
+            fn clear(snapshot: &mut Snapshot) {
+                snapshot.clear_workloads($wk);
+            }
+        }
+    };
+}
+
+observe_workload!(
+    Deployment,
+    "deployments",
+    reduce::deployment,
+    types::WorkloadKind::Deployment
+);
+observe_workload!(
+    StatefulSet,
+    "statefulsets",
+    reduce::stateful_set,
+    types::WorkloadKind::StatefulSet
+);
+observe_workload!(
+    DaemonSet,
+    "daemonsets",
+    reduce::daemon_set,
+    types::WorkloadKind::DaemonSet
+);
+
+/// Follow one kind until the task is aborted.
+async fn follow_kind<K>(client: Client, observed: Arc<Observed>)
+where
+    K: Observe,
+    K::DynamicType: Default,
+{
+    observed.health.start(K::KIND);
+    let api: Api<K> = Api::all(client);
+    let mut stream = watcher(api.clone(), watcher::Config::default()).boxed();
+    // A full list arrives as Init, InitApply…, InitDone: it replaces what
+    // was known of the kind, so objects deleted while disconnected go away.
+    let mut listing: Option<Vec<K>> = None;
+    let mut backoff = MIN_BACKOFF;
+    // A watch that resumes after an error says nothing until something
+    // changes; while unhealthy, a small list tells when the server is back.
+    let mut probe = tokio::time::interval(PROBE_EVERY);
+    loop {
+        tokio::select! {
+            event = stream.next() => {
+                let Some(event) = event else { return };
+                match event {
+                    Ok(event) => {
+                        backoff = MIN_BACKOFF;
+                        apply(&observed, &mut listing, event);
+                    }
+                    Err(error) => {
+                        observed.health.failed(K::KIND, error.to_string());
+                        observed.changed.notify_one();
+                        // The watcher retries on the next poll: pace it.
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+            }
+            _ = probe.tick(), if !observed.health.healthy(K::KIND) => {
+                if api.list_metadata(&ListParams::default().limit(1)).await.is_ok() {
+                    observed.health.ok(K::KIND, false);
+                    observed.changed.notify_one();
+                }
+            }
+        }
+    }
+}
+
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+fn apply<K: Observe>(observed: &Observed, listing: &mut Option<Vec<K>>, event: Event<K>) {
+    match event {
+        Event::Init => *listing = Some(Vec::new()),
+        Event::InitApply(object) => listing.get_or_insert_with(Vec::new).push(object),
+        Event::InitDone => {
+            let objects = listing.take().unwrap_or_default();
+            {
+                let mut snapshot = observed.snapshot();
+                K::clear(&mut snapshot);
+                for object in &objects {
+                    K::put(&mut snapshot, object);
+                }
+            }
+            observed.health.ok(K::KIND, true);
+        }
+        Event::Apply(object) => {
+            K::put(&mut observed.snapshot(), &object);
+            observed.health.ok(K::KIND, false);
+        }
+        Event::Delete(object) => {
+            K::remove(&mut observed.snapshot(), &object);
+            observed.health.ok(K::KIND, false);
+        }
+    }
+    observed.changed.notify_one();
+}
+
+/// The watchers of a cluster; dropping this stops them.
+#[derive(Debug)]
+pub struct Following {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Start a watcher per observed kind.
+pub fn follow(client: Client, observed: &Arc<Observed>) -> Following {
+    let tasks = vec![
+        tokio::spawn(follow_kind::<Namespace>(
+            client.clone(),
+            Arc::clone(observed),
+        )),
+        tokio::spawn(follow_kind::<Node>(client.clone(), Arc::clone(observed))),
+        tokio::spawn(follow_kind::<Pod>(client.clone(), Arc::clone(observed))),
+        tokio::spawn(follow_kind::<Deployment>(
+            client.clone(),
+            Arc::clone(observed),
+        )),
+        tokio::spawn(follow_kind::<StatefulSet>(
+            client.clone(),
+            Arc::clone(observed),
+        )),
+        tokio::spawn(follow_kind::<DaemonSet>(client, Arc::clone(observed))),
+    ];
+    Following { tasks }
+}

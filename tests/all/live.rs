@@ -1,0 +1,246 @@
+//! The `verdict` binary following the Kubernetes API simulator over real
+//! HTTP with the real `kube` client: verdicts follow the cluster as it
+//! changes, survive cut watches and `410 Gone`, turn stale when the API
+//! server goes away, and recover when it returns.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use verdict_sim::{Options, Simulator};
+
+use crate::serve::Server;
+use crate::support::wait_until;
+
+/// Bound on every wait for a verdict to change.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+fn deployment(replicas: i64, ready: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "labels": {"app.kubernetes.io/instance": "web"}},
+        "spec": {"replicas": replicas},
+        "status": {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready, "updatedReplicas": replicas}
+    })
+}
+
+fn node(name: &str, ready: &str) -> Value {
+    let taints = if ready == "True" {
+        json!([])
+    } else {
+        json!([{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}])
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "spec": {"taints": taints},
+        "status": {"conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    })
+}
+
+/// A pod of `web`; `waiting` puts its container in that waiting reason.
+fn pod(name: &str, waiting: Option<&str>) -> Value {
+    let (state, ready) = match waiting {
+        Some(reason) => (json!({"waiting": {"reason": reason}}), false),
+        None => (
+            json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}}),
+            true,
+        ),
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "shop",
+            "labels": {"app.kubernetes.io/instance": "web", "pod-template-hash": "abc"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "uid": "u1", "controller": true}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "web", "image": "web:1"}]},
+        "status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "containerStatuses": [{"name": "web", "image": "web:1", "imageID": "", "ready": ready, "restartCount": 0, "state": state}]}
+    })
+}
+
+struct Cluster {
+    simulator: Option<Simulator>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let simulator = runtime
+            .block_on(Simulator::start(Options::default()))
+            .unwrap();
+        for object in [
+            namespace("shop"),
+            node("n1", "True"),
+            deployment(1, 1),
+            pod("web-1", None),
+        ] {
+            simulator.apply(object).unwrap();
+        }
+        Self {
+            simulator: Some(simulator),
+            runtime,
+        }
+    }
+
+    fn sim(&self) -> &Simulator {
+        self.simulator.as_ref().unwrap()
+    }
+
+    fn apply(&self, object: Value) {
+        self.sim().apply(object).unwrap();
+    }
+}
+
+fn app(server: &Server) -> Value {
+    server.get("/v1/apps/shop/web").1
+}
+
+/// Wait until the app's verdict satisfies `check`; panics with the last
+/// verdict seen when it never does.
+fn until(server: &Server, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    let took = wait_until(PATIENCE, || {
+        last = app(server);
+        check(&last)
+    });
+    assert!(
+        took.is_some(),
+        "{what}: never happened; last verdict {last}"
+    );
+    last
+}
+
+fn start_host(cluster: &Cluster, data: &Path) -> Server {
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    Server::start_with(
+        &plugins,
+        data,
+        &[
+            "--cluster-url",
+            &cluster.sim().url(),
+            "--stale-after-ms",
+            "300",
+        ],
+    )
+}
+
+#[test]
+fn verdicts_follow_the_cluster() {
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path());
+    assert!(
+        wait_until(PATIENCE, || server.get("/readyz").0 == 200).is_some(),
+        "never ready: {}",
+        server.get("/readyz").1
+    );
+    let running = until(&server, "running", |v| v["stable"] == "running");
+    assert_eq!(running["ready_replicas"], 1);
+    assert_eq!(running["stale"], false);
+    assert_eq!(running["groups"][0]["status"], "running-healthy");
+
+    // A pod starts crash-looping.
+    cluster.apply(deployment(1, 0));
+    cluster.apply(pod("web-1", Some("CrashLoopBackOff")));
+    let panic = until(&server, "panic", |v| v["stable"] == "panic");
+    assert_eq!(panic["groups"][0]["reason"], "CrashLoopBackOff");
+
+    // Scaling: fewer ready than expected is degraded, all ready is running.
+    cluster.apply(pod("web-1", None));
+    cluster.apply(deployment(3, 1));
+    until(&server, "degraded", |v| {
+        v["stable"] == "degraded" && v["expected_replicas"] == 3
+    });
+    cluster.apply(deployment(3, 3));
+    until(&server, "running again", |v| v["stable"] == "running");
+
+    // The node stops heartbeating: its pods are unknown.
+    cluster.apply(node("n1", "Unknown"));
+    until(&server, "unknown pod", |v| {
+        v["groups"][0]["status"] == "unknown"
+    });
+    let (_, nodes) = server.get("/v1/nodes");
+    assert_eq!(nodes["nodes"][0]["ready"], "Unknown");
+    cluster.apply(node("n1", "True"));
+    until(&server, "pod back", |v| {
+        v["groups"][0]["status"] == "running-healthy"
+    });
+
+    // A cut connection and an expired version lose no update.
+    cluster.sim().cut_watches();
+    cluster.apply(deployment(2, 2));
+    until(&server, "after a cut", |v| v["expected_replicas"] == 2);
+    cluster.sim().store().compact();
+    cluster.sim().cut_watches();
+    cluster.apply(deployment(4, 4));
+    until(&server, "after 410 Gone", |v| v["expected_replicas"] == 4);
+
+    // Filters.
+    let (_, listed) = server.get("/v1/apps?namespace=shop&status=running");
+    assert_eq!(listed["apps"].as_array().unwrap().len(), 1);
+    let (_, none) = server.get("/v1/apps?status=panic");
+    assert!(none["apps"].as_array().unwrap().is_empty());
+
+    // The namespace goes: the app has not existed since.
+    let namespaces = verdict_sim::resources::find("", "v1", "namespaces").unwrap();
+    cluster
+        .sim()
+        .store()
+        .delete(namespaces, "", "shop")
+        .unwrap();
+    let gone = until(&server, "not-existed", |v| v["stable"] == "not-existed");
+    assert!(gone["groups"].as_array().unwrap().is_empty());
+    let (code, missing) = server.get("/v1/apps/shop/nothing");
+    assert_eq!(
+        (code, missing["error"]["code"].as_str()),
+        (404, Some("no-such-app"))
+    );
+}
+
+#[test]
+fn verdicts_turn_stale_without_the_api_server_and_recover() {
+    let mut cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path());
+    until(&server, "running", |v| {
+        v["stable"] == "running" && v["stale"] == false
+    });
+
+    let simulator = cluster.simulator.take().unwrap();
+    let addr = simulator.addr();
+    let store = simulator.stop();
+    assert!(
+        wait_until(PATIENCE, || server.get("/readyz").0 == 503).is_some(),
+        "still ready without an API server"
+    );
+    let stale = until(&server, "stale", |v| v["stale"] == true);
+    assert!(stale["observation_age_ms"].as_u64().unwrap() >= 300);
+    assert_eq!(
+        stale["stable"], "running",
+        "the last verdict stays, marked stale"
+    );
+
+    // The API server returns with what it had, plus a change.
+    let restarted = cluster
+        .runtime
+        .block_on(Simulator::start_with(
+            Options {
+                listen: addr,
+                ..Options::default()
+            },
+            store,
+        ))
+        .unwrap();
+    restarted.apply(deployment(2, 1)).unwrap();
+    cluster.simulator = Some(restarted);
+    let fresh = until(&server, "fresh again", |v| {
+        v["stale"] == false && v["stable"] == "degraded"
+    });
+    assert!(fresh["observation_age_ms"].as_u64().unwrap() < 300);
+    assert!(wait_until(PATIENCE, || server.get("/readyz").0 == 200).is_some());
+}
