@@ -67,6 +67,9 @@ pub enum ClusterSource {
     Kubeconfig(PathBuf),
     /// An API server URL without authentication (the simulator, `kubectl proxy`).
     Url(String),
+    /// The simulator in-process, playing a scenario (the built-in demo
+    /// without a file).
+    Demo { scenario: Option<PathBuf> },
 }
 
 impl Config {
@@ -140,6 +143,15 @@ pub struct ServeArgs {
     /// is found as kubectl finds it (in-cluster, KUBECONFIG, ~/.kube/config).
     #[arg(long, env = "VERDICT_CLUSTER_URL", value_name = "URL")]
     pub cluster_url: Option<String>,
+
+    /// Follow the built-in demo cluster: the simulator in-process, playing
+    /// a looping scenario. Also what runs when no cluster is found.
+    #[arg(long, env = "VERDICT_DEMO", conflicts_with_all = ["kubeconfig", "cluster_url"])]
+    pub demo: bool,
+
+    /// Play this scenario file in the demo cluster (implies --demo).
+    #[arg(long, env = "VERDICT_SCENARIO", value_name = "FILE", conflicts_with_all = ["kubeconfig", "cluster_url"])]
+    pub scenario: Option<PathBuf>,
 
     /// Group pods into apps by `label=KEY`, `owner` or `namespace`
     /// [default: label=app.kubernetes.io/instance].
@@ -247,13 +259,18 @@ impl ServeArgs {
         if let Some(ms) = file.reload_debounce_ms {
             config.reload_debounce = Duration::from_millis(ms);
         }
-        config.cluster = match (
-            self.kubeconfig.or_else(|| from_file(file.kubeconfig)),
-            self.cluster_url.or(file.cluster_url),
-        ) {
-            (Some(path), _) => ClusterSource::Kubeconfig(path),
-            (None, Some(url)) => ClusterSource::Url(url),
-            (None, None) => ClusterSource::Infer,
+        let kubeconfig = self.kubeconfig.or_else(|| from_file(file.kubeconfig));
+        let url = self.cluster_url.or(file.cluster_url);
+        config.cluster = if self.demo || self.scenario.is_some() {
+            ClusterSource::Demo {
+                scenario: self.scenario,
+            }
+        } else {
+            match (kubeconfig, url) {
+                (Some(path), _) => ClusterSource::Kubeconfig(path),
+                (None, Some(url)) => ClusterSource::Url(url),
+                (None, None) => ClusterSource::Infer,
+            }
         };
         let group_by = match file.group_by {
             Some(text) => Some(text.parse().map_err(|message| Error::Config {

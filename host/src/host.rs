@@ -20,6 +20,7 @@ pub struct Host {
     _watcher: Option<Watcher>,
     _following: Option<Following>,
     deriver: Option<tokio::task::JoinHandle<()>>,
+    _demo: Option<Demo>,
 }
 
 impl Drop for Host {
@@ -30,10 +31,55 @@ impl Drop for Host {
     }
 }
 
+/// The demo cluster: the simulator in-process, playing a scenario.
+#[derive(Debug)]
+struct Demo {
+    simulator: verdict_sim::Simulator,
+    player: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        self.player.abort();
+    }
+}
+
+async fn demo(scenario: Option<&std::path::Path>) -> Result<Demo> {
+    let text = match scenario {
+        Some(path) => std::fs::read_to_string(path).map_err(Error::io(path))?,
+        None => verdict_sim::DEMO.to_string(),
+    };
+    let scenario = verdict_sim::Scenario::parse(&text).map_err(|message| Error::Config {
+        key: "scenario",
+        message,
+    })?;
+    let simulator = verdict_sim::Simulator::start(verdict_sim::Options::default())
+        .await
+        .map_err(|e| Error::Runtime(format!("starting the demo cluster: {e}")))?;
+    let player = tokio::spawn(scenario.run(Arc::clone(simulator.store())));
+    tracing::info!(url = %simulator.url(), "demo cluster serving");
+    Ok(Demo { simulator, player })
+}
+
 /// A `kube` client for the configured cluster, or `None` without one.
-async fn client(source: &ClusterSource) -> Result<Option<kube::Client>> {
+/// Without any configuration and no cluster to be found, the demo cluster
+/// starts.
+async fn client(
+    source: &ClusterSource,
+    demo_cluster: &mut Option<Demo>,
+) -> Result<Option<kube::Client>> {
     let config = match source {
         ClusterSource::None => return Ok(None),
+        ClusterSource::Demo { scenario } => {
+            let started = demo(scenario.as_deref()).await?;
+            let uri = started
+                .simulator
+                .url()
+                .parse()
+                .map_err(|e| Error::Runtime(format!("{e}")))?;
+            *demo_cluster = Some(started);
+            kube::Config::new(uri)
+        }
         ClusterSource::Url(url) => {
             let uri = url.parse().map_err(|e| Error::Config {
                 key: "cluster-url",
@@ -60,8 +106,12 @@ async fn client(source: &ClusterSource) -> Result<Option<kube::Client>> {
         ClusterSource::Infer => match kube::Config::infer().await {
             Ok(config) => config,
             Err(error) => {
-                tracing::warn!(%error, "no cluster found (in-cluster, KUBECONFIG or ~/.kube/config): running without one");
-                return Ok(None);
+                tracing::warn!(%error, "no cluster configured or found (in-cluster, KUBECONFIG, ~/.kube/config): following the built-in demo cluster");
+                return Box::pin(client(
+                    &ClusterSource::Demo { scenario: None },
+                    demo_cluster,
+                ))
+                .await;
             }
         },
     };
@@ -99,7 +149,8 @@ impl Host {
                 None
             }
         };
-        let (live, following, deriver) = match client(&config.cluster).await? {
+        let mut demo_cluster = None;
+        let (live, following, deriver) = match client(&config.cluster, &mut demo_cluster).await? {
             None => (None, None, None),
             Some(client) => {
                 let observed = Arc::new(Observed::default());
@@ -125,6 +176,7 @@ impl Host {
             _watcher: watcher,
             _following: following,
             deriver,
+            _demo: demo_cluster,
         })
     }
 

@@ -7,6 +7,7 @@
 //! to an API server. Tests drive it through [`Simulator`].
 
 pub mod resources;
+pub mod scenario;
 pub mod selector;
 pub mod server;
 pub mod store;
@@ -21,7 +22,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use scenario::Scenario;
 pub use store::{Store, StoreError};
+
+/// The built-in demo scenario: several apps across namespaces going through
+/// a scale-up, a crash loop, an image pull failure, a node lost and back,
+/// and an app stopped and started; it loops every minute.
+pub const DEMO: &str = include_str!("../scenarios/demo.yaml");
 
 /// A running simulator, stopped when dropped.
 #[derive(Debug)]

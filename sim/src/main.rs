@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: verdict-sim [--listen ADDR] [FILE.json ...]");
+    eprintln!("usage: verdict-sim [--listen ADDR] [--scenario FILE.yaml] [FILE.json ...]");
     ExitCode::from(2)
 }
 
@@ -15,11 +15,16 @@ fn usage() -> ExitCode {
 async fn main() -> ExitCode {
     let mut options = verdict_sim::Options::default();
     let mut files: Vec<PathBuf> = Vec::new();
+    let mut scenario: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--listen" => match args.next().and_then(|a| a.parse().ok()) {
                 Some(addr) => options.listen = addr,
+                None => return usage(),
+            },
+            "--scenario" => match args.next() {
+                Some(path) => scenario = Some(PathBuf::from(path)),
                 None => return usage(),
             },
             "-h" | "--help" => return usage(),
@@ -51,6 +56,20 @@ async fn main() -> ExitCode {
         for object in objects {
             if let Err(error) = simulator.apply(object) {
                 eprintln!("verdict-sim: {}: {error}", file.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(path) = scenario {
+        let parsed = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| verdict_sim::Scenario::parse(&text));
+        match parsed {
+            Ok(scenario) => {
+                tokio::spawn(scenario.run(std::sync::Arc::clone(simulator.store())));
+            }
+            Err(error) => {
+                eprintln!("verdict-sim: {}: {error}", path.display());
                 return ExitCode::from(2);
             }
         }

@@ -244,3 +244,61 @@ fn verdicts_turn_stale_without_the_api_server_and_recover() {
     assert!(fresh["observation_age_ms"].as_u64().unwrap() < 300);
     assert!(wait_until(PATIENCE, || server.get("/readyz").0 == 200).is_some());
 }
+
+#[test]
+fn the_demo_cluster_plays_its_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.yaml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "loop-every: 2s\nobjects:\n  - {}\n  - {}\n  - {}\nsteps:\n  - at: 300ms\n    apply:\n      - {}\n      - {}\n",
+            namespace("shop"),
+            deployment(1, 1),
+            pod("web-1", None),
+            deployment(1, 0),
+            pod("web-1", Some("ImagePullBackOff")),
+        ),
+    )
+    .unwrap();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let server = Server::start_with(
+        &plugins,
+        dir.path(),
+        &["--scenario", scenario.to_str().unwrap()],
+    );
+    // The scenario loops: running, then panic, then running again.
+    until(&server, "running", |v| v["stable"] == "running");
+    until(&server, "panic", |v| {
+        v["stable"] == "panic" && v["groups"][0]["reason"] == "ImagePullBackOff"
+    });
+    until(&server, "running after the loop", |v| {
+        v["stable"] == "running"
+    });
+
+    // The built-in demo serves its apps.
+    let demo = Server::start_with(&plugins, dir.path(), &["--demo"]);
+    let listed = wait_until(PATIENCE, || {
+        demo.get("/v1/apps").1["apps"]
+            .as_array()
+            .is_some_and(|a| a.len() >= 5)
+    });
+    assert!(listed.is_some(), "{}", demo.get("/v1/apps").1);
+
+    // A broken scenario file stops the host with the reason.
+    std::fs::write(&scenario, "steps:\n  - at: 5s\n  - at: 1s\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--scenario",
+            scenario.to_str().unwrap(),
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("scenario"));
+}

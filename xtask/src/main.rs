@@ -32,7 +32,8 @@ verbs:
             target/plugins/<name>.wasm (the default policies),
             target/test-plugins/<name>.wasm (plugins the tests use) and
             target/example-plugins/<name>.wasm (examples/)
-  demo      build the plugins and run `verdict serve` with them
+  demo      build the plugins and run `verdict serve --demo` with them: the
+            host on the built-in demo cluster
   lint      cargo fmt --check and clippy with warnings denied
   test      plugins, lint, then every test of the workspace (what CI runs)
   bench     plugins, then the runtime benchmark in the release profile
@@ -346,7 +347,7 @@ fn encode(root: &Path, modules: &Path, guest: &Guest) -> Result<PathBuf> {
 fn demo(rest: &[String]) -> Result<()> {
     let mut serve = cargo();
     serve
-        .args(["run", "--package", "verdict", "--", "serve"])
+        .args(["run", "--package", "verdict", "--", "serve", "--demo"])
         .args(rest)
         .current_dir(root());
     let status = serve.status()?;

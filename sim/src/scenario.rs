@@ -1,0 +1,246 @@
+//! Scenario files: a timeline of changes the simulator plays, for demos and
+//! tests. A scenario starts from its `objects`, then applies each step at its
+//! time (`5s`, `1m30s`), and with `loop-every` starts over.
+//!
+//! ```yaml
+//! loop-every: 60s
+//! objects:
+//!   - {apiVersion: v1, kind: Namespace, metadata: {name: shop}}
+//! steps:
+//!   - at: 5s
+//!     apply:
+//!       - {apiVersion: apps/v1, kind: Deployment, metadata: {name: web, namespace: shop}, spec: {replicas: 3}}
+//!   - at: 20s
+//!     delete:
+//!       - {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop}}
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::store::{Store, StoreError};
+use crate::{apply, resources};
+
+/// A timeline of changes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Scenario {
+    /// Start over this long after the start; once when absent.
+    #[serde(default, with = "duration_text")]
+    pub loop_every: Option<Duration>,
+    /// The state at the start (of each loop).
+    #[serde(default)]
+    pub objects: Vec<Value>,
+    #[serde(default)]
+    pub steps: Vec<Step>,
+}
+
+/// Changes at one moment.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// Time since the start of the loop.
+    #[serde(with = "duration_text_required")]
+    pub at: Duration,
+    /// Objects to create or replace.
+    #[serde(default)]
+    pub apply: Vec<Value>,
+    /// Objects to delete (apiVersion, kind, namespace and name suffice).
+    #[serde(default)]
+    pub delete: Vec<Value>,
+}
+
+mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| humantime::parse_duration(&t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+mod duration_text_required {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Scenario {
+    /// Parse a scenario from YAML (or JSON) text.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let scenario: Scenario = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        let mut last = Duration::ZERO;
+        for (i, step) in scenario.steps.iter().enumerate() {
+            if step.at < last {
+                return Err(format!(
+                    "steps[{i}]: at {:?} comes before the step above it",
+                    step.at
+                ));
+            }
+            last = step.at;
+        }
+        if let Some(every) = scenario.loop_every
+            && every <= last
+        {
+            return Err(format!(
+                "loop-every must come after the last step ({last:?})"
+            ));
+        }
+        Ok(scenario)
+    }
+
+    /// Bring the store to the scenario's start: objects not in it go, its
+    /// objects are applied.
+    pub fn reset(&self, store: &Store) -> Result<(), StoreError> {
+        let wanted: Vec<(String, String, String, String)> =
+            self.objects.iter().map(identity).collect();
+        for resource in resources::RESOURCES {
+            let (items, _) = store.list(resource, None);
+            for item in items {
+                if !wanted.contains(&identity(&item)) {
+                    let namespace = text(&item, "/metadata/namespace");
+                    let name = text(&item, "/metadata/name");
+                    // A namespace deleted earlier in this pass took it along.
+                    let _ = store.delete(resource, &namespace, &name);
+                }
+            }
+        }
+        for object in &self.objects {
+            apply(store, object.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Apply one step.
+    pub fn play(&self, store: &Store, step: &Step) -> Result<(), StoreError> {
+        for object in &step.apply {
+            apply(store, object.clone())?;
+        }
+        for object in &step.delete {
+            let (api_version, kind, namespace, name) = identity(object);
+            let resource = resources::by_kind(&api_version, &kind).ok_or_else(|| {
+                StoreError::bad_request(format!("no resource serves {api_version} {kind}"))
+            })?;
+            match store.delete(resource, &namespace, &name) {
+                Ok(_) => {}
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Play the scenario on a store until the task is aborted (or, without
+    /// `loop-every`, until the last step).
+    pub async fn run(self, store: Arc<Store>) {
+        loop {
+            let started = tokio::time::Instant::now();
+            if let Err(error) = self.reset(&store) {
+                tracing::error!(%error, "scenario: the starting objects do not apply");
+                return;
+            }
+            for step in &self.steps {
+                tokio::time::sleep_until(started + step.at).await;
+                if let Err(error) = self.play(&store, step) {
+                    tracing::warn!(%error, at = ?step.at, "scenario: a step did not apply");
+                }
+            }
+            match self.loop_every {
+                Some(every) => tokio::time::sleep_until(started + every).await,
+                None => return,
+            }
+        }
+    }
+}
+
+fn text(object: &Value, pointer: &str) -> String {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn identity(object: &Value) -> (String, String, String, String) {
+    let mut namespace = text(object, "/metadata/namespace");
+    let (api_version, kind) = (text(object, "/apiVersion"), text(object, "/kind"));
+    if namespace.is_empty() && resources::by_kind(&api_version, &kind).is_some_and(|r| r.namespaced)
+    {
+        namespace = "default".into();
+    }
+    (api_version, kind, namespace, text(object, "/metadata/name"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCENARIO: &str = "
+loop-every: 10s
+objects:
+  - {apiVersion: v1, kind: Namespace, metadata: {name: shop}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: shop}, status: {phase: Pending}}
+steps:
+  - at: 1s
+    apply:
+      - {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: shop}, status: {phase: Running}}
+      - {apiVersion: v1, kind: Pod, metadata: {name: b, namespace: shop}}
+  - at: 2s
+    delete:
+      - {apiVersion: v1, kind: Pod, metadata: {name: a, namespace: shop}}
+";
+
+    #[test]
+    fn steps_apply_and_a_reset_returns_to_the_start() {
+        let scenario = Scenario::parse(SCENARIO).unwrap();
+        let store = Store::new(100);
+        let pods = resources::find("", "v1", "pods").unwrap();
+        scenario.reset(&store).unwrap();
+        scenario.play(&store, &scenario.steps[0]).unwrap();
+        assert_eq!(
+            store.get(pods, "shop", "a").unwrap()["status"]["phase"],
+            "Running"
+        );
+        scenario.play(&store, &scenario.steps[1]).unwrap();
+        assert_eq!(store.list(pods, None).0.len(), 1);
+        scenario.reset(&store).unwrap();
+        let (items, _) = store.list(pods, None);
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0]["status"]["phase"], "Pending");
+    }
+
+    #[test]
+    fn the_demo_plays_through_and_loops_back() {
+        let demo = Scenario::parse(crate::DEMO).unwrap();
+        assert!(demo.loop_every.is_some());
+        let store = Store::new(1000);
+        demo.reset(&store).unwrap();
+        let pods = resources::find("", "v1", "pods").unwrap();
+        let at_start = store.list(pods, None).0.len();
+        for step in &demo.steps {
+            demo.play(&store, step).unwrap();
+        }
+        demo.reset(&store).unwrap();
+        assert_eq!(store.list(pods, None).0.len(), at_start);
+    }
+
+    #[test]
+    fn a_bad_timeline_is_refused_with_the_reason() {
+        let backwards = "steps:\n  - at: 5s\n  - at: 2s\n";
+        assert!(Scenario::parse(backwards).unwrap_err().contains("steps[1]"));
+        let short = "loop-every: 1s\nsteps:\n  - at: 5s\n";
+        assert!(Scenario::parse(short).unwrap_err().contains("loop-every"));
+        assert!(Scenario::parse("steps:\n  - at: soon\n").is_err());
+    }
+}
