@@ -96,7 +96,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
         .as_ref()
         .is_none_or(|l| l.observed.health.ready());
     let ready = policy && watching;
-    let body = json!({ "ready": ready, "status_policy": policy, "watches": watches });
+    let apps = state.live.as_ref().map(|l| l.verdicts.count());
+    let body = json!({ "ready": ready, "status_policy": policy, "watches": watches, "apps": apps });
     let code = if ready {
         StatusCode::OK
     } else {

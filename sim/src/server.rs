@@ -45,6 +45,9 @@ struct Params {
     field_selector: Option<String>,
     allow_watch_bookmarks: Option<bool>,
     timeout_seconds: Option<u64>,
+    limit: Option<usize>,
+    #[serde(rename = "continue")]
+    continue_token: Option<String>,
 }
 
 fn json_response(code: StatusCode, body: &Value) -> Response {
@@ -170,16 +173,36 @@ async fn handle(
                     table::wanted(&accept),
                 );
             }
-            let (items, rv) = store.list(resource, namespace.as_deref());
-            let items: Vec<Value> = items.into_iter().filter(|o| selector.matches(o)).collect();
+            // Pages of `limit` items, continued after the last key returned
+            // (the token is `namespace/name`).
+            let after = match params.continue_token.as_deref().filter(|t| !t.is_empty()) {
+                None => None,
+                Some(token) => match token.split_once('/') {
+                    Some((ns, name)) => Some((ns.to_string(), name.to_string())),
+                    None => {
+                        return error(&StoreError::bad_request(format!(
+                            "invalid continue token {token}"
+                        )));
+                    }
+                },
+            };
+            let limit = params.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+            let (items, next, rv) =
+                store.list_page(resource, namespace.as_deref(), after, limit, |o| {
+                    selector.matches(o)
+                });
             if table::wanted(&accept) {
                 return json_response(StatusCode::OK, &table::table(resource, &items, rv));
+            }
+            let mut metadata = json!({ "resourceVersion": rv.to_string() });
+            if let Some((ns, name)) = next {
+                metadata["continue"] = json!(format!("{ns}/{name}"));
             }
             Ok((
                 StatusCode::OK,
                 json!({
                     "kind": format!("{}List", resource.kind), "apiVersion": resource.api_version(),
-                    "metadata": { "resourceVersion": rv.to_string() }, "items": items,
+                    "metadata": metadata, "items": items,
                 }),
             ))
         }

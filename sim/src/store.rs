@@ -243,6 +243,62 @@ impl Store {
         (items, inner.rv)
     }
 
+    /// One page of a list: objects of the resource after the key `after`
+    /// (namespace, name) that pass `keep`, at most `limit`; with the key
+    /// to continue from when more remain.
+    pub fn list_page(
+        &self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        after: Option<(String, String)>,
+        limit: usize,
+        keep: impl Fn(&Value) -> bool,
+    ) -> (Vec<Value>, Option<(String, String)>, u64) {
+        use std::ops::Bound;
+        let inner = self.lock();
+        let start = match after {
+            Some((ns, name)) => Bound::Excluded((resource.group, resource.plural, ns, name)),
+            None => Bound::Included((
+                resource.group,
+                resource.plural,
+                String::new(),
+                String::new(),
+            )),
+        };
+        let mut items = Vec::new();
+        let mut next = None;
+        for ((g, p, ns, name), object) in inner.objects.range((start, Bound::Unbounded)) {
+            if *g != resource.group || *p != resource.plural {
+                break;
+            }
+            if namespace.is_some_and(|n| n != ns) || !keep(object) {
+                continue;
+            }
+            if items.len() == limit {
+                next = Some((ns.clone(), name.clone()));
+                break;
+            }
+            items.push(object.clone());
+        }
+        // The continue key is the last item returned, so the next page
+        // starts after it.
+        let next = next.and_then(|_| {
+            items.last().map(|o| {
+                (
+                    o.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    o.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+        });
+        (items, next, inner.rv)
+    }
+
     pub fn get(
         &self,
         resource: &'static Resource,

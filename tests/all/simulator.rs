@@ -189,6 +189,33 @@ fn a_watch_resumes_after_a_cut_and_old_versions_are_gone() {
     assert_eq!(error["type"], "ERROR");
     assert_eq!(error["object"]["code"], 410);
 
+    // Lists come in pages when asked.
+    for name in ["web-3", "web-4", "web-5"] {
+        running.simulator.apply(pod(name, "Running", 0)).unwrap();
+    }
+    let mut names = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page: Value = reqwest::blocking::get(format!(
+            "{base}/api/v1/pods?limit=2&continue={token}&labelSelector=app%3Dweb"
+        ))
+        .unwrap()
+        .json()
+        .unwrap();
+        let items = page["items"].as_array().unwrap();
+        assert!(items.len() <= 2);
+        names.extend(
+            items
+                .iter()
+                .map(|p| p["metadata"]["name"].as_str().unwrap().to_string()),
+        );
+        match page["metadata"]["continue"].as_str() {
+            Some(next) => token = next.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["web-1", "web-2", "web-3", "web-4", "web-5"]);
+
     // A selector narrows the watch; deletion is an event too.
     let only_web_1 = watch(&format!(
         "{base}/api/v1/namespaces/shop/pods?watch=true&fieldSelector=metadata.name%3Dweb-1&resourceVersion={}",

@@ -52,6 +52,14 @@ impl Verdicts {
             .collect()
     }
 
+    /// How many applications have a verdict.
+    pub fn count(&self) -> usize {
+        self.apps
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
     pub fn get(&self, namespace: &str, name: &str) -> Option<LiveVerdict> {
         self.apps
             .read()

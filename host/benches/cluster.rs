@@ -1,0 +1,218 @@
+//! Benchmark of following a large cluster: 100 000 pods in 10 000 apps (10
+//! pods and a Deployment each, 100 apps in each of 100 namespaces) served by
+//! the simulator, followed by the `verdict` binary over HTTP with the real
+//! `kube` client. Reports the time from start to every verdict derived, the
+//! host's resident memory, and the delay from one pod change to its new
+//! verdict on HTTP.
+//!
+//! Run with `cargo xtask bench` (release profile); `--quick` for 1 000 pods.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use verdict_sim::{Options, Simulator, resources};
+
+fn deployment(ns: &str, app: &str, replicas: u32) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": app, "namespace": ns, "labels": {"app.kubernetes.io/instance": app}},
+        "spec": {"replicas": replicas},
+        "status": {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas, "updatedReplicas": replicas}
+    })
+}
+
+fn pod(ns: &str, app: &str, name: &str, waiting: Option<&str>) -> Value {
+    let state = match waiting {
+        Some(reason) => json!({"waiting": {"reason": reason}}),
+        None => json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}}),
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns,
+            "labels": {"app.kubernetes.io/instance": app, "pod-template-hash": "h"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{app}-h"), "uid": "u", "controller": true}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "main", "image": "app:1",
+            "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}}}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": if waiting.is_none() { "True" } else { "False" }, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "containerStatuses": [{"name": "main", "image": "app:1", "imageID": "", "ready": waiting.is_none(), "restartCount": 0, "state": state}]}
+    })
+}
+
+/// Resident and peak resident memory of a process, in MiB.
+fn memory(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+struct Host(Child);
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (namespaces, apps_per_namespace, pods_per_app) =
+        if quick { (10, 10, 10) } else { (100, 100, 10) };
+    let apps = namespaces * apps_per_namespace;
+    let changes = if quick { 10 } else { 50 };
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let simulator = runtime
+        .block_on(Simulator::start(Options {
+            log_capacity: 1_000_000,
+            ..Options::default()
+        }))
+        .unwrap();
+    let store = simulator.store();
+    let loading = Instant::now();
+    for n in 0..namespaces {
+        let ns = format!("ns-{n:03}");
+        simulator
+            .apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+            .unwrap();
+        for a in 0..apps_per_namespace {
+            let app = format!("app-{a:03}");
+            simulator
+                .apply(deployment(&ns, &app, pods_per_app))
+                .unwrap();
+            for p in 0..pods_per_app {
+                simulator
+                    .apply(pod(&ns, &app, &format!("{app}-h-{p:02}"), None))
+                    .unwrap();
+            }
+        }
+    }
+    let pods = apps * pods_per_app as usize;
+    println!(
+        "verdict cluster benchmark: {pods} pods in {apps} apps ({} mode); simulator loaded in {:.1} s",
+        if quick { "quick" } else { "full" },
+        loading.elapsed().as_secs_f64()
+    );
+    println!();
+
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let data = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cluster-url",
+            &simulator.url(),
+        ])
+        .arg("--plugins")
+        .arg(workspace.join("target/plugins"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("VERDICT_LOG", "error")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let host = Host(child);
+    let base = line
+        .trim()
+        .strip_prefix("verdict listening on ")
+        .unwrap()
+        .to_string();
+    let client = reqwest::blocking::Client::new();
+    let get = |path: &str| -> Value {
+        client
+            .get(format!("{base}{path}"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+
+    loop {
+        let ready = get("/readyz");
+        if ready["apps"].as_u64() == Some(apps as u64) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "not all verdicts after 10 min: {ready}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let derived = started.elapsed();
+    let (rss, peak) = memory(host.0.id());
+
+    // One pod starts crash-looping; time until its app's verdict says so.
+    let pods_resource = resources::find("", "v1", "pods").unwrap();
+    let mut delays = Vec::new();
+    for i in 0..changes {
+        let (ns, app) = (
+            format!("ns-{:03}", i % namespaces),
+            format!("app-{:03}", i % apps_per_namespace),
+        );
+        let name = format!("{app}-h-00");
+        let changed = Instant::now();
+        store
+            .replace(
+                pods_resource,
+                &ns,
+                &name,
+                pod(&ns, &app, &name, Some("CrashLoopBackOff")),
+            )
+            .unwrap();
+        loop {
+            let verdict = get(&format!("/v1/apps/{ns}/{app}"));
+            let seen = verdict["groups"].as_array().is_some_and(|g| {
+                g.iter()
+                    .any(|p| p["name"] == name.as_str() && p["reason"] == "CrashLoopBackOff")
+            });
+            if seen {
+                break;
+            }
+            assert!(
+                changed.elapsed() < Duration::from_secs(60),
+                "change never seen"
+            );
+        }
+        delays.push(changed.elapsed());
+    }
+    delays.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let p99 = delays[(delays.len() * 99 / 100).min(delays.len() - 1)];
+
+    println!("| measure | figure | budget |");
+    println!("|---|---|---|");
+    println!(
+        "| start → all {apps} verdicts derived | {:.2} s | — |",
+        derived.as_secs_f64()
+    );
+    println!(
+        "| host resident memory after derivation | {rss:.0} MiB (peak {peak:.0} MiB) | ≤ 400 MB for 100 000 pods |"
+    );
+    println!(
+        "| pod change → new verdict on HTTP, median of {changes} | {:.1} ms | — |",
+        ms(delays[delays.len() / 2])
+    );
+    println!(
+        "| pod change → new verdict on HTTP, p99 | {:.1} ms | ≤ 5 ms |",
+        ms(p99)
+    );
+    drop(host);
+}
