@@ -399,7 +399,16 @@ fn test() -> Result<()> {
 fn bench(rest: &[String]) -> Result<()> {
     run(
         cargo()
-            .args(["bench", "--package", "verdict", "--"])
+            .args([
+                "bench",
+                "--package",
+                "verdict",
+                "--bench",
+                "runtime",
+                "--bench",
+                "cluster",
+                "--",
+            ])
             .args(rest)
             .current_dir(root()),
         BUILD,
