@@ -97,7 +97,17 @@ async fn readyz(State(state): State<AppState>) -> Response {
         .is_none_or(|l| l.observed.health.ready());
     let ready = policy && watching;
     let apps = state.live.as_ref().map(|l| l.verdicts.count());
-    let body = json!({ "ready": ready, "status_policy": policy, "watches": watches, "apps": apps });
+    let derive_error = state.live.as_ref().and_then(|l| {
+        l.verdicts
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    });
+    let body = json!({
+        "ready": ready, "status_policy": policy, "watches": watches,
+        "apps": apps, "derive_error": derive_error,
+    });
     let code = if ready {
         StatusCode::OK
     } else {

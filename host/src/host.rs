@@ -153,7 +153,7 @@ impl Host {
         let (live, following, deriver) = match client(&config.cluster, &mut demo_cluster).await? {
             None => (None, None, None),
             Some(client) => {
-                let observed = Arc::new(Observed::default());
+                let observed = Arc::new(Observed::new(config.group_by.clone()));
                 let verdicts = Arc::new(Verdicts::default());
                 let following = cluster::follow(client, &observed);
                 let deriver = tokio::spawn(live::derive_forever(

@@ -4,7 +4,7 @@
 //! shared [`Snapshot`]. Every change wakes the deriver. Each watcher's health
 //! is kept so that verdicts can say how old their observations are.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{Snapshot, reduce};
+use super::{AppKey, Grouping, Snapshot, reduce};
 use crate::plugins::bindings::types;
 
 /// How one kind's watch is doing.
@@ -111,6 +111,16 @@ impl WatchHealth {
     }
 }
 
+/// What changed since the last derivation.
+#[derive(Debug, Default)]
+pub struct Dirty {
+    /// Everything (a full list arrived).
+    pub all: bool,
+    pub apps: BTreeSet<AppKey>,
+    pub namespaces: BTreeSet<String>,
+    pub nodes: BTreeSet<String>,
+}
+
 /// The shared state the watchers write and the deriver reads.
 #[derive(Debug, Default)]
 pub struct Observed {
@@ -118,21 +128,66 @@ pub struct Observed {
     pub health: WatchHealth,
     /// Woken on every change.
     pub changed: Notify,
+    dirty: Mutex<Dirty>,
 }
 
 impl Observed {
+    /// Observations grouped into apps by `grouping`.
+    pub fn new(grouping: Grouping) -> Self {
+        Self {
+            snapshot: Mutex::new(Snapshot::grouped_by(grouping)),
+            ..Self::default()
+        }
+    }
+
     pub fn snapshot(&self) -> std::sync::MutexGuard<'_, Snapshot> {
         self.snapshot
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    fn dirty(&self) -> std::sync::MutexGuard<'_, Dirty> {
+        self.dirty
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Take what changed since the last call.
+    pub fn take_dirty(&self) -> Dirty {
+        std::mem::take(&mut *self.dirty())
+    }
+
+    fn mark(&self, change: Change) {
+        let mut dirty = self.dirty();
+        match change {
+            Change::Apps(apps) => dirty.apps.extend(apps),
+            Change::Namespace(name) => {
+                dirty.namespaces.insert(name);
+            }
+            Change::Node(name) => {
+                dirty.nodes.insert(name);
+            }
+        }
+    }
+
+    /// Have the next derivation cover everything.
+    pub fn mark_all(&self) {
+        self.dirty().all = true;
+    }
+}
+
+/// What a change of one object touches.
+enum Change {
+    Apps(Vec<AppKey>),
+    Namespace(String),
+    Node(String),
 }
 
 /// How one kind enters the snapshot.
 trait Observe: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static {
     const KIND: &'static str;
-    fn put(snapshot: &mut Snapshot, object: &Self);
-    fn remove(snapshot: &mut Snapshot, object: &Self);
+    fn put(snapshot: &mut Snapshot, object: &Self) -> Change;
+    fn remove(snapshot: &mut Snapshot, object: &Self) -> Change;
     /// Forget every object of the kind, before a full list replaces them.
     fn clear(snapshot: &mut Snapshot);
 }
@@ -147,26 +202,26 @@ fn namespace(meta: &kube::api::ObjectMeta) -> String {
 
 impl Observe for Pod {
     const KIND: &'static str = "pods";
-    fn put(snapshot: &mut Snapshot, object: &Self) {
-        snapshot.put_pod(reduce::pod(object));
+    fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
+        Change::Apps(snapshot.put_pod(reduce::pod(object)))
     }
-    fn remove(snapshot: &mut Snapshot, object: &Self) {
-        snapshot
-            .pods
-            .remove(&(namespace(&object.metadata), name(&object.metadata)));
+    fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
+        Change::Apps(snapshot.remove_pod(&namespace(&object.metadata), &name(&object.metadata)))
     }
     fn clear(snapshot: &mut Snapshot) {
-        snapshot.pods.clear();
+        snapshot.clear_pods();
     }
 }
 
 impl Observe for Node {
     const KIND: &'static str = "nodes";
-    fn put(snapshot: &mut Snapshot, object: &Self) {
+    fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
         snapshot.put_node(reduce::node(object));
+        Change::Node(name(&object.metadata))
     }
-    fn remove(snapshot: &mut Snapshot, object: &Self) {
+    fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
         snapshot.nodes.remove(&name(&object.metadata));
+        Change::Node(name(&object.metadata))
     }
     fn clear(snapshot: &mut Snapshot) {
         snapshot.nodes.clear();
@@ -175,7 +230,7 @@ impl Observe for Node {
 
 impl Observe for Namespace {
     const KIND: &'static str = "namespaces";
-    fn put(snapshot: &mut Snapshot, object: &Self) {
+    fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
         let labels = object
             .metadata
             .labels
@@ -187,9 +242,11 @@ impl Observe for Namespace {
             })
             .collect();
         snapshot.namespaces.insert(name(&object.metadata), labels);
+        Change::Namespace(name(&object.metadata))
     }
-    fn remove(snapshot: &mut Snapshot, object: &Self) {
+    fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
         snapshot.namespaces.remove(&name(&object.metadata));
+        Change::Namespace(name(&object.metadata))
     }
     fn clear(snapshot: &mut Snapshot) {
         snapshot.namespaces.clear();
@@ -200,15 +257,15 @@ macro_rules! observe_workload {
     ($ty:ty, $kind:literal, $reduce:path, $wk:expr) => {
         impl Observe for $ty {
             const KIND: &'static str = $kind;
-            fn put(snapshot: &mut Snapshot, object: &Self) {
-                snapshot.put_workload($reduce(object));
+            fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
+                Change::Apps(snapshot.put_workload($reduce(object)))
             }
-            fn remove(snapshot: &mut Snapshot, object: &Self) {
-                snapshot.remove_workload(
+            fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
+                Change::Apps(snapshot.remove_workload(
                     $wk,
                     &namespace(&object.metadata),
                     &name(&object.metadata),
-                );
+                ))
             }
             fn clear(snapshot: &mut Snapshot) {
                 snapshot.clear_workloads($wk);
@@ -297,14 +354,17 @@ fn apply<K: Observe>(observed: &Observed, listing: &mut Option<Vec<K>>, event: E
                     K::put(&mut snapshot, object);
                 }
             }
+            observed.mark_all();
             observed.health.ok(K::KIND, true);
         }
         Event::Apply(object) => {
-            K::put(&mut observed.snapshot(), &object);
+            let change = K::put(&mut observed.snapshot(), &object);
+            observed.mark(change);
             observed.health.ok(K::KIND, false);
         }
         Event::Delete(object) => {
-            K::remove(&mut observed.snapshot(), &object);
+            let change = K::remove(&mut observed.snapshot(), &object);
+            observed.mark(change);
             observed.health.ok(K::KIND, false);
         }
     }

@@ -55,19 +55,37 @@ fn label<'a>(labels: &'a [types::KeyValue], key: &str) -> Option<&'a str> {
         .map(|l| l.value.as_str())
 }
 
-/// What is known of the cluster at one moment, keyed as the API keys it.
+/// An application's key: namespace and name.
+pub type AppKey = (String, String);
+type PodKey = (String, String);
+type WorkloadKey = (&'static str, String, String);
+
+/// What belongs to one application.
+#[derive(Debug, Clone, Default)]
+struct Members {
+    workloads: BTreeSet<WorkloadKey>,
+    pods: BTreeSet<PodKey>,
+}
+
+/// What is known of the cluster at one moment, keyed as the API keys it,
+/// with an index from applications (by the snapshot's grouping) to their
+/// workloads and pods, kept up to date as objects come and go.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Namespaces by name, with their labels.
     pub namespaces: BTreeMap<String, Vec<types::KeyValue>>,
     /// Workloads by kind, namespace and name.
-    pub workloads: BTreeMap<(&'static str, String, String), types::Workload>,
+    pub workloads: BTreeMap<WorkloadKey, types::Workload>,
     /// Pods by namespace and name.
-    pub pods: BTreeMap<(String, String), types::Pod>,
+    pub pods: BTreeMap<PodKey, types::Pod>,
     /// Nodes by name.
     pub nodes: BTreeMap<String, types::Node>,
     /// Measured usage by pod (namespace, name), then by container.
     pub usage: BTreeMap<(String, String), BTreeMap<String, types::Resources>>,
+    grouping: Grouping,
+    index: BTreeMap<AppKey, Members>,
+    pod_app: BTreeMap<PodKey, AppKey>,
+    workload_app: BTreeMap<WorkloadKey, AppKey>,
 }
 
 fn workload_kind(kind: types::WorkloadKind) -> &'static str {
@@ -78,33 +96,214 @@ fn workload_kind(kind: types::WorkloadKind) -> &'static str {
     }
 }
 
+fn key_of(id: types::AppId) -> AppKey {
+    (id.namespace, id.name)
+}
+
 impl Snapshot {
-    pub fn put_pod(&mut self, pod: types::Pod) {
-        self.pods
-            .insert((pod.namespace.clone(), pod.name.clone()), pod);
+    /// An empty snapshot that indexes applications by `grouping`.
+    pub fn grouped_by(grouping: Grouping) -> Self {
+        Self {
+            grouping,
+            ..Self::default()
+        }
     }
 
-    pub fn put_workload(&mut self, w: types::Workload) {
-        self.workloads.insert(
-            (workload_kind(w.kind), w.namespace.clone(), w.name.clone()),
-            w,
-        );
+    fn unindex_pod(&mut self, key: &PodKey) -> Option<AppKey> {
+        let app = self.pod_app.remove(key)?;
+        if let Some(members) = self.index.get_mut(&app) {
+            members.pods.remove(key);
+            if members.pods.is_empty() && members.workloads.is_empty() {
+                self.index.remove(&app);
+            }
+        }
+        Some(app)
     }
 
-    /// Remove a workload of a kind (`Deployment`, `StatefulSet`, `DaemonSet`).
-    pub fn remove_workload(&mut self, kind: types::WorkloadKind, namespace: &str, name: &str) {
-        self.workloads
-            .remove(&(workload_kind(kind), namespace.to_string(), name.to_string()));
+    fn unindex_workload(&mut self, key: &WorkloadKey) -> Option<AppKey> {
+        let app = self.workload_app.remove(key)?;
+        if let Some(members) = self.index.get_mut(&app) {
+            members.workloads.remove(key);
+            if members.pods.is_empty() && members.workloads.is_empty() {
+                self.index.remove(&app);
+            }
+        }
+        Some(app)
+    }
+
+    /// Add or replace a pod; returns the apps it left and joined.
+    pub fn put_pod(&mut self, pod: types::Pod) -> Vec<AppKey> {
+        let key = (pod.namespace.clone(), pod.name.clone());
+        let mut touched: Vec<AppKey> = self.unindex_pod(&key).into_iter().collect();
+        let app = key_of(Self::app_of_pod(&self.grouping, &pod));
+        self.index
+            .entry(app.clone())
+            .or_default()
+            .pods
+            .insert(key.clone());
+        self.pod_app.insert(key.clone(), app.clone());
+        self.pods.insert(key, pod);
+        touched.push(app);
+        touched
+    }
+
+    /// Remove a pod; returns the app it belonged to.
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Vec<AppKey> {
+        let key = (namespace.to_string(), name.to_string());
+        self.pods.remove(&key);
+        self.unindex_pod(&key).into_iter().collect()
+    }
+
+    /// Forget every pod (before a full re-list).
+    pub fn clear_pods(&mut self) {
+        let keys: Vec<PodKey> = self.pods.keys().cloned().collect();
+        for key in keys {
+            self.remove_pod(&key.0, &key.1);
+        }
+    }
+
+    /// Add or replace a workload; returns the apps it left and joined.
+    pub fn put_workload(&mut self, w: types::Workload) -> Vec<AppKey> {
+        let key = (workload_kind(w.kind), w.namespace.clone(), w.name.clone());
+        let mut touched: Vec<AppKey> = self.unindex_workload(&key).into_iter().collect();
+        let app = key_of(Self::app_of_workload(&self.grouping, &w));
+        self.index
+            .entry(app.clone())
+            .or_default()
+            .workloads
+            .insert(key.clone());
+        self.workload_app.insert(key.clone(), app.clone());
+        self.workloads.insert(key, w);
+        touched.push(app);
+        touched
+    }
+
+    /// Remove a workload of a kind; returns the app it belonged to.
+    pub fn remove_workload(
+        &mut self,
+        kind: types::WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Vec<AppKey> {
+        let key = (workload_kind(kind), namespace.to_string(), name.to_string());
+        self.workloads.remove(&key);
+        self.unindex_workload(&key).into_iter().collect()
     }
 
     /// Forget every workload of a kind (before a full re-list).
     pub fn clear_workloads(&mut self, kind: types::WorkloadKind) {
         let kind = workload_kind(kind);
-        self.workloads.retain(|(k, _, _), _| *k != kind);
+        let keys: Vec<WorkloadKey> = self
+            .workloads
+            .keys()
+            .filter(|(k, _, _)| *k == kind)
+            .cloned()
+            .collect();
+        for key in keys {
+            self.workloads.remove(&key);
+            self.unindex_workload(&key);
+        }
     }
 
     pub fn put_node(&mut self, node: types::Node) {
         self.nodes.insert(node.name.clone(), node);
+    }
+
+    /// The indexed apps of a namespace.
+    pub fn apps_in_namespace(&self, namespace: &str) -> Vec<AppKey> {
+        self.index
+            .range((namespace.to_string(), String::new())..)
+            .take_while(|((ns, _), _)| ns == namespace)
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// The apps with a pod on a node.
+    pub fn apps_on_node(&self, node: &str) -> BTreeSet<AppKey> {
+        self.pods
+            .iter()
+            .filter(|(_, p)| p.node.as_deref() == Some(node))
+            .filter_map(|(key, _)| self.pod_app.get(key).cloned())
+            .collect()
+    }
+
+    /// The inputs of some apps, by the snapshot's own grouping, without
+    /// tasks. An app with nothing in it is there too.
+    pub fn inputs_for(
+        &self,
+        keys: &BTreeSet<AppKey>,
+        now: types::Timestamp,
+    ) -> Vec<status::AppInput> {
+        keys.iter()
+            .map(|key| {
+                let members = self.index.get(key);
+                let workloads: Vec<&types::Workload> = members
+                    .into_iter()
+                    .flat_map(|m| m.workloads.iter())
+                    .filter_map(|k| self.workloads.get(k))
+                    .collect();
+                let pods: Vec<&types::Pod> = members
+                    .into_iter()
+                    .flat_map(|m| m.pods.iter())
+                    .filter_map(|k| self.pods.get(k))
+                    .collect();
+                let exists = self.namespaces.contains_key(&key.0)
+                    || !self.apps_in_namespace(&key.0).is_empty();
+                self.input(key, &workloads, &pods, Vec::new(), exists, now)
+            })
+            .collect()
+    }
+
+    /// One app's input from its members.
+    fn input(
+        &self,
+        key: &AppKey,
+        workloads: &[&types::Workload],
+        pods: &[&types::Pod],
+        mut tasks: Vec<types::Task>,
+        namespace_exists: bool,
+        now: types::Timestamp,
+    ) -> status::AppInput {
+        let pods: Vec<types::Pod> = pods.iter().map(|p| self.with_usage(p)).collect();
+        let on: BTreeSet<&str> = pods.iter().filter_map(|p| p.node.as_deref()).collect();
+        let nodes = on
+            .iter()
+            .filter_map(|n| self.nodes.get(*n))
+            .cloned()
+            .collect();
+        tasks.sort_by_key(|t| std::cmp::Reverse(t.created_at));
+        status::AppInput {
+            app: types::App {
+                id: types::AppId {
+                    namespace: key.0.clone(),
+                    name: key.1.clone(),
+                },
+                namespace_exists,
+                namespace_labels: self.namespaces.get(&key.0).cloned().unwrap_or_default(),
+                expected_replicas: None,
+                workloads: workloads.iter().map(|w| (*w).clone()).collect(),
+                pods,
+                probe: None,
+                observed_at: now,
+            },
+            tasks,
+            nodes,
+        }
+    }
+
+    /// A pod with its measured usage, when metrics were seen.
+    fn with_usage(&self, p: &types::Pod) -> types::Pod {
+        let mut pod = p.clone();
+        if let Some(usage) = self.usage.get(&(p.namespace.clone(), p.name.clone())) {
+            for c in &mut pod.containers {
+                c.usage = usage.get(&c.name).copied();
+            }
+            pod.usage = Some(types::Resources {
+                cpu_millis: usage.values().map(|u| u.cpu_millis).sum(),
+                memory_bytes: usage.values().map(|u| u.memory_bytes).sum(),
+            });
+        }
+        pod
     }
 }
 
@@ -150,78 +349,114 @@ impl Snapshot {
         live.extend(self.workloads.values().map(|w| w.namespace.as_str()));
         live.extend(self.pods.values().map(|p| p.namespace.as_str()));
 
-        let new_app = |id: types::AppId| status::AppInput {
-            app: types::App {
-                namespace_exists: live.contains(id.namespace.as_str()),
-                namespace_labels: self
-                    .namespaces
-                    .get(&id.namespace)
-                    .cloned()
-                    .unwrap_or_default(),
-                id,
-                expected_replicas: None,
-                workloads: Vec::new(),
-                pods: Vec::new(),
-                probe: None,
-                observed_at: now,
-            },
-            tasks: Vec::new(),
-            nodes: Vec::new(),
-        };
-        let mut apps: BTreeMap<(String, String), status::AppInput> = BTreeMap::new();
-        fn entry<'m>(
-            apps: &'m mut BTreeMap<(String, String), status::AppInput>,
-            id: types::AppId,
-            new_app: &impl Fn(types::AppId) -> status::AppInput,
-        ) -> &'m mut status::AppInput {
-            let key = (id.namespace.clone(), id.name.clone());
-            apps.entry(key).or_insert_with(|| new_app(id))
-        }
+        type Group<'a> = (
+            Vec<&'a types::Workload>,
+            Vec<&'a types::Pod>,
+            Vec<types::Task>,
+        );
+        let mut groups: BTreeMap<AppKey, Group<'_>> = BTreeMap::new();
         for id in known {
-            entry(&mut apps, id.clone(), &new_app);
+            groups.entry(key_of(id.clone())).or_default();
         }
         for w in self.workloads.values() {
-            entry(&mut apps, Self::app_of_workload(grouping, w), &new_app)
-                .app
-                .workloads
-                .push(w.clone());
+            groups
+                .entry(key_of(Self::app_of_workload(grouping, w)))
+                .or_default()
+                .0
+                .push(w);
         }
         for p in self.pods.values() {
-            let mut pod = p.clone();
-            if let Some(usage) = self.usage.get(&(p.namespace.clone(), p.name.clone())) {
-                for c in &mut pod.containers {
-                    c.usage = usage.get(&c.name).copied();
-                }
-                pod.usage = Some(types::Resources {
-                    cpu_millis: usage.values().map(|u| u.cpu_millis).sum(),
-                    memory_bytes: usage.values().map(|u| u.memory_bytes).sum(),
-                });
-            }
-            entry(&mut apps, Self::app_of_pod(grouping, p), &new_app)
-                .app
-                .pods
-                .push(pod);
+            groups
+                .entry(key_of(Self::app_of_pod(grouping, p)))
+                .or_default()
+                .1
+                .push(p);
         }
         for t in tasks {
-            entry(&mut apps, t.app.clone(), &new_app)
-                .tasks
+            groups
+                .entry(key_of(t.app.clone()))
+                .or_default()
+                .2
                 .push(t.clone());
         }
-        let mut apps: Vec<status::AppInput> = apps.into_values().collect();
-        for input in &mut apps {
-            input.tasks.sort_by_key(|t| std::cmp::Reverse(t.created_at));
-            let on: BTreeSet<&str> = input
-                .app
-                .pods
-                .iter()
-                .filter_map(|p| p.node.as_deref())
-                .collect();
-            input.nodes = on
-                .iter()
-                .filter_map(|n| self.nodes.get(*n))
-                .cloned()
-                .collect();
+        groups
+            .into_iter()
+            .map(|(key, (workloads, pods, tasks))| {
+                let exists = live.contains(key.0.as_str());
+                self.input(&key, &workloads, &pods, tasks, exists, now)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, app: &str) -> types::Pod {
+        types::Pod {
+            namespace: "shop".into(),
+            name: name.into(),
+            node: Some("n1".into()),
+            phase: types::PodPhase::Running,
+            reason: None,
+            message: None,
+            conditions: Vec::new(),
+            restart_policy: types::RestartPolicy::Always,
+            created_at: None,
+            started_at: None,
+            deleting_since: None,
+            containers: Vec::new(),
+            owner: None,
+            labels: vec![types::KeyValue {
+                key: "app.kubernetes.io/instance".into(),
+                value: app.into(),
+            }],
+            ip: None,
+            usage: None,
         }
-        apps
+    }
+
+    fn key(name: &str) -> AppKey {
+        ("shop".into(), name.into())
+    }
+
+    #[test]
+    fn the_index_follows_pods_between_apps_and_agrees_with_a_full_grouping() {
+        let mut snapshot = Snapshot::grouped_by(Grouping::default());
+        assert_eq!(snapshot.put_pod(pod("p1", "web")), [key("web")]);
+        assert_eq!(snapshot.put_pod(pod("p2", "web")), [key("web")]);
+        // A relabelled pod leaves one app and joins another.
+        assert_eq!(snapshot.put_pod(pod("p2", "api")), [key("web"), key("api")]);
+        assert_eq!(snapshot.apps_in_namespace("shop"), [key("api"), key("web")]);
+        assert_eq!(snapshot.apps_on_node("n1"), [key("api"), key("web")].into());
+
+        let keys: BTreeSet<AppKey> = [key("api"), key("web")].into();
+        let incremental = snapshot.inputs_for(&keys, 0);
+        let full = snapshot.apps(&Grouping::default(), &[], &[], 0);
+        let names = |inputs: &[status::AppInput]| -> Vec<(String, Vec<String>)> {
+            inputs
+                .iter()
+                .map(|i| {
+                    (
+                        i.app.id.name.clone(),
+                        i.app.pods.iter().map(|p| p.name.clone()).collect(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(names(&incremental), names(&full));
+        assert_eq!(
+            names(&full),
+            [
+                ("api".into(), vec!["p2".into()]),
+                ("web".into(), vec!["p1".into()])
+            ]
+        );
+
+        assert_eq!(snapshot.remove_pod("shop", "p1"), [key("web")]);
+        assert_eq!(snapshot.apps_in_namespace("shop"), [key("api")]);
+        snapshot.clear_pods();
+        assert!(snapshot.apps_in_namespace("shop").is_empty());
     }
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use super::view::AppView;
-use crate::observe::Grouping;
 use crate::observe::cluster::Observed;
+use crate::observe::{AppKey, Grouping};
 use crate::plugins::bindings::types;
 use crate::plugins::{Registry, World};
 
@@ -24,6 +24,8 @@ fn millis(time: SystemTime) -> types::Timestamp {
 #[derive(Debug, Clone)]
 pub struct LiveVerdict {
     pub view: AppView,
+    /// When the policy asked to be asked again.
+    pub recheck_after: Option<types::Timestamp>,
     /// When the observations it was derived from were last known current.
     pub observed_at: SystemTime,
     pub evaluated_at: SystemTime,
@@ -35,7 +37,7 @@ pub struct Verdicts {
     apps: RwLock<BTreeMap<(String, String), LiveVerdict>>,
     /// Applications seen once stay known, so that a deleted namespace shows
     /// as `not-existed` rather than vanishing.
-    known: Mutex<BTreeSet<(String, String)>>,
+    known: Mutex<BTreeSet<AppKey>>,
     /// The policy's last failure, if its last evaluation failed.
     pub last_error: Mutex<Option<String>>,
     /// Evaluations done, for tests and metrics.
@@ -50,6 +52,17 @@ impl Verdicts {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// The earliest time a verdict asked to be evaluated again.
+    pub fn next_recheck(&self) -> Option<SystemTime> {
+        self.apps
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .filter_map(|v| v.recheck_after)
+            .min()
+            .map(|at| SystemTime::UNIX_EPOCH + Duration::from_millis(at.max(0) as u64))
     }
 
     /// How many applications have a verdict.
@@ -69,37 +82,68 @@ impl Verdicts {
     }
 }
 
-/// Derive every application's verdict once. Returns when the next
-/// time-based rule comes due, if any.
+/// Derive verdicts once: of every application when `full` (or when a
+/// full list arrived), else only of the applications that changed since
+/// the last derivation. Returns when the next time-based rule comes due.
 pub fn derive(
     observed: &Observed,
     registry: &Registry,
     verdicts: &Verdicts,
     grouping: &Grouping,
+    full: bool,
 ) -> Option<SystemTime> {
+    let dirty = observed.take_dirty();
+    let full = full || dirty.all || verdicts.count() == 0;
     let now = SystemTime::now();
     let observed_at = observed.health.observed_until();
-    let known: Vec<types::AppId> = verdicts
+    let known: Vec<AppKey> = verdicts
         .known
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
-        .map(|(namespace, name)| types::AppId {
-            namespace: namespace.clone(),
-            name: name.clone(),
-        })
+        .cloned()
         .collect();
-    let mut inputs = observed.snapshot().apps(grouping, &[], &known, millis(now));
+    let mut inputs = {
+        let snapshot = observed.snapshot();
+        if full {
+            let known: Vec<types::AppId> = known
+                .iter()
+                .map(|(namespace, name)| types::AppId {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                })
+                .collect();
+            snapshot.apps(grouping, &[], &known, millis(now))
+        } else {
+            let mut keys: BTreeSet<AppKey> = dirty.apps;
+            for namespace in &dirty.namespaces {
+                keys.extend(snapshot.apps_in_namespace(namespace));
+                keys.extend(known.iter().filter(|(ns, _)| ns == namespace).cloned());
+            }
+            for node in &dirty.nodes {
+                keys.extend(snapshot.apps_on_node(node));
+            }
+            if keys.is_empty() {
+                return verdicts.next_recheck();
+            }
+            snapshot.inputs_for(&keys, millis(now))
+        }
+    };
     for input in &mut inputs {
         input.app.observed_at = millis(observed_at);
     }
+    let failed = |error: String| {
+        *verdicts
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
+        // Nothing was derived: the next round starts over from everything.
+        observed.mark_all();
+    };
     let slot = match registry.policy(World::Status) {
         Ok(slot) => slot,
         Err(error) => {
-            *verdicts
-                .last_error
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
+            failed(error.to_string());
             return None;
         }
     };
@@ -107,10 +151,7 @@ pub fn derive(
         Ok(results) => results,
         Err(error) => {
             tracing::warn!(%error, "status evaluation failed; keeping the previous verdicts");
-            *verdicts
-                .last_error
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
+            failed(error.to_string());
             return None;
         }
     };
@@ -118,19 +159,16 @@ pub fn derive(
         .last_error
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-    let mut next: Option<types::Timestamp> = None;
     let mut fresh = BTreeMap::new();
     for (input, result) in inputs.iter().zip(results) {
         let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
         match result {
             Ok(verdict) => {
-                if let Some(at) = verdict.recheck_after {
-                    next = Some(next.map_or(at, |n| n.min(at)));
-                }
                 fresh.insert(
                     key,
                     LiveVerdict {
                         view: AppView::from(&verdict),
+                        recheck_after: verdict.recheck_after,
                         observed_at,
                         evaluated_at: now,
                     },
@@ -146,17 +184,25 @@ pub fn derive(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .extend(fresh.keys().cloned());
-    *verdicts
-        .apps
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+    {
+        let mut apps = verdicts
+            .apps
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if full {
+            *apps = fresh;
+        } else {
+            apps.extend(fresh);
+        }
+    }
     verdicts
         .rounds
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    next.map(|at| SystemTime::UNIX_EPOCH + Duration::from_millis(at.max(0) as u64))
+    verdicts.next_recheck()
 }
 
-/// Derive on every change, policy swap and recheck time, until aborted.
+/// Derive on every change (only what changed), and everything on a policy
+/// swap or when a recheck comes due, until aborted.
 pub async fn derive_forever(
     observed: Arc<Observed>,
     registry: Arc<Registry>,
@@ -164,6 +210,7 @@ pub async fn derive_forever(
     grouping: Grouping,
 ) {
     let mut recheck: Option<SystemTime> = None;
+    let mut full = true;
     loop {
         let wait = recheck
             .and_then(|at| at.duration_since(SystemTime::now()).ok())
@@ -171,8 +218,8 @@ pub async fn derive_forever(
         let due = tokio::time::sleep_until((Instant::now() + wait).into());
         tokio::select! {
             () = observed.changed.notified() => {}
-            () = registry.swapped().notified() => {}
-            () = due, if recheck.is_some() => {}
+            () = registry.swapped().notified() => full = true,
+            () = due, if recheck.is_some() => full = true,
         }
         let (o, r, v, g) = (
             Arc::clone(&observed),
@@ -180,9 +227,10 @@ pub async fn derive_forever(
             Arc::clone(&verdicts),
             grouping.clone(),
         );
-        recheck = tokio::task::spawn_blocking(move || derive(&o, &r, &v, &g))
+        recheck = tokio::task::spawn_blocking(move || derive(&o, &r, &v, &g, full))
             .await
             .unwrap_or(None);
+        full = false;
     }
 }
 
