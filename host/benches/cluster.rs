@@ -188,7 +188,8 @@ fn main() {
             }
             assert!(
                 changed.elapsed() < Duration::from_secs(60),
-                "change never seen"
+                "change never seen: {verdict} / {}",
+                get("/readyz")
             );
         }
         delays.push(changed.elapsed());

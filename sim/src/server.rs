@@ -173,30 +173,43 @@ async fn handle(
                     table::wanted(&accept),
                 );
             }
-            // Pages of `limit` items, continued after the last key returned
-            // (the token is `namespace/name`).
-            let after = match params.continue_token.as_deref().filter(|t| !t.is_empty()) {
-                None => None,
-                Some(token) => match token.split_once('/') {
-                    Some((ns, name)) => Some((ns.to_string(), name.to_string())),
-                    None => {
-                        return error(&StoreError::bad_request(format!(
-                            "invalid continue token {token}"
-                        )));
+            // Pages of `limit` items, continued after the last key returned.
+            // Every page reports the version of the first: a watch from it
+            // replays whatever changed while the pages were read, so nothing
+            // is lost (the token is `version/namespace/name`).
+            let (first_rv, after) = match params.continue_token.as_deref().filter(|t| !t.is_empty())
+            {
+                None => (None, None),
+                Some(token) => {
+                    let mut parts = token.splitn(3, '/');
+                    match (
+                        parts.next().and_then(|v| v.parse::<u64>().ok()),
+                        parts.next(),
+                        parts.next(),
+                    ) {
+                        (Some(rv), Some(ns), Some(name)) => {
+                            (Some(rv), Some((ns.to_string(), name.to_string())))
+                        }
+                        _ => {
+                            return error(&StoreError::bad_request(format!(
+                                "invalid continue token {token}"
+                            )));
+                        }
                     }
-                },
+                }
             };
             let limit = params.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
-            let (items, next, rv) =
+            let (items, next, current) =
                 store.list_page(resource, namespace.as_deref(), after, limit, |o| {
                     selector.matches(o)
                 });
+            let rv = first_rv.unwrap_or(current);
             if table::wanted(&accept) {
                 return json_response(StatusCode::OK, &table::table(resource, &items, rv));
             }
             let mut metadata = json!({ "resourceVersion": rv.to_string() });
             if let Some((ns, name)) = next {
-                metadata["continue"] = json!(format!("{ns}/{name}"));
+                metadata["continue"] = json!(format!("{rv}/{ns}/{name}"));
             }
             Ok((
                 StatusCode::OK,

@@ -144,6 +144,12 @@ fn verdicts_follow_the_cluster() {
     assert_eq!(running["stale"], false);
     assert_eq!(running["groups"][0]["status"], "running-healthy");
 
+    // A change of the pod alone reaches its app's verdict.
+    cluster.apply(pod("web-1", Some("ContainerCreating")));
+    until(&server, "pod change", |v| {
+        v["groups"][0]["reason"] == "ContainerCreating"
+    });
+
     // A pod starts crash-looping.
     cluster.apply(deployment(1, 0));
     cluster.apply(pod("web-1", Some("CrashLoopBackOff")));

@@ -195,6 +195,7 @@ fn a_watch_resumes_after_a_cut_and_old_versions_are_gone() {
     }
     let mut names = Vec::new();
     let mut token = String::new();
+    let mut versions: Vec<String> = Vec::new();
     loop {
         let page: Value = reqwest::blocking::get(format!(
             "{base}/api/v1/pods?limit=2&continue={token}&labelSelector=app%3Dweb"
@@ -209,12 +210,26 @@ fn a_watch_resumes_after_a_cut_and_old_versions_are_gone() {
                 .iter()
                 .map(|p| p["metadata"]["name"].as_str().unwrap().to_string()),
         );
+        versions.push(resource_version(&page));
+        if names.len() == 2 {
+            // A change between pages: the later pages keep the first
+            // page's version, so a watch from it replays the change.
+            running.simulator.apply(pod("web-1", "Failed", 1)).unwrap();
+        }
         match page["metadata"]["continue"].as_str() {
             Some(next) => token = next.to_string(),
             None => break,
         }
     }
     assert_eq!(names, ["web-1", "web-2", "web-3", "web-4", "web-5"]);
+    assert!(versions.iter().all(|v| *v == versions[0]), "{versions:?}");
+    let replay = watch(&format!(
+        "{base}/api/v1/namespaces/shop/pods?watch=true&resourceVersion={}",
+        versions[0]
+    ));
+    let change = next(&replay);
+    assert_eq!(change["object"]["metadata"]["name"], "web-1");
+    assert_eq!(change["object"]["status"]["phase"], "Failed");
 
     // A selector narrows the watch; deletion is an event too.
     let only_web_1 = watch(&format!(
