@@ -160,7 +160,6 @@ impl Host {
                     Arc::clone(&observed),
                     Arc::clone(&registry),
                     Arc::clone(&verdicts),
-                    config.group_by.clone(),
                 ));
                 let live = Live {
                     observed,

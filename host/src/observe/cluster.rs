@@ -188,8 +188,9 @@ trait Observe: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'stat
     const KIND: &'static str;
     fn put(snapshot: &mut Snapshot, object: &Self) -> Change;
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change;
-    /// Forget every object of the kind, before a full list replaces them.
-    fn clear(snapshot: &mut Snapshot);
+    /// Forget the objects of the kind a full list did not name, by
+    /// namespace (empty for cluster objects) and name.
+    fn retain(snapshot: &mut Snapshot, listed: &BTreeSet<(String, String)>);
 }
 
 fn name(meta: &kube::api::ObjectMeta) -> String {
@@ -208,8 +209,16 @@ impl Observe for Pod {
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
         Change::Apps(snapshot.remove_pod(&namespace(&object.metadata), &name(&object.metadata)))
     }
-    fn clear(snapshot: &mut Snapshot) {
-        snapshot.clear_pods();
+    fn retain(snapshot: &mut Snapshot, listed: &BTreeSet<(String, String)>) {
+        let gone: Vec<(String, String)> = snapshot
+            .pods
+            .keys()
+            .filter(|k| !listed.contains(*k))
+            .cloned()
+            .collect();
+        for (ns, name) in gone {
+            snapshot.remove_pod(&ns, &name);
+        }
     }
 }
 
@@ -223,8 +232,10 @@ impl Observe for Node {
         snapshot.nodes.remove(&name(&object.metadata));
         Change::Node(name(&object.metadata))
     }
-    fn clear(snapshot: &mut Snapshot) {
-        snapshot.nodes.clear();
+    fn retain(snapshot: &mut Snapshot, listed: &BTreeSet<(String, String)>) {
+        snapshot
+            .nodes
+            .retain(|name, _| listed.contains(&(String::new(), name.clone())));
     }
 }
 
@@ -248,8 +259,10 @@ impl Observe for Namespace {
         snapshot.namespaces.remove(&name(&object.metadata));
         Change::Namespace(name(&object.metadata))
     }
-    fn clear(snapshot: &mut Snapshot) {
-        snapshot.namespaces.clear();
+    fn retain(snapshot: &mut Snapshot, listed: &BTreeSet<(String, String)>) {
+        snapshot
+            .namespaces
+            .retain(|name, _| listed.contains(&(String::new(), name.clone())));
     }
 }
 
@@ -267,8 +280,8 @@ macro_rules! observe_workload {
                     &name(&object.metadata),
                 ))
             }
-            fn clear(snapshot: &mut Snapshot) {
-                snapshot.clear_workloads($wk);
+            fn retain(snapshot: &mut Snapshot, listed: &BTreeSet<(String, String)>) {
+                snapshot.retain_workloads($wk, listed);
             }
         }
     };
@@ -302,9 +315,11 @@ where
     observed.health.start(K::KIND);
     let api: Api<K> = Api::all(client);
     let mut stream = watcher(api.clone(), watcher::Config::default()).boxed();
-    // A full list arrives as Init, InitApply…, InitDone: it replaces what
-    // was known of the kind, so objects deleted while disconnected go away.
-    let mut listing: Option<Vec<K>> = None;
+    // A full list arrives as Init, InitApply…, InitDone: each object enters
+    // as it arrives (no copy of the whole list is held), and at the end the
+    // objects the list did not name are forgotten: they were deleted while
+    // the watch was away.
+    let mut listing: Option<BTreeSet<(String, String)>> = None;
     let mut backoff = MIN_BACKOFF;
     // A watch that resumes after an error says nothing until something
     // changes; while unhealthy, a small list tells when the server is back.
@@ -341,19 +356,28 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 
-fn apply<K: Observe>(observed: &Observed, listing: &mut Option<Vec<K>>, event: Event<K>) {
+fn listed_key(meta: &kube::api::ObjectMeta) -> (String, String) {
+    (namespace(meta), name(meta))
+}
+
+fn apply<K: Observe>(
+    observed: &Observed,
+    listing: &mut Option<BTreeSet<(String, String)>>,
+    event: Event<K>,
+) {
     match event {
-        Event::Init => *listing = Some(Vec::new()),
-        Event::InitApply(object) => listing.get_or_insert_with(Vec::new).push(object),
+        Event::Init => *listing = Some(BTreeSet::new()),
+        Event::InitApply(object) => {
+            listing
+                .get_or_insert_with(BTreeSet::new)
+                .insert(listed_key(object.meta()));
+            K::put(&mut observed.snapshot(), &object);
+            // Derivation waits for the whole list.
+            return;
+        }
         Event::InitDone => {
-            let objects = listing.take().unwrap_or_default();
-            {
-                let mut snapshot = observed.snapshot();
-                K::clear(&mut snapshot);
-                for object in &objects {
-                    K::put(&mut snapshot, object);
-                }
-            }
+            let listed = listing.take().unwrap_or_default();
+            K::retain(&mut observed.snapshot(), &listed);
             observed.mark_all();
             observed.health.ok(K::KIND, true);
         }

@@ -190,6 +190,28 @@ impl Snapshot {
         self.unindex_workload(&key).into_iter().collect()
     }
 
+    /// Keep only the workloads of a kind that `listed` names (namespace,
+    /// name); those of other kinds stay.
+    pub fn retain_workloads(
+        &mut self,
+        kind: types::WorkloadKind,
+        listed: &BTreeSet<(String, String)>,
+    ) {
+        let kind_name = workload_kind(kind);
+        let gone: Vec<WorkloadKey> = self
+            .workloads
+            .keys()
+            .filter(|(k, ns, name)| {
+                *k == kind_name && !listed.contains(&(ns.clone(), name.clone()))
+            })
+            .cloned()
+            .collect();
+        for key in gone {
+            self.workloads.remove(&key);
+            self.unindex_workload(&key);
+        }
+    }
+
     /// Forget every workload of a kind (before a full re-list).
     pub fn clear_workloads(&mut self, kind: types::WorkloadKind) {
         let kind = workload_kind(kind);
@@ -207,6 +229,11 @@ impl Snapshot {
 
     pub fn put_node(&mut self, node: types::Node) {
         self.nodes.insert(node.name.clone(), node);
+    }
+
+    /// Every app with a workload or a pod.
+    pub fn app_keys(&self) -> impl Iterator<Item = &AppKey> {
+        self.index.keys()
     }
 
     /// The indexed apps of a namespace.
@@ -229,12 +256,12 @@ impl Snapshot {
 
     /// The inputs of some apps, by the snapshot's own grouping, without
     /// tasks. An app with nothing in it is there too.
-    pub fn inputs_for(
+    pub fn inputs_for<'k>(
         &self,
-        keys: &BTreeSet<AppKey>,
+        keys: impl IntoIterator<Item = &'k AppKey>,
         now: types::Timestamp,
     ) -> Vec<status::AppInput> {
-        keys.iter()
+        keys.into_iter()
             .map(|key| {
                 let members = self.index.get(key);
                 let workloads: Vec<&types::Workload> = members

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use super::view::AppView;
+use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
-use crate::observe::{AppKey, Grouping};
 use crate::plugins::bindings::types;
 use crate::plugins::{Registry, World};
 
@@ -84,12 +84,13 @@ impl Verdicts {
 
 /// Derive verdicts once: of every application when `full` (or when a
 /// full list arrived), else only of the applications that changed since
-/// the last derivation. Returns when the next time-based rule comes due.
+/// the last derivation. Inputs are built and evaluated a batch at a time,
+/// so that neither a copy of the whole cluster nor a long lock is held.
+/// Returns when the next time-based rule comes due.
 pub fn derive(
     observed: &Observed,
     registry: &Registry,
     verdicts: &Verdicts,
-    grouping: &Grouping,
     full: bool,
 ) -> Option<SystemTime> {
     let dirty = observed.take_dirty();
@@ -103,19 +104,16 @@ pub fn derive(
         .iter()
         .cloned()
         .collect();
-    let mut inputs = {
+    let keys: BTreeSet<AppKey> = {
         let snapshot = observed.snapshot();
         if full {
-            let known: Vec<types::AppId> = known
-                .iter()
-                .map(|(namespace, name)| types::AppId {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                })
-                .collect();
-            snapshot.apps(grouping, &[], &known, millis(now))
+            snapshot
+                .app_keys()
+                .cloned()
+                .chain(known.iter().cloned())
+                .collect()
         } else {
-            let mut keys: BTreeSet<AppKey> = dirty.apps;
+            let mut keys = dirty.apps;
             for namespace in &dirty.namespaces {
                 keys.extend(snapshot.apps_in_namespace(namespace));
                 keys.extend(known.iter().filter(|(ns, _)| ns == namespace).cloned());
@@ -123,14 +121,11 @@ pub fn derive(
             for node in &dirty.nodes {
                 keys.extend(snapshot.apps_on_node(node));
             }
-            if keys.is_empty() {
-                return verdicts.next_recheck();
-            }
-            snapshot.inputs_for(&keys, millis(now))
+            keys
         }
     };
-    for input in &mut inputs {
-        input.app.observed_at = millis(observed_at);
+    if keys.is_empty() && !full {
+        return verdicts.next_recheck();
     }
     let failed = |error: String| {
         *verdicts
@@ -147,38 +142,45 @@ pub fn derive(
             return None;
         }
     };
-    let results = match super::evaluate(&slot, &inputs, millis(now), None) {
-        Ok(results) => results,
-        Err(error) => {
-            tracing::warn!(%error, "status evaluation failed; keeping the previous verdicts");
-            failed(error.to_string());
-            return None;
+    let keys: Vec<AppKey> = keys.into_iter().collect();
+    let mut fresh = BTreeMap::new();
+    for batch in keys.chunks(super::BATCH) {
+        let mut inputs = observed.snapshot().inputs_for(batch, millis(now));
+        for input in &mut inputs {
+            input.app.observed_at = millis(observed_at);
         }
-    };
+        let results = match super::evaluate(&slot, &inputs, millis(now), None) {
+            Ok(results) => results,
+            Err(error) => {
+                tracing::warn!(%error, "status evaluation failed; keeping the previous verdicts");
+                failed(error.to_string());
+                return None;
+            }
+        };
+        for (input, result) in inputs.iter().zip(results) {
+            let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
+            match result {
+                Ok(verdict) => {
+                    fresh.insert(
+                        key,
+                        LiveVerdict {
+                            view: AppView::from(&verdict),
+                            recheck_after: verdict.recheck_after,
+                            observed_at,
+                            evaluated_at: now,
+                        },
+                    );
+                }
+                Err(refusal) => {
+                    tracing::warn!(app = %format!("{}/{}", key.0, key.1), %refusal, "the status policy refused an app");
+                }
+            }
+        }
+    }
     *verdicts
         .last_error
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-    let mut fresh = BTreeMap::new();
-    for (input, result) in inputs.iter().zip(results) {
-        let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
-        match result {
-            Ok(verdict) => {
-                fresh.insert(
-                    key,
-                    LiveVerdict {
-                        view: AppView::from(&verdict),
-                        recheck_after: verdict.recheck_after,
-                        observed_at,
-                        evaluated_at: now,
-                    },
-                );
-            }
-            Err(refusal) => {
-                tracing::warn!(app = %format!("{}/{}", key.0, key.1), %refusal, "the status policy refused an app")
-            }
-        }
-    }
     verdicts
         .known
         .lock()
@@ -207,7 +209,6 @@ pub async fn derive_forever(
     observed: Arc<Observed>,
     registry: Arc<Registry>,
     verdicts: Arc<Verdicts>,
-    grouping: Grouping,
 ) {
     let mut recheck: Option<SystemTime> = None;
     let mut full = true;
@@ -221,13 +222,12 @@ pub async fn derive_forever(
             () = registry.swapped().notified() => full = true,
             () = due, if recheck.is_some() => full = true,
         }
-        let (o, r, v, g) = (
+        let (o, r, v) = (
             Arc::clone(&observed),
             Arc::clone(&registry),
             Arc::clone(&verdicts),
-            grouping.clone(),
         );
-        recheck = tokio::task::spawn_blocking(move || derive(&o, &r, &v, &g, full))
+        recheck = tokio::task::spawn_blocking(move || derive(&o, &r, &v, full))
             .await
             .unwrap_or(None);
         full = false;
