@@ -242,17 +242,7 @@ impl Observe for Node {
 impl Observe for Namespace {
     const KIND: &'static str = "namespaces";
     fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
-        let labels = object
-            .metadata
-            .labels
-            .iter()
-            .flatten()
-            .map(|(key, value)| types::KeyValue {
-                key: key.clone(),
-                value: value.clone(),
-            })
-            .collect();
-        snapshot.namespaces.insert(name(&object.metadata), labels);
+        snapshot.put_namespace(object);
         Change::Namespace(name(&object.metadata))
     }
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {

@@ -227,6 +227,13 @@ impl Snapshot {
         }
     }
 
+    /// Add or replace a namespace (its labels are all that is kept).
+    pub fn put_namespace(&mut self, namespace: &k8s_openapi::api::core::v1::Namespace) {
+        let name = namespace.metadata.name.clone().unwrap_or_default();
+        let labels = reduce::key_values(namespace.metadata.labels.as_ref());
+        self.namespaces.insert(name, labels);
+    }
+
     pub fn put_node(&mut self, node: types::Node) {
         self.nodes.insert(node.name.clone(), node);
     }

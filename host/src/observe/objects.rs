@@ -192,19 +192,7 @@ impl Objects {
             }
             "Namespace" => {
                 let ns: Namespace = parse(file, &typed("Namespace"), object)?;
-                let labels = ns
-                    .metadata
-                    .labels
-                    .iter()
-                    .flatten()
-                    .map(|(key, value)| types::KeyValue {
-                        key: key.clone(),
-                        value: value.clone(),
-                    })
-                    .collect();
-                self.snapshot
-                    .namespaces
-                    .insert(ns.metadata.name.unwrap_or_default(), labels);
+                self.snapshot.put_namespace(&ns);
             }
             "PodMetrics" => self.add_metrics(file, place, &object)?,
             other => *self.skipped.entry(other.to_string()).or_default() += 1,

@@ -18,7 +18,8 @@ pub fn millis(time: &Time) -> types::Timestamp {
     time.0.as_millisecond()
 }
 
-fn key_values(map: Option<&BTreeMap<String, String>>) -> Vec<types::KeyValue> {
+/// Labels or annotations as key-value pairs.
+pub fn key_values(map: Option<&BTreeMap<String, String>>) -> Vec<types::KeyValue> {
     map.into_iter()
         .flatten()
         .map(|(key, value)| types::KeyValue {
