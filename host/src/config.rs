@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::observe::Grouping;
+use crate::observe::probe::ProbeConfig;
 
 /// Limits applied to every plugin call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,8 @@ pub struct Config {
     pub group_by: Grouping,
     /// Verdicts whose observations are older than this are stale.
     pub stale_after: Duration,
+    /// How apps' own health checks are probed.
+    pub probes: ProbeConfig,
 }
 
 /// Where the cluster comes from.
@@ -85,6 +88,7 @@ impl Config {
             cluster: ClusterSource::None,
             group_by: Grouping::default(),
             stale_after: Duration::from_secs(30),
+            probes: ProbeConfig::default(),
         }
     }
 
@@ -162,6 +166,15 @@ pub struct ServeArgs {
     /// long, in milliseconds [default: 30000].
     #[arg(long, env = "VERDICT_STALE_AFTER_MS", value_name = "MS")]
     pub stale_after_ms: Option<u64>,
+
+    /// How often apps' health URLs (`verdict.dev/health-url`) are probed,
+    /// in milliseconds [default: 10000].
+    #[arg(long, env = "VERDICT_PROBE_INTERVAL_MS", value_name = "MS")]
+    pub probe_interval_ms: Option<u64>,
+
+    /// How long one health probe may take, in milliseconds [default: 2000].
+    #[arg(long, env = "VERDICT_PROBE_TIMEOUT_MS", value_name = "MS")]
+    pub probe_timeout_ms: Option<u64>,
 }
 
 /// The configuration file's keys (all optional).
@@ -179,6 +192,8 @@ struct FileConfig {
     cluster_url: Option<String>,
     group_by: Option<String>,
     stale_after_ms: Option<u64>,
+    probe_interval_ms: Option<u64>,
+    probe_timeout_ms: Option<u64>,
     /// `[settings.<plugin>]` tables.
     #[serde(default)]
     settings: BTreeMap<String, toml::Table>,
@@ -284,6 +299,29 @@ impl ServeArgs {
         }
         if let Some(ms) = self.stale_after_ms.or(file.stale_after_ms) {
             config.stale_after = Duration::from_millis(ms);
+        }
+        for (key, value, field) in [
+            (
+                "probe-interval-ms",
+                self.probe_interval_ms.or(file.probe_interval_ms),
+                &mut config.probes.every,
+            ),
+            (
+                "probe-timeout-ms",
+                self.probe_timeout_ms.or(file.probe_timeout_ms),
+                &mut config.probes.timeout,
+            ),
+        ] {
+            match value {
+                Some(0) => {
+                    return Err(Error::Config {
+                        key,
+                        message: "must be at least 1".into(),
+                    });
+                }
+                Some(ms) => *field = Duration::from_millis(ms),
+                None => {}
+            }
         }
         config.settings = file
             .settings

@@ -19,14 +19,15 @@ pub struct Host {
     pub live: Option<Live>,
     _watcher: Option<Watcher>,
     _following: Option<Following>,
-    deriver: Option<tokio::task::JoinHandle<()>>,
+    /// The deriver and the prober.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     _demo: Option<Demo>,
 }
 
 impl Drop for Host {
     fn drop(&mut self) {
-        if let Some(deriver) = &self.deriver {
-            deriver.abort();
+        for task in &self.tasks {
+            task.abort();
         }
     }
 }
@@ -150,8 +151,8 @@ impl Host {
             }
         };
         let mut demo_cluster = None;
-        let (live, following, deriver) = match client(&config.cluster, &mut demo_cluster).await? {
-            None => (None, None, None),
+        let (live, following, tasks) = match client(&config.cluster, &mut demo_cluster).await? {
+            None => (None, None, Vec::new()),
             Some(client) => {
                 let observed = Arc::new(Observed::new(config.group_by.clone()));
                 let verdicts = Arc::new(Verdicts::default());
@@ -161,12 +162,16 @@ impl Host {
                     Arc::clone(&registry),
                     Arc::clone(&verdicts),
                 ));
+                let prober = tokio::spawn(crate::observe::probe::probe_forever(
+                    Arc::clone(&observed),
+                    config.probes,
+                ));
                 let live = Live {
                     observed,
                     verdicts,
                     stale_after: config.stale_after,
                 };
-                (Some(live), Some(following), Some(deriver))
+                (Some(live), Some(following), vec![deriver, prober])
             }
         };
         Ok(Self {
@@ -174,7 +179,7 @@ impl Host {
             live,
             _watcher: watcher,
             _following: following,
-            deriver,
+            tasks,
             _demo: demo_cluster,
         })
     }

@@ -308,3 +308,68 @@ fn the_demo_cluster_plays_its_scenario() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("scenario"));
 }
+
+#[test]
+fn an_apps_own_health_check_enters_its_verdict() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU16, Ordering};
+
+    let cluster = Cluster::start();
+    // The app's health endpoint, answering what the test sets.
+    let answer = Arc::new(AtomicU16::new(200));
+    let served = Arc::clone(&answer);
+    let listener = cluster
+        .runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("http://{}/health", listener.local_addr().unwrap());
+    let endpoint = cluster.runtime.spawn(async move {
+        let app = axum::Router::new().route(
+            "/health",
+            axum::routing::get(move || {
+                let code = served.load(Ordering::Relaxed);
+                async move { axum::http::StatusCode::from_u16(code).unwrap() }
+            }),
+        );
+        let _ = axum::serve(listener, app).await;
+    });
+    let mut with_probe = deployment(1, 1);
+    with_probe["metadata"]["annotations"] = json!({ "verdict.dev/health-url": url });
+    cluster.apply(with_probe);
+
+    let data = tempfile::tempdir().unwrap();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let server = Server::start_with(
+        &plugins,
+        data.path(),
+        &[
+            "--cluster-url",
+            &cluster.sim().url(),
+            "--probe-interval-ms",
+            "50",
+            "--probe-timeout-ms",
+            "500",
+        ],
+    );
+    until(&server, "running with a passing check", |v| {
+        v["stable"] == "running"
+    });
+
+    answer.store(503, Ordering::Relaxed);
+    let failing = until(&server, "degraded", |v| v["stable"] == "degraded");
+    let reason = failing["stable_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("health check") && reason.contains("failing"),
+        "{reason}"
+    );
+
+    endpoint.abort();
+    let unreachable = until(&server, "panic", |v| v["stable"] == "panic");
+    assert!(
+        unreachable["stable_reason"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable"),
+        "{unreachable}"
+    );
+}

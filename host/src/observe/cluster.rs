@@ -170,6 +170,11 @@ impl Observed {
         }
     }
 
+    /// Have the next derivation cover these apps.
+    pub fn mark_apps(&self, apps: Vec<AppKey>) {
+        self.mark(Change::Apps(apps));
+    }
+
     /// Have the next derivation cover everything.
     pub fn mark_all(&self) {
         self.dirty().all = true;

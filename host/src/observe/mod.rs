@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod objects;
+pub mod probe;
 pub mod reduce;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -82,6 +83,8 @@ pub struct Snapshot {
     pub nodes: BTreeMap<String, types::Node>,
     /// Measured usage by pod (namespace, name), then by container.
     pub usage: BTreeMap<(String, String), BTreeMap<String, types::Resources>>,
+    /// The last result of each app's own health check.
+    pub probes: BTreeMap<AppKey, types::HealthProbe>,
     grouping: Grouping,
     index: BTreeMap<AppKey, Members>,
     pod_app: BTreeMap<PodKey, AppKey>,
@@ -238,6 +241,19 @@ impl Snapshot {
         self.nodes.insert(node.name.clone(), node);
     }
 
+    /// The health-check URL of every app whose workload names one in the
+    /// `verdict.dev/health-url` annotation.
+    pub fn health_urls(&self) -> BTreeMap<AppKey, String> {
+        let mut urls = BTreeMap::new();
+        for (key, w) in &self.workloads {
+            let url = w.annotations.iter().find(|a| a.key == probe::ANNOTATION);
+            if let (Some(url), Some(app)) = (url, self.workload_app.get(key)) {
+                urls.entry(app.clone()).or_insert_with(|| url.value.clone());
+            }
+        }
+        urls
+    }
+
     /// Every app with a workload or a pod.
     pub fn app_keys(&self) -> impl Iterator<Item = &AppKey> {
         self.index.keys()
@@ -317,7 +333,7 @@ impl Snapshot {
                 expected_replicas: None,
                 workloads: workloads.iter().map(|w| (*w).clone()).collect(),
                 pods,
-                probe: None,
+                probe: self.probes.get(key).cloned(),
                 observed_at: now,
             },
             tasks,
