@@ -57,6 +57,8 @@ pub struct Config {
     pub stale_after: Duration,
     /// How apps' own health checks are probed.
     pub probes: ProbeConfig,
+    /// How often pod metrics are read, where the cluster serves them.
+    pub metrics_every: Duration,
 }
 
 /// Where the cluster comes from.
@@ -89,6 +91,7 @@ impl Config {
             group_by: Grouping::default(),
             stale_after: Duration::from_secs(30),
             probes: ProbeConfig::default(),
+            metrics_every: Duration::from_secs(15),
         }
     }
 
@@ -175,6 +178,11 @@ pub struct ServeArgs {
     /// How long one health probe may take, in milliseconds [default: 2000].
     #[arg(long, env = "VERDICT_PROBE_TIMEOUT_MS", value_name = "MS")]
     pub probe_timeout_ms: Option<u64>,
+
+    /// How often pod metrics (`metrics.k8s.io`) are read, in milliseconds
+    /// [default: 15000].
+    #[arg(long, env = "VERDICT_METRICS_INTERVAL_MS", value_name = "MS")]
+    pub metrics_interval_ms: Option<u64>,
 }
 
 /// The configuration file's keys (all optional).
@@ -194,6 +202,7 @@ struct FileConfig {
     stale_after_ms: Option<u64>,
     probe_interval_ms: Option<u64>,
     probe_timeout_ms: Option<u64>,
+    metrics_interval_ms: Option<u64>,
     /// `[settings.<plugin>]` tables.
     #[serde(default)]
     settings: BTreeMap<String, toml::Table>,
@@ -310,6 +319,11 @@ impl ServeArgs {
                 "probe-timeout-ms",
                 self.probe_timeout_ms.or(file.probe_timeout_ms),
                 &mut config.probes.timeout,
+            ),
+            (
+                "metrics-interval-ms",
+                self.metrics_interval_ms.or(file.metrics_interval_ms),
+                &mut config.metrics_every,
             ),
         ] {
             match value {

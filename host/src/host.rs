@@ -156,7 +156,7 @@ impl Host {
             Some(client) => {
                 let observed = Arc::new(Observed::new(config.group_by.clone()));
                 let verdicts = Arc::new(Verdicts::default());
-                let following = cluster::follow(client, &observed);
+                let following = cluster::follow(client.clone(), &observed);
                 let deriver = tokio::spawn(live::derive_forever(
                     Arc::clone(&observed),
                     Arc::clone(&registry),
@@ -166,12 +166,17 @@ impl Host {
                     Arc::clone(&observed),
                     config.probes,
                 ));
+                let metrics = tokio::spawn(crate::observe::metrics::poll_forever(
+                    client.clone(),
+                    Arc::clone(&observed),
+                    config.metrics_every,
+                ));
                 let live = Live {
                     observed,
                     verdicts,
                     stale_after: config.stale_after,
                 };
-                (Some(live), Some(following), vec![deriver, prober])
+                (Some(live), Some(following), vec![deriver, prober, metrics])
             }
         };
         Ok(Self {

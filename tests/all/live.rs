@@ -373,3 +373,43 @@ fn an_apps_own_health_check_enters_its_verdict() {
         "{unreachable}"
     );
 }
+
+#[test]
+fn pod_usage_from_the_metrics_api_enters_the_verdict() {
+    let cluster = Cluster::start();
+    let mut limited = pod("web-1", None);
+    limited["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"cpu": "1", "memory": "1Gi"}});
+    cluster.apply(limited);
+    let metrics = |cpu: &str| {
+        json!({
+            "apiVersion": "metrics.k8s.io/v1beta1", "kind": "PodMetrics",
+            "metadata": {"name": "web-1", "namespace": "shop"},
+            "containers": [{"name": "web", "usage": {"cpu": cpu, "memory": "100Mi"}}]
+        })
+    };
+    cluster.apply(metrics("100m"));
+    let data = tempfile::tempdir().unwrap();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let server = Server::start_with(
+        &plugins,
+        data.path(),
+        &[
+            "--cluster-url",
+            &cluster.sim().url(),
+            "--metrics-interval-ms",
+            "50",
+        ],
+    );
+    until(&server, "healthy at 10% CPU", |v| {
+        v["groups"][0]["status"] == "running-healthy"
+    });
+    cluster.apply(metrics("950m"));
+    let busy = until(&server, "overloaded", |v| {
+        v["groups"][0]["status"] == "running-overloaded"
+    });
+    assert_eq!(
+        busy["groups"][0]["message"],
+        "container web uses 950m of 1000m CPU"
+    );
+}

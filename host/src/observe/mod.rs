@@ -3,6 +3,7 @@
 //! applications with their tasks ([`Snapshot::apps`]).
 
 pub mod cluster;
+pub mod metrics;
 pub mod objects;
 pub mod probe;
 pub mod reduce;
@@ -257,6 +258,11 @@ impl Snapshot {
     /// Every app with a workload or a pod.
     pub fn app_keys(&self) -> impl Iterator<Item = &AppKey> {
         self.index.keys()
+    }
+
+    /// The app a pod (namespace, name) belongs to.
+    pub fn app_of_pod_key(&self, key: &(String, String)) -> Option<AppKey> {
+        self.pod_app.get(key).cloned()
     }
 
     /// The indexed apps of a namespace.
