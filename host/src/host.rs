@@ -50,13 +50,14 @@ async fn demo(scenario: Option<&std::path::Path>) -> Result<Demo> {
         Some(path) => std::fs::read_to_string(path).map_err(Error::io(path))?,
         None => verdict_sim::DEMO.to_string(),
     };
-    let scenario = verdict_sim::Scenario::parse(&text).map_err(|message| Error::Config {
+    let mut scenario = verdict_sim::Scenario::parse(&text).map_err(|message| Error::Config {
         key: "scenario",
         message,
     })?;
     let simulator = verdict_sim::Simulator::start(verdict_sim::Options::default())
         .await
         .map_err(|e| Error::Runtime(format!("starting the demo cluster: {e}")))?;
+    scenario.bind(&simulator.url());
     let player = tokio::spawn(scenario.run(Arc::clone(simulator.store())));
     tracing::info!(url = %simulator.url(), "demo cluster serving");
     Ok(Demo { simulator, player })

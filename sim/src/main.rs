@@ -65,7 +65,8 @@ async fn main() -> ExitCode {
             .map_err(|e| e.to_string())
             .and_then(|text| verdict_sim::Scenario::parse(&text));
         match parsed {
-            Ok(scenario) => {
+            Ok(mut scenario) => {
+                scenario.bind(&simulator.url());
                 tokio::spawn(scenario.run(std::sync::Arc::clone(simulator.store())));
             }
             Err(error) => {

@@ -100,6 +100,29 @@ impl Scenario {
         Ok(scenario)
     }
 
+    /// Replace `@sim` at the start of any text of the scenario by the
+    /// simulator's URL (health URLs of the demo point at the simulator).
+    pub fn bind(&mut self, base_url: &str) {
+        fn walk(value: &mut Value, base: &str) {
+            match value {
+                Value::String(text) => {
+                    if let Some(rest) = text.strip_prefix("@sim") {
+                        *text = format!("{base}{rest}");
+                    }
+                }
+                Value::Array(items) => items.iter_mut().for_each(|v| walk(v, base)),
+                Value::Object(map) => map.values_mut().for_each(|v| walk(v, base)),
+                _ => {}
+            }
+        }
+        for object in &mut self.objects {
+            walk(object, base_url);
+        }
+        for step in &mut self.steps {
+            step.apply.iter_mut().for_each(|o| walk(o, base_url));
+        }
+    }
+
     /// Bring the store to the scenario's start: objects not in it go, its
     /// objects are applied.
     pub fn reset(&self, store: &Store) -> Result<(), StoreError> {

@@ -133,6 +133,9 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Some(rest) = uri.path().strip_prefix("/demo/health/") {
+        return demo_health(&shared.store, rest);
+    }
     let target = match resolve(uri.path(), &shared.server) {
         Ok(target) => target,
         Err(e) => return error(&e),
@@ -304,6 +307,37 @@ async fn handle(
     match outcome {
         Ok((code, body)) => json_response(code, &body),
         Err(e) => error(&e),
+    }
+}
+
+/// The annotation a scenario sets on a workload to make its demo health
+/// endpoint fail.
+pub const DEMO_HEALTH: &str = "verdict.dev/demo-health";
+
+/// `/demo/health/{namespace}/{name}`: a health endpoint for the demo's apps,
+/// failing (503) while the workload `name` is annotated
+/// `verdict.dev/demo-health: failing`, else answering 200.
+fn demo_health(store: &Store, rest: &str) -> Response {
+    let Some((namespace, name)) = rest.split_once('/') else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let workload = ["deployments", "statefulsets", "daemonsets"]
+        .iter()
+        .filter_map(|plural| resources::find("apps", "v1", plural))
+        .find_map(|r| store.get(r, namespace, name).ok());
+    match workload {
+        None => StatusCode::NOT_FOUND.into_response(),
+        Some(w)
+            if w.pointer(&format!(
+                "/metadata/annotations/{}",
+                DEMO_HEALTH.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+                == Some("failing") =>
+        {
+            (StatusCode::SERVICE_UNAVAILABLE, "failing").into_response()
+        }
+        Some(_) => (StatusCode::OK, "ok").into_response(),
     }
 }
 

@@ -313,3 +313,40 @@ fn discovery_and_errors_are_kubernetes_documents() {
         .unwrap();
     assert_eq!(bad.status(), 400);
 }
+
+#[test]
+fn the_demo_health_endpoints_follow_their_annotation() {
+    let running = start(Options::default());
+    let base = running.simulator.url();
+    let status = |path: &str| {
+        reqwest::blocking::get(format!("{base}{path}"))
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let deployment = |failing: bool| {
+        let mut annotations = json!({});
+        if failing {
+            annotations["verdict.dev/demo-health"] = json!("failing");
+        }
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "web", "namespace": "shop", "annotations": annotations},
+               "spec": {"replicas": 1}})
+    };
+    running.simulator.apply(deployment(false)).unwrap();
+    assert_eq!(status("/demo/health/shop/web"), 200);
+    running.simulator.apply(deployment(true)).unwrap();
+    assert_eq!(status("/demo/health/shop/web"), 503);
+    assert_eq!(status("/demo/health/shop/nothing"), 404);
+
+    // A scenario's `@sim` texts point at the simulator it plays on.
+    let mut scenario = verdict_sim::Scenario::parse(
+        "objects:\n  - {apiVersion: v1, kind: Namespace, metadata: {name: shop, annotations: {url: '@sim/demo/health/shop/web'}}}\n",
+    )
+    .unwrap();
+    scenario.bind(&base);
+    assert_eq!(
+        scenario.objects[0]["metadata"]["annotations"]["url"],
+        format!("{base}/demo/health/shop/web")
+    );
+}
