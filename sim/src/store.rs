@@ -229,6 +229,20 @@ impl Store {
         let _ = self.events.send(event);
     }
 
+    /// Keep an object under its key and tell the watches.
+    fn store_and_record(
+        &self,
+        inner: &mut Inner,
+        k: Key,
+        resource: &'static Resource,
+        namespace: &str,
+        kind: EventType,
+        object: &Value,
+    ) {
+        inner.objects.insert(k, object.clone());
+        self.record(inner, resource, namespace, kind, object.clone());
+    }
+
     /// Objects of a resource, in a namespace or all; with the list's version.
     pub fn list(&self, resource: &'static Resource, namespace: Option<&str>) -> (Vec<Value>, u64) {
         let inner = self.lock();
@@ -384,13 +398,13 @@ impl Store {
         if resource.namespaced {
             m.insert("namespace".into(), json!(namespace));
         }
-        inner.objects.insert(k, object.clone());
-        self.record(
+        self.store_and_record(
             &mut inner,
+            k,
             resource,
             namespace,
             EventType::Added,
-            object.clone(),
+            &object,
         );
         Ok(object)
     }
@@ -484,13 +498,13 @@ impl Store {
                 object.clone(),
             );
         } else {
-            inner.objects.insert(k, object.clone());
-            self.record(
+            self.store_and_record(
                 &mut inner,
+                k,
                 resource,
                 namespace,
                 EventType::Modified,
-                object.clone(),
+                &object,
             );
         }
         Ok(object)
@@ -540,13 +554,13 @@ impl Store {
                 let m = meta(&mut object);
                 m.insert("deletionTimestamp".into(), json!(now_text()));
                 m.insert("resourceVersion".into(), json!(rv.to_string()));
-                inner.objects.insert(k, object.clone());
-                self.record(
+                self.store_and_record(
                     &mut inner,
+                    k,
                     resource,
                     namespace,
                     EventType::Modified,
-                    object.clone(),
+                    &object,
                 );
             }
             return Ok(object);

@@ -115,25 +115,20 @@ fn until(server: &Server, what: &str, check: impl Fn(&Value) -> bool) -> Value {
     last
 }
 
-fn start_host(cluster: &Cluster, data: &Path) -> Server {
+/// The host following the cluster, with more flags.
+fn start_host(cluster: &Cluster, data: &Path, extra: &[&str]) -> Server {
     let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    Server::start_with(
-        &plugins,
-        data,
-        &[
-            "--cluster-url",
-            &cluster.sim().url(),
-            "--stale-after-ms",
-            "300",
-        ],
-    )
+    let url = cluster.sim().url();
+    let mut flags = vec!["--cluster-url", url.as_str()];
+    flags.extend_from_slice(extra);
+    Server::start_with(&plugins, data, &flags)
 }
 
 #[test]
 fn verdicts_follow_the_cluster() {
     let cluster = Cluster::start();
     let data = tempfile::tempdir().unwrap();
-    let server = start_host(&cluster, data.path());
+    let server = start_host(&cluster, data.path(), &["--stale-after-ms", "300"]);
     assert!(
         wait_until(PATIENCE, || server.get("/readyz").0 == 200).is_some(),
         "never ready: {}",
@@ -212,7 +207,7 @@ fn verdicts_follow_the_cluster() {
 fn verdicts_turn_stale_without_the_api_server_and_recover() {
     let mut cluster = Cluster::start();
     let data = tempfile::tempdir().unwrap();
-    let server = start_host(&cluster, data.path());
+    let server = start_host(&cluster, data.path(), &["--stale-after-ms", "300"]);
     until(&server, "running", |v| {
         v["stable"] == "running" && v["stale"] == false
     });
@@ -338,18 +333,10 @@ fn an_apps_own_health_check_enters_its_verdict() {
     cluster.apply(with_probe);
 
     let data = tempfile::tempdir().unwrap();
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let server = Server::start_with(
-        &plugins,
+    let server = start_host(
+        &cluster,
         data.path(),
-        &[
-            "--cluster-url",
-            &cluster.sim().url(),
-            "--probe-interval-ms",
-            "50",
-            "--probe-timeout-ms",
-            "500",
-        ],
+        &["--probe-interval-ms", "50", "--probe-timeout-ms", "500"],
     );
     until(&server, "running with a passing check", |v| {
         v["stable"] == "running"
@@ -390,17 +377,7 @@ fn pod_usage_from_the_metrics_api_enters_the_verdict() {
     };
     cluster.apply(metrics("100m"));
     let data = tempfile::tempdir().unwrap();
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let server = Server::start_with(
-        &plugins,
-        data.path(),
-        &[
-            "--cluster-url",
-            &cluster.sim().url(),
-            "--metrics-interval-ms",
-            "50",
-        ],
-    );
+    let server = start_host(&cluster, data.path(), &["--metrics-interval-ms", "50"]);
     until(&server, "healthy at 10% CPU", |v| {
         v["groups"][0]["status"] == "running-healthy"
     });
