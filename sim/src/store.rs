@@ -115,6 +115,15 @@ struct Inner {
     uid: u64,
 }
 
+impl Inner {
+    /// Take the next resource version and stamp it on `object`.
+    fn stamp(&mut self, object: &mut Value) -> u64 {
+        self.rv += 1;
+        meta(object).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        self.rv
+    }
+}
+
 /// Objects, versions and the change log.
 pub struct Store {
     inner: Mutex<Inner>,
@@ -383,14 +392,12 @@ impl Store {
                 ));
             }
         }
-        inner.rv += 1;
+        inner.stamp(&mut object);
         inner.uid += 1;
-        let rv = inner.rv;
         let uid = format!("00000000-0000-4000-8000-{:012x}", inner.uid);
         object["apiVersion"] = json!(resource.api_version());
         object["kind"] = json!(resource.kind);
         let m = meta(&mut object);
-        m.insert("resourceVersion".into(), json!(rv.to_string()));
         m.insert("uid".into(), json!(uid));
         m.entry("creationTimestamp")
             .or_insert_with(|| json!(now_text()));
@@ -450,8 +457,7 @@ impl Store {
                 "the name in the body does not match the URL",
             ));
         }
-        inner.rv += 1;
-        let rv = inner.rv;
+        inner.stamp(&mut object);
         object["apiVersion"] = json!(resource.api_version());
         object["kind"] = json!(resource.kind);
         // What the server owns is kept from the stored object.
@@ -476,9 +482,7 @@ impl Store {
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(1);
-        let m = meta(&mut object);
-        m.insert("resourceVersion".into(), json!(rv.to_string()));
-        m.insert(
+        meta(&mut object).insert(
             "generation".into(),
             json!(if spec_changed {
                 generation + 1
@@ -549,11 +553,8 @@ impl Store {
             .ok_or_else(|| StoreError::not_found(resource, name))?;
         if finalizers(&object) {
             if object.pointer("/metadata/deletionTimestamp").is_none() {
-                inner.rv += 1;
-                let rv = inner.rv;
-                let m = meta(&mut object);
-                m.insert("deletionTimestamp".into(), json!(now_text()));
-                m.insert("resourceVersion".into(), json!(rv.to_string()));
+                inner.stamp(&mut object);
+                meta(&mut object).insert("deletionTimestamp".into(), json!(now_text()));
                 self.store_and_record(
                     &mut inner,
                     k,
@@ -574,9 +575,7 @@ impl Store {
                 .collect();
             for k in inside {
                 if let Some(mut child) = inner.objects.remove(&k) {
-                    inner.rv += 1;
-                    let rv = inner.rv;
-                    meta(&mut child).insert("resourceVersion".into(), json!(rv.to_string()));
+                    inner.stamp(&mut child);
                     let child_resource = crate::resources::find(k.0, version_of(&child), k.1);
                     if let Some(r) = child_resource {
                         self.record(&mut inner, r, name, EventType::Deleted, child);
@@ -585,9 +584,7 @@ impl Store {
             }
         }
         inner.objects.remove(&k);
-        inner.rv += 1;
-        let rv = inner.rv;
-        meta(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
+        inner.stamp(&mut object);
         self.record(
             &mut inner,
             resource,

@@ -216,21 +216,6 @@ impl Snapshot {
         }
     }
 
-    /// Forget every workload of a kind (before a full re-list).
-    pub fn clear_workloads(&mut self, kind: types::WorkloadKind) {
-        let kind = workload_kind(kind);
-        let keys: Vec<WorkloadKey> = self
-            .workloads
-            .keys()
-            .filter(|(k, _, _)| *k == kind)
-            .cloned()
-            .collect();
-        for key in keys {
-            self.workloads.remove(&key);
-            self.unindex_workload(&key);
-        }
-    }
-
     /// Add or replace a namespace (its labels are all that is kept).
     pub fn put_namespace(&mut self, namespace: &k8s_openapi::api::core::v1::Namespace) {
         let name = namespace.metadata.name.clone().unwrap_or_default();
@@ -263,6 +248,14 @@ impl Snapshot {
     /// The app a pod (namespace, name) belongs to.
     pub fn app_of_pod_key(&self, key: &(String, String)) -> Option<AppKey> {
         self.pod_app.get(key).cloned()
+    }
+
+    /// Whether any workload or pod lives in a namespace.
+    fn namespace_has_apps(&self, namespace: &str) -> bool {
+        self.index
+            .range((namespace.to_string(), String::new())..)
+            .next()
+            .is_some_and(|((ns, _), _)| ns == namespace)
     }
 
     /// The indexed apps of a namespace.
@@ -303,8 +296,8 @@ impl Snapshot {
                     .flat_map(|m| m.pods.iter())
                     .filter_map(|k| self.pods.get(k))
                     .collect();
-                let exists = self.namespaces.contains_key(&key.0)
-                    || !self.apps_in_namespace(&key.0).is_empty();
+                let exists =
+                    self.namespaces.contains_key(&key.0) || self.namespace_has_apps(&key.0);
                 self.input(key, &workloads, &pods, Vec::new(), exists, now)
             })
             .collect()

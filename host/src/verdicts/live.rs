@@ -28,7 +28,6 @@ pub struct LiveVerdict {
     pub recheck_after: Option<types::Timestamp>,
     /// When the observations it was derived from were last known current.
     pub observed_at: SystemTime,
-    pub evaluated_at: SystemTime,
 }
 
 /// The latest verdicts, and the applications ever seen.
@@ -40,8 +39,6 @@ pub struct Verdicts {
     known: Mutex<BTreeSet<AppKey>>,
     /// The policy's last failure, if its last evaluation failed.
     pub last_error: Mutex<Option<String>>,
-    /// Evaluations done, for tests and metrics.
-    pub rounds: std::sync::atomic::AtomicU64,
 }
 
 impl Verdicts {
@@ -167,7 +164,6 @@ pub fn derive(
                             view: AppView::from(&verdict),
                             recheck_after: verdict.recheck_after,
                             observed_at,
-                            evaluated_at: now,
                         },
                     );
                 }
@@ -197,9 +193,6 @@ pub fn derive(
             apps.extend(fresh);
         }
     }
-    verdicts
-        .rounds
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     verdicts.next_recheck()
 }
 
