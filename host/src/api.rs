@@ -4,17 +4,23 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
-use serde_json::json;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
+use crate::admission::Admission;
 use crate::observe::cluster::Observed;
 use crate::plugins::{PluginStatus, Registry, ReloadReport};
+use crate::tasks::model::{Decision, NewTask, TaskPatch};
+use crate::tasks::{Denial, Filter, Refusal, Task, TaskError, Tasks};
 use crate::verdicts::live::{AppStatus, Verdicts};
+use crate::verdicts::view::WitName;
 
 /// The live side of the host: the observed cluster and its verdicts.
 #[derive(Debug, Clone)]
@@ -30,6 +36,8 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     /// `None` when the host follows no cluster.
     pub live: Option<Live>,
+    pub tasks: Arc<Tasks>,
+    pub admission: Admission,
 }
 
 /// An error answered as JSON.
@@ -38,6 +46,10 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// The request field at fault, when one is.
+    pub field: Option<String>,
+    /// More members of the error object.
+    pub details: serde_json::Map<String, Value>,
 }
 
 impl ApiError {
@@ -46,15 +58,103 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            field: None,
+            details: serde_json::Map::new(),
         }
+    }
+
+    fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut error = Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", message);
+        error.field = Some(field.into());
+        error
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
-        (self.status, Json(body)).into_response()
+        let mut error = self.details;
+        error.insert("code".into(), self.code.into());
+        error.insert("message".into(), self.message.into());
+        if let Some(field) = self.field {
+            error.insert("field".into(), field.into());
+        }
+        (self.status, Json(json!({ "error": error }))).into_response()
     }
+}
+
+impl From<TaskError> for ApiError {
+    fn from(error: TaskError) -> Self {
+        match error {
+            TaskError::Refused(Refusal::Invalid { field, message }) => {
+                ApiError::invalid(field.clone(), format!("{field}: {message}"))
+            }
+            TaskError::Refused(Refusal::Conflict(message)) => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+            }
+            TaskError::Denied(Denial::Denied {
+                reason,
+                warnings,
+                policy,
+            }) => {
+                let mut error = ApiError::new(StatusCode::FORBIDDEN, "denied", reason);
+                error.details.insert("warnings".into(), json!(warnings));
+                error.details.insert("policy".into(), json!(policy));
+                error
+            }
+            TaskError::Denied(Denial::Unavailable(message)) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "admission-unavailable",
+                message,
+            ),
+            TaskError::NotFound(id) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no-such-task",
+                format!("no task {id}"),
+            ),
+            TaskError::Store(error) => {
+                tracing::error!(%error, "task store failed");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-failed",
+                    error.to_string(),
+                )
+            }
+        }
+    }
+}
+
+/// A JSON body: not JSON is a 400, a wrong field a 422 naming it. An empty
+/// body reads as `{}` where `empty_ok`.
+fn body<T: DeserializeOwned>(bytes: &Bytes, empty_ok: bool) -> Result<T, ApiError> {
+    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) && empty_ok {
+        b"{}"
+    } else {
+        bytes
+    };
+    // Syntax first, so that a body that is not JSON is told apart from a
+    // JSON body of the wrong shape.
+    let value: Value = serde_json::from_slice(text).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-json",
+            format!("the body is not JSON: {e}"),
+        )
+    })?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let inner = e.inner();
+        let path = e.path().to_string();
+        let field = if path == "." {
+            // serde names a missing or unknown field only in its message.
+            let message = inner.to_string();
+            message
+                .split('`')
+                .nth(1)
+                .map_or_else(|| "body".to_string(), str::to_string)
+        } else {
+            path
+        };
+        ApiError::invalid(field.clone(), format!("{field}: {inner}"))
+    })
 }
 
 /// The router, without a socket: tests call it directly.
@@ -67,12 +167,18 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/plugins", get(list_plugins))
         .route("/v1/plugins/reload", post(reload_plugins))
+        .route("/v1/tasks", get(list_tasks).post(create_task))
+        .route("/v1/tasks/{id}", get(get_task).patch(patch_task))
+        .route("/v1/tasks/{id}/approve", post(approve_task))
+        .route("/v1/tasks/{id}/reject", post(reject_task))
+        .route("/v1/tasks/{id}/cancel", post(cancel_task))
+        .route("/v1/admission/review", post(admission_review))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
-async fn healthz() -> Json<serde_json::Value> {
+async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
@@ -130,7 +236,7 @@ struct AppList {
 
 async fn list_apps(
     State(state): State<AppState>,
-    axum::extract::Query(filter): axum::extract::Query<AppFilter>,
+    Query(filter): Query<AppFilter>,
 ) -> Result<Json<AppList>, ApiError> {
     let live = live(&state)?;
     let until = live.observed.health.observed_until();
@@ -157,7 +263,7 @@ async fn list_apps(
 
 async fn get_app(
     State(state): State<AppState>,
-    axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
+    Path((namespace, name)): Path<(String, String)>,
 ) -> Result<Json<AppStatus>, ApiError> {
     let live = live(&state)?;
     let until = live.observed.health.observed_until();
@@ -173,9 +279,9 @@ async fn get_app(
         })
 }
 
-async fn list_nodes(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn list_nodes(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let live = live(&state)?;
-    let nodes: Vec<serde_json::Value> = live
+    let nodes: Vec<Value> = live
         .observed
         .snapshot()
         .nodes
@@ -232,6 +338,125 @@ async fn reload_plugins(State(state): State<AppState>) -> Result<Json<ReloadRepo
             )
         })?;
     Ok(Json(report))
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct TaskQuery {
+    app: Option<String>,
+    phase: Option<String>,
+}
+
+#[derive(Serialize)]
+struct TaskList {
+    tasks: Vec<Task>,
+}
+
+async fn list_tasks(
+    State(state): State<AppState>,
+    Query(query): Query<TaskQuery>,
+) -> Result<Json<TaskList>, ApiError> {
+    let app = match &query.app {
+        Some(text) => {
+            let id = crate::tasks::model::parse_app(text).map_err(TaskError::from)?;
+            Some((id.namespace, id.name))
+        }
+        None => None,
+    };
+    let phase = match &query.phase {
+        Some(text) => Some(
+            crate::plugins::bindings::types::TaskPhase::from_wit_name(text).ok_or_else(|| {
+                let known = <crate::plugins::bindings::types::TaskPhase as WitName>::NAMES;
+                ApiError::invalid(
+                    "phase",
+                    format!(
+                        "phase: unknown phase `{text}`, expected one of: {}",
+                        known.join(", ")
+                    ),
+                )
+            })?,
+        ),
+        None => None,
+    };
+    Ok(Json(TaskList {
+        tasks: state.tasks.list(&Filter { app, phase }),
+    }))
+}
+
+async fn create_task(State(state): State<AppState>, bytes: Bytes) -> Result<Response, ApiError> {
+    let request: NewTask = body(&bytes, false)?;
+    let admission = state.admission.clone();
+    let task = state
+        .tasks
+        .create(request.clone(), async move |tasks| {
+            admission.admit_task(&request, tasks).await
+        })
+        .await?;
+    let code = if task.phase == crate::plugins::bindings::types::TaskPhase::AwaitingApproval {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((code, Json(task)).into_response())
+}
+
+async fn get_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Task>, ApiError> {
+    state
+        .tasks
+        .get(&id)
+        .map(Json)
+        .ok_or_else(|| TaskError::NotFound(id).into())
+}
+
+async fn patch_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Task>, ApiError> {
+    let patch: TaskPatch = body(&bytes, false)?;
+    Ok(Json(state.tasks.patch(&id, &patch).await?))
+}
+
+async fn approve_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Task>, ApiError> {
+    let decision: Decision = body(&bytes, true)?;
+    Ok(Json(state.tasks.review(&id, true, &decision).await?))
+}
+
+async fn reject_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Task>, ApiError> {
+    let decision: Decision = body(&bytes, true)?;
+    Ok(Json(state.tasks.review(&id, false, &decision).await?))
+}
+
+async fn cancel_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Task>, ApiError> {
+    let decision: Decision = body(&bytes, true)?;
+    Ok(Json(state.tasks.cancel(&id, &decision).await?))
+}
+
+/// The Kubernetes admission webhook (validating and mutating).
+async fn admission_review(
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let review = state
+        .admission
+        .review(&bytes)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid-review", e.0))?;
+    Ok(Json(review).into_response())
 }
 
 async fn not_found() -> ApiError {

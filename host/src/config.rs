@@ -59,6 +59,45 @@ pub struct Config {
     pub probes: ProbeConfig,
     /// How often pod metrics are read, where the cluster serves them.
     pub metrics_every: Duration,
+    /// Where task records are kept.
+    pub task_store: TaskStoreKind,
+    /// The namespace of `Task` objects, with the Kubernetes task store.
+    pub tasks_namespace: String,
+    /// Finished tasks kept per app.
+    pub task_history: usize,
+    /// What admission answers when the admission policy fails.
+    pub admission_failure: FailureMode,
+    /// Serve HTTPS with this certificate and key (PEM files, reloaded when
+    /// they change).
+    pub tls: Option<TlsFiles>,
+}
+
+/// Where task records are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskStoreKind {
+    /// A SQLite file in the data directory.
+    Sqlite,
+    /// `Task` custom resources through the Kubernetes API.
+    Kubernetes,
+}
+
+/// What admission answers when its policy fails (a trap, a timeout, no
+/// policy loaded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureMode {
+    /// Allow, with a warning saying the policy failed.
+    Open,
+    /// Refuse.
+    Closed,
+}
+
+/// A certificate chain and its private key, PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// Where the cluster comes from.
@@ -92,6 +131,11 @@ impl Config {
             stale_after: Duration::from_secs(30),
             probes: ProbeConfig::default(),
             metrics_every: Duration::from_secs(15),
+            task_store: TaskStoreKind::Sqlite,
+            tasks_namespace: "verdict-system".into(),
+            task_history: 100,
+            admission_failure: FailureMode::Closed,
+            tls: None,
         }
     }
 
@@ -183,6 +227,44 @@ pub struct ServeArgs {
     /// [default: 15000].
     #[arg(long, env = "VERDICT_METRICS_INTERVAL_MS", value_name = "MS")]
     pub metrics_interval_ms: Option<u64>,
+
+    /// Where task records are kept: a SQLite file in the data directory, or
+    /// `Task` custom resources in the cluster [default: sqlite].
+    #[arg(long, env = "VERDICT_TASK_STORE", value_name = "STORE")]
+    pub task_store: Option<TaskStoreKind>,
+
+    /// The namespace of `Task` objects with `--task-store kubernetes`
+    /// [default: verdict-system].
+    #[arg(long, env = "VERDICT_TASKS_NAMESPACE", value_name = "NAMESPACE")]
+    pub tasks_namespace: Option<String>,
+
+    /// Finished tasks kept per app [default: 100].
+    #[arg(long, env = "VERDICT_TASK_HISTORY", value_name = "N")]
+    pub task_history: Option<usize>,
+
+    /// When the admission policy fails: `open` allows with a warning,
+    /// `closed` refuses [default: closed].
+    #[arg(long, env = "VERDICT_ADMISSION_FAILURE", value_name = "MODE")]
+    pub admission_failure: Option<FailureMode>,
+
+    /// Serve HTTPS with this PEM certificate chain (reloaded when it
+    /// changes); needs --tls-key.
+    #[arg(
+        long,
+        env = "VERDICT_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert.
+    #[arg(
+        long,
+        env = "VERDICT_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// The configuration file's keys (all optional).
@@ -203,6 +285,12 @@ struct FileConfig {
     probe_interval_ms: Option<u64>,
     probe_timeout_ms: Option<u64>,
     metrics_interval_ms: Option<u64>,
+    task_store: Option<TaskStoreKind>,
+    tasks_namespace: Option<String>,
+    task_history: Option<usize>,
+    admission_failure: Option<FailureMode>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
     /// `[settings.<plugin>]` tables.
     #[serde(default)]
     settings: BTreeMap<String, toml::Table>,
@@ -337,6 +425,37 @@ impl ServeArgs {
                 None => {}
             }
         }
+        if let Some(store) = self.task_store.or(file.task_store) {
+            config.task_store = store;
+        }
+        if let Some(namespace) = self.tasks_namespace.or(file.tasks_namespace) {
+            config.tasks_namespace = namespace;
+        }
+        if let Some(n) = self.task_history.or(file.task_history) {
+            config.task_history = n;
+        }
+        if let Some(mode) = self.admission_failure.or(file.admission_failure) {
+            config.admission_failure = mode;
+        }
+        config.tls = match (
+            self.tls_cert.or_else(|| from_file(file.tls_cert)),
+            self.tls_key.or_else(|| from_file(file.tls_key)),
+        ) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(Error::Config {
+                    key: "tls-key",
+                    message: "tls-cert is set but tls-key is not".into(),
+                });
+            }
+            (None, Some(_)) => {
+                return Err(Error::Config {
+                    key: "tls-cert",
+                    message: "tls-key is set but tls-cert is not".into(),
+                });
+            }
+        };
         config.settings = file
             .settings
             .into_iter()

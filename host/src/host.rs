@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
+use crate::admission::Admission;
 use crate::api::{self, AppState, Live};
-use crate::config::{ClusterSource, Config};
+use crate::config::{ClusterSource, Config, TaskStoreKind};
 use crate::error::{Error, Result};
 use crate::observe::cluster::{self, Following, Observed};
 use crate::plugins::{Registry, Runtime, Watcher, watch};
+use crate::tasks::{Store, Tasks};
 use crate::verdicts::live::{self as live, Verdicts};
 
 /// A running host's parts.
@@ -17,16 +19,18 @@ use crate::verdicts::live::{self as live, Verdicts};
 pub struct Host {
     pub registry: Arc<Registry>,
     pub live: Option<Live>,
+    pub tasks: Arc<Tasks>,
+    admission: Admission,
     _watcher: Option<Watcher>,
     _following: Option<Following>,
-    /// The deriver and the prober.
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The deriver, the prober and the other loops.
+    loops: Vec<tokio::task::JoinHandle<()>>,
     _demo: Option<Demo>,
 }
 
 impl Drop for Host {
     fn drop(&mut self) {
-        for task in &self.tasks {
+        for task in &self.loops {
             task.abort();
         }
     }
@@ -152,40 +156,78 @@ impl Host {
             }
         };
         let mut demo_cluster = None;
-        let (live, following, tasks) = match client(&config.cluster, &mut demo_cluster).await? {
-            None => (None, None, Vec::new()),
-            Some(client) => {
-                let observed = Arc::new(Observed::new(config.group_by.clone()));
+        let client = client(&config.cluster, &mut demo_cluster).await?;
+        let observed = client
+            .as_ref()
+            .map(|_| Arc::new(Observed::new(config.group_by.clone())));
+        let store = match (config.task_store, &client) {
+            (TaskStoreKind::Sqlite, _) => {
+                let path = config.data_dir.join("tasks.db");
+                Store::Sqlite(Arc::new(
+                    crate::tasks::sqlite::SqliteStore::open(&path)
+                        .map_err(|e| Error::Runtime(e.to_string()))?,
+                ))
+            }
+            (TaskStoreKind::Kubernetes, Some(client)) => Store::Kube(Box::new(
+                crate::tasks::kube::KubeStore::new(client.clone(), &config.tasks_namespace),
+            )),
+            (TaskStoreKind::Kubernetes, None) => {
+                return Err(Error::Config {
+                    key: "task-store",
+                    message: "the kubernetes task store needs a cluster".into(),
+                });
+            }
+        };
+        let tasks = Arc::new(
+            Tasks::open(store.clone(), config.task_history, observed.clone())
+                .await
+                .map_err(|e| Error::Runtime(format!("opening the task store: {e}")))?,
+        );
+        let mut loops = Vec::new();
+        if let Store::Kube(kube_store) = store {
+            loops.push(tokio::spawn(kube_store.follow(Arc::clone(&tasks))));
+        }
+        let (live, following) = match (client, observed) {
+            (Some(client), Some(observed)) => {
                 let verdicts = Arc::new(Verdicts::default());
                 let following = cluster::follow(client.clone(), &observed);
-                let deriver = tokio::spawn(live::derive_forever(
+                loops.push(tokio::spawn(live::derive_forever(
                     Arc::clone(&observed),
                     Arc::clone(&registry),
                     Arc::clone(&verdicts),
-                ));
-                let prober = tokio::spawn(crate::observe::probe::probe_forever(
+                    Some(Arc::clone(&tasks)),
+                )));
+                loops.push(tokio::spawn(crate::observe::probe::probe_forever(
                     Arc::clone(&observed),
                     config.probes,
-                ));
-                let metrics = tokio::spawn(crate::observe::metrics::poll_forever(
+                )));
+                loops.push(tokio::spawn(crate::observe::metrics::poll_forever(
                     client.clone(),
                     Arc::clone(&observed),
                     config.metrics_every,
-                ));
+                )));
                 let live = Live {
                     observed,
                     verdicts,
                     stale_after: config.stale_after,
                 };
-                (Some(live), Some(following), vec![deriver, prober, metrics])
+                (Some(live), Some(following))
             }
+            _ => (None, None),
+        };
+        let admission = Admission {
+            registry: Arc::clone(&registry),
+            failure: config.admission_failure,
+            live: live.clone(),
         };
         Ok(Self {
             registry,
             live,
+            tasks,
+            admission,
             _watcher: watcher,
             _following: following,
-            tasks,
+            loops,
             _demo: demo_cluster,
         })
     }
@@ -195,34 +237,53 @@ impl Host {
         api::router(AppState {
             registry: Arc::clone(&self.registry),
             live: self.live.clone(),
+            tasks: Arc::clone(&self.tasks),
+            admission: self.admission.clone(),
         })
     }
 }
 
-/// Run the host until Ctrl-C or SIGTERM.
+/// Run the host until Ctrl-C or SIGTERM: HTTPS when a certificate is
+/// configured, else HTTP.
 pub async fn serve(config: Config) -> Result<()> {
     let host = Host::start(&config).await?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| Error::Listen {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| Error::Listen {
+    let listen_error = |source| Error::Listen {
         addr: config.listen,
         source,
-    })?;
+    };
+    let listener = std::net::TcpListener::bind(config.listen).map_err(listen_error)?;
+    listener.set_nonblocking(true).map_err(listen_error)?;
+    let addr = listener.local_addr().map_err(listen_error)?;
+    let router = host.router();
     // The first line on standard output says where to connect (port 0 picks
     // a free port; tests read it from here).
-    println!("verdict listening on http://{addr}");
-    tracing::info!(%addr, "serving");
-    axum::serve(listener, host.router())
-        .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(|source| Error::Listen {
-            addr: config.listen,
-            source,
-        })
+    match &config.tls {
+        None => {
+            println!("verdict listening on http://{addr}");
+            tracing::info!(%addr, "serving HTTP");
+            let listener = TcpListener::from_std(listener).map_err(listen_error)?;
+            axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown())
+                .await
+                .map_err(listen_error)
+        }
+        Some(files) => {
+            let (tls, _reloading) = crate::tls::serve_config(files).await?;
+            println!("verdict listening on https://{addr}");
+            tracing::info!(%addr, "serving HTTPS");
+            let handle = axum_server::Handle::new();
+            let stopping = handle.clone();
+            tokio::spawn(async move {
+                shutdown().await;
+                stopping.graceful_shutdown(Some(std::time::Duration::from_secs(10)));
+            });
+            axum_server::from_tcp_rustls(listener, tls)
+                .handle(handle)
+                .serve(router.into_make_service())
+                .await
+                .map_err(listen_error)
+        }
+    }
 }
 
 async fn shutdown() {

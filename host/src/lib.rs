@@ -2,6 +2,8 @@
 //! cluster.
 //!
 //! - [`plugins`]: the Wasm runtime, registry and hot reload;
+//! - [`tasks`]: task records, their life cycle and storage;
+//! - [`admission`]: task admission and the Kubernetes admission webhook;
 //! - [`api`]: the HTTP surface;
 //! - [`observe`]: Kubernetes objects reduced to observations and grouped into apps;
 //! - [`verdicts`]: status evaluation and the JSON form of verdicts;
@@ -9,6 +11,7 @@
 //! - [`config`]: flags, environment and file into one [`config::Config`];
 //! - [`host`]: the parts assembled and served.
 
+pub mod admission;
 pub mod api;
 pub mod config;
 pub mod error;
@@ -17,6 +20,7 @@ pub mod observe;
 pub mod offline;
 pub mod plugins;
 pub mod tasks;
+pub mod tls;
 pub mod verdicts;
 
 pub use error::{Error, Result};

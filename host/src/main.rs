@@ -21,7 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Load the plugins, watch their folder and serve the HTTP API.
-    Serve(verdict::config::ServeArgs),
+    Serve(Box<verdict::config::ServeArgs>),
     /// Run the status policy over Kubernetes objects from files.
     Eval(verdict::offline::eval::EvalArgs),
     /// Run policy test cases; exits non-zero when any fails.

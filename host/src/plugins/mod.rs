@@ -22,7 +22,7 @@ pub use error::{CallError, LoadError, PolicyError};
 pub use registry::{Answer, ErrorRecord, PluginStatus, Registry, ReloadReport, Slot};
 pub use runtime::{CodeSource, Runtime};
 pub use version::{Version, VersionInfo};
-pub use watch::{Watcher, watch};
+pub use watch::{Watcher, watch, watch_folder};
 
 /// The three kinds of policy a plugin can implement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

@@ -255,7 +255,14 @@ impl Version {
                 .map(drop),
             World::Admission => {
                 self.admit_task(&ctx, &validate::smoke_admission_input())?;
-                self.review(&ctx, validate::SMOKE_REVIEW).map(drop)
+                self.review(
+                    &ctx,
+                    &admission::ReviewInput {
+                        request: validate::SMOKE_REVIEW.into(),
+                        namespace_labels: None,
+                    },
+                )
+                .map(drop)
             }
         }
     }
@@ -336,17 +343,16 @@ impl Version {
         Ok(admitted)
     }
 
-    /// The answer to a Kubernetes admission request (JSON text).
+    /// The answer to a Kubernetes admission request.
     pub fn review(
         &self,
         ctx: &types::Context,
-        request: &str,
+        input: &admission::ReviewInput,
     ) -> Result<admission::ReviewResponse, CallError> {
         let answer = self.call(World::Admission, |store, bound| match bound {
-            Bound::Admission(b) => Some(
-                b.verdict_policy_admission()
-                    .call_review(store, ctx, request),
-            ),
+            Bound::Admission(b) => {
+                Some(b.verdict_policy_admission().call_review(store, ctx, input))
+            }
             _ => None,
         })?;
         let response = answer.map_err(CallError::Refused)?;

@@ -31,6 +31,20 @@ impl std::fmt::Debug for Watcher {
 /// Start watching `dir`, reloading `registry` after changes have been quiet
 /// for `debounce`.
 pub fn watch(registry: Arc<Registry>, dir: &Path, debounce: Duration) -> Result<Watcher> {
+    // Lost events (a rescan) are covered: a reload reads the whole folder.
+    watch_folder(dir, debounce, "verdict-reload", move || {
+        registry.reload();
+    })
+}
+
+/// Call `on_change` on a thread of its own after each burst of changes in
+/// `dir` has been quiet for `debounce`.
+pub fn watch_folder(
+    dir: &Path,
+    debounce: Duration,
+    thread: &str,
+    on_change: impl Fn() + Send + 'static,
+) -> Result<Watcher> {
     let (tx, rx) = mpsc::channel::<DebounceEventResult>();
     let mut debouncer = new_debouncer(debounce, None, tx).map_err(|source| Error::Watch {
         path: dir.to_path_buf(),
@@ -42,24 +56,23 @@ pub fn watch(registry: Arc<Registry>, dir: &Path, debounce: Duration) -> Result<
             path: dir.to_path_buf(),
             source,
         })?;
+    let folder = dir.display().to_string();
     std::thread::Builder::new()
-        .name("verdict-reload".into())
+        .name(thread.into())
         .spawn(move || {
             // Ends when the debouncer, and so the sender, is dropped.
             while let Ok(first) = rx.recv() {
                 if let Err(errors) = &first {
-                    // Lost events (a rescan) are covered: a reload reads the
-                    // whole folder.
                     for error in errors {
-                        tracing::warn!(%error, "plugin folder watch reported an error");
+                        tracing::warn!(%error, %folder, "folder watch reported an error");
                     }
                 }
-                // Fold a burst of batches into one reload.
+                // Fold a burst of batches into one call.
                 while rx.try_recv().is_ok() {}
-                registry.reload();
+                on_change();
             }
         })
-        .map_err(|e| Error::Runtime(format!("starting the reload thread: {e}")))?;
+        .map_err(|e| Error::Runtime(format!("starting the {thread} thread: {e}")))?;
     Ok(Watcher {
         _debouncer: debouncer,
     })

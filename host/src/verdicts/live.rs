@@ -14,6 +14,7 @@ use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
 use crate::plugins::bindings::types;
 use crate::plugins::{Registry, World};
+use crate::tasks::Tasks;
 
 fn millis(time: SystemTime) -> types::Timestamp {
     time.duration_since(SystemTime::UNIX_EPOCH)
@@ -24,6 +25,8 @@ fn millis(time: SystemTime) -> types::Timestamp {
 #[derive(Debug, Clone)]
 pub struct LiveVerdict {
     pub view: AppView,
+    /// The verdict as the policy gave it (admission sees it).
+    pub verdict: types::AppVerdict,
     /// When the policy asked to be asked again.
     pub recheck_after: Option<types::Timestamp>,
     /// When the observations it was derived from were last known current.
@@ -81,26 +84,29 @@ impl Verdicts {
 
 /// Derive verdicts once: of every application when `full` (or when a
 /// full list arrived), else only of the applications that changed since
-/// the last derivation. Inputs are built and evaluated a batch at a time,
+/// the last derivation. Each app's input carries its tasks. Inputs are built and evaluated a batch at a time,
 /// so that neither a copy of the whole cluster nor a long lock is held.
 /// Returns when the next time-based rule comes due.
 pub fn derive(
     observed: &Observed,
     registry: &Registry,
     verdicts: &Verdicts,
+    tasks: Option<&Tasks>,
     full: bool,
 ) -> Option<SystemTime> {
     let dirty = observed.take_dirty();
     let full = full || dirty.all || verdicts.count() == 0;
     let now = SystemTime::now();
     let observed_at = observed.health.observed_until();
-    let known: Vec<AppKey> = verdicts
+    let mut known: Vec<AppKey> = verdicts
         .known
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
         .cloned()
         .collect();
+    // Apps named by tasks exist even when nothing of them is in the cluster.
+    known.extend(tasks.map(Tasks::apps).unwrap_or_default());
     let keys: BTreeSet<AppKey> = {
         let snapshot = observed.snapshot();
         if full {
@@ -145,6 +151,10 @@ pub fn derive(
         let mut inputs = observed.snapshot().inputs_for(batch, millis(now));
         for input in &mut inputs {
             input.app.observed_at = millis(observed_at);
+            if let Some(tasks) = tasks {
+                let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
+                input.tasks = tasks.for_app(&key);
+            }
         }
         let results = match super::evaluate(&slot, &inputs, millis(now), None) {
             Ok(results) => results,
@@ -163,6 +173,7 @@ pub fn derive(
                         LiveVerdict {
                             view: AppView::from(&verdict),
                             recheck_after: verdict.recheck_after,
+                            verdict,
                             observed_at,
                         },
                     );
@@ -202,6 +213,7 @@ pub async fn derive_forever(
     observed: Arc<Observed>,
     registry: Arc<Registry>,
     verdicts: Arc<Verdicts>,
+    tasks: Option<Arc<Tasks>>,
 ) {
     let mut recheck: Option<SystemTime> = None;
     let mut full = true;
@@ -215,12 +227,13 @@ pub async fn derive_forever(
             () = registry.swapped().notified() => full = true,
             () = due, if recheck.is_some() => full = true,
         }
-        let (o, r, v) = (
+        let (o, r, v, t) = (
             Arc::clone(&observed),
             Arc::clone(&registry),
             Arc::clone(&verdicts),
+            tasks.clone(),
         );
-        recheck = tokio::task::spawn_blocking(move || derive(&o, &r, &v, full))
+        recheck = tokio::task::spawn_blocking(move || derive(&o, &r, &v, t.as_deref(), full))
             .await
             .unwrap_or(None);
         full = false;

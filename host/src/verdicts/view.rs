@@ -9,13 +9,37 @@ use crate::plugins::bindings::types;
 
 /// The WIT name of an enumeration case, both ways.
 pub trait WitName: Sized {
+    /// Every name, in declaration order.
+    const NAMES: &'static [&'static str];
     fn wit_name(&self) -> &'static str;
     fn from_wit_name(name: &str) -> Option<Self>;
+}
+
+/// Serde by WIT name (`#[serde(with = "wit_name")]`); an unknown name is an
+/// error listing the known ones.
+pub mod wit_name {
+    use super::WitName;
+
+    pub fn serialize<T: WitName, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(value.wit_name())
+    }
+
+    pub fn deserialize<'de, T: WitName, D: serde::Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        let name = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+        T::from_wit_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown value `{name}`, expected one of: {}",
+                T::NAMES.join(", ")
+            ))
+        })
+    }
 }
 
 macro_rules! wit_names {
     ($($ty:ident { $($variant:ident => $name:literal),* $(,)? })*) => {$(
         impl WitName for types::$ty {
+            const NAMES: &'static [&'static str] = &[$($name),*];
+
             fn wit_name(&self) -> &'static str {
                 match self {
                     $(types::$ty::$variant => $name),*

@@ -10,10 +10,10 @@ wit_bindgen::generate!({
 });
 
 use exports::verdict::policy::admission::{
-    AdmissionInput, Decision, Guest, PlanStep, ReviewResponse, TaskAdmission,
+    AdmissionInput, Decision, Guest, PlanStep, ReviewInput, ReviewResponse, TaskAdmission,
 };
 use serde_json::Value;
-use verdict::policy::types::{Context, KeyValue, PluginInfo, TaskAction, TaskPhase};
+use verdict::policy::types::{Context, KeyValue, PluginInfo, StableStatus, TaskAction, TaskPhase};
 
 struct Settings {
     max_replicas: u64,
@@ -21,6 +21,9 @@ struct Settings {
     production_label: (String, String),
     /// Label (on the namespace or a workload) that protects from deletion.
     protected_label: String,
+    /// The label verdict groups workloads by; reviewed workloads without it
+    /// get it, set to their own name.
+    app_label: String,
 }
 
 impl Settings {
@@ -42,6 +45,7 @@ impl Settings {
                 .unwrap_or(100),
             production_label: (k.to_string(), v.to_string()),
             protected_label: text_of("protected-label", "verdict.dev/protected"),
+            app_label: text_of("app-label", "app.kubernetes.io/instance"),
         }
     }
 }
@@ -55,7 +59,7 @@ impl Guest for DefaultAdmission {
             version: env!("CARGO_PKG_VERSION").into(),
             description: "One task in flight per app, protected apps, approval in production, parameter checks.".into(),
             settings_schema: Some(
-                r#"{"type":"object","properties":{"max-replicas":{"type":"integer","minimum":0},"production-label":{"type":"string"},"protected-label":{"type":"string"}}}"#.into(),
+                r#"{"type":"object","properties":{"max-replicas":{"type":"integer","minimum":0},"production-label":{"type":"string"},"protected-label":{"type":"string"},"app-label":{"type":"string"}}}"#.into(),
             ),
         }
     }
@@ -74,32 +78,15 @@ impl Guest for DefaultAdmission {
         })
     }
 
-    fn review(_ctx: Context, request: String) -> Result<ReviewResponse, String> {
-        let request: Value =
-            serde_json::from_str(&request).map_err(|e| format!("request is not JSON: {e}"))?;
-        let mut warnings = Vec::new();
-        let containers = request
-            .pointer("/object/spec/containers")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten();
-        for c in containers {
-            let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
-            let tag = image
-                .rsplit_once(':')
-                .map(|(_, t)| t)
-                .filter(|t| !t.contains('/'));
-            if !image.contains('@') && matches!(tag, None | Some("latest")) {
-                warnings.push(format!("image {image} is not pinned to a tag or digest"));
-            }
-        }
-        Ok(ReviewResponse {
-            allowed: true,
-            code: None,
-            message: None,
-            patch: None,
-            warnings,
-        })
+    fn review(ctx: Context, input: ReviewInput) -> Result<ReviewResponse, String> {
+        let settings = Settings::parse(&ctx.settings);
+        let request: Value = serde_json::from_str(&input.request)
+            .map_err(|e| format!("request is not JSON: {e}"))?;
+        Ok(review(
+            &settings,
+            &request,
+            input.namespace_labels.as_deref(),
+        ))
     }
 }
 
@@ -124,15 +111,25 @@ fn decide(
             TaskPhase::Pending | TaskPhase::AwaitingApproval | TaskPhase::Running
         )
     }) {
-        return Decision::Deny(
-            format!(
-                "task {} ({:?}) is still in flight for this app; wait for it or cancel it",
-                busy.id, busy.action
-            )
-            .to_lowercase(),
-        );
+        return Decision::Deny(format!(
+            "a {} task ({}) is still {} for this app; wait for it or cancel it",
+            action_name(busy.action),
+            busy.id,
+            phase_name(busy.phase),
+        ));
     }
 
+    let stable = input.verdict.as_ref().map(|v| v.stable);
+    match (request.action, stable) {
+        (TaskAction::Create, Some(s)) if s != StableStatus::NotExisted => {
+            return Decision::Deny("the app exists already; update it instead".into());
+        }
+        (TaskAction::Create, _) => {}
+        (_, Some(StableStatus::NotExisted)) => {
+            return Decision::Deny("the app does not exist; create it first".into());
+        }
+        _ => {}
+    }
     match request.action {
         TaskAction::Create | TaskAction::Update => {
             if params
@@ -183,13 +180,10 @@ fn decide(
     if matches!(request.action, TaskAction::Delete | TaskAction::Stop)
         && has_label(namespace_labels, key, Some(value))
     {
-        return Decision::RequireApproval(
-            format!(
-                "{:?} in a production namespace ({key}={value}) needs a person's approval",
-                request.action
-            )
-            .to_lowercase(),
-        );
+        return Decision::RequireApproval(format!(
+            "{} in a production namespace ({key}={value}) needs a person's approval",
+            action_name(request.action)
+        ));
     }
     if input.app.as_ref().is_some_and(|a| !a.namespace_exists)
         && request.action != TaskAction::Create
@@ -200,6 +194,29 @@ fn decide(
         ));
     }
     Decision::Allow
+}
+
+fn action_name(action: TaskAction) -> &'static str {
+    match action {
+        TaskAction::Create => "create",
+        TaskAction::Start => "start",
+        TaskAction::Stop => "stop",
+        TaskAction::Restart => "restart",
+        TaskAction::Update => "update",
+        TaskAction::Scale => "scale",
+        TaskAction::Delete => "delete",
+    }
+}
+
+fn phase_name(phase: TaskPhase) -> &'static str {
+    match phase {
+        TaskPhase::Pending => "pending",
+        TaskPhase::AwaitingApproval => "awaiting approval",
+        TaskPhase::Running => "running",
+        TaskPhase::Succeeded => "succeeded",
+        TaskPhase::Failed => "failed",
+        TaskPhase::Cancelled => "cancelled",
+    }
 }
 
 fn defaults_for(action: TaskAction) -> Value {
@@ -237,4 +254,98 @@ fn plan_for(action: TaskAction) -> Vec<PlanStep> {
         ],
         _ => Vec::new(),
     }
+}
+
+/// The containers of a Pod, or of the pod template of a workload.
+fn containers(object: &Value) -> impl Iterator<Item = &Value> {
+    let spec = match object.get("kind").and_then(Value::as_str) {
+        Some("Pod") => object.get("spec"),
+        _ => object.pointer("/spec/template/spec"),
+    };
+    spec.and_then(|s| s.get("containers"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// Escape a key for a JSON Pointer (RFC 6901).
+fn pointer_key(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The default review: in a production namespace a workload or pod whose
+/// containers lack CPU or memory limits is refused; a Deployment or
+/// StatefulSet without the app label gets it (named after itself), so that
+/// verdict groups it; images that are not pinned are warned about.
+fn review(
+    settings: &Settings,
+    request: &Value,
+    namespace_labels: Option<&[KeyValue]>,
+) -> ReviewResponse {
+    let mut response = ReviewResponse {
+        allowed: true,
+        code: None,
+        message: None,
+        patch: None,
+        warnings: Vec::new(),
+    };
+    let Some(object) = request.get("object").filter(|o| o.is_object()) else {
+        return response;
+    };
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    for c in containers(object) {
+        let container = c.get("name").and_then(Value::as_str).unwrap_or_default();
+        let image = c.get("image").and_then(Value::as_str).unwrap_or_default();
+        let tag = image
+            .rsplit_once(':')
+            .map(|(_, t)| t)
+            .filter(|t| !t.contains('/'));
+        if !image.contains('@') && matches!(tag, None | Some("latest")) {
+            response
+                .warnings
+                .push(format!("image {image} is not pinned to a tag or digest"));
+        }
+        let (key, value) = &settings.production_label;
+        let production = namespace_labels.is_some_and(|l| has_label(l, key, Some(value)));
+        let limited = |resource: &str| {
+            c.pointer(&format!("/resources/limits/{resource}"))
+                .is_some_and(|v| !v.is_null())
+        };
+        if production && !(limited("cpu") && limited("memory")) {
+            response.allowed = false;
+            response.code = Some(403);
+            response.message = Some(format!(
+                "{kind} {name}: container {container} has no CPU and memory limits; \
+                 a production namespace ({key}={value}) requires them"
+            ));
+            return response;
+        }
+    }
+    let creating = request.get("operation").and_then(Value::as_str) == Some("CREATE");
+    if creating && matches!(kind, "Deployment" | "StatefulSet") && !name.is_empty() {
+        let labels = object.pointer("/metadata/labels").filter(|l| l.is_object());
+        let patch = match labels {
+            None => serde_json::json!([{
+                "op": "add", "path": "/metadata/labels",
+                "value": { settings.app_label.as_str(): name },
+            }]),
+            Some(labels) if labels.get(&settings.app_label).is_none() => serde_json::json!([{
+                "op": "add",
+                "path": format!("/metadata/labels/{}", pointer_key(&settings.app_label)),
+                "value": name,
+            }]),
+            Some(_) => Value::Null,
+        };
+        if !patch.is_null() {
+            response.patch = Some(patch.to_string());
+        }
+    }
+    response
 }

@@ -1,0 +1,264 @@
+//! Admission through the admission policy: of the tasks users ask for, and
+//! of Kubernetes `AdmissionReview` requests (the webhook). A policy that
+//! fails (a trap, a timeout, none loaded) answers by the configured failure
+//! mode, is counted by the registry and logged; it never hangs a request,
+//! since every call has the plugin deadline.
+
+use std::sync::Arc;
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use serde_json::{Map, Value};
+
+use crate::api::Live;
+use crate::config::FailureMode;
+use crate::plugins::bindings::{admission, types};
+use crate::plugins::{PolicyError, Registry, World};
+use crate::tasks::model::NewTask;
+use crate::tasks::{Admitted, Denial};
+
+/// The admission side of the host.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    pub registry: Arc<Registry>,
+    pub failure: FailureMode,
+    pub live: Option<Live>,
+}
+
+/// A review the webhook cannot read.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadReview(pub String);
+
+/// Call the admission policy off the async threads.
+async fn call<R: Send + 'static>(
+    registry: &Arc<Registry>,
+    f: impl Fn(&crate::plugins::Version, &types::Context) -> Result<R, crate::plugins::CallError>
+    + Send
+    + 'static,
+) -> Result<(R, String), PolicyError> {
+    let registry = Arc::clone(registry);
+    tokio::task::spawn_blocking(move || {
+        let slot = registry.policy(World::Admission)?;
+        let answer = slot.call(|version| {
+            let ctx = version.context(crate::tasks::now());
+            f(version, &ctx)
+        })?;
+        let info = answer.version.info();
+        Ok((answer.value, format!("{}@{}", info.name, info.version)))
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(PolicyError::Failed {
+            plugin: "admission".into(),
+            kind: "panic",
+            message: e.to_string(),
+        })
+    })
+}
+
+impl Admission {
+    /// What the host knows of an app: its observation and verdict.
+    fn app(&self, id: &types::AppId) -> (Option<types::App>, Option<types::AppVerdict>) {
+        let Some(live) = &self.live else {
+            return (None, None);
+        };
+        let key = (id.namespace.clone(), id.name.clone());
+        let app = live
+            .observed
+            .snapshot()
+            .inputs_for([&key], crate::tasks::now())
+            .pop()
+            .map(|input| input.app);
+        let verdict = live
+            .verdicts
+            .get(&id.namespace, &id.name)
+            .map(|v| v.verdict);
+        (app, verdict)
+    }
+
+    /// Decide on a task request, given the app's tasks (newest first).
+    pub async fn admit_task(
+        &self,
+        request: &NewTask,
+        tasks: Vec<types::Task>,
+    ) -> Result<Admitted, Denial> {
+        let id = crate::tasks::parse_app(&request.app).map_err(|e| Denial::Denied {
+            reason: e,
+            warnings: Vec::new(),
+            policy: None,
+        })?;
+        let (app, verdict) = self.app(&id);
+        let input = admission::AdmissionInput {
+            request: admission::TaskRequest {
+                app: id,
+                action: request.action,
+                params: Value::Object(request.params.clone()).to_string(),
+                requested_by: request.requested_by.clone(),
+            },
+            app,
+            verdict,
+            tasks,
+        };
+        let answer = call(&self.registry, move |version, ctx| {
+            version.admit_task(ctx, &input)
+        })
+        .await;
+        let (answer, policy) = match answer {
+            Ok(answer) => answer,
+            Err(error) => return self.task_failure(&request.app, &error),
+        };
+        let defaults = match serde_json::from_str::<Value>(&answer.defaults) {
+            Ok(Value::Object(map)) => map,
+            _ => {
+                let error = PolicyError::Failed {
+                    plugin: policy,
+                    kind: "malformed",
+                    message: format!("defaults `{}` are not a JSON object", answer.defaults),
+                };
+                return self.task_failure(&request.app, &error);
+            }
+        };
+        let approval = match answer.decision {
+            admission::Decision::Allow => None,
+            admission::Decision::RequireApproval(reason) => Some(reason),
+            admission::Decision::Deny(reason) => {
+                return Err(Denial::Denied {
+                    reason,
+                    warnings: answer.warnings,
+                    policy: Some(policy),
+                });
+            }
+        };
+        Ok(Admitted {
+            approval,
+            defaults,
+            warnings: answer.warnings,
+            plan: answer
+                .plan
+                .into_iter()
+                .map(|s| (s.name, s.description))
+                .collect(),
+            policy: Some(policy),
+            failure: None,
+        })
+    }
+
+    fn task_failure(&self, app: &str, error: &PolicyError) -> Result<Admitted, Denial> {
+        tracing::warn!(%app, %error, mode = ?self.failure, "the admission policy failed on a task");
+        match self.failure {
+            FailureMode::Closed => Err(Denial::Unavailable(format!(
+                "the admission policy could not decide ({error}); tasks are refused until it can"
+            ))),
+            FailureMode::Open => Ok(Admitted {
+                approval: None,
+                defaults: Map::new(),
+                warnings: vec![format!(
+                    "admitted without policy: the admission policy could not decide ({error})"
+                )],
+                plan: Vec::new(),
+                policy: None,
+                failure: Some(error.to_string()),
+            }),
+        }
+    }
+
+    /// Answer an `AdmissionReview` body. Only a body that is not a review
+    /// is an error; a policy failure answers by the failure mode.
+    pub async fn review(&self, body: &[u8]) -> Result<AdmissionReview<DynamicObject>, BadReview> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| BadReview(format!("the body is not JSON: {e}")))?;
+        let review: AdmissionReview<DynamicObject> = serde_path_to_error::deserialize(&value)
+            .map_err(|e| {
+                BadReview(format!(
+                    "not an AdmissionReview: {}: {}",
+                    e.path(),
+                    e.inner()
+                ))
+            })?;
+        if review.types.kind != "AdmissionReview" {
+            return Err(BadReview(format!(
+                "kind is `{}`, not AdmissionReview",
+                review.types.kind
+            )));
+        }
+        let request: AdmissionRequest<DynamicObject> = review
+            .try_into()
+            .map_err(|_| BadReview("the AdmissionReview has no request".into()))?;
+        let namespace_labels = request.namespace.as_ref().and_then(|ns| {
+            let live = self.live.as_ref()?;
+            live.observed.snapshot().namespaces.get(ns).cloned()
+        });
+        let input = admission::ReviewInput {
+            request: value["request"].to_string(),
+            namespace_labels,
+        };
+        let answer = call(&self.registry, move |version, ctx| {
+            version.review(ctx, &input)
+        })
+        .await;
+        let response = AdmissionResponse::from(&request);
+        let what = format!(
+            "{} {}/{}",
+            request.kind.kind,
+            request.namespace.as_deref().unwrap_or(""),
+            request.name
+        );
+        let response = match answer
+            .and_then(|(answer, policy)| respond(response.clone(), answer, &policy))
+        {
+            Ok(response) => response,
+            Err(error) => {
+                tracing::warn!(object = %what, %error, mode = ?self.failure, "the admission policy failed on a review");
+                let message = format!("the admission policy could not decide ({error})");
+                match self.failure {
+                    FailureMode::Open => {
+                        let mut response = response;
+                        response.warnings =
+                            Some(vec![format!("admitted without policy: {message}")]);
+                        response
+                    }
+                    FailureMode::Closed => {
+                        let mut response = response.deny(message);
+                        response.result.code = 503;
+                        response
+                    }
+                }
+            }
+        };
+        Ok(response.into_review())
+    }
+}
+
+/// The webhook's response from the policy's answer; a patch that is not a
+/// JSON Patch is a malformed answer.
+fn respond(
+    mut response: AdmissionResponse,
+    answer: admission::ReviewResponse,
+    policy: &str,
+) -> Result<AdmissionResponse, PolicyError> {
+    if !answer.warnings.is_empty() {
+        response.warnings = Some(answer.warnings);
+    }
+    if !answer.allowed {
+        let message = answer
+            .message
+            .unwrap_or_else(|| "denied by the admission policy".into());
+        response = response.deny(message);
+        response.result.code = answer.code.unwrap_or(403);
+        return Ok(response);
+    }
+    if let Some(patch) = answer.patch {
+        let malformed = |message: String| PolicyError::Failed {
+            plugin: policy.to_string(),
+            kind: "malformed",
+            message,
+        };
+        let patch: json_patch::Patch = serde_json::from_str(&patch)
+            .map_err(|e| malformed(format!("the patch is not a JSON Patch: {e}")))?;
+        response = response
+            .with_patch(patch)
+            .map_err(|e| malformed(e.to_string()))?;
+    }
+    Ok(response)
+}

@@ -1,0 +1,333 @@
+//! Task records: the actions users ask for (create, start, stop, restart,
+//! update, scale, delete) with their phase, progress and plan; admitted by
+//! the admission policy, kept in a [`Store`], served from memory.
+//!
+//! - [`model`]: the record and its life cycle rules;
+//! - [`store`]: the storage backends ([`sqlite`], [`kube`]);
+//! - [`record`]: the file form `verdict eval` and policy tests read.
+
+pub mod kube;
+pub mod model;
+pub mod record;
+pub mod sqlite;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use serde_json::{Map, Value};
+
+use crate::observe::AppKey;
+use crate::observe::cluster::Observed;
+use crate::plugins::bindings::types;
+use model::{Decision, NewTask, TaskPatch};
+pub use model::{Refusal, Task};
+pub use record::{TaskRecord, parse_app};
+pub use store::{Store, StoreError};
+
+/// What admission let through.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    /// The reason a person must approve the task first, if one must.
+    pub approval: Option<String>,
+    /// Parameters filled in under the request's own.
+    pub defaults: Map<String, Value>,
+    pub warnings: Vec<String>,
+    /// The plan's steps: name and description.
+    pub plan: Vec<(String, String)>,
+    /// `name@version` of the policy that decided.
+    pub policy: Option<String>,
+    /// Why the policy could not decide, when the failure mode let the task
+    /// through anyway.
+    pub failure: Option<String>,
+}
+
+/// Why admission did not let a task through.
+#[derive(Debug, Clone)]
+pub enum Denial {
+    /// The policy said no.
+    Denied {
+        reason: String,
+        warnings: Vec<String>,
+        policy: Option<String>,
+    },
+    /// The policy could not decide and the failure mode is closed.
+    Unavailable(String),
+}
+
+/// Why a task operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+    #[error("denied: {}", match .0 { Denial::Denied { reason, .. } => reason.as_str(), Denial::Unavailable(m) => m.as_str() })]
+    Denied(Denial),
+    #[error("no task {0}")]
+    NotFound(String),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for TaskError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NotFound(id) => TaskError::NotFound(id),
+            StoreError::Conflict(m) => TaskError::Refused(Refusal::Conflict(m)),
+            other => TaskError::Store(other),
+        }
+    }
+}
+
+/// Which tasks a listing wants.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub app: Option<AppKey>,
+    pub phase: Option<types::TaskPhase>,
+}
+
+/// The tasks: in memory for reading, in the store for keeping.
+#[derive(Debug)]
+pub struct Tasks {
+    store: Store,
+    /// Every task, by app and then id (ids sort by creation time).
+    by_app: RwLock<BTreeMap<AppKey, BTreeMap<String, Task>>>,
+    /// One write at a time: admission sees every task admitted before it.
+    writes: tokio::sync::Mutex<()>,
+    /// Finished tasks kept per app.
+    history: usize,
+    /// Where a task change marks its app for re-derivation.
+    observed: Option<Arc<Observed>>,
+}
+
+fn app_key(app: &str) -> AppKey {
+    match app.split_once('/') {
+        Some((ns, name)) => (ns.to_string(), name.to_string()),
+        None => (String::new(), app.to_string()),
+    }
+}
+
+pub(crate) fn now() -> types::Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as types::Timestamp)
+}
+
+impl Tasks {
+    /// Load every stored task.
+    pub async fn open(
+        store: Store,
+        history: usize,
+        observed: Option<Arc<Observed>>,
+    ) -> Result<Self, StoreError> {
+        let tasks = Self {
+            store,
+            by_app: RwLock::default(),
+            writes: tokio::sync::Mutex::new(()),
+            history,
+            observed,
+        };
+        let loaded = tasks.store.load().await?;
+        tracing::info!(
+            store = tasks.store.kind(),
+            tasks = loaded.len(),
+            "tasks loaded"
+        );
+        for task in loaded {
+            tasks.remember(task);
+        }
+        Ok(tasks)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<AppKey, BTreeMap<String, Task>>> {
+        self.by_app
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keep a task in memory (when it is not older than what is there) and
+    /// mark its app for re-derivation. Returns whether it was newer.
+    pub(crate) fn remember(&self, task: Task) -> bool {
+        let key = app_key(&task.app);
+        {
+            let mut by_app = self
+                .by_app
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let tasks = by_app.entry(key.clone()).or_default();
+            if tasks
+                .get(&task.id)
+                .is_some_and(|t| t.revision >= task.revision)
+            {
+                return false;
+            }
+            tasks.insert(task.id.clone(), task);
+        }
+        self.touched(key);
+        true
+    }
+
+    /// Drop a task from memory (deleted elsewhere).
+    pub(crate) fn forget(&self, id: &str) {
+        let mut by_app = self
+            .by_app
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = by_app
+            .iter_mut()
+            .find_map(|(key, tasks)| tasks.remove(id).map(|_| key.clone()));
+        drop(by_app);
+        if let Some(key) = key {
+            self.touched(key);
+        }
+    }
+
+    fn touched(&self, key: AppKey) {
+        if let Some(observed) = &self.observed {
+            observed.mark_apps(vec![key]);
+            observed.changed.notify_one();
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<Task> {
+        self.read()
+            .values()
+            .find_map(|tasks| tasks.get(id).cloned())
+    }
+
+    /// Tasks matching a filter, newest first.
+    pub fn list(&self, filter: &Filter) -> Vec<Task> {
+        let by_app = self.read();
+        let mut tasks: Vec<Task> = by_app
+            .iter()
+            .filter(|(key, _)| filter.app.as_ref().is_none_or(|app| app == *key))
+            .flat_map(|(_, tasks)| tasks.values())
+            .filter(|t| filter.phase.is_none_or(|p| p == t.phase))
+            .cloned()
+            .collect();
+        tasks.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        tasks
+    }
+
+    /// An app's tasks as policies see them, newest first.
+    pub fn for_app(&self, key: &AppKey) -> Vec<types::Task> {
+        self.read()
+            .get(key)
+            .map(|tasks| tasks.values().rev().map(Task::to_wit).collect())
+            .unwrap_or_default()
+    }
+
+    /// The apps tasks name.
+    pub fn apps(&self) -> Vec<AppKey> {
+        self.read()
+            .iter()
+            .filter(|(_, tasks)| !tasks.is_empty())
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// Admit and store a new task. `admit` sees the app's tasks (newest
+    /// first) and decides.
+    pub async fn create(
+        &self,
+        mut request: NewTask,
+        admit: impl AsyncFnOnce(Vec<types::Task>) -> Result<Admitted, Denial>,
+    ) -> Result<Task, TaskError> {
+        let key = model::parse_app(&request.app)?;
+        let key = (key.namespace, key.name);
+        let _write = self.writes.lock().await;
+        let admitted = admit(self.for_app(&key)).await.map_err(TaskError::Denied)?;
+        for (name, value) in admitted.defaults {
+            request.params.entry(name).or_insert(value);
+        }
+        let admission = model::Admission {
+            decision: if admitted.approval.is_some() {
+                "require-approval".into()
+            } else {
+                "allow".into()
+            },
+            reason: admitted.approval,
+            warnings: admitted.warnings,
+            policy: admitted.policy,
+            failure: admitted.failure,
+        };
+        let task = Task::new(request, admission, admitted.plan, now());
+        self.store.insert(&task).await?;
+        self.remember(task.clone());
+        Ok(task)
+    }
+
+    /// Change a task by `change`, store it over its revision, and apply
+    /// retention when it finished.
+    async fn change(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut Task) -> Result<(), Refusal>,
+    ) -> Result<Task, TaskError> {
+        let _write = self.writes.lock().await;
+        let mut task = self
+            .get(id)
+            .ok_or_else(|| TaskError::NotFound(id.to_string()))?;
+        change(&mut task)?;
+        self.store.update(&task).await?;
+        self.remember(task.clone());
+        if model::finished(task.phase) {
+            self.retain(&app_key(&task.app)).await;
+        }
+        Ok(task)
+    }
+
+    /// Forget an app's oldest finished tasks beyond the history setting.
+    async fn retain(&self, key: &AppKey) {
+        let expired: Vec<String> = {
+            let by_app = self.read();
+            let Some(tasks) = by_app.get(key) else {
+                return;
+            };
+            let finished: Vec<&Task> = tasks
+                .values()
+                .filter(|t| model::finished(t.phase))
+                .collect();
+            let excess = finished.len().saturating_sub(self.history);
+            finished
+                .into_iter()
+                .take(excess)
+                .map(|t| t.id.clone())
+                .collect()
+        };
+        if expired.is_empty() {
+            return;
+        }
+        match self.store.delete(expired.clone()).await {
+            Ok(()) => {
+                for id in &expired {
+                    self.forget(id);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "could not prune task history; kept"),
+        }
+    }
+
+    /// An executor's report.
+    pub async fn patch(&self, id: &str, patch: &TaskPatch) -> Result<Task, TaskError> {
+        self.change(id, |task| task.apply(patch, now())).await
+    }
+
+    /// A person approves or rejects a held task.
+    pub async fn review(
+        &self,
+        id: &str,
+        approved: bool,
+        decision: &Decision,
+    ) -> Result<Task, TaskError> {
+        self.change(id, |task| task.review(approved, decision, now()))
+            .await
+    }
+
+    pub async fn cancel(&self, id: &str, decision: &Decision) -> Result<Task, TaskError> {
+        self.change(id, |task| task.cancel(decision, now())).await
+    }
+}

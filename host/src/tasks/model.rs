@@ -1,0 +1,507 @@
+//! The task record the host keeps and serves, and the rules of its life
+//! cycle: which phase may follow which, how step reports move a task and
+//! its progress, approval, rejection and cancellation.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::plugins::bindings::types::{self, TaskAction as Action, TaskPhase as Phase};
+use crate::verdicts::view::{WitName, wit_name};
+
+/// Times as RFC 3339 text on the wire, milliseconds since the epoch inside.
+pub mod time {
+    use crate::plugins::bindings::types::Timestamp;
+
+    pub fn serialize<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&crate::observe::objects::rfc3339(*t))
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+        let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+        crate::observe::objects::parse_time(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One step of a task's plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Step {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(with = "wit_name")]
+    pub phase: Phase,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// What admission said when the task was created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Admission {
+    /// `allow` or `require-approval` (denied tasks are never stored).
+    pub decision: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// The policy that decided, `name@version`, when one did.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Why the policy could not decide, when the failure mode let the task
+    /// through anyway.
+    #[serde(default)]
+    pub failure: Option<String>,
+}
+
+/// A person's answer to a task held for approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Review {
+    pub approved: bool,
+    pub by: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(with = "time")]
+    pub at: types::Timestamp,
+}
+
+/// A task record: one user action, with its phase, progress and plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Task {
+    pub id: String,
+    /// `namespace/name`.
+    pub app: String,
+    #[serde(with = "wit_name")]
+    pub action: Action,
+    pub params: Map<String, Value>,
+    #[serde(default)]
+    pub requested_by: Option<String>,
+    #[serde(with = "wit_name")]
+    pub phase: Phase,
+    pub progress: u8,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(with = "time")]
+    pub created_at: types::Timestamp,
+    #[serde(with = "time")]
+    pub updated_at: types::Timestamp,
+    #[serde(default)]
+    pub steps: Vec<Step>,
+    pub admission: Admission,
+    #[serde(default)]
+    pub review: Option<Review>,
+    /// Counts the task's writes; a write based on an older revision is a
+    /// conflict.
+    pub revision: u64,
+}
+
+/// A task request as `POST /v1/tasks` takes it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct NewTask {
+    pub app: String,
+    #[serde(with = "wit_name")]
+    pub action: Action,
+    #[serde(default)]
+    pub params: Map<String, Value>,
+    #[serde(default)]
+    pub requested_by: Option<String>,
+}
+
+/// An executor's report on one step.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StepReport {
+    pub name: String,
+    #[serde(with = "wit_name")]
+    pub phase: Phase,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// An executor's progress report, as `PATCH /v1/tasks/{id}` takes it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TaskPatch {
+    #[serde(default, with = "option_phase")]
+    pub phase: Option<Phase>,
+    /// Percent of the task, or of the running step when the task has a plan.
+    #[serde(default)]
+    pub progress: Option<u8>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub steps: Vec<StepReport>,
+}
+
+mod option_phase {
+    use super::Phase;
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Phase>, D::Error> {
+        super::wit_name::deserialize(d).map(Some)
+    }
+}
+
+/// A person's decision or request on a task (approve, reject, cancel).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Decision {
+    #[serde(default)]
+    pub by: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Why a change to a task was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    /// The request itself is wrong; names the field.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// The request does not fit the task's state.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> Refusal {
+    Refusal::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Whether a phase is final.
+pub fn finished(phase: Phase) -> bool {
+    matches!(phase, Phase::Succeeded | Phase::Failed | Phase::Cancelled)
+}
+
+/// Whether a task in this phase is still in flight.
+pub fn in_flight(phase: Phase) -> bool {
+    !finished(phase)
+}
+
+/// Whether an executor may move a task from one phase to another. Approval
+/// has routes of its own; finished tasks never change.
+fn check_move(from: Phase, to: Phase) -> Result<(), Refusal> {
+    let allowed = match from {
+        Phase::Pending => matches!(
+            to,
+            Phase::Pending | Phase::Running | Phase::Failed | Phase::Cancelled
+        ),
+        Phase::Running => !matches!(to, Phase::Pending | Phase::AwaitingApproval),
+        Phase::AwaitingApproval => {
+            return Err(Refusal::Conflict(
+                "the task awaits approval: approve, reject or cancel it first".into(),
+            ));
+        }
+        Phase::Succeeded | Phase::Failed | Phase::Cancelled => {
+            return Err(Refusal::Conflict(format!(
+                "the task has {}; a finished task does not change",
+                from.wit_name()
+            )));
+        }
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(Refusal::Conflict(format!(
+            "a task cannot go from {} to {}",
+            from.wit_name(),
+            to.wit_name()
+        )))
+    }
+}
+
+/// Check `namespace/name`: both parts DNS labels, as Kubernetes names them.
+pub fn parse_app(text: &str) -> Result<types::AppId, Refusal> {
+    let id = super::record::parse_app(text).map_err(|e| invalid("app", e))?;
+    for (part, value) in [("namespace", &id.namespace), ("name", &id.name)] {
+        let valid = value.len() <= 63
+            && value
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !value.starts_with('-')
+            && !value.ends_with('-');
+        if !valid {
+            return Err(invalid(
+                "app",
+                format!(
+                    "{part} `{value}` is not a Kubernetes name (lower-case letters, digits and `-`, at most 63)"
+                ),
+            ));
+        }
+    }
+    Ok(id)
+}
+
+impl Task {
+    /// A new task as admission let it through: pending, or awaiting
+    /// approval, with its plan's steps pending.
+    pub fn new(
+        request: NewTask,
+        admission: Admission,
+        plan: Vec<(String, String)>,
+        now: types::Timestamp,
+    ) -> Self {
+        let phase = if admission.decision == "require-approval" {
+            Phase::AwaitingApproval
+        } else {
+            Phase::Pending
+        };
+        Self {
+            id: uuid::Uuid::now_v7().to_string(),
+            app: request.app,
+            action: request.action,
+            params: request.params,
+            requested_by: request.requested_by,
+            phase,
+            progress: 0,
+            message: admission.reason.clone(),
+            created_at: now,
+            updated_at: now,
+            steps: plan
+                .into_iter()
+                .map(|(name, description)| Step {
+                    name,
+                    description,
+                    phase: Phase::Pending,
+                    message: None,
+                })
+                .collect(),
+            admission,
+            review: None,
+            revision: 1,
+        }
+    }
+
+    /// The task as policies see it.
+    pub fn to_wit(&self) -> types::Task {
+        let app = super::record::parse_app(&self.app).unwrap_or(types::AppId {
+            namespace: String::new(),
+            name: self.app.clone(),
+        });
+        types::Task {
+            id: self.id.clone(),
+            app,
+            action: self.action,
+            phase: self.phase,
+            progress: self.progress,
+            message: self.message.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            requested_by: self.requested_by.clone(),
+            params: Value::Object(self.params.clone()).to_string(),
+            steps: self
+                .steps
+                .iter()
+                .map(|s| types::TaskStep {
+                    name: s.name.clone(),
+                    phase: s.phase,
+                    message: s.message.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Apply an executor's report. On success the task is changed and its
+    /// revision counted; on a refusal it is left as it was.
+    pub fn apply(&mut self, patch: &TaskPatch, now: types::Timestamp) -> Result<(), Refusal> {
+        let mut next = self.clone();
+        if let Some(progress) = patch.progress
+            && progress > 100
+        {
+            return Err(invalid("progress", format!("{progress} is over 100")));
+        }
+        if !patch.steps.is_empty() {
+            check_move(next.phase, Phase::Running)?;
+            for (i, report) in patch.steps.iter().enumerate() {
+                next.report_step(i, report)?;
+            }
+        }
+        if let Some(message) = &patch.message {
+            next.message = Some(message.clone());
+        }
+        if let Some(to) = patch.phase {
+            check_move(next.phase, to)?;
+            if to == Phase::Succeeded
+                && let Some(open) = next.steps.iter().find(|s| s.phase != Phase::Succeeded)
+            {
+                return Err(Refusal::Conflict(format!(
+                    "step `{}` has not succeeded; report it before the task",
+                    open.name
+                )));
+            }
+            next.phase = to;
+        }
+        next.follow_steps();
+        next.progress = match (next.phase, next.steps.len()) {
+            (Phase::Succeeded, _) => 100,
+            (_, 0) => patch.progress.unwrap_or(next.progress),
+            (_, total) => {
+                let done = next
+                    .steps
+                    .iter()
+                    .filter(|s| s.phase == Phase::Succeeded)
+                    .count();
+                let within = if next.steps.iter().any(|s| s.phase == Phase::Running) {
+                    usize::from(patch.progress.unwrap_or(0))
+                } else {
+                    0
+                };
+                ((done * 100 + within) / total).min(100) as u8
+            }
+        };
+        if finished(next.phase) {
+            next.close_steps();
+        }
+        next.touch(now);
+        *self = next;
+        Ok(())
+    }
+
+    fn report_step(&mut self, index: usize, report: &StepReport) -> Result<(), Refusal> {
+        let field = |f: &str| format!("steps[{index}].{f}");
+        let position = self
+            .steps
+            .iter()
+            .position(|s| s.name == report.name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.steps.iter().map(|s| s.name.as_str()).collect();
+                invalid(
+                    field("name"),
+                    if names.is_empty() {
+                        format!("the task has no plan, so no step `{}`", report.name)
+                    } else {
+                        format!(
+                            "no step `{}` in the plan ({})",
+                            report.name,
+                            names.join(", ")
+                        )
+                    },
+                )
+            })?;
+        if let Some(before) = self.steps[..position]
+            .iter()
+            .find(|s| s.phase != Phase::Succeeded)
+            && report.phase != Phase::Pending
+        {
+            return Err(Refusal::Conflict(format!(
+                "step `{}` cannot start before step `{}` has succeeded",
+                report.name, before.name
+            )));
+        }
+        let step = &mut self.steps[position];
+        let allowed = match step.phase {
+            Phase::Pending => !matches!(report.phase, Phase::AwaitingApproval),
+            Phase::Running => !matches!(report.phase, Phase::Pending | Phase::AwaitingApproval),
+            done => report.phase == done,
+        };
+        if !allowed {
+            return Err(Refusal::Conflict(format!(
+                "step `{}` cannot go from {} to {}",
+                step.name,
+                step.phase.wit_name(),
+                report.phase.wit_name()
+            )));
+        }
+        step.phase = report.phase;
+        if report.message.is_some() {
+            step.message.clone_from(&report.message);
+        }
+        Ok(())
+    }
+
+    /// The task's phase as its steps make it: a failed step fails the task
+    /// (naming the step), a started step runs it, and all steps done
+    /// complete it.
+    fn follow_steps(&mut self) {
+        if self.steps.is_empty() || finished(self.phase) {
+            return;
+        }
+        if let Some(failed) = self.steps.iter().find(|s| s.phase == Phase::Failed) {
+            self.phase = Phase::Failed;
+            self.message = Some(match &failed.message {
+                Some(m) => format!("step `{}` failed: {m}", failed.name),
+                None => format!("step `{}` failed", failed.name),
+            });
+        } else if self.steps.iter().all(|s| s.phase == Phase::Succeeded) {
+            self.phase = Phase::Succeeded;
+        } else if self.steps.iter().any(|s| s.phase != Phase::Pending) {
+            self.phase = Phase::Running;
+        }
+    }
+
+    /// Steps not yet done when the task ends are cancelled.
+    fn close_steps(&mut self) {
+        for step in &mut self.steps {
+            if matches!(step.phase, Phase::Pending | Phase::Running) {
+                step.phase = Phase::Cancelled;
+            }
+        }
+    }
+
+    fn touch(&mut self, now: types::Timestamp) {
+        self.updated_at = now.max(self.updated_at);
+        self.revision += 1;
+    }
+
+    /// A person approves (`approved`) or rejects a task held for approval.
+    pub fn review(
+        &mut self,
+        approved: bool,
+        decision: &Decision,
+        now: types::Timestamp,
+    ) -> Result<(), Refusal> {
+        if self.phase != Phase::AwaitingApproval {
+            return Err(Refusal::Conflict(format!(
+                "the task is {}, not awaiting approval",
+                self.phase.wit_name()
+            )));
+        }
+        let by = decision
+            .by
+            .clone()
+            .filter(|b| !b.trim().is_empty())
+            .ok_or_else(|| invalid("by", "say who decides"))?;
+        if approved {
+            self.phase = Phase::Pending;
+            self.message = Some(format!("approved by {by}"));
+        } else {
+            self.phase = Phase::Cancelled;
+            self.message = Some(match &decision.reason {
+                Some(reason) => format!("rejected by {by}: {reason}"),
+                None => format!("rejected by {by}"),
+            });
+            self.close_steps();
+        }
+        self.review = Some(Review {
+            approved,
+            by,
+            reason: decision.reason.clone(),
+            at: now,
+        });
+        self.touch(now);
+        Ok(())
+    }
+
+    /// Cancel a task that has not finished.
+    pub fn cancel(&mut self, decision: &Decision, now: types::Timestamp) -> Result<(), Refusal> {
+        if finished(self.phase) {
+            return Err(Refusal::Conflict(format!(
+                "the task has {}; a finished task cannot be cancelled",
+                self.phase.wit_name()
+            )));
+        }
+        self.phase = Phase::Cancelled;
+        let by = decision.by.as_deref().unwrap_or("someone");
+        self.message = Some(match &decision.reason {
+            Some(reason) => format!("cancelled by {by}: {reason}"),
+            None => format!("cancelled by {by}"),
+        });
+        self.close_steps();
+        self.touch(now);
+        Ok(())
+    }
+}

@@ -1,0 +1,215 @@
+//! Tasks in a SQLite database file: WAL journal, every acknowledged write
+//! synced (`synchronous = FULL`), the schema versioned with
+//! `PRAGMA user_version` and migrated on open.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::model::{Task, finished};
+use super::store::StoreError;
+
+/// The schema, one migration per version: the database at version `n` has
+/// had the first `n` applied.
+const MIGRATIONS: &[&str] = &[
+    // 1: a task per row, its JSON form in `body`, the columns queries need
+    // beside it.
+    "CREATE TABLE tasks (
+        id TEXT PRIMARY KEY NOT NULL,
+        app TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        finished INTEGER NOT NULL,
+        revision INTEGER NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX tasks_by_app ON tasks (app, created_at);",
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    connection: Mutex<Connection>,
+}
+
+fn failed(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |e| StoreError::Failed(format!("{}: {e}", path.display()))
+}
+
+impl SqliteStore {
+    /// Open (creating when missing) and migrate the database.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Failed(format!("{}: {e}", dir.display())))?;
+        }
+        let fail = failed(path);
+        let mut connection = Connection::open(path).map_err(&fail)?;
+        connection
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(&fail)?;
+        let mode: String = connection
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(&fail)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Failed(format!(
+                "{}: the database cannot use a WAL journal (it is in `{mode}` mode)",
+                path.display()
+            )));
+        }
+        connection
+            .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .map_err(&fail)?;
+        migrate(&mut connection).map_err(|e| match e {
+            StoreError::Failed(m) => StoreError::Failed(format!("{}: {m}", path.display())),
+            other => other,
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            connection: Mutex::new(connection),
+        })
+    }
+
+    fn connection(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every task. A row that does not read as a task is reported and left
+    /// in place.
+    pub fn load(&self) -> Result<Vec<Task>, StoreError> {
+        let fail = failed(&self.path);
+        let connection = self.connection();
+        let mut statement = connection
+            .prepare("SELECT id, body FROM tasks ORDER BY created_at, id")
+            .map_err(&fail)?;
+        let rows = statement
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(&fail)?;
+        let mut tasks = Vec::new();
+        for row in rows {
+            let (id, body) = row.map_err(&fail)?;
+            match serde_json::from_str::<Task>(&body) {
+                Ok(task) => tasks.push(task),
+                Err(error) => {
+                    tracing::error!(path = %self.path.display(), %id, %error, "a stored task does not read as a task; left in place");
+                }
+            }
+        }
+        Ok(tasks)
+    }
+
+    pub fn insert(&self, task: &Task) -> Result<(), StoreError> {
+        let body = serde_json::to_string(task).map_err(|e| StoreError::Failed(e.to_string()))?;
+        let inserted = self
+            .connection()
+            .execute(
+                "INSERT INTO tasks (id, app, created_at, finished, revision, body)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING",
+                params![
+                    task.id,
+                    task.app,
+                    task.created_at,
+                    finished(task.phase),
+                    task.revision as i64,
+                    body
+                ],
+            )
+            .map_err(failed(&self.path))?;
+        if inserted == 0 {
+            return Err(StoreError::Conflict(format!(
+                "task {} exists already",
+                task.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Write a changed task over the revision before it.
+    pub fn update(&self, task: &Task) -> Result<(), StoreError> {
+        let body = serde_json::to_string(task).map_err(|e| StoreError::Failed(e.to_string()))?;
+        let fail = failed(&self.path);
+        let connection = self.connection();
+        let updated = connection
+            .execute(
+                "UPDATE tasks SET finished = ?2, revision = ?3, body = ?4
+                 WHERE id = ?1 AND revision = ?5",
+                params![
+                    task.id,
+                    finished(task.phase),
+                    task.revision as i64,
+                    body,
+                    task.revision as i64 - 1
+                ],
+            )
+            .map_err(&fail)?;
+        if updated == 1 {
+            return Ok(());
+        }
+        let stored: Option<i64> = connection
+            .query_row(
+                "SELECT revision FROM tasks WHERE id = ?1",
+                [&task.id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(&fail)?;
+        Err(match stored {
+            None => StoreError::NotFound(task.id.clone()),
+            Some(revision) => StoreError::Conflict(format!(
+                "task {} changed meanwhile (revision {revision})",
+                task.id
+            )),
+        })
+    }
+
+    pub fn delete(&self, ids: &[String]) -> Result<(), StoreError> {
+        let fail = failed(&self.path);
+        let mut connection = self.connection();
+        let transaction = connection.transaction().map_err(&fail)?;
+        for id in ids {
+            transaction
+                .execute("DELETE FROM tasks WHERE id = ?1", [id])
+                .map_err(&fail)?;
+        }
+        transaction.commit().map_err(&fail)
+    }
+
+    /// `PRAGMA integrity_check`: `ok`, or what is wrong.
+    pub fn integrity(&self) -> Result<String, StoreError> {
+        self.connection()
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .map_err(failed(&self.path))
+    }
+}
+
+/// Bring the schema up to [`SCHEMA_VERSION`], one transaction a step. A
+/// database written by a newer build is refused, not touched.
+fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
+    let fail = |e: rusqlite::Error| StoreError::Failed(e.to_string());
+    let version: usize = connection
+        .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+        .map_err(fail)?
+        .try_into()
+        .unwrap_or(usize::MAX);
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Failed(format!(
+            "the task database has schema version {version}, newer than this build's {SCHEMA_VERSION}; \
+             run a newer verdict or another data directory"
+        )));
+    }
+    for (done, migration) in MIGRATIONS.iter().enumerate().skip(version) {
+        let transaction = connection.transaction().map_err(fail)?;
+        transaction.execute_batch(migration).map_err(fail)?;
+        transaction
+            .pragma_update(None, "user_version", (done + 1) as i64)
+            .map_err(fail)?;
+        transaction.commit().map_err(fail)?;
+        tracing::info!(version = done + 1, "task database migrated");
+    }
+    Ok(())
+}

@@ -1,0 +1,67 @@
+//! Test plugin `gate`: an admission policy that allows everything, and
+//! misbehaves when asked: a task whose params hold `"misbehave": "trap"` or
+//! `"spin"`, or a reviewed object annotated `verdict.dev/misbehave`, makes
+//! the call trap or spin until the host's deadline stops it.
+
+wit_bindgen::generate!({
+    world: "admission-policy",
+    path: "../../../wit",
+});
+
+use exports::verdict::policy::admission::{
+    AdmissionInput, Decision, Guest, ReviewInput, ReviewResponse, TaskAdmission,
+};
+use serde_json::Value;
+use verdict::policy::types::{Context, PluginInfo};
+
+fn misbehave(way: Option<&str>) {
+    match way {
+        Some("trap") => panic!("asked to trap"),
+        Some("spin") => loop {
+            core::hint::black_box(());
+        },
+        _ => {}
+    }
+}
+
+struct Gate;
+
+impl Guest for Gate {
+    fn describe() -> PluginInfo {
+        PluginInfo {
+            name: "test-gate".into(),
+            version: "1".into(),
+            description: "Allows everything; misbehaves on request.".into(),
+            settings_schema: None,
+        }
+    }
+
+    fn admit_task(_ctx: Context, input: AdmissionInput) -> Result<TaskAdmission, String> {
+        let params: Value = serde_json::from_str(&input.request.params).unwrap_or_default();
+        misbehave(params.get("misbehave").and_then(Value::as_str));
+        Ok(TaskAdmission {
+            decision: Decision::Allow,
+            defaults: "{}".into(),
+            warnings: Vec::new(),
+            plan: Vec::new(),
+        })
+    }
+
+    fn review(_ctx: Context, input: ReviewInput) -> Result<ReviewResponse, String> {
+        let request: Value = serde_json::from_str(&input.request).unwrap_or_default();
+        misbehave(
+            request
+                .pointer("/object/metadata/annotations/verdict.dev~1misbehave")
+                .and_then(Value::as_str),
+        );
+        Ok(ReviewResponse {
+            allowed: true,
+            code: None,
+            message: None,
+            patch: None,
+            warnings: Vec::new(),
+        })
+    }
+}
+
+export!(Gate);
