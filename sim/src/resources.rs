@@ -1,5 +1,9 @@
 //! The kinds the simulator serves and the discovery documents that
-//! describe them (`/api`, `/apis`, resource lists, `/version`).
+//! describe them (`/api`, `/apis`, resource lists, `/version`). Besides the
+//! built-in kinds, every `CustomResourceDefinition` created is served from
+//! then on, as an API server does.
+
+use std::sync::RwLock;
 
 use serde_json::{Value, json};
 
@@ -85,6 +89,15 @@ pub const RESOURCES: &[Resource] = &[
         short_names: &["ds"],
     },
     Resource {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        plural: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        kind: "CustomResourceDefinition",
+        namespaced: false,
+        short_names: &["crd", "crds"],
+    },
+    Resource {
         group: "metrics.k8s.io",
         version: "v1beta1",
         plural: "pods",
@@ -95,17 +108,100 @@ pub const RESOURCES: &[Resource] = &[
     },
 ];
 
+/// Resources of custom resource definitions, process-wide: once defined, a
+/// kind stays known (its objects live in each simulator's own store).
+static CUSTOM: RwLock<Vec<&'static Resource>> = RwLock::new(Vec::new());
+
+/// Every resource served: the built-in ones, then the defined ones.
+pub fn all() -> Vec<&'static Resource> {
+    let custom = CUSTOM
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    RESOURCES.iter().chain(custom.iter().copied()).collect()
+}
+
+/// Serve the kind a `CustomResourceDefinition` defines, in each version it
+/// serves.
+pub fn define(crd: &Value) -> Result<(), String> {
+    let text = |pointer: &str| -> Result<&'static str, String> {
+        crd.pointer(pointer)
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(|t| &*Box::leak(t.to_string().into_boxed_str()))
+            .ok_or_else(|| format!("{pointer} is required"))
+    };
+    let group = text("/spec/group")?;
+    let plural = text("/spec/names/plural")?;
+    let kind = text("/spec/names/kind")?;
+    let singular = text("/spec/names/singular").unwrap_or("");
+    let namespaced = match crd.pointer("/spec/scope").and_then(Value::as_str) {
+        Some("Namespaced") => true,
+        Some("Cluster") => false,
+        other => {
+            return Err(format!(
+                "spec.scope must be Namespaced or Cluster, not {other:?}"
+            ));
+        }
+    };
+    let short_names: &'static [&'static str] = Box::leak(
+        crd.pointer("/spec/names/shortNames")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(|s| &*Box::leak(s.to_string().into_boxed_str()))
+            .collect::<Vec<&'static str>>()
+            .into_boxed_slice(),
+    );
+    let versions: Vec<&'static str> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v["served"].as_bool().unwrap_or(true))
+        .filter_map(|v| v["name"].as_str())
+        .map(|s| &*Box::leak(s.to_string().into_boxed_str()))
+        .collect();
+    if versions.is_empty() {
+        return Err("spec.versions names no served version".into());
+    }
+    let mut custom = CUSTOM
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for version in versions {
+        if find_in(custom.iter().copied(), group, version, plural).is_none() {
+            custom.push(Box::leak(Box::new(Resource {
+                group,
+                version,
+                plural,
+                singular,
+                kind,
+                namespaced,
+                short_names,
+            })));
+        }
+    }
+    Ok(())
+}
+
+fn find_in(
+    mut resources: impl Iterator<Item = &'static Resource>,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Option<&'static Resource> {
+    resources.find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
 /// The resource at `group/version/plural`.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
-    RESOURCES
-        .iter()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
+    find_in(all().into_iter(), group, version, plural)
 }
 
 /// The resource of a kind, by apiVersion and kind.
 pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static Resource> {
-    RESOURCES
-        .iter()
+    all()
+        .into_iter()
         .find(|r| r.api_version() == api_version && r.kind == kind)
 }
 
@@ -122,8 +218,8 @@ const VERBS: [&str; 8] = [
 
 /// `APIResourceList` of one group version.
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let resources: Vec<&Resource> = RESOURCES
-        .iter()
+    let resources: Vec<&Resource> = all()
+        .into_iter()
         .filter(|r| r.group == group && r.version == version)
         .collect();
     let first = resources.first()?;
@@ -161,11 +257,12 @@ pub fn core_versions(server: &str) -> Value {
 
 /// `APIGroupList` of the named groups (`/apis`).
 pub fn groups() -> Value {
-    let mut names: Vec<(&str, &str)> = RESOURCES
-        .iter()
+    let mut names: Vec<(&str, &str)> = all()
+        .into_iter()
         .filter(|r| !r.group.is_empty())
         .map(|r| (r.group, r.version))
         .collect();
+    names.sort_unstable();
     names.dedup();
     let groups: Vec<Value> = names
         .into_iter()

@@ -123,12 +123,16 @@ impl Scenario {
         }
     }
 
-    /// Bring the store to the scenario's start: objects not in it go, its
-    /// objects are applied.
+    /// Bring the store to the scenario's start: objects of the built-in
+    /// kinds not in it go (definitions and custom objects, such as stored
+    /// tasks, stay), its objects are applied.
     pub fn reset(&self, store: &Store) -> Result<(), StoreError> {
         let wanted: Vec<(String, String, String, String)> =
             self.objects.iter().map(identity).collect();
-        for resource in resources::RESOURCES {
+        let built_in = resources::RESOURCES
+            .iter()
+            .filter(|r| r.kind != "CustomResourceDefinition");
+        for resource in built_in {
             let (items, _) = store.list(resource, None);
             for item in items {
                 if !wanted.contains(&identity(&item)) {

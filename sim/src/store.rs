@@ -392,6 +392,15 @@ impl Store {
                 ));
             }
         }
+        if resource.kind == "CustomResourceDefinition" {
+            crate::resources::define(&object).map_err(|message| {
+                StoreError::new(
+                    422,
+                    "Invalid",
+                    format!("CustomResourceDefinition {name}: {message}"),
+                )
+            })?;
+        }
         inner.stamp(&mut object);
         inner.uid += 1;
         let uid = format!("00000000-0000-4000-8000-{:012x}", inner.uid);

@@ -13,7 +13,7 @@ use crate::serve::Server;
 use crate::support::wait_until;
 
 /// Bound on every wait for a verdict to change.
-const PATIENCE: Duration = Duration::from_secs(20);
+pub const PATIENCE: Duration = Duration::from_secs(20);
 
 fn namespace(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
@@ -62,13 +62,13 @@ fn pod(name: &str, waiting: Option<&str>) -> Value {
     })
 }
 
-struct Cluster {
+pub struct Cluster {
     simulator: Option<Simulator>,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Cluster {
-    fn start() -> Self {
+    pub fn start() -> Self {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let simulator = runtime
             .block_on(Simulator::start(Options::default()))
@@ -87,11 +87,11 @@ impl Cluster {
         }
     }
 
-    fn sim(&self) -> &Simulator {
+    pub fn sim(&self) -> &Simulator {
         self.simulator.as_ref().unwrap()
     }
 
-    fn apply(&self, object: Value) {
+    pub fn apply(&self, object: Value) {
         self.sim().apply(object).unwrap();
     }
 }
@@ -116,7 +116,7 @@ fn until(server: &Server, what: &str, check: impl Fn(&Value) -> bool) -> Value {
 }
 
 /// The host following the cluster, with more flags.
-fn start_host(cluster: &Cluster, data: &Path, extra: &[&str]) -> Server {
+pub fn start_host(cluster: &Cluster, data: &Path, extra: &[&str]) -> Server {
     let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
     let url = cluster.sim().url();
     let mut flags = vec!["--cluster-url", url.as_str()];

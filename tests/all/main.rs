@@ -9,3 +9,4 @@ mod reload;
 mod serve;
 mod simulator;
 mod support;
+mod tasks;

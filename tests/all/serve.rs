@@ -60,6 +60,27 @@ impl Server {
         (response.status().as_u16(), response.json().unwrap())
     }
 
+    /// A request with a raw body; the answer's status and JSON body.
+    pub fn send(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request =
+            reqwest::blocking::Client::new().request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request.send().unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().unwrap_or(Value::Null))
+    }
+
+    /// Kill the process at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     fn post(&self, path: &str) -> (u16, Value) {
         let response = reqwest::blocking::Client::new()
             .post(format!("{}{path}", self.base))

@@ -308,6 +308,8 @@ impl Task {
     /// Apply an executor's report. On success the task is changed and its
     /// revision counted; on a refusal it is left as it was.
     pub fn apply(&mut self, patch: &TaskPatch, now: types::Timestamp) -> Result<(), Refusal> {
+        // A finished task, or one awaiting approval, takes no reports.
+        check_move(self.phase, self.phase)?;
         let mut next = self.clone();
         if let Some(progress) = patch.progress
             && progress > 100

@@ -1,0 +1,514 @@
+//! Task records over HTTP, against both stores (a SQLite file, and `Task`
+//! custom resources in the simulator): the whole life cycle with plans,
+//! approval and rejection, illegal transitions, each admission outcome of
+//! the default policy, bad input, restarts, and replicas sharing tasks.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::live::{Cluster, PATIENCE, start_host};
+use crate::serve::Server;
+use crate::support::wait_until;
+
+/// The cluster the task tests run on: `shop/web` running, `shop/vault`
+/// protected, `prod/db` in a production namespace.
+fn cluster() -> Cluster {
+    let cluster = Cluster::start();
+    let deployment = |ns: &str, name: &str, labels: Value| {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"replicas": 1},
+            "status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1}
+        })
+    };
+    cluster.apply(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "prod", "labels": {"verdict.dev/environment": "production"}}
+    }));
+    cluster.apply(deployment(
+        "prod",
+        "db",
+        json!({"app.kubernetes.io/instance": "db"}),
+    ));
+    cluster.apply(deployment(
+        "shop",
+        "vault",
+        json!({"app.kubernetes.io/instance": "vault", "verdict.dev/protected": "true"}),
+    ));
+    cluster
+}
+
+/// Serve the `Task` definition and its namespace, as `kubectl apply -f
+/// examples/deploy/task-crd.yaml` would.
+fn define_tasks(cluster: &Cluster) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/deploy/task-crd.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let object: Value = serde::Deserialize::deserialize(document).unwrap();
+        cluster.apply(object);
+    }
+}
+
+fn host(cluster: &Cluster, data: &Path, store: &str) -> Server {
+    let server = start_host(cluster, data, &["--task-store", store]);
+    let ready = wait_until(PATIENCE, || {
+        let apps = server.get("/v1/apps").1;
+        ["shop/web", "shop/vault", "prod/db"].iter().all(|id| {
+            apps["apps"].as_array().into_iter().flatten().any(|a| {
+                format!(
+                    "{}/{}",
+                    a["namespace"].as_str().unwrap(),
+                    a["name"].as_str().unwrap()
+                ) == *id
+            })
+        })
+    });
+    assert!(
+        ready.is_some(),
+        "apps never derived: {}",
+        server.get("/v1/apps").1
+    );
+    server
+}
+
+fn create(server: &Server, body: Value) -> (u16, Value) {
+    server.send("POST", "/v1/tasks", Some(&body.to_string()))
+}
+
+fn patch(server: &Server, id: &str, body: Value) -> (u16, Value) {
+    server.send("PATCH", &format!("/v1/tasks/{id}"), Some(&body.to_string()))
+}
+
+fn act(server: &Server, id: &str, verb: &str, body: Value) -> (u16, Value) {
+    server.send(
+        "POST",
+        &format!("/v1/tasks/{id}/{verb}"),
+        Some(&body.to_string()),
+    )
+}
+
+/// Wait until an app's verdict satisfies `check`.
+fn app_until(server: &Server, app: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    let took = wait_until(PATIENCE, || {
+        last = server.get(&format!("/v1/apps/{app}")).1;
+        check(&last)
+    });
+    assert!(
+        took.is_some(),
+        "{what}: never happened; last verdict {last}"
+    );
+    last
+}
+
+fn id(task: &Value) -> String {
+    task["id"].as_str().unwrap().to_string()
+}
+
+/// The suite both stores pass. Returns the ids of the tasks it left.
+fn life_cycle(server: &Server) -> Vec<String> {
+    // Allowed: a restart, which the app's verdict shows at once.
+    let (code, restart) = create(
+        server,
+        json!({"app": "shop/web", "action": "restart", "requested-by": "ann"}),
+    );
+    assert_eq!(code, 201, "{restart}");
+    assert_eq!(restart["phase"], "pending");
+    assert_eq!(restart["admission"]["decision"], "allow");
+    assert!(
+        restart["admission"]["policy"]
+            .as_str()
+            .unwrap()
+            .starts_with("default-admission@")
+    );
+    let restart_id = id(&restart);
+    app_until(server, "shop/web", "restart shown", |v| {
+        v["transitional"]["status"] == "restarting" && v["transitional"]["task"] == restart_id
+    });
+
+    // Denied: one mutating task in flight per app.
+    let (code, denied) = create(server, json!({"app": "shop/web", "action": "stop"}));
+    assert_eq!(code, 403, "{denied}");
+    assert_eq!(denied["error"]["code"], "denied");
+    let reason = denied["error"]["message"].as_str().unwrap();
+    assert!(
+        reason.contains("restart") && reason.contains("pending"),
+        "{reason}"
+    );
+
+    // The executor reports progress; the verdict follows.
+    let (code, running) = patch(
+        server,
+        &restart_id,
+        json!({"phase": "running", "progress": 40, "message": "rolling"}),
+    );
+    assert_eq!(code, 200, "{running}");
+    assert_eq!(running["revision"], 2);
+    app_until(server, "shop/web", "progress shown", |v| {
+        v["display"]["progress"] == 40
+    });
+    // Illegal transitions are conflicts that say why.
+    let (code, illegal) = patch(server, &restart_id, json!({"phase": "pending"}));
+    assert_eq!(code, 409, "{illegal}");
+    assert!(
+        illegal["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("running to pending")
+    );
+    let (code, done) = patch(server, &restart_id, json!({"phase": "succeeded"}));
+    assert_eq!(
+        (code, done["progress"].clone()),
+        (200, json!(100)),
+        "{done}"
+    );
+    let (code, again) = patch(server, &restart_id, json!({"progress": 10}));
+    assert_eq!(code, 409, "{again}");
+    app_until(server, "shop/web", "restart over", |v| {
+        v["transitional"].is_null()
+    });
+
+    // Denied: deleting a protected app.
+    let (code, denied) = create(server, json!({"app": "shop/vault", "action": "delete"}));
+    assert_eq!(code, 403, "{denied}");
+    assert!(
+        denied["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("protected")
+    );
+
+    // Held for approval in production; approval needs a name.
+    let (code, stop) = create(
+        server,
+        json!({"app": "prod/db", "action": "stop", "requested-by": "carl"}),
+    );
+    assert_eq!(code, 202, "{stop}");
+    assert_eq!(stop["phase"], "awaiting-approval");
+    assert_eq!(stop["admission"]["decision"], "require-approval");
+    let stop_id = id(&stop);
+    app_until(server, "prod/db", "approval shown", |v| {
+        v["transitional"]["phase"] == "awaiting-approval"
+    });
+    let (code, early) = patch(server, &stop_id, json!({"phase": "running"}));
+    assert_eq!(code, 409, "{early}");
+    let (code, nameless) = act(server, &stop_id, "approve", json!({}));
+    assert_eq!(
+        (code, nameless["error"]["field"].clone()),
+        (422, json!("by")),
+        "{nameless}"
+    );
+    let (code, approved) = act(
+        server,
+        &stop_id,
+        "approve",
+        json!({"by": "dana", "reason": "maintenance"}),
+    );
+    assert_eq!(code, 200, "{approved}");
+    assert_eq!(approved["phase"], "pending");
+    assert_eq!(approved["review"]["by"], "dana");
+    assert_eq!(approved["review"]["approved"], true);
+    let (code, twice) = act(server, &stop_id, "approve", json!({"by": "dana"}));
+    assert_eq!(code, 409, "{twice}");
+    let (code, cancelled) = act(
+        server,
+        &stop_id,
+        "cancel",
+        json!({"by": "carl", "reason": "not tonight"}),
+    );
+    assert_eq!(code, 200, "{cancelled}");
+    assert_eq!(cancelled["phase"], "cancelled");
+    assert_eq!(cancelled["message"], "cancelled by carl: not tonight");
+
+    // Rejected.
+    let (code, delete) = create(server, json!({"app": "prod/db", "action": "delete"}));
+    assert_eq!(code, 202, "{delete}");
+    let (code, rejected) = act(
+        server,
+        &id(&delete),
+        "reject",
+        json!({"by": "erin", "reason": "still in use"}),
+    );
+    assert_eq!(code, 200, "{rejected}");
+    assert_eq!(rejected["phase"], "cancelled");
+    assert_eq!(rejected["review"]["approved"], false);
+    assert_eq!(rejected["message"], "rejected by erin: still in use");
+
+    // A plan: create expands into steps; progress follows them; a failed
+    // step fails the task, naming it.
+    let (code, created) = create(
+        server,
+        json!({"app": "shop/new", "action": "create", "params": {"image": "shop/new:1.0"}}),
+    );
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["params"]["replicas"], 1, "defaults filled in");
+    let steps: Vec<&str> = created["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "prepare-environment",
+            "deploy",
+            "health-check",
+            "open-traffic"
+        ]
+    );
+    let create_id = id(&created);
+    let (code, skipped) = patch(
+        server,
+        &create_id,
+        json!({"steps": [{"name": "deploy", "phase": "running"}]}),
+    );
+    assert_eq!(code, 409, "{skipped}");
+    let (code, unknown) = patch(
+        server,
+        &create_id,
+        json!({"steps": [{"name": "paint", "phase": "running"}]}),
+    );
+    assert_eq!(
+        (code, unknown["error"]["field"].clone()),
+        (422, json!("steps[0].name")),
+        "{unknown}"
+    );
+    let (code, half) = patch(
+        server,
+        &create_id,
+        json!({"steps": [{"name": "prepare-environment", "phase": "succeeded"}, {"name": "deploy", "phase": "running"}], "progress": 50}),
+    );
+    assert_eq!(code, 200, "{half}");
+    assert_eq!(half["phase"], "running");
+    assert_eq!(
+        half["progress"], 37,
+        "one step of four done, half of the second"
+    );
+    app_until(server, "shop/new", "creating shown", |v| {
+        v["transitional"]["status"] == "creating" && v["display"]["progress"] == 37
+    });
+    let (code, failed) = patch(
+        server,
+        &create_id,
+        json!({"steps": [{"name": "deploy", "phase": "failed", "message": "image pull failed"}]}),
+    );
+    assert_eq!(code, 200, "{failed}");
+    assert_eq!(failed["phase"], "failed");
+    assert_eq!(failed["message"], "step `deploy` failed: image pull failed");
+    assert_eq!(failed["steps"][3]["phase"], "cancelled");
+
+    // Parameters are checked.
+    let (code, denied) = create(server, json!({"app": "shop/web", "action": "scale"}));
+    assert_eq!(code, 403, "{denied}");
+    assert!(
+        denied["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("replicas")
+    );
+    let (code, denied) = create(
+        server,
+        json!({"app": "shop/web", "action": "scale", "params": {"replicas": 5000}}),
+    );
+    assert_eq!(code, 403, "{denied}");
+    let (code, denied) = create(server, json!({"app": "shop/other", "action": "update"}));
+    assert_eq!(code, 403, "{denied}");
+
+    // Listing and filters.
+    let (code, listed) = server.send("GET", "/v1/tasks?app=prod/db", None);
+    assert_eq!(code, 200);
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 2);
+    let (_, cancelled) = server.send("GET", "/v1/tasks?phase=cancelled", None);
+    assert_eq!(cancelled["tasks"].as_array().unwrap().len(), 2);
+    let (code, one) = server.send("GET", &format!("/v1/tasks/{create_id}"), None);
+    assert_eq!((code, one["phase"].clone()), (200, json!("failed")));
+
+    vec![restart_id, stop_id, id(&delete), create_id]
+}
+
+/// Bad input: a 4xx with a JSON error naming the field.
+fn bad_input(server: &Server) {
+    let cases: [(&str, &str, Option<&str>, u16, Option<&str>); 9] = [
+        (
+            "POST",
+            "/v1/tasks",
+            Some(r#"{"app": "shop/web", "action": "launch"}"#),
+            422,
+            Some("action"),
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(r#"{"app": "web", "action": "start"}"#),
+            422,
+            Some("app"),
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(r#"{"app": "Shop/Web!", "action": "start"}"#),
+            422,
+            Some("app"),
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(r#"{"app": "shop/web", "action": "start", "colour": 1}"#),
+            422,
+            Some("colour"),
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            Some(r#"{"action": "start"}"#),
+            422,
+            Some("app"),
+        ),
+        ("POST", "/v1/tasks", Some("{not json"), 400, None),
+        (
+            "PATCH",
+            "/v1/tasks/no-such-task",
+            Some(r#"{"progress": 5}"#),
+            404,
+            None,
+        ),
+        ("GET", "/v1/tasks?phase=sleeping", None, 422, Some("phase")),
+        (
+            "POST",
+            "/v1/tasks/no-such-task/approve",
+            Some(r#"{"by": "ann"}"#),
+            404,
+            None,
+        ),
+    ];
+    for (method, path, body, status, field) in cases {
+        let (code, error) = server.send(method, path, body);
+        assert_eq!(code, status, "{method} {path} {body:?}: {error}");
+        assert!(error["error"]["message"].is_string(), "{error}");
+        if let Some(field) = field {
+            assert_eq!(
+                error["error"]["field"], field,
+                "{method} {path} {body:?}: {error}"
+            );
+        }
+    }
+    // Progress out of range, on a task that exists.
+    let (_, task) = create(
+        server,
+        json!({"app": "shop/bad", "action": "create", "params": {"image": "x:1"}}),
+    );
+    let (code, error) = patch(server, &id(&task), json!({"progress": 101}));
+    assert_eq!(
+        (code, error["error"]["field"].clone()),
+        (422, json!("progress")),
+        "{error}"
+    );
+    let (code, error) = patch(server, &id(&task), json!({"progress": 300}));
+    assert_eq!(
+        (code, error["error"]["field"].clone()),
+        (422, json!("progress")),
+        "{error}"
+    );
+}
+
+fn suite(store: &str, cluster: &Cluster) {
+    let data = tempfile::tempdir().unwrap();
+    let mut server = host(cluster, data.path(), store);
+    let ids = life_cycle(&server);
+    bad_input(&server);
+    let before: Vec<Value> = ids
+        .iter()
+        .map(|i| server.get(&format!("/v1/tasks/{i}")).1)
+        .collect();
+    server.kill();
+    // A restart finds every task as it was.
+    let server = host(cluster, data.path(), store);
+    for (id, task) in ids.iter().zip(before) {
+        let (code, after) = server.get(&format!("/v1/tasks/{id}"));
+        assert_eq!(code, 200, "{id} lost: {after}");
+        assert_eq!(after, task);
+    }
+}
+
+#[test]
+fn task_life_cycle_with_the_sqlite_store() {
+    suite("sqlite", &cluster());
+}
+
+#[test]
+fn task_life_cycle_with_the_kubernetes_store() {
+    let cluster = cluster();
+    define_tasks(&cluster);
+    suite("kubernetes", &cluster);
+    // The tasks are `Task` objects, labelled by app.
+    let (tasks, _) = cluster.sim().store().list(
+        verdict_sim::resources::find("verdict.dev", "v1", "tasks").unwrap(),
+        Some("verdict-system"),
+    );
+    assert!(tasks.len() >= 5, "{} Task objects", tasks.len());
+    assert!(
+        tasks
+            .iter()
+            .any(|t| t["metadata"]["labels"]["verdict.dev/app-name"] == "db"
+                && t["spec"]["app"] == "prod/db")
+    );
+}
+
+#[test]
+fn replicas_share_tasks_through_the_kubernetes_store() {
+    let cluster = cluster();
+    define_tasks(&cluster);
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = host(&cluster, a.path(), "kubernetes");
+    let second = host(&cluster, b.path(), "kubernetes");
+    let (code, task) = create(&first, json!({"app": "shop/web", "action": "restart"}));
+    assert_eq!(code, 201, "{task}");
+    let task_id = id(&task);
+    // The other replica sees it, and its admission counts it.
+    let seen = wait_until(PATIENCE, || {
+        second.get(&format!("/v1/tasks/{task_id}")).0 == 200
+    });
+    assert!(seen.is_some(), "the second replica never saw the task");
+    let (code, denied) = create(&second, json!({"app": "shop/web", "action": "stop"}));
+    assert_eq!(code, 403, "{denied}");
+    // A report through the second is seen by the first.
+    let (code, _) = patch(
+        &second,
+        &task_id,
+        json!({"phase": "running", "progress": 70}),
+    );
+    assert_eq!(code, 200);
+    let seen = wait_until(PATIENCE, || {
+        first.get(&format!("/v1/tasks/{task_id}")).1["progress"] == 70
+    });
+    assert!(seen.is_some(), "the first replica never saw the report");
+    // Each write builds on the last, whichever replica made it.
+    let (code, task) = patch(&first, &task_id, json!({"progress": 80}));
+    assert_eq!((code, task["revision"].clone()), (200, json!(3)), "{task}");
+}
+
+#[test]
+fn retention_keeps_the_newest_finished_tasks_per_app() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &["--task-history", "2"]);
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let (code, task) = create(&server, json!({"app": "shop/web", "action": "restart"}));
+        assert_eq!(code, 201, "{task}");
+        let (code, _) = act(&server, &id(&task), "cancel", json!({"by": "ann"}));
+        assert_eq!(code, 200);
+        ids.push(id(&task));
+    }
+    let (_, listed) = server.send("GET", "/v1/tasks?app=shop/web", None);
+    let kept: Vec<&str> = listed["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(kept, [ids[3].as_str(), ids[2].as_str()]);
+}
