@@ -329,9 +329,18 @@ fn life_cycle(server: &Server) -> Vec<String> {
     vec![restart_id, stop_id, id(&delete), create_id]
 }
 
+/// A request, the status it must get, and the field its error must name.
+type BadCase = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    u16,
+    Option<&'static str>,
+);
+
 /// Bad input: a 4xx with a JSON error naming the field.
 fn bad_input(server: &Server) {
-    let cases: [(&str, &str, Option<&str>, u16, Option<&str>); 9] = [
+    let cases: [BadCase; 9] = [
         (
             "POST",
             "/v1/tasks",
