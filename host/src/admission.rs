@@ -146,6 +146,7 @@ impl Admission {
 
     fn task_failure(&self, app: &str, error: &PolicyError) -> Result<Admitted, Denial> {
         tracing::warn!(%app, %error, mode = ?self.failure, "the admission policy failed on a task");
+        let error = first_line(error);
         match self.failure {
             FailureMode::Closed => Err(Denial::Unavailable(format!(
                 "the admission policy could not decide ({error}); tasks are refused until it can"
@@ -158,14 +159,14 @@ impl Admission {
                 )],
                 plan: Vec::new(),
                 policy: None,
-                failure: Some(error.to_string()),
+                failure: Some(error),
             }),
         }
     }
 
     /// Answer an `AdmissionReview` body. Only a body that is not a review
     /// is an error; a policy failure answers by the failure mode.
-    pub async fn review(&self, body: &[u8]) -> Result<AdmissionReview<DynamicObject>, BadReview> {
+    pub async fn review(&self, body: &[u8]) -> Result<Value, BadReview> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| BadReview(format!("the body is not JSON: {e}")))?;
         let review: AdmissionReview<DynamicObject> = serde_path_to_error::deserialize(&value)
@@ -210,7 +211,10 @@ impl Admission {
             Ok(response) => response,
             Err(error) => {
                 tracing::warn!(object = %what, %error, mode = ?self.failure, "the admission policy failed on a review");
-                let message = format!("the admission policy could not decide ({error})");
+                let message = format!(
+                    "the admission policy could not decide ({})",
+                    first_line(&error)
+                );
                 match self.failure {
                     FailureMode::Open => {
                         let mut response = response;
@@ -226,8 +230,32 @@ impl Admission {
                 }
             }
         };
-        Ok(response.into_review())
+        Ok(wire_form(&response.into_review()))
     }
+}
+
+/// A review as the API server reads it: the patch as base64 text (the
+/// `[]byte` encoding of Go's JSON), where serde writes an array of numbers.
+fn wire_form(review: &AdmissionReview<DynamicObject>) -> Value {
+    use base64::Engine;
+    let mut value = serde_json::to_value(review).unwrap_or_default();
+    if let Some(patch) = review.response.as_ref().and_then(|r| r.patch.as_ref()) {
+        value["response"]["patch"] = base64::engine::general_purpose::STANDARD
+            .encode(patch)
+            .into();
+    }
+    value
+}
+
+/// What users are told of a policy failure: its first line (a trap's
+/// backtrace stays in the log).
+fn first_line(error: &PolicyError) -> String {
+    let text = error.to_string();
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches(':')
+        .to_string()
 }
 
 /// The webhook's response from the policy's answer; a patch that is not a
