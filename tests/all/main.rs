@@ -3,6 +3,7 @@
 //! `cargo xtask plugins`, including test plugins that misbehave on purpose.
 
 mod admission;
+mod crash;
 mod live;
 mod misbehaving;
 mod offline;

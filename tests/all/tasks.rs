@@ -316,6 +316,17 @@ fn life_cycle(server: &Server) -> Vec<String> {
     assert_eq!(code, 403, "{denied}");
     let (code, denied) = create(server, json!({"app": "shop/other", "action": "update"}));
     assert_eq!(code, 403, "{denied}");
+    let (code, denied) = create(
+        server,
+        json!({"app": "shop/web", "action": "create", "params": {"image": "web:2"}}),
+    );
+    assert_eq!(code, 403, "{denied}");
+    assert!(
+        denied["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exists already")
+    );
 
     // Listing and filters.
     let (code, listed) = server.send("GET", "/v1/tasks?app=prod/db", None);

@@ -119,16 +119,16 @@ fn decide(
         ));
     }
 
-    let stable = input.verdict.as_ref().map(|v| v.stable);
-    match (request.action, stable) {
-        (TaskAction::Create, Some(s)) if s != StableStatus::NotExisted => {
-            return Decision::Deny("the app exists already; update it instead".into());
-        }
-        (TaskAction::Create, _) => {}
-        (_, Some(StableStatus::NotExisted)) => {
-            return Decision::Deny("the app does not exist; create it first".into());
-        }
-        _ => {}
+    let deployed = input.app.as_ref().is_some_and(|a| !a.workloads.is_empty());
+    let gone = input
+        .verdict
+        .as_ref()
+        .is_some_and(|v| v.stable == StableStatus::NotExisted);
+    if request.action == TaskAction::Create && deployed {
+        return Decision::Deny("the app exists already; update it instead".into());
+    }
+    if request.action != TaskAction::Create && gone {
+        return Decision::Deny("the app does not exist; create it first".into());
     }
     match request.action {
         TaskAction::Create | TaskAction::Update => {
