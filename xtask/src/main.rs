@@ -37,8 +37,9 @@ verbs:
   lint      cargo fmt --check and clippy with warnings denied
   test      plugins, lint, then every test of the workspace (what CI runs)
   bench     plugins, then the benchmarks in the release profile: the plugin
-            runtime, and a cluster of 100 000 pods followed through the
-            simulator (`bench --quick` for a short run)
+            runtime, a cluster of 100 000 pods followed through the
+            simulator, and admission latency (`bench --quick` for a short
+            run)
 ";
 
 fn main() -> ExitCode {
@@ -407,6 +408,8 @@ fn bench(rest: &[String]) -> Result<()> {
                 "runtime",
                 "--bench",
                 "cluster",
+                "--bench",
+                "admission",
                 "--",
             ])
             .args(rest)

@@ -1,0 +1,182 @@
+//! Benchmark of admission: the latency of an `AdmissionReview` answered by
+//! the default admission policy, in-process (the host's admission path, no
+//! HTTP) and over loopback HTTP against the `verdict` binary; and of task
+//! creation over HTTP (admission plus a synced SQLite write).
+//!
+//! Run with `cargo xtask bench` (release profile); `--quick` for a short run.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use verdict::admission::Admission;
+use verdict::config::{FailureMode, Limits};
+use verdict::plugins::{Registry, Runtime};
+use verdict::tasks::model::NewTask;
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[index]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+fn row(what: &str, samples: &mut [Duration]) {
+    let p50 = percentile(samples, 0.5);
+    let p99 = percentile(samples, 0.99);
+    let max = percentile(samples, 1.0);
+    println!(
+        "| {what} | {} | {} | {} | {} | {} |",
+        samples.len(),
+        us(p50),
+        us(p99),
+        us(max),
+        if p99 <= Duration::from_millis(5) {
+            "met"
+        } else {
+            "missed"
+        }
+    );
+}
+
+fn review(name: &str, namespace: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/all/reviews")
+        .join(name);
+    std::fs::read_to_string(path)
+        .unwrap()
+        .replace("NAMESPACE", namespace)
+}
+
+struct Host(Child);
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let calls = if quick { 300 } else { 5_000 };
+    let tasks = if quick { 50 } else { 500 };
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let plugins = workspace.join("target/plugins");
+    println!(
+        "verdict admission benchmark ({} mode)",
+        if quick { "quick" } else { "full" }
+    );
+    println!();
+    println!("| path | requests | p50 | p99 | slowest | p99 ≤ 5 ms |");
+    println!("|---|---|---|---|---|---|");
+
+    let bodies = [
+        ("Pod", review("pod-create.json", "shop")),
+        ("Deployment", review("deployment-create.json", "shop")),
+    ];
+
+    // In-process: the host's admission path over the default policy.
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(cache.path(), Limits::default()).unwrap();
+    let registry = Arc::new(Registry::new(
+        Arc::new(runtime),
+        Some(plugins.clone()),
+        Default::default(),
+    ));
+    registry.reload();
+    let admission = Admission {
+        registry,
+        failure: FailureMode::Closed,
+        live: None,
+    };
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    for (kind, body) in &bodies {
+        let mut samples = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let started = Instant::now();
+            let answer = tokio.block_on(admission.review(body.as_bytes())).unwrap();
+            samples.push(started.elapsed());
+            assert_eq!(answer["response"]["allowed"], true);
+        }
+        row(&format!("review of a {kind}, in-process"), &mut samples);
+    }
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let request: NewTask = serde_json::from_value(
+            json!({"app": "shop/web", "action": "restart", "requested-by": "bench"}),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let admitted = tokio.block_on(admission.admit_task(&request, Vec::new()));
+        samples.push(started.elapsed());
+        assert!(admitted.is_ok());
+    }
+    row("task admission, in-process", &mut samples);
+
+    // Over loopback HTTP: the binary on the demo cluster, one keep-alive
+    // connection, requests one after another.
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--demo"])
+        .arg("--plugins")
+        .arg(&plugins)
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("VERDICT_LOG", "error")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _host = Host(child);
+    let base = line
+        .trim()
+        .strip_prefix("verdict listening on ")
+        .unwrap()
+        .to_string();
+    let client = reqwest::blocking::Client::new();
+    let post = |path: &str, body: String| -> (u16, Value) {
+        let response = client
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .unwrap();
+        (response.status().as_u16(), response.json().unwrap())
+    };
+    for (kind, body) in &bodies {
+        // Warm the connection and the instance pool.
+        for _ in 0..20 {
+            post("/v1/admission/review", body.clone());
+        }
+        let mut samples = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let started = Instant::now();
+            let (code, answer) = post("/v1/admission/review", body.clone());
+            samples.push(started.elapsed());
+            assert_eq!(code, 200, "{answer}");
+        }
+        row(&format!("review of a {kind}, HTTP"), &mut samples);
+    }
+    let mut samples = Vec::with_capacity(tasks);
+    for n in 0..tasks {
+        let body = json!({"app": format!("bench/new-{n}"), "action": "create", "params": {"image": "bench:1"}});
+        let started = Instant::now();
+        let (code, answer) = post("/v1/tasks", body.to_string());
+        samples.push(started.elapsed());
+        assert_eq!(code, 201, "{answer}");
+    }
+    row(
+        "task creation (admission + synced SQLite write), HTTP",
+        &mut samples,
+    );
+}
