@@ -6,6 +6,7 @@
 //! finalizers) — so that the real `kube` client and `kubectl` talk to it as
 //! to an API server. Tests drive it through [`Simulator`].
 
+pub mod controller;
 pub mod resources;
 pub mod scenario;
 pub mod selector;
@@ -37,6 +38,7 @@ pub struct Simulator {
     addr: SocketAddr,
     cut: watch::Sender<u64>,
     server: JoinHandle<()>,
+    controller: Option<JoinHandle<()>>,
 }
 
 /// How a simulator starts.
@@ -48,7 +50,13 @@ pub struct Options {
     pub log_capacity: usize,
     /// How often a watch that asked for bookmarks gets one.
     pub bookmark_every: Duration,
+    /// Run the [`controller`] at this tick: pods of templated workloads
+    /// follow their spec. Off by default, so that tests own every object.
+    pub controller: Option<Duration>,
 }
+
+/// The controller's tick in the demo and the `verdict-sim` program.
+pub const CONTROLLER_TICK: Duration = Duration::from_millis(500);
 
 impl Default for Options {
     fn default() -> Self {
@@ -56,6 +64,7 @@ impl Default for Options {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             log_capacity: 10_000,
             bookmark_every: Duration::from_secs(5),
+            controller: None,
         }
     }
 }
@@ -83,11 +92,15 @@ impl Simulator {
                 tracing::error!(%error, "simulator stopped");
             }
         });
+        let controller = options
+            .controller
+            .map(|every| tokio::spawn(controller::run(Arc::clone(&store), every)));
         Ok(Self {
             store,
             addr,
             cut,
             server,
+            controller,
         })
     }
 
@@ -126,6 +139,9 @@ impl Simulator {
 impl Drop for Simulator {
     fn drop(&mut self) {
         self.server.abort();
+        if let Some(controller) = &self.controller {
+            controller.abort();
+        }
     }
 }
 

@@ -7,13 +7,18 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: verdict-sim [--listen ADDR] [--scenario FILE.yaml] [FILE.json ...]");
+    eprintln!(
+        "usage: verdict-sim [--listen ADDR] [--scenario FILE.yaml] [--no-controller] [FILE.json ...]"
+    );
     ExitCode::from(2)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let mut options = verdict_sim::Options::default();
+    let mut options = verdict_sim::Options {
+        controller: Some(verdict_sim::CONTROLLER_TICK),
+        ..verdict_sim::Options::default()
+    };
     let mut files: Vec<PathBuf> = Vec::new();
     let mut scenario: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
@@ -27,6 +32,7 @@ async fn main() -> ExitCode {
                 Some(path) => scenario = Some(PathBuf::from(path)),
                 None => return usage(),
             },
+            "--no-controller" => options.controller = None,
             "-h" | "--help" => return usage(),
             file => files.push(PathBuf::from(file)),
         }

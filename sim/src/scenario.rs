@@ -13,13 +13,26 @@
 //!   - at: 20s
 //!     delete:
 //!       - {apiVersion: v1, kind: Pod, metadata: {name: web-1, namespace: shop}}
+//!   - at: 25s
+//!     scale: {workload: shop/web, replicas: 3}
+//!   - at: 30s
+//!     node-lost: n2
+//!   - at: 35s
+//!     crash-loop: shop/api
 //! ```
+//!
+//! Besides whole objects, a step speaks of what happens in a cluster:
+//! `scale` a workload, `update` its image, a workload's first pod starts to
+//! `crash-loop` or `recover`s, a node stops heartbeating (`node-lost`) or
+//! comes back (`node-back`). With the simulator's controller running, pods
+//! of templated workloads follow. `tasks` are user actions for the host
+//! playing the scenario (the simulator itself ignores them).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::store::{Store, StoreError};
 use crate::{apply, resources};
@@ -51,6 +64,45 @@ pub struct Step {
     /// Objects to delete (apiVersion, kind, namespace and name suffice).
     #[serde(default)]
     pub delete: Vec<Value>,
+    /// Set a workload's replica count.
+    #[serde(default)]
+    pub scale: Option<Scale>,
+    /// Change the image of a workload's first container (a rollout).
+    #[serde(default)]
+    pub update: Option<Update>,
+    /// `namespace/workload`: its first pod's containers crash-loop.
+    #[serde(default, rename = "crash-loop")]
+    pub crash_loop: Option<String>,
+    /// `namespace/workload`: its crash-looping pods run again.
+    #[serde(default)]
+    pub recover: Option<String>,
+    /// A node stops heartbeating: its Ready condition turns Unknown and it is
+    /// tainted unreachable.
+    #[serde(default, rename = "node-lost")]
+    pub node_lost: Option<String>,
+    /// A lost node is back and ready.
+    #[serde(default, rename = "node-back")]
+    pub node_back: Option<String>,
+    /// User actions for the host playing the scenario, as `POST /v1/tasks`
+    /// bodies.
+    #[serde(default)]
+    pub tasks: Vec<Value>,
+}
+
+/// `scale: {workload: shop/web, replicas: 3}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scale {
+    pub workload: String,
+    pub replicas: u64,
+}
+
+/// `update: {workload: shop/web, image: registry.example/web:1.1}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Update {
+    pub workload: String,
+    pub image: String,
 }
 
 mod duration_text {
@@ -165,6 +217,56 @@ impl Scenario {
                 Err(e) => return Err(e),
             }
         }
+        if let Some(scale) = &step.scale {
+            let (resource, namespace, name) = workload(store, &scale.workload)?;
+            store.patch(
+                resource,
+                &namespace,
+                &name,
+                &json!({"spec": {"replicas": scale.replicas}}),
+            )?;
+        }
+        if let Some(update) = &step.update {
+            let (resource, namespace, name) = workload(store, &update.workload)?;
+            let mut object = store.get(resource, &namespace, &name)?;
+            let image = object
+                .pointer_mut("/spec/template/spec/containers/0/image")
+                .ok_or_else(|| {
+                    StoreError::bad_request(format!(
+                        "{} has no container template",
+                        update.workload
+                    ))
+                })?;
+            *image = json!(update.image);
+            store.patch(
+                resource,
+                &namespace,
+                &name,
+                &json!({"spec": object["spec"].take()}),
+            )?;
+        }
+        if let Some(target) = &step.crash_loop {
+            let pods = pods_of(store, target)?;
+            let pod = pods
+                .first()
+                .ok_or_else(|| StoreError::bad_request(format!("{target} has no pod")))?;
+            set_containers(store, pod, false)?;
+        }
+        if let Some(target) = &step.recover {
+            for pod in pods_of(store, target)? {
+                let looping = pod.pointer("/status/containerStatuses/0/state/waiting/reason")
+                    == Some(&json!("CrashLoopBackOff"));
+                if looping {
+                    set_containers(store, &pod, true)?;
+                }
+            }
+        }
+        if let Some(node) = &step.node_lost {
+            set_node(store, node, false)?;
+        }
+        if let Some(node) = &step.node_back {
+            set_node(store, node, true)?;
+        }
         Ok(())
     }
 
@@ -189,6 +291,119 @@ impl Scenario {
             }
         }
     }
+}
+
+/// The Deployment or StatefulSet named `namespace/name`.
+fn workload(
+    store: &Store,
+    id: &str,
+) -> Result<(&'static resources::Resource, String, String), StoreError> {
+    let (namespace, name) = id
+        .split_once('/')
+        .ok_or_else(|| StoreError::bad_request(format!("workload `{id}` is not namespace/name")))?;
+    for plural in ["deployments", "statefulsets"] {
+        let resource = resources::find("apps", "v1", plural).expect("a built-in resource");
+        if store.get(resource, namespace, name).is_ok() {
+            return Ok((resource, namespace.to_string(), name.to_string()));
+        }
+    }
+    Err(StoreError::bad_request(format!(
+        "no Deployment or StatefulSet {id}"
+    )))
+}
+
+/// The pods of `namespace/name`: owned by that workload through the
+/// controller, or labelled `app.kubernetes.io/instance: name`; by name.
+fn pods_of(store: &Store, id: &str) -> Result<Vec<Value>, StoreError> {
+    let (namespace, name) = id
+        .split_once('/')
+        .ok_or_else(|| StoreError::bad_request(format!("`{id}` is not namespace/name")))?;
+    let pods = resources::find("", "v1", "pods").expect("a built-in resource");
+    let (mut items, _) = store.list(pods, Some(namespace));
+    items.retain(|p| {
+        let labels = &p["metadata"]["labels"];
+        labels["app.kubernetes.io/instance"] == name
+            || labels[crate::controller::OWNER]
+                .as_str()
+                .is_some_and(|o| o.split_once('.').is_some_and(|(_, n)| n == name))
+    });
+    items.sort_by_key(|p| text(p, "/metadata/name"));
+    Ok(items)
+}
+
+/// A pod's containers running and ready, or crash-looping.
+fn set_containers(store: &Store, pod: &Value, running: bool) -> Result<(), StoreError> {
+    let pods = resources::find("", "v1", "pods").expect("a built-in resource");
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let statuses: Vec<Value> = pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let mut c = c.clone();
+            let restarts = c["restartCount"].as_u64().unwrap_or(0);
+            if running {
+                c["state"] = json!({"running": {"startedAt": now}});
+            } else {
+                c["state"] = json!({"waiting": {"reason": "CrashLoopBackOff",
+                    "message": "back-off 40s restarting failed container"}});
+                c["lastState"] =
+                    json!({"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": now}});
+                c["restartCount"] = json!(restarts + 4);
+            }
+            c["ready"] = json!(running);
+            c
+        })
+        .collect();
+    let status = json!({
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": if running { "True" } else { "False" }, "lastTransitionTime": now}],
+        "containerStatuses": statuses,
+    });
+    store.patch(
+        pods,
+        &text(pod, "/metadata/namespace"),
+        &text(pod, "/metadata/name"),
+        &json!({"status": status}),
+    )?;
+    Ok(())
+}
+
+/// A node heartbeating and ready, or lost.
+fn set_node(store: &Store, name: &str, ready: bool) -> Result<(), StoreError> {
+    let nodes = resources::find("", "v1", "nodes").expect("a built-in resource");
+    let mut node = store.get(nodes, "", name)?;
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let condition = if ready {
+        json!({"type": "Ready", "status": "True", "reason": "KubeletReady",
+               "message": "kubelet is posting ready status", "lastTransitionTime": now, "lastHeartbeatTime": now})
+    } else {
+        json!({"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+               "message": "Kubelet stopped posting node status.", "lastTransitionTime": now})
+    };
+    let mut conditions: Vec<Value> = node["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| c["type"] != "Ready");
+    conditions.push(condition);
+    node["status"]["conditions"] = json!(conditions);
+    let mut taints: Vec<Value> = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    taints.retain(|t| t["key"] != "node.kubernetes.io/unreachable");
+    if !ready {
+        taints.push(json!({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": now}));
+    }
+    node["spec"]["taints"] = json!(taints);
+    store.patch(
+        nodes,
+        "",
+        name,
+        &json!({"spec": node["spec"].take(), "status": node["status"].take()}),
+    )?;
+    Ok(())
 }
 
 fn text(object: &Value, pointer: &str) -> String {
