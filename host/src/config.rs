@@ -70,6 +70,9 @@ pub struct Config {
     /// Serve HTTPS with this certificate and key (PEM files, reloaded when
     /// they change).
     pub tls: Option<TlsFiles>,
+    /// Carry out admitted tasks on the cluster (the demo cluster always
+    /// does).
+    pub execute_tasks: bool,
 }
 
 /// Where task records are kept.
@@ -136,6 +139,7 @@ impl Config {
             task_history: 100,
             admission_failure: FailureMode::Closed,
             tls: None,
+            execute_tasks: false,
         }
     }
 
@@ -257,6 +261,12 @@ pub struct ServeArgs {
     )]
     pub tls_cert: Option<PathBuf>,
 
+    /// Carry out admitted tasks on the cluster: scale, restart, update,
+    /// create and delete the apps' workloads, reporting progress [default:
+    /// on with the demo cluster, else off].
+    #[arg(long, env = "VERDICT_EXECUTE_TASKS")]
+    pub execute_tasks: bool,
+
     /// The PEM private key of --tls-cert.
     #[arg(
         long,
@@ -291,6 +301,7 @@ struct FileConfig {
     admission_failure: Option<FailureMode>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    execute_tasks: Option<bool>,
     /// `[settings.<plugin>]` tables.
     #[serde(default)]
     settings: BTreeMap<String, toml::Table>,
@@ -434,6 +445,7 @@ impl ServeArgs {
         if let Some(n) = self.task_history.or(file.task_history) {
             config.task_history = n;
         }
+        config.execute_tasks = self.execute_tasks || file.execute_tasks.unwrap_or(false);
         if let Some(mode) = self.admission_failure.or(file.admission_failure) {
             config.admission_failure = mode;
         }

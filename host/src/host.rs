@@ -36,11 +36,16 @@ impl Drop for Host {
     }
 }
 
-/// The demo cluster: the simulator in-process, playing a scenario.
+/// The demo cluster: the simulator in-process with its controller, playing
+/// a scenario.
 #[derive(Debug)]
 struct Demo {
     simulator: verdict_sim::Simulator,
     player: tokio::task::JoinHandle<()>,
+    /// The scenario's user actions, played by the host: each step's time and
+    /// tasks, and the loop.
+    tasks: Vec<(std::time::Duration, Vec<serde_json::Value>)>,
+    loop_every: Option<std::time::Duration>,
 }
 
 impl Drop for Demo {
@@ -58,13 +63,72 @@ async fn demo(scenario: Option<&std::path::Path>) -> Result<Demo> {
         key: "scenario",
         message,
     })?;
-    let simulator = verdict_sim::Simulator::start(verdict_sim::Options::default())
+    let options = verdict_sim::Options {
+        controller: Some(verdict_sim::CONTROLLER_TICK),
+        ..verdict_sim::Options::default()
+    };
+    let simulator = verdict_sim::Simulator::start(options)
         .await
         .map_err(|e| Error::Runtime(format!("starting the demo cluster: {e}")))?;
     scenario.bind(&simulator.url());
+    let tasks = scenario
+        .steps
+        .iter()
+        .filter(|s| !s.tasks.is_empty())
+        .map(|s| (s.at, s.tasks.clone()))
+        .collect();
+    let loop_every = scenario.loop_every;
     let player = tokio::spawn(scenario.run(Arc::clone(simulator.store())));
     tracing::info!(url = %simulator.url(), "demo cluster serving");
-    Ok(Demo { simulator, player })
+    Ok(Demo {
+        simulator,
+        player,
+        tasks,
+        loop_every,
+    })
+}
+
+/// Ask for the demo scenario's tasks at their times, as users would.
+async fn play_tasks(
+    timeline: Vec<(std::time::Duration, Vec<serde_json::Value>)>,
+    loop_every: Option<std::time::Duration>,
+    tasks: Arc<Tasks>,
+    admission: Admission,
+) {
+    loop {
+        let started = tokio::time::Instant::now();
+        for (at, requests) in &timeline {
+            tokio::time::sleep_until(started + *at).await;
+            for request in requests {
+                let request: crate::tasks::model::NewTask = match serde_json::from_value(
+                    request.clone(),
+                ) {
+                    Ok(request) => request,
+                    Err(error) => {
+                        tracing::warn!(%error, %request, "demo: a scenario task is not a task request");
+                        continue;
+                    }
+                };
+                let asked = request.clone();
+                let admission = admission.clone();
+                match tasks
+                    .create(request, async move |tasks| {
+                        admission.admit_task(&asked, tasks).await
+                    })
+                    .await
+                {
+                    Ok(task) => {
+                        tracing::info!(app = %task.app, action = task.action_name(), id = %task.id, "demo: task asked for")
+                    }
+                    Err(error) => tracing::info!(%error, "demo: a task was not admitted"),
+                }
+            }
+        }
+        match loop_every {
+            Some(every) => tokio::time::sleep_until(started + every).await,
+            None => return,
+        }
+    }
 }
 
 /// A `kube` client for the configured cluster, or `None` without one.
@@ -187,6 +251,7 @@ impl Host {
         if let Store::Kube(kube_store) = store {
             loops.push(tokio::spawn(kube_store.follow(Arc::clone(&tasks))));
         }
+        let executor_client = client.clone();
         let (live, following) = match (client, observed) {
             (Some(client), Some(observed)) => {
                 let verdicts = Arc::new(Verdicts::default());
@@ -220,6 +285,25 @@ impl Host {
             failure: config.admission_failure,
             live: live.clone(),
         };
+        if let Some(live) = &live
+            && let Some(client) = &executor_client
+            && (config.execute_tasks || demo_cluster.is_some())
+        {
+            let executor = crate::executor::Executor::new(
+                client.clone(),
+                Arc::clone(&tasks),
+                Arc::clone(&live.observed),
+            );
+            loops.push(tokio::spawn(executor.run()));
+        }
+        if let Some(demo) = &demo_cluster {
+            loops.push(tokio::spawn(play_tasks(
+                demo.tasks.clone(),
+                demo.loop_every,
+                Arc::clone(&tasks),
+                admission.clone(),
+            )));
+        }
         Ok(Self {
             registry,
             live,

@@ -237,6 +237,40 @@ pub fn reconcile(store: &Store, now: SystemTime) -> Result<usize, StoreError> {
         }
     }
 
+    // Pods whose workload is gone (or no longer templated) go too, as the
+    // garbage collector does.
+    let mut owners = Vec::new();
+    for (kind, plural) in [
+        ("Deployment", "deployments"),
+        ("StatefulSet", "statefulsets"),
+    ] {
+        let (items, _) = store.list(resource("apps", plural), None);
+        owners.extend(
+            items
+                .iter()
+                .filter(|w| w.pointer("/spec/template").is_some())
+                .map(|w| {
+                    (
+                        text(w, "/metadata/namespace"),
+                        format!("{kind}.{}", text(w, "/metadata/name")),
+                    )
+                }),
+        );
+    }
+    for pod in &all_pods {
+        let Some(owner) = pod["metadata"]["labels"][OWNER].as_str() else {
+            continue;
+        };
+        let namespace = text(pod, "/metadata/namespace");
+        if !owners.iter().any(|(ns, o)| *ns == namespace && o == owner) {
+            match store.delete(pods_resource, &namespace, &text(pod, "/metadata/name")) {
+                Ok(_) => changes += 1,
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     for (kind, plural) in [
         ("Deployment", "deployments"),
         ("StatefulSet", "statefulsets"),
@@ -543,6 +577,18 @@ steps:
         settle(&store, &mut clock);
         assert!(pods(&store).is_empty());
         assert_eq!(web(&store)["status"]["replicas"], 0);
+
+        // Deleted, its pods go with it.
+        let again =
+            Scenario::parse("steps: [{at: 0s, scale: {workload: shop/web, replicas: 2}}]").unwrap();
+        scenario.play(&store, &again.steps[0]).unwrap();
+        settle(&store, &mut clock);
+        assert_eq!(pods(&store).len(), 2);
+        store
+            .delete(resource("apps", "deployments"), "shop", "web")
+            .unwrap();
+        settle(&store, &mut clock);
+        assert!(pods(&store).is_empty());
     }
 
     #[test]

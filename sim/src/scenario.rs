@@ -186,8 +186,11 @@ impl Scenario {
             .filter(|r| r.kind != "CustomResourceDefinition");
         for resource in built_in {
             let (items, _) = store.list(resource, None);
+            // Pods of the controller go with their workloads.
+            let owned =
+                |item: &Value| item["metadata"]["labels"][crate::controller::OWNER].is_string();
             for item in items {
-                if !wanted.contains(&identity(&item)) {
+                if !wanted.contains(&identity(&item)) && !owned(&item) {
                     let namespace = text(&item, "/metadata/namespace");
                     let name = text(&item, "/metadata/name");
                     // A namespace deleted earlier in this pass took it along.

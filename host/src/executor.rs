@@ -1,0 +1,442 @@
+//! A task executor: carries out admitted tasks on the cluster through the
+//! Kubernetes API and reports their progress from what the host observes,
+//! so that a task's verdict moves from `starting 0%` to `running`. On with
+//! the demo cluster (`--execute-tasks` elsewhere).
+//!
+//! What each action does to the app's Deployment or StatefulSet:
+//! `start` sets its replicas (the request's `replicas`, else what it had
+//! before it was stopped, else 1); `stop` sets them to 0, remembering the
+//! count; `scale` sets `replicas`; `restart` stamps the pod template, as
+//! `kubectl rollout restart` does; `update` sets the first container's
+//! `image`; `create` makes a Deployment of `image` and `replicas`; `delete`
+//! deletes the workload. A task whose app does not get there within the
+//! timeout fails, saying how far it got.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::observe::cluster::Observed;
+use crate::plugins::bindings::types::{self, TaskAction as Action, TaskPhase as Phase};
+use crate::tasks::model::{StepReport, TaskPatch};
+use crate::tasks::{Filter, Task, Tasks, now};
+
+/// The annotation that remembers the replica count of a stopped workload.
+pub const REPLICAS_BEFORE_STOP: &str = "verdict.dev/replicas-before-stop";
+
+/// Steps that wait for the cluster; the steps before them are done once
+/// the change is made, the steps after once the wait is over.
+const WAITING_STEPS: [&str; 2] = ["health-check", "delete"];
+
+/// What a running task waits for.
+#[derive(Debug, Clone)]
+struct Job {
+    /// Ready pods wanted, and pods at most (`None`: any).
+    replicas: u32,
+    /// Only pods created at or after this count (restart, update).
+    pods_since: Option<types::Timestamp>,
+    /// Only pods running this image count.
+    image: Option<String>,
+    /// The pods there were at the start (stop, delete).
+    initial: u32,
+    started: types::Timestamp,
+}
+
+pub struct Executor {
+    client: kube::Client,
+    tasks: Arc<Tasks>,
+    observed: Arc<Observed>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+fn millis(d: Duration) -> types::Timestamp {
+    d.as_millis() as types::Timestamp
+}
+
+impl Executor {
+    pub fn new(client: kube::Client, tasks: Arc<Tasks>, observed: Arc<Observed>) -> Self {
+        Self {
+            client,
+            tasks,
+            observed,
+            timeout: Duration::from_secs(120),
+        }
+    }
+
+    /// Carry out tasks until aborted.
+    pub async fn run(self) {
+        let mut jobs: BTreeMap<String, Job> = BTreeMap::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let open = self.tasks.list(&Filter::default());
+            for task in open
+                .iter()
+                .filter(|t| matches!(t.phase, Phase::Pending | Phase::Running))
+            {
+                if let Err(message) = self.advance(task, &mut jobs).await {
+                    jobs.remove(&task.id);
+                    let patch = TaskPatch {
+                        phase: Some(Phase::Failed),
+                        message: Some(message),
+                        ..TaskPatch::default()
+                    };
+                    self.report(task, &patch).await;
+                }
+            }
+            jobs.retain(|id, _| {
+                open.iter()
+                    .any(|t| &t.id == id && t.phase == Phase::Running)
+            });
+        }
+    }
+
+    async fn report(&self, task: &Task, patch: &TaskPatch) {
+        if let Err(error) = self.tasks.patch(&task.id, patch).await {
+            // A task cancelled meanwhile, or written by another replica.
+            tracing::debug!(task = %task.id, %error, "a task report was refused");
+        }
+    }
+
+    /// Start a pending task, or report on a running one.
+    async fn advance(&self, task: &Task, jobs: &mut BTreeMap<String, Job>) -> Result<(), String> {
+        let (namespace, name) = task.app.split_once('/').unwrap_or(("", &task.app));
+        let job = match jobs.get(&task.id) {
+            Some(job) => job.clone(),
+            None => {
+                // A pending task, or a running one this process has not
+                // seen (a restart): make the change (it is idempotent) and
+                // wait for it.
+                let job = self.begin(task, namespace, name).await?;
+                jobs.insert(task.id.clone(), job.clone());
+                let steps = task
+                    .steps
+                    .iter()
+                    .take_while(|s| !WAITING_STEPS.contains(&s.name.as_str()))
+                    .map(|s| StepReport {
+                        name: s.name.clone(),
+                        phase: Phase::Succeeded,
+                        message: None,
+                    })
+                    .collect();
+                let patch = TaskPatch {
+                    phase: task.steps.is_empty().then_some(Phase::Running),
+                    steps: steps_or_first(steps, task),
+                    message: Some(format!("{} under way", task.action_name())),
+                    ..TaskPatch::default()
+                };
+                self.report(task, &patch).await;
+                return Ok(());
+            }
+        };
+        let (done, progress, status) = self.progress(task, namespace, name, &job);
+        if done {
+            let patch = TaskPatch {
+                phase: Some(Phase::Succeeded),
+                message: Some(status),
+                steps: task
+                    .steps
+                    .iter()
+                    .filter(|s| s.phase != Phase::Succeeded)
+                    .map(|s| StepReport {
+                        name: s.name.clone(),
+                        phase: Phase::Succeeded,
+                        message: None,
+                    })
+                    .collect(),
+                ..TaskPatch::default()
+            };
+            self.report(task, &patch).await;
+            return Ok(());
+        }
+        if now() - job.started > millis(self.timeout) {
+            return Err(format!(
+                "did not finish within {} s: {status}",
+                self.timeout.as_secs()
+            ));
+        }
+        let waiting = task
+            .steps
+            .iter()
+            .find(|s| WAITING_STEPS.contains(&s.name.as_str()));
+        if task.progress != progress || waiting.is_some_and(|s| s.phase == Phase::Pending) {
+            let patch = TaskPatch {
+                progress: Some(progress),
+                message: Some(status),
+                steps: waiting
+                    .filter(|s| s.phase == Phase::Pending)
+                    .map(|s| {
+                        vec![StepReport {
+                            name: s.name.clone(),
+                            phase: Phase::Running,
+                            message: None,
+                        }]
+                    })
+                    .unwrap_or_default(),
+                ..TaskPatch::default()
+            };
+            self.report(task, &patch).await;
+        }
+        Ok(())
+    }
+
+    /// The app's workload as observed: kind and name, replicas wanted and
+    /// the annotations.
+    fn workload(&self, namespace: &str, name: &str) -> Option<(types::Workload, u32)> {
+        let key = (namespace.to_string(), name.to_string());
+        let input = self.observed.snapshot().inputs_for([&key], now()).pop()?;
+        let pods = input
+            .app
+            .pods
+            .iter()
+            .filter(|p| p.deleting_since.is_none())
+            .count() as u32;
+        input.app.workloads.into_iter().next().map(|w| (w, pods))
+    }
+
+    /// Make the change a task asks for.
+    async fn begin(&self, task: &Task, namespace: &str, name: &str) -> Result<Job, String> {
+        let param = |key: &str| task.params.get(key);
+        let replicas_param = param("replicas").and_then(Value::as_u64).map(|r| r as u32);
+        let started = now();
+        let mut job = Job {
+            replicas: 0,
+            pods_since: None,
+            image: None,
+            initial: 0,
+            started,
+        };
+        let fail = |e: kube::Error| format!("the Kubernetes API refused the change: {e}");
+        if task.action == Action::Create {
+            let image = param("image")
+                .and_then(Value::as_str)
+                .ok_or("params.image is required")?;
+            let replicas = replicas_param.unwrap_or(1);
+            let labels = json!({ "app.kubernetes.io/instance": name });
+            let deployment: Deployment = serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": name, "image": image}]},
+                    },
+                },
+            }))
+            .map_err(|e| e.to_string())?;
+            let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
+            match api.create(&PostParams::default(), &deployment).await {
+                Ok(_) => {}
+                // Made already (a restart of this executor).
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(e) => return Err(fail(e)),
+            }
+            job.replicas = replicas;
+            return Ok(job);
+        }
+        let (workload, pods) = self.workload(namespace, name).ok_or_else(|| {
+            format!("no Deployment or StatefulSet of {namespace}/{name} is observed")
+        })?;
+        let annotation = |key: &str| {
+            workload
+                .annotations
+                .iter()
+                .find(|kv| kv.key == key)
+                .map(|kv| kv.value.clone())
+        };
+        job.initial = pods;
+        job.replicas = workload.desired_replicas;
+        let patch = match task.action {
+            Action::Start => {
+                job.replicas = replicas_param
+                    .or_else(|| annotation(REPLICAS_BEFORE_STOP).and_then(|r| r.parse().ok()))
+                    .unwrap_or(1)
+                    .max(1);
+                json!({"spec": {"replicas": job.replicas}})
+            }
+            Action::Stop => {
+                let before = if workload.desired_replicas > 0 {
+                    workload.desired_replicas.to_string()
+                } else {
+                    annotation(REPLICAS_BEFORE_STOP).unwrap_or_else(|| "1".into())
+                };
+                job.replicas = 0;
+                json!({"metadata": {"annotations": {REPLICAS_BEFORE_STOP: before}}, "spec": {"replicas": 0}})
+            }
+            Action::Scale => {
+                job.replicas = replicas_param.ok_or("params.replicas is required")?;
+                json!({"spec": {"replicas": job.replicas}})
+            }
+            Action::Restart => {
+                // The stamp is the task's own time, so that making the
+                // change again (after this process restarted) changes
+                // nothing; pods count from that second on.
+                let at = crate::observe::objects::rfc3339(task.created_at);
+                job.pods_since = Some(task.created_at - task.created_at.rem_euclid(1000));
+                json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": at}}}}})
+            }
+            Action::Update => {
+                let image = param("image")
+                    .and_then(Value::as_str)
+                    .ok_or("params.image is required")?;
+                job.image = Some(image.to_string());
+                let object = self.get(&workload).await.map_err(fail)?;
+                let mut containers = object
+                    .pointer("/spec/template/spec/containers")
+                    .cloned()
+                    .ok_or("the workload has no container template")?;
+                containers[0]["image"] = json!(image);
+                json!({"spec": {"template": {"spec": {"containers": containers}}}})
+            }
+            Action::Delete => {
+                job.replicas = 0;
+                let params = DeleteParams::background();
+                let deleted = match workload.kind {
+                    types::WorkloadKind::StatefulSet => self
+                        .statefulsets(namespace)
+                        .delete(&workload.name, &params)
+                        .await
+                        .map(drop),
+                    _ => self
+                        .deployments(namespace)
+                        .delete(&workload.name, &params)
+                        .await
+                        .map(drop),
+                };
+                match deleted {
+                    Ok(()) => return Ok(job),
+                    Err(kube::Error::Api(status)) if status.code == 404 => return Ok(job),
+                    Err(e) => return Err(fail(e)),
+                }
+            }
+            Action::Create => unreachable!("handled above"),
+        };
+        let params = PatchParams::default();
+        let patched = match workload.kind {
+            types::WorkloadKind::StatefulSet => self
+                .statefulsets(namespace)
+                .patch(&workload.name, &params, &Patch::Merge(&patch))
+                .await
+                .map(drop),
+            types::WorkloadKind::Deployment => self
+                .deployments(namespace)
+                .patch(&workload.name, &params, &Patch::Merge(&patch))
+                .await
+                .map(drop),
+            _ => return Err(format!("a {:?} cannot be changed by tasks", workload.kind)),
+        };
+        patched.map_err(fail)?;
+        Ok(job)
+    }
+
+    fn deployments(&self, namespace: &str) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn statefulsets(&self, namespace: &str) -> Api<StatefulSet> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    async fn get(&self, workload: &types::Workload) -> Result<Value, kube::Error> {
+        let object = match workload.kind {
+            types::WorkloadKind::StatefulSet => serde_json::to_value(
+                self.statefulsets(&workload.namespace)
+                    .get(&workload.name)
+                    .await?,
+            ),
+            _ => serde_json::to_value(
+                self.deployments(&workload.namespace)
+                    .get(&workload.name)
+                    .await?,
+            ),
+        };
+        Ok(object.unwrap_or_default())
+    }
+
+    /// Whether the job is done, its progress in percent, and what to say.
+    fn progress(&self, task: &Task, namespace: &str, name: &str, job: &Job) -> (bool, u8, String) {
+        let key = (namespace.to_string(), name.to_string());
+        let Some(input) = self.observed.snapshot().inputs_for([&key], now()).pop() else {
+            return (false, 0, "waiting for the app to be observed".into());
+        };
+        let pods = &input.app.pods;
+        let ready = |p: &&types::Pod| {
+            p.phase == types::PodPhase::Running
+                && p.deleting_since.is_none()
+                && !p.containers.is_empty()
+                && p.containers.iter().all(|c| c.ready)
+        };
+        let counts = |p: &&types::Pod| {
+            job.pods_since
+                .is_none_or(|since| p.created_at.is_some_and(|c| c >= since))
+                && job
+                    .image
+                    .as_ref()
+                    .is_none_or(|image| p.containers.first().is_some_and(|c| &c.image == image))
+        };
+        let live = pods.iter().filter(|p| p.deleting_since.is_none()).count() as u32;
+        let fresh_ready = pods.iter().filter(ready).filter(counts).count() as u32;
+        let percent = |part: u32, whole: u32| {
+            (part.min(whole) * 100)
+                .checked_div(whole)
+                .map_or(100, |p| p as u8)
+        };
+        match task.action {
+            Action::Stop | Action::Delete => {
+                let gone = job.initial.saturating_sub(live);
+                let workload_gone = task.action != Action::Delete || input.app.workloads.is_empty();
+                (
+                    live == 0 && workload_gone,
+                    percent(gone, job.initial),
+                    format!("{live} of {} pods left", job.initial),
+                )
+            }
+            _ => {
+                let done = fresh_ready >= job.replicas && live == job.replicas;
+                // Old pods still going: not quite there.
+                let progress = percent(fresh_ready, job.replicas).min(if done { 100 } else { 99 });
+                (
+                    done,
+                    progress,
+                    format!("{fresh_ready}/{} ready", job.replicas),
+                )
+            }
+        }
+    }
+}
+
+/// With a plan, the first report moves the plan (and so the task) on; a
+/// plan whose first step waits gets that step started.
+fn steps_or_first(steps: Vec<StepReport>, task: &Task) -> Vec<StepReport> {
+    if !steps.is_empty() || task.steps.is_empty() {
+        return steps;
+    }
+    vec![StepReport {
+        name: task.steps[0].name.clone(),
+        phase: Phase::Running,
+        message: None,
+    }]
+}
+
+impl Task {
+    /// The action's name, as a person reads it.
+    pub fn action_name(&self) -> &'static str {
+        use crate::verdicts::view::WitName;
+        self.action.wit_name()
+    }
+}
