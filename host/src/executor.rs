@@ -97,9 +97,10 @@ impl Executor {
                     self.report(task, &patch).await;
                 }
             }
+            // Jobs of tasks that finished or were cancelled are over.
             jobs.retain(|id, _| {
                 open.iter()
-                    .any(|t| &t.id == id && t.phase == Phase::Running)
+                    .any(|t| &t.id == id && matches!(t.phase, Phase::Pending | Phase::Running))
             });
         }
     }

@@ -69,10 +69,12 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Self {
+        Self::start_with(Options::default())
+    }
+
+    pub fn start_with(options: Options) -> Self {
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        let simulator = runtime
-            .block_on(Simulator::start(Options::default()))
-            .unwrap();
+        let simulator = runtime.block_on(Simulator::start(options)).unwrap();
         for object in [
             namespace("shop"),
             node("n1", "True"),

@@ -532,3 +532,115 @@ fn retention_keeps_the_newest_finished_tasks_per_app() {
         .collect();
     assert_eq!(kept, [ids[3].as_str(), ids[2].as_str()]);
 }
+
+/// Wait until a task finishes; its last state.
+fn finished(server: &Server, id: &str) -> Value {
+    let mut last = Value::Null;
+    let done = wait_until(PATIENCE * 2, || {
+        last = server.get(&format!("/v1/tasks/{id}")).1;
+        ["succeeded", "failed", "cancelled"].contains(&last["phase"].as_str().unwrap_or_default())
+    });
+    assert!(done.is_some(), "task never finished: {last}");
+    last
+}
+
+fn pod_names(cluster: &Cluster, app: &str) -> Vec<String> {
+    let pods = verdict_sim::resources::find("", "v1", "pods").unwrap();
+    let (items, _) = cluster.sim().store().list(pods, Some("shop"));
+    items
+        .iter()
+        .filter(|p| p["metadata"]["labels"]["app.kubernetes.io/instance"] == app)
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_executor_carries_out_tasks_on_the_cluster() {
+    let cluster = Cluster::start_with(verdict_sim::Options {
+        controller: Some(std::time::Duration::from_millis(100)),
+        ..verdict_sim::Options::default()
+    });
+    let labels = json!({"app.kubernetes.io/instance": "cart"});
+    cluster.apply(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "cart", "namespace": "shop", "labels": labels},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "cart", "image": "cart:1"}]}}}
+    }));
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &["--execute-tasks"]);
+    let running = |want: u64| {
+        move |v: &Value| {
+            v["stable"] == "running" && v["ready_replicas"] == want && v["transitional"].is_null()
+        }
+    };
+    app_until(&server, "shop/cart", "cart running", running(2));
+    let run = |body: Value| -> Value {
+        let (code, task) = create(&server, body);
+        assert_eq!(code, 201, "{task}");
+        let done = finished(&server, &id(&task));
+        assert_eq!(done["phase"], "succeeded", "{done}");
+        assert_eq!(done["progress"], 100);
+        done
+    };
+
+    // Stop, and start again at the count it had.
+    let stop = run(json!({"app": "shop/cart", "action": "stop"}));
+    assert_eq!(stop["message"], "0 of 2 pods left");
+    app_until(&server, "shop/cart", "cart stopped", |v| {
+        v["stable"] == "stopped"
+    });
+    assert!(pod_names(&cluster, "cart").is_empty());
+    run(json!({"app": "shop/cart", "action": "start"}));
+    app_until(&server, "shop/cart", "cart started", running(2));
+
+    // Scale, restart (every pod replaced), update (every pod on the image).
+    run(json!({"app": "shop/cart", "action": "scale", "params": {"replicas": 3}}));
+    app_until(&server, "shop/cart", "cart scaled", running(3));
+    let before = pod_names(&cluster, "cart");
+    run(json!({"app": "shop/cart", "action": "restart"}));
+    let after = pod_names(&cluster, "cart");
+    assert_eq!(after.len(), 3);
+    assert!(
+        after.iter().all(|p| !before.contains(p)),
+        "{before:?} → {after:?}"
+    );
+    run(json!({"app": "shop/cart", "action": "update", "params": {"image": "cart:2"}}));
+    let pods = verdict_sim::resources::find("", "v1", "pods").unwrap();
+    let (items, _) = cluster.sim().store().list(pods, Some("shop"));
+    let images: Vec<&Value> = items
+        .iter()
+        .filter(|p| p["metadata"]["labels"]["app.kubernetes.io/instance"] == "cart")
+        .map(|p| &p["spec"]["containers"][0]["image"])
+        .collect();
+    assert_eq!(images, [&json!("cart:2"); 3]);
+
+    // Create (through its plan) and delete an app.
+    let created =
+        run(json!({"app": "shop/fresh", "action": "create", "params": {"image": "fresh:1"}}));
+    assert!(
+        created["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["phase"] == "succeeded"),
+        "{created}"
+    );
+    app_until(&server, "shop/fresh", "fresh running", running(1));
+    run(json!({"app": "shop/fresh", "action": "delete"}));
+    assert!(pod_names(&cluster, "fresh").is_empty());
+
+    // What cannot be done fails, saying why.
+    let (code, task) = create(&server, json!({"app": "shop/ghost", "action": "restart"}));
+    assert_eq!(code, 201, "{task}");
+    let failed = finished(&server, &id(&task));
+    assert_eq!(failed["phase"], "failed");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("no Deployment or StatefulSet"),
+        "{failed}"
+    );
+}
