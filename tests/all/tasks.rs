@@ -644,3 +644,37 @@ fn the_executor_carries_out_tasks_on_the_cluster() {
         "{failed}"
     );
 }
+
+#[test]
+fn the_kubernetes_store_without_its_definition_stops_the_host_saying_why() {
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--task-store",
+            "kubernetes",
+        ])
+        .args(["--cluster-url", &cluster.sim().url()])
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut status = None;
+    wait_until(PATIENCE, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    let Some(status) = status else {
+        let _ = child.kill();
+        panic!("the host kept running without the Task definition");
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("task-crd.yaml"), "{stderr}");
+}

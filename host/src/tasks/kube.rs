@@ -75,7 +75,14 @@ impl KubeStore {
         let mut tasks = Vec::new();
         let mut params = ListParams::default().limit(500);
         loop {
-            let page = self.api.list(&params).await.map_err(failed)?;
+            let page = self.api.list(&params).await.map_err(|e| match e {
+                kube::Error::Api(status) if status.code == 404 => StoreError::Failed(format!(
+                    "the cluster does not serve tasks.verdict.dev in namespace {}: \
+                     install examples/deploy/task-crd.yaml ({})",
+                    self.namespace, status.message
+                )),
+                other => failed(other),
+            })?;
             for object in &page.items {
                 match task_of(object) {
                     Ok(task) => tasks.push(task),

@@ -213,3 +213,55 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_database_is_migrated_and_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let version: i64 = store
+            .connection()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version as usize, SCHEMA_VERSION);
+        let mode: String = store
+            .connection()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        drop(store);
+        assert!(SqliteStore::open(&path).unwrap().load().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_database_of_a_newer_schema_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.db");
+        let connection = Connection::open(&path).unwrap();
+        connection.pragma_update(None, "user_version", 99).unwrap();
+        drop(connection);
+        let error = SqliteStore::open(&path).unwrap_err().to_string();
+        assert!(error.contains("schema version 99"), "{error}");
+        let connection = Connection::open(&path).unwrap();
+        let tables: i64 = connection
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tables, 0, "nothing was created");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.db");
+        std::fs::write(&path, b"these are not the tasks you are looking for").unwrap();
+        let error = SqliteStore::open(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("tasks.db") && error.contains("not a database"),
+            "{error}"
+        );
+    }
+}
