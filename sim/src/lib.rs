@@ -155,7 +155,7 @@ pub fn apply(store: &Store, object: Value) -> Result<Value, StoreError> {
             .to_string()
     };
     let (api_version, kind) = (text("/apiVersion"), text("/kind"));
-    let resource = resources::by_kind(&api_version, &kind).ok_or_else(|| {
+    let resource = store.by_kind(&api_version, &kind).ok_or_else(|| {
         StoreError::bad_request(format!("no resource serves {api_version} {kind}"))
     })?;
     let namespace = text("/metadata/namespace");

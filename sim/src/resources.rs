@@ -1,9 +1,7 @@
 //! The kinds the simulator serves and the discovery documents that
 //! describe them (`/api`, `/apis`, resource lists, `/version`). Besides the
-//! built-in kinds, every `CustomResourceDefinition` created is served from
-//! then on, as an API server does.
-
-use std::sync::RwLock;
+//! built-in kinds, every `CustomResourceDefinition` created in a store is
+//! served by it from then on, as an API server does.
 
 use serde_json::{Value, json};
 
@@ -33,7 +31,7 @@ impl Resource {
 }
 
 /// Every resource the simulator serves.
-pub const RESOURCES: &[Resource] = &[
+pub static RESOURCES: &[Resource] = &[
     Resource {
         group: "",
         version: "v1",
@@ -108,21 +106,10 @@ pub const RESOURCES: &[Resource] = &[
     },
 ];
 
-/// Resources of custom resource definitions, process-wide: once defined, a
-/// kind stays known (its objects live in each simulator's own store).
-static CUSTOM: RwLock<Vec<&'static Resource>> = RwLock::new(Vec::new());
-
-/// Every resource served: the built-in ones, then the defined ones.
-pub fn all() -> Vec<&'static Resource> {
-    let custom = CUSTOM
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    RESOURCES.iter().chain(custom.iter().copied()).collect()
-}
-
-/// Serve the kind a `CustomResourceDefinition` defines, in each version it
-/// serves.
-pub fn define(crd: &Value) -> Result<(), String> {
+/// The resources a `CustomResourceDefinition` defines: its kind in each
+/// version it serves. They live as long as the process (a simulator's store
+/// keeps the ones defined in it).
+pub fn define(crd: &Value) -> Result<Vec<&'static Resource>, String> {
     let text = |pointer: &str| -> Result<&'static str, String> {
         crd.pointer(pointer)
             .and_then(Value::as_str)
@@ -165,12 +152,10 @@ pub fn define(crd: &Value) -> Result<(), String> {
     if versions.is_empty() {
         return Err("spec.versions names no served version".into());
     }
-    let mut custom = CUSTOM
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    for version in versions {
-        if find_in(custom.iter().copied(), group, version, plural).is_none() {
-            custom.push(Box::leak(Box::new(Resource {
+    Ok(versions
+        .into_iter()
+        .map(|version| {
+            &*Box::leak(Box::new(Resource {
                 group,
                 version,
                 plural,
@@ -178,10 +163,9 @@ pub fn define(crd: &Value) -> Result<(), String> {
                 kind,
                 namespaced,
                 short_names,
-            })));
-        }
-    }
-    Ok(())
+            }))
+        })
+        .collect())
 }
 
 fn find_in(
@@ -193,15 +177,30 @@ fn find_in(
     resources.find(|r| r.group == group && r.version == version && r.plural == plural)
 }
 
-/// The resource at `group/version/plural`.
+/// The built-in resource at `group/version/plural`.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
-    find_in(all().into_iter(), group, version, plural)
+    find_in(RESOURCES.iter(), group, version, plural)
 }
 
-/// The resource of a kind, by apiVersion and kind.
-pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static Resource> {
-    all()
-        .into_iter()
+/// The resource at `group/version/plural` among these.
+pub fn find_among(
+    resources: &[&'static Resource],
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Option<&'static Resource> {
+    find_in(resources.iter().copied(), group, version, plural)
+}
+
+/// The resource of a kind among these, by apiVersion and kind.
+pub fn by_kind_among(
+    resources: &[&'static Resource],
+    api_version: &str,
+    kind: &str,
+) -> Option<&'static Resource> {
+    resources
+        .iter()
+        .copied()
         .find(|r| r.api_version() == api_version && r.kind == kind)
 }
 
@@ -216,10 +215,11 @@ const VERBS: [&str; 8] = [
     "deletecollection",
 ];
 
-/// `APIResourceList` of one group version.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let resources: Vec<&Resource> = all()
-        .into_iter()
+/// `APIResourceList` of one group version, among the served resources.
+pub fn resource_list(served: &[&'static Resource], group: &str, version: &str) -> Option<Value> {
+    let resources: Vec<&Resource> = served
+        .iter()
+        .copied()
         .filter(|r| r.group == group && r.version == version)
         .collect();
     let first = resources.first()?;
@@ -255,10 +255,10 @@ pub fn core_versions(server: &str) -> Value {
     })
 }
 
-/// `APIGroupList` of the named groups (`/apis`).
-pub fn groups() -> Value {
-    let mut names: Vec<(&str, &str)> = all()
-        .into_iter()
+/// `APIGroupList` of the named groups (`/apis`) of the served resources.
+pub fn groups(served: &[&'static Resource]) -> Value {
+    let mut names: Vec<(&str, &str)> = served
+        .iter()
         .filter(|r| !r.group.is_empty())
         .map(|r| (r.group, r.version))
         .collect();

@@ -180,7 +180,7 @@ impl Scenario {
     /// tasks, stay), its objects are applied.
     pub fn reset(&self, store: &Store) -> Result<(), StoreError> {
         let wanted: Vec<(String, String, String, String)> =
-            self.objects.iter().map(identity).collect();
+            self.objects.iter().map(|o| identity(store, o)).collect();
         let built_in = resources::RESOURCES
             .iter()
             .filter(|r| r.kind != "CustomResourceDefinition");
@@ -190,7 +190,7 @@ impl Scenario {
             let owned =
                 |item: &Value| item["metadata"]["labels"][crate::controller::OWNER].is_string();
             for item in items {
-                if !wanted.contains(&identity(&item)) && !owned(&item) {
+                if !wanted.contains(&identity(store, &item)) && !owned(&item) {
                     let namespace = text(&item, "/metadata/namespace");
                     let name = text(&item, "/metadata/name");
                     // A namespace deleted earlier in this pass took it along.
@@ -210,8 +210,8 @@ impl Scenario {
             apply(store, object.clone())?;
         }
         for object in &step.delete {
-            let (api_version, kind, namespace, name) = identity(object);
-            let resource = resources::by_kind(&api_version, &kind).ok_or_else(|| {
+            let (api_version, kind, namespace, name) = identity(store, object);
+            let resource = store.by_kind(&api_version, &kind).ok_or_else(|| {
                 StoreError::bad_request(format!("no resource serves {api_version} {kind}"))
             })?;
             match store.delete(resource, &namespace, &name) {
@@ -417,10 +417,13 @@ fn text(object: &Value, pointer: &str) -> String {
         .to_string()
 }
 
-fn identity(object: &Value) -> (String, String, String, String) {
+fn identity(store: &Store, object: &Value) -> (String, String, String, String) {
     let mut namespace = text(object, "/metadata/namespace");
     let (api_version, kind) = (text(object, "/apiVersion"), text(object, "/kind"));
-    if namespace.is_empty() && resources::by_kind(&api_version, &kind).is_some_and(|r| r.namespaced)
+    if namespace.is_empty()
+        && store
+            .by_kind(&api_version, &kind)
+            .is_some_and(|r| r.namespaced)
     {
         namespace = "default".into();
     }

@@ -80,7 +80,7 @@ enum Target {
     },
 }
 
-fn resolve(path: &str, server: &str) -> Result<Target, StoreError> {
+fn resolve(path: &str, server: &str, store: &Store) -> Result<Target, StoreError> {
     let parts: Vec<&str> = path
         .trim_matches('/')
         .split('/')
@@ -94,14 +94,16 @@ fn resolve(path: &str, server: &str) -> Result<Target, StoreError> {
     let (group, version, rest): (&str, &str, &[&str]) = match parts.as_slice() {
         ["version"] => return Ok(Target::Discovery(resources::version())),
         ["api"] => return Ok(Target::Discovery(resources::core_versions(server))),
-        ["apis"] => return Ok(Target::Discovery(resources::groups())),
+        ["apis"] => return Ok(Target::Discovery(resources::groups(&store.resources()))),
         ["api", version, rest @ ..] => ("", version, rest),
         ["apis", group, version, rest @ ..] => (group, version, rest),
         _ => return Err(not_found()),
     };
-    let find = |plural: &str| resources::find(group, version, plural).ok_or_else(not_found);
+    let find = |plural: &str| store.find(group, version, plural).ok_or_else(not_found);
     Ok(match rest {
-        [] => Target::Discovery(resources::resource_list(group, version).ok_or_else(not_found)?),
+        [] => Target::Discovery(
+            resources::resource_list(&store.resources(), group, version).ok_or_else(not_found)?,
+        ),
         [plural] => Target::Collection {
             resource: find(plural)?,
             namespace: None,
@@ -136,7 +138,7 @@ async fn handle(
     if let Some(rest) = uri.path().strip_prefix("/demo/health/") {
         return demo_health(&shared.store, rest);
     }
-    let target = match resolve(uri.path(), &shared.server) {
+    let target = match resolve(uri.path(), &shared.server, &shared.store) {
         Ok(target) => target,
         Err(e) => return error(&e),
     };
@@ -353,7 +355,7 @@ fn visible(
     namespace: Option<&str>,
     selector: &Selector,
 ) -> bool {
-    std::ptr::eq(event.resource, resource)
+    event.resource == resource
         && namespace.is_none_or(|n| n == event.namespace)
         && selector.matches(&event.object)
 }

@@ -129,6 +129,8 @@ pub struct Store {
     inner: Mutex<Inner>,
     events: broadcast::Sender<Arc<Event>>,
     log_capacity: usize,
+    /// Resources defined by the `CustomResourceDefinition`s created here.
+    custom: Mutex<Vec<&'static Resource>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -194,7 +196,32 @@ impl Store {
             }),
             events,
             log_capacity,
+            custom: Mutex::new(Vec::new()),
         }
+    }
+
+    fn custom(&self) -> std::sync::MutexGuard<'_, Vec<&'static Resource>> {
+        self.custom
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every resource served: the built-in ones, then the defined ones.
+    pub fn resources(&self) -> Vec<&'static Resource> {
+        crate::resources::RESOURCES
+            .iter()
+            .chain(self.custom().iter().copied())
+            .collect()
+    }
+
+    /// The served resource at `group/version/plural`.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
+        crate::resources::find_among(&self.resources(), group, version, plural)
+    }
+
+    /// The served resource of a kind, by apiVersion and kind.
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&'static Resource> {
+        crate::resources::by_kind_among(&self.resources(), api_version, kind)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -393,13 +420,19 @@ impl Store {
             }
         }
         if resource.kind == "CustomResourceDefinition" {
-            crate::resources::define(&object).map_err(|message| {
+            let defined = crate::resources::define(&object).map_err(|message| {
                 StoreError::new(
                     422,
                     "Invalid",
                     format!("CustomResourceDefinition {name}: {message}"),
                 )
             })?;
+            let mut custom = self.custom();
+            for r in defined {
+                if crate::resources::find_among(&custom, r.group, r.version, r.plural).is_none() {
+                    custom.push(r);
+                }
+            }
         }
         inner.stamp(&mut object);
         inner.uid += 1;
@@ -585,7 +618,7 @@ impl Store {
             for k in inside {
                 if let Some(mut child) = inner.objects.remove(&k) {
                     inner.stamp(&mut child);
-                    let child_resource = crate::resources::find(k.0, version_of(&child), k.1);
+                    let child_resource = self.find(k.0, version_of(&child), k.1);
                     if let Some(r) = child_resource {
                         self.record(&mut inner, r, name, EventType::Deleted, child);
                     }

@@ -464,8 +464,9 @@ fn task_life_cycle_with_the_kubernetes_store() {
     define_tasks(&cluster);
     suite("kubernetes", &cluster);
     // The tasks are `Task` objects, labelled by app.
-    let (tasks, _) = cluster.sim().store().list(
-        verdict_sim::resources::find("verdict.dev", "v1", "tasks").unwrap(),
+    let store = cluster.sim().store();
+    let (tasks, _) = store.list(
+        store.find("verdict.dev", "v1", "tasks").unwrap(),
         Some("verdict-system"),
     );
     assert!(tasks.len() >= 5, "{} Task objects", tasks.len());
