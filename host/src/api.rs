@@ -240,24 +240,23 @@ async fn list_apps(
 ) -> Result<Json<AppList>, ApiError> {
     let live = live(&state)?;
     let until = live.observed.health.observed_until();
-    let apps = live
-        .verdicts
-        .all()
-        .into_iter()
-        .filter(|v| {
-            filter
-                .namespace
-                .as_ref()
-                .is_none_or(|n| &v.view.namespace == n)
-        })
-        .filter(|v| {
-            filter
-                .status
-                .as_ref()
-                .is_none_or(|s| v.view.stable == s || &v.view.display.status == s)
-        })
-        .map(|v| v.status(live.stale_after, until))
-        .collect();
+    let apps =
+        live.verdicts
+            .all()
+            .into_iter()
+            .filter(|v| {
+                filter
+                    .namespace
+                    .as_ref()
+                    .is_none_or(|n| &v.verdict.app.namespace == n)
+            })
+            .filter(|v| {
+                filter.status.as_ref().is_none_or(|s| {
+                    v.verdict.stable.wit_name() == s || &v.verdict.display.status == s
+                })
+            })
+            .map(|v| v.status(live.stale_after, until))
+            .collect();
     Ok(Json(AppList { apps }))
 }
 

@@ -24,8 +24,8 @@ fn millis(time: SystemTime) -> types::Timestamp {
 /// The latest verdict of one application.
 #[derive(Debug, Clone)]
 pub struct LiveVerdict {
-    pub view: AppView,
-    /// The verdict as the policy gave it (admission sees it).
+    /// The verdict as the policy gave it; its JSON view is made when asked
+    /// for, so that only one form is kept.
     pub verdict: types::AppVerdict,
     /// When the policy asked to be asked again.
     pub recheck_after: Option<types::Timestamp>,
@@ -171,7 +171,6 @@ pub fn derive(
                     fresh.insert(
                         key,
                         LiveVerdict {
-                            view: AppView::from(&verdict),
                             recheck_after: verdict.recheck_after,
                             verdict,
                             observed_at,
@@ -261,7 +260,7 @@ impl LiveVerdict {
             .duration_since(observed_at)
             .unwrap_or_default();
         AppStatus {
-            view: self.view.clone(),
+            view: AppView::from(&self.verdict),
             observed_at: humantime::format_rfc3339_millis(observed_at).to_string(),
             observation_age_ms: age.as_millis() as u64,
             stale: age > stale_after,
