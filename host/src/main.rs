@@ -7,6 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc returns freed memory to the system over time, where the system
+/// allocator keeps what a watch's full list once needed.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "verdict",
