@@ -87,9 +87,9 @@ pub struct Snapshot {
     /// The last result of each app's own health check.
     pub probes: BTreeMap<AppKey, types::HealthProbe>,
     grouping: Grouping,
+    /// Apps to their members. Which app a stored pod or workload belongs
+    /// to is computed from it, not kept beside it.
     index: BTreeMap<AppKey, Members>,
-    pod_app: BTreeMap<PodKey, AppKey>,
-    workload_app: BTreeMap<WorkloadKey, AppKey>,
 }
 
 fn workload_kind(kind: types::WorkloadKind) -> &'static str {
@@ -113,8 +113,9 @@ impl Snapshot {
         }
     }
 
+    /// Take a stored pod out of the index (it stays stored).
     fn unindex_pod(&mut self, key: &PodKey) -> Option<AppKey> {
-        let app = self.pod_app.remove(key)?;
+        let app = self.app_of_pod_key(key)?;
         if let Some(members) = self.index.get_mut(&app) {
             members.pods.remove(key);
             if members.pods.is_empty() && members.workloads.is_empty() {
@@ -124,8 +125,9 @@ impl Snapshot {
         Some(app)
     }
 
+    /// Take a stored workload out of the index (it stays stored).
     fn unindex_workload(&mut self, key: &WorkloadKey) -> Option<AppKey> {
-        let app = self.workload_app.remove(key)?;
+        let app = self.app_of_workload_key(key)?;
         if let Some(members) = self.index.get_mut(&app) {
             members.workloads.remove(key);
             if members.pods.is_empty() && members.workloads.is_empty() {
@@ -145,7 +147,6 @@ impl Snapshot {
             .or_default()
             .pods
             .insert(key.clone());
-        self.pod_app.insert(key.clone(), app.clone());
         self.pods.insert(key, pod);
         touched.push(app);
         touched
@@ -154,8 +155,9 @@ impl Snapshot {
     /// Remove a pod; returns the app it belonged to.
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Vec<AppKey> {
         let key = (namespace.to_string(), name.to_string());
+        let left = self.unindex_pod(&key).into_iter().collect();
         self.pods.remove(&key);
-        self.unindex_pod(&key).into_iter().collect()
+        left
     }
 
     /// Forget every pod (before a full re-list).
@@ -176,7 +178,6 @@ impl Snapshot {
             .or_default()
             .workloads
             .insert(key.clone());
-        self.workload_app.insert(key.clone(), app.clone());
         self.workloads.insert(key, w);
         touched.push(app);
         touched
@@ -190,8 +191,9 @@ impl Snapshot {
         name: &str,
     ) -> Vec<AppKey> {
         let key = (workload_kind(kind), namespace.to_string(), name.to_string());
+        let left = self.unindex_workload(&key).into_iter().collect();
         self.workloads.remove(&key);
-        self.unindex_workload(&key).into_iter().collect()
+        left
     }
 
     /// Keep only the workloads of a kind that `listed` names (namespace,
@@ -211,8 +213,8 @@ impl Snapshot {
             .cloned()
             .collect();
         for key in gone {
-            self.workloads.remove(&key);
             self.unindex_workload(&key);
+            self.workloads.remove(&key);
         }
     }
 
@@ -231,10 +233,11 @@ impl Snapshot {
     /// `verdict.dev/health-url` annotation.
     pub fn health_urls(&self) -> BTreeMap<AppKey, String> {
         let mut urls = BTreeMap::new();
-        for (key, w) in &self.workloads {
+        for w in self.workloads.values() {
             let url = w.annotations.iter().find(|a| a.key == probe::ANNOTATION);
-            if let (Some(url), Some(app)) = (url, self.workload_app.get(key)) {
-                urls.entry(app.clone()).or_insert_with(|| url.value.clone());
+            if let Some(url) = url {
+                let app = key_of(Self::app_of_workload(&self.grouping, w));
+                urls.entry(app).or_insert_with(|| url.value.clone());
             }
         }
         urls
@@ -247,7 +250,13 @@ impl Snapshot {
 
     /// The app a pod (namespace, name) belongs to.
     pub fn app_of_pod_key(&self, key: &(String, String)) -> Option<AppKey> {
-        self.pod_app.get(key).cloned()
+        let pod = self.pods.get(key)?;
+        Some(key_of(Self::app_of_pod(&self.grouping, pod)))
+    }
+
+    fn app_of_workload_key(&self, key: &WorkloadKey) -> Option<AppKey> {
+        let w = self.workloads.get(key)?;
+        Some(key_of(Self::app_of_workload(&self.grouping, w)))
     }
 
     /// Whether any workload or pod lives in a namespace.
@@ -272,7 +281,7 @@ impl Snapshot {
         self.pods
             .iter()
             .filter(|(_, p)| p.node.as_deref() == Some(node))
-            .filter_map(|(key, _)| self.pod_app.get(key).cloned())
+            .map(|(_, p)| key_of(Self::app_of_pod(&self.grouping, p)))
             .collect()
     }
 
