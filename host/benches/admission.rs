@@ -5,9 +5,8 @@
 //!
 //! Run with `cargo xtask bench` (release profile); `--quick` for a short run.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +15,13 @@ use verdict::admission::Admission;
 use verdict::config::{FailureMode, Limits};
 use verdict::plugins::{Registry, Runtime};
 use verdict::tasks::model::NewTask;
+
+// The tests' helpers: starting the binary, review bodies.
+#[allow(dead_code)]
+#[path = "../../tests/all/support.rs"]
+mod support;
+
+use support::{review, spawn_verdict};
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();
@@ -43,15 +49,6 @@ fn row(what: &str, samples: &mut [Duration]) {
             "missed"
         }
     );
-}
-
-fn review(name: &str, namespace: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/all/reviews")
-        .join(name);
-    std::fs::read_to_string(path)
-        .unwrap()
-        .replace("NAMESPACE", namespace)
 }
 
 struct Host(Child);
@@ -123,26 +120,8 @@ fn main() {
     // Over loopback HTTP: the binary on the demo cluster, one keep-alive
     // connection, requests one after another.
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--demo"])
-        .arg("--plugins")
-        .arg(&plugins)
-        .arg("--data-dir")
-        .arg(data.path())
-        .env("VERDICT_LOG", "error")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, base) = spawn_verdict(&plugins, data.path(), &["--demo"], "error");
     let _host = Host(child);
-    let base = line
-        .trim()
-        .strip_prefix("verdict listening on ")
-        .unwrap()
-        .to_string();
     let client = reqwest::blocking::Client::new();
     let post = |path: &str, body: String| -> (u16, Value) {
         let response = client

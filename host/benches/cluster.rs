@@ -7,13 +7,17 @@
 //!
 //! Run with `cargo xtask bench` (release profile); `--quick` for 1 000 pods.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use verdict_sim::{Options, Simulator, resources};
+
+// The tests' helpers: starting the binary.
+#[allow(dead_code)]
+#[path = "../../tests/all/support.rs"]
+mod support;
 
 fn deployment(ns: &str, app: &str, replicas: u32) -> Value {
     json!({
@@ -109,32 +113,13 @@ fn main() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let data = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--cluster-url",
-            &simulator.url(),
-        ])
-        .arg("--plugins")
-        .arg(workspace.join("target/plugins"))
-        .arg("--data-dir")
-        .arg(data.path())
-        .env("VERDICT_LOG", "error")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, base) = support::spawn_verdict(
+        &workspace.join("target/plugins"),
+        data.path(),
+        &["--cluster-url", &simulator.url()],
+        "error",
+    );
     let host = Host(child);
-    let base = line
-        .trim()
-        .strip_prefix("verdict listening on ")
-        .unwrap()
-        .to_string();
     let client = reqwest::blocking::Client::new();
     let get = |path: &str| -> Value {
         client

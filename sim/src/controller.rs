@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::resources::{self, Resource};
 use crate::store::{Store, StoreError};
+use crate::text;
 
 /// The label marking the pods the controller owns: `Kind.name`.
 pub const OWNER: &str = "sim.verdict.dev/owner";
@@ -26,13 +27,6 @@ fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-fn text(object: &Value, pointer: &str) -> String {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
 
 fn resource(group: &str, plural: &str) -> &'static Resource {
     let version = "v1";

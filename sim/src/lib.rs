@@ -145,15 +145,18 @@ impl Drop for Simulator {
     }
 }
 
+/// The text at a JSON pointer of an object, empty when there is none.
+pub(crate) fn text(object: &Value, pointer: &str) -> String {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Create or replace an object in a store, by its `apiVersion` and `kind`.
 pub fn apply(store: &Store, object: Value) -> Result<Value, StoreError> {
-    let text = |pointer: &str| {
-        object
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
+    let text = |pointer: &str| text(&object, pointer);
     let (api_version, kind) = (text("/apiVersion"), text("/kind"));
     let resource = store.by_kind(&api_version, &kind).ok_or_else(|| {
         StoreError::bad_request(format!("no resource serves {api_version} {kind}"))

@@ -35,7 +35,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::store::{Store, StoreError};
-use crate::{apply, resources};
+use crate::{apply, resources, text};
 
 /// A timeline of changes.
 #[derive(Debug, Clone, Deserialize)]
@@ -409,13 +409,6 @@ fn set_node(store: &Store, name: &str, ready: bool) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn text(object: &Value, pointer: &str) -> String {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
 
 fn identity(store: &Store, object: &Value) -> (String, String, String, String) {
     let mut namespace = text(object, "/metadata/namespace");

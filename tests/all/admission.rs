@@ -11,16 +11,7 @@ use serde_json::{Value, json};
 
 use crate::live::{Cluster, PATIENCE, start_host};
 use crate::serve::Server;
-use crate::support::{default_plugin, test_plugin, wait_until};
-
-fn review(name: &str, namespace: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/all/reviews")
-        .join(name);
-    std::fs::read_to_string(path)
-        .unwrap()
-        .replace("NAMESPACE", namespace)
-}
+use crate::support::{default_plugin, review, test_plugin, wait_until};
 
 /// The response of a review, checking the envelope the API server needs.
 fn answer(server: &Server, body: &str, uid: &str) -> Value {

@@ -2,11 +2,8 @@
 //! request, answers errors as JSON, refuses bad configuration clearly, and
 //! a restart uses the compiled-code cache instead of compiling again.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Child, Command};
 
 use serde_json::Value;
 
@@ -25,33 +22,7 @@ impl Server {
 
     /// Start with more flags.
     pub fn start_with(plugins: &Path, data: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .arg("--plugins")
-            .arg(plugins)
-            .arg("--data-dir")
-            .arg(data)
-            .args(extra)
-            .env("VERDICT_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("verdict did not say where it listens");
-        let base = line
-            .trim()
-            .strip_prefix("verdict listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_string();
+        let (child, base) = crate::support::spawn_verdict(plugins, data, extra, "warn");
         Self { child, base }
     }
 

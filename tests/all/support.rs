@@ -1,7 +1,9 @@
 //! Helpers shared by the tests: where the built components are, a host
 //! registry over a temporary plugin folder, inputs, and bounded waits.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -137,4 +139,45 @@ pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> Optio
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Start `verdict serve` on a free port with a plugin folder, a data folder
+/// and more flags, logging at `log`; the process and where it listens.
+pub fn spawn_verdict(plugins: &Path, data: &Path, extra: &[&str], log: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .arg("--plugins")
+        .arg(plugins)
+        .arg("--data-dir")
+        .arg(data)
+        .args(extra)
+        .env("VERDICT_LOG", log)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("verdict did not say where it listens");
+    let base = line
+        .trim()
+        .strip_prefix("verdict listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string();
+    (child, base)
+}
+
+/// An `AdmissionReview` body of `tests/all/reviews/` for a namespace.
+pub fn review(name: &str, namespace: &str) -> String {
+    let path = workspace().join("tests/all/reviews").join(name);
+    std::fs::read_to_string(path)
+        .unwrap()
+        .replace("NAMESPACE", namespace)
 }
