@@ -10,7 +10,7 @@ use crate::plugins::{PolicyError, Slot};
 /// Applications per call of the status policy: large enough to amortise the
 /// call, small enough that one call's input and output stay far below the
 /// per-call memory and output limits.
-pub const BATCH: usize = 256;
+pub const BATCH: usize = 64;
 
 /// Evaluate applications through the status policy, in batches of
 /// [`BATCH`]. `settings` overrides the plugin's configured settings when
