@@ -27,7 +27,6 @@ fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-
 fn resource(group: &str, plural: &str) -> &'static Resource {
     let version = "v1";
     resources::find(group, version, plural).expect("a built-in resource")

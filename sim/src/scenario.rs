@@ -409,7 +409,6 @@ fn set_node(store: &Store, name: &str, ready: bool) -> Result<(), StoreError> {
     Ok(())
 }
 
-
 fn identity(store: &Store, object: &Value) -> (String, String, String, String) {
     let mut namespace = text(object, "/metadata/namespace");
     let (api_version, kind) = (text(object, "/apiVersion"), text(object, "/kind"));
