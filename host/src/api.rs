@@ -38,6 +38,9 @@ pub struct AppState {
     pub live: Option<Live>,
     pub tasks: Arc<Tasks>,
     pub admission: Admission,
+    pub events: Arc<crate::events::Events>,
+    /// How often an idle event stream gets a heartbeat.
+    pub heartbeat: std::time::Duration,
 }
 
 /// An error answered as JSON.
@@ -173,6 +176,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/reject", post(reject_task))
         .route("/v1/tasks/{id}/cancel", post(cancel_task))
         .route("/v1/admission/review", post(admission_review))
+        .route("/v1/events", get(event_stream))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -456,6 +460,111 @@ async fn admission_review(
         .await
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid-review", e.0))?;
     Ok(Json(review).into_response())
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct EventFilter {
+    namespace: Option<String>,
+    /// `namespace/name`.
+    app: Option<String>,
+    /// For clients that cannot set the `Last-Event-ID` header.
+    #[serde(rename = "last-event-id")]
+    last_event_id: Option<u64>,
+}
+
+/// One event in Server-Sent Events form: its id, type, and JSON data.
+fn sse(event: &crate::events::Event) -> axum::response::sse::Event {
+    axum::response::sse::Event::default()
+        .id(event.id.to_string())
+        .event(event.kind)
+        .data(serde_json::to_string(event).unwrap_or_default())
+}
+
+/// Tell a client to re-list: what it missed is no longer held.
+fn resync(reason: String, next: u64) -> axum::response::sse::Event {
+    axum::response::sse::Event::default()
+        .event("resync")
+        .data(json!({"type": "resync", "reason": reason, "next-id": next}).to_string())
+}
+
+/// `GET /v1/events`: every verdict, task and plugin change as Server-Sent
+/// Events, from after `Last-Event-ID` when the buffer still holds it (else
+/// a `resync` first), filtered by namespace or app, with heartbeats. A
+/// client that cannot keep up is sent `resync` and goes on from the present.
+async fn event_stream(
+    State(state): State<AppState>,
+    Query(filter): Query<EventFilter>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
+    use axum::response::sse::{KeepAlive, Sse};
+    use futures_util::StreamExt;
+    use tokio_stream::wrappers::BroadcastStream;
+    use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+    let last = match headers.get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    let mut error = ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid-header",
+                        "Last-Event-ID must be an event id (a whole number)",
+                    );
+                    error.field = Some("Last-Event-ID".into());
+                    error
+                })?,
+        ),
+        None => filter.last_event_id,
+    };
+    if let Some(app) = &filter.app {
+        crate::tasks::model::parse_app(app).map_err(TaskError::from)?;
+    }
+    let wanted = move |event: &crate::events::Event| match (&filter.app, &filter.namespace) {
+        (Some(app), _) => event.app.as_deref() == Some(app.as_str()),
+        (None, Some(namespace)) => event.namespace() == Some(namespace.as_str()),
+        (None, None) => true,
+    };
+    let events = Arc::clone(&state.events);
+    let (live, replay) = events.subscribe(last);
+    let (first, mut after) = match replay {
+        Ok(missed) => {
+            let after = missed.last().map_or(last.unwrap_or(0), |e| e.id);
+            let first: Vec<_> = missed
+                .iter()
+                .filter(|e| wanted(e))
+                .map(|e| sse(e))
+                .collect();
+            (first, after)
+        }
+        Err(gone) => (
+            vec![resync(
+                format!("events before {} are no longer held", gone.oldest),
+                events.next_id(),
+            )],
+            0,
+        ),
+    };
+    let live = BroadcastStream::new(live).filter_map(move |received| {
+        let item = match received {
+            Ok(event) if event.id > after && wanted(&event) => {
+                after = event.id;
+                Some(sse(&event))
+            }
+            Ok(_) => None,
+            Err(BroadcastStreamRecvError::Lagged(missed)) => Some(resync(
+                format!("the stream fell {missed} events behind"),
+                events.next_id(),
+            )),
+        };
+        std::future::ready(item.map(Ok::<_, std::convert::Infallible>))
+    });
+    let stream = futures_util::stream::iter(first.into_iter().map(Ok)).chain(live);
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(state.heartbeat).text("heartbeat"))
+        .into_response())
 }
 
 async fn not_found() -> ApiError {

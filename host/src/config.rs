@@ -73,6 +73,10 @@ pub struct Config {
     /// Carry out admitted tasks on the cluster (the demo cluster always
     /// does).
     pub execute_tasks: bool,
+    /// Events kept for clients that reconnect to the event stream.
+    pub event_buffer: usize,
+    /// How often an idle event stream gets a heartbeat comment.
+    pub heartbeat: Duration,
 }
 
 /// Where task records are kept.
@@ -140,6 +144,8 @@ impl Config {
             admission_failure: FailureMode::Closed,
             tls: None,
             execute_tasks: false,
+            event_buffer: 10_000,
+            heartbeat: Duration::from_secs(15),
         }
     }
 
@@ -267,6 +273,16 @@ pub struct ServeArgs {
     #[arg(long, env = "VERDICT_EXECUTE_TASKS")]
     pub execute_tasks: bool,
 
+    /// Events kept for event-stream clients that reconnect with
+    /// `Last-Event-ID` [default: 10000].
+    #[arg(long, env = "VERDICT_EVENT_BUFFER", value_name = "N")]
+    pub event_buffer: Option<usize>,
+
+    /// How often an idle event stream gets a heartbeat, in milliseconds
+    /// [default: 15000].
+    #[arg(long, env = "VERDICT_HEARTBEAT_MS", value_name = "MS")]
+    pub heartbeat_ms: Option<u64>,
+
     /// The PEM private key of --tls-cert.
     #[arg(
         long,
@@ -302,6 +318,8 @@ struct FileConfig {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     execute_tasks: Option<bool>,
+    event_buffer: Option<usize>,
+    heartbeat_ms: Option<u64>,
     /// `[settings.<plugin>]` tables.
     #[serde(default)]
     settings: BTreeMap<String, toml::Table>,
@@ -446,6 +464,26 @@ impl ServeArgs {
             config.task_history = n;
         }
         config.execute_tasks = self.execute_tasks || file.execute_tasks.unwrap_or(false);
+        match self.event_buffer.or(file.event_buffer) {
+            Some(0) => {
+                return Err(Error::Config {
+                    key: "event-buffer",
+                    message: "must be at least 1".into(),
+                });
+            }
+            Some(n) => config.event_buffer = n,
+            None => {}
+        }
+        match self.heartbeat_ms.or(file.heartbeat_ms) {
+            Some(0) => {
+                return Err(Error::Config {
+                    key: "heartbeat-ms",
+                    message: "must be at least 1".into(),
+                });
+            }
+            Some(ms) => config.heartbeat = Duration::from_millis(ms),
+            None => {}
+        }
         if let Some(mode) = self.admission_failure.or(file.admission_failure) {
             config.admission_failure = mode;
         }

@@ -20,6 +20,8 @@ pub struct Host {
     pub registry: Arc<Registry>,
     pub live: Option<Live>,
     pub tasks: Arc<Tasks>,
+    pub events: Arc<crate::events::Events>,
+    heartbeat: std::time::Duration,
     admission: Admission,
     _watcher: Option<Watcher>,
     _following: Option<Following>,
@@ -86,6 +88,31 @@ async fn demo(scenario: Option<&std::path::Path>) -> Result<Demo> {
         tasks,
         loop_every,
     })
+}
+
+/// One plugin event per plugin a reload loaded, rejected or unloaded.
+fn publish_reload(events: &crate::events::Events, report: &crate::plugins::ReloadReport) {
+    for loaded in &report.loaded {
+        events.publish(
+            "plugin",
+            None,
+            serde_json::json!({"event": "loaded", "plugin": loaded}),
+        );
+    }
+    for rejected in &report.rejected {
+        events.publish(
+            "plugin",
+            None,
+            serde_json::json!({"event": "rejected", "plugin": rejected}),
+        );
+    }
+    for name in &report.unloaded {
+        events.publish(
+            "plugin",
+            None,
+            serde_json::json!({"event": "unloaded", "plugin": {"plugin": name}}),
+        );
+    }
 }
 
 /// Ask for the demo scenario's tasks at their times, as users would.
@@ -206,6 +233,9 @@ impl Host {
             config.plugins_dir.clone(),
             settings,
         ));
+        let events = Arc::new(crate::events::Events::new(config.event_buffer));
+        let published = Arc::clone(&events);
+        registry.on_reload(move |report| publish_reload(&published, report));
         let report = registry.reload();
         tracing::info!(
             loaded = report.loaded.len(),
@@ -243,9 +273,14 @@ impl Host {
             }
         };
         let tasks = Arc::new(
-            Tasks::open(store.clone(), config.task_history, observed.clone())
-                .await
-                .map_err(|e| Error::Runtime(format!("opening the task store: {e}")))?,
+            Tasks::open(
+                store.clone(),
+                config.task_history,
+                observed.clone(),
+                Some(Arc::clone(&events)),
+            )
+            .await
+            .map_err(|e| Error::Runtime(format!("opening the task store: {e}")))?,
         );
         let mut loops = Vec::new();
         if let Store::Kube(kube_store) = store {
@@ -261,6 +296,7 @@ impl Host {
                     Arc::clone(&registry),
                     Arc::clone(&verdicts),
                     Some(Arc::clone(&tasks)),
+                    Some(Arc::clone(&events)),
                 )));
                 loops.push(tokio::spawn(crate::observe::probe::probe_forever(
                     Arc::clone(&observed),
@@ -308,6 +344,8 @@ impl Host {
             registry,
             live,
             tasks,
+            events,
+            heartbeat: config.heartbeat,
             admission,
             _watcher: watcher,
             _following: following,
@@ -323,6 +361,8 @@ impl Host {
             live: self.live.clone(),
             tasks: Arc::clone(&self.tasks),
             admission: self.admission.clone(),
+            events: Arc::clone(&self.events),
+            heartbeat: self.heartbeat,
         })
     }
 }

@@ -15,6 +15,7 @@ pub mod admission;
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod executor;
 pub mod host;
 pub mod observe;

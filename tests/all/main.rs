@@ -4,6 +4,7 @@
 
 mod admission;
 mod crash;
+mod events;
 mod live;
 mod misbehaving;
 mod offline;

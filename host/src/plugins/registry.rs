@@ -248,8 +248,10 @@ struct Candidate {
     hash: String,
 }
 
+/// What is told of every reload.
+type ReloadHook = Box<dyn Fn(&ReloadReport) + Send + Sync>;
+
 /// All plugins of the host.
-#[derive(Debug)]
 pub struct Registry {
     runtime: Arc<Runtime>,
     dir: Option<PathBuf>,
@@ -259,6 +261,16 @@ pub struct Registry {
     reloading: Mutex<()>,
     /// Woken when a reload swapped a version in or unloaded a plugin.
     swapped: tokio::sync::Notify,
+    /// Told what every reload did.
+    on_reload: std::sync::OnceLock<ReloadHook>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Registry {
@@ -276,7 +288,13 @@ impl Registry {
             slots: RwLock::new(BTreeMap::new()),
             reloading: Mutex::new(()),
             swapped: tokio::sync::Notify::new(),
+            on_reload: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Have `f` told what every reload from now on did (once per registry).
+    pub fn on_reload(&self, f: impl Fn(&ReloadReport) + Send + Sync + 'static) {
+        let _ = self.on_reload.set(Box::new(f));
     }
 
     /// Notified after a reload that changed what serves.
@@ -442,6 +460,9 @@ impl Registry {
         drop(slots);
         if !report.loaded.is_empty() || !report.unloaded.is_empty() {
             self.swapped.notify_one();
+        }
+        if let Some(f) = self.on_reload.get() {
+            f(&report);
         }
         report
     }

@@ -97,6 +97,8 @@ pub struct Tasks {
     history: usize,
     /// Where a task change marks its app for re-derivation.
     observed: Option<Arc<Observed>>,
+    /// Where task changes are published.
+    events: Option<Arc<crate::events::Events>>,
 }
 
 fn app_key(app: &str) -> AppKey {
@@ -118,13 +120,15 @@ impl Tasks {
         store: Store,
         history: usize,
         observed: Option<Arc<Observed>>,
+        events: Option<Arc<crate::events::Events>>,
     ) -> Result<Self, StoreError> {
-        let tasks = Self {
+        let mut tasks = Self {
             store,
             by_app: RwLock::default(),
             writes: tokio::sync::Mutex::new(()),
             history,
             observed,
+            events: None,
         };
         let loaded = tasks.store.load().await?;
         tracing::info!(
@@ -135,6 +139,8 @@ impl Tasks {
         for task in loaded {
             tasks.remember(task);
         }
+        // Loading is not news; changes from now on are.
+        tasks.events = events;
         Ok(tasks)
     }
 
@@ -163,6 +169,13 @@ impl Tasks {
                 .is_some_and(|t| t.revision >= task.revision)
             {
                 return false;
+            }
+            if let Some(events) = &self.events {
+                events.publish(
+                    "task",
+                    Some(task.app.clone()),
+                    serde_json::to_value(&task).unwrap_or_default(),
+                );
             }
             tasks.insert(task.id.clone(), task);
         }

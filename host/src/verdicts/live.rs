@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use super::view::AppView;
+use crate::events::Events;
 use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
 use crate::plugins::bindings::types;
@@ -92,6 +93,7 @@ pub fn derive(
     registry: &Registry,
     verdicts: &Verdicts,
     tasks: Option<&Tasks>,
+    events: Option<&Events>,
     full: bool,
 ) -> Option<SystemTime> {
     let dirty = observed.take_dirty();
@@ -192,15 +194,42 @@ pub fn derive(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .extend(fresh.keys().cloned());
-    {
+    let changed: Vec<AppView> = {
         let mut apps = verdicts
             .apps
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // What a person would see change (not the recheck time alone).
+        let changed = events.map(|_| {
+            fresh
+                .iter()
+                .filter(|(key, new)| {
+                    apps.get(*key).is_none_or(|old| {
+                        let (mut old, mut new) =
+                            (AppView::from(&old.verdict), AppView::from(&new.verdict));
+                        old.recheck_after = None;
+                        new.recheck_after = None;
+                        old != new
+                    })
+                })
+                .map(|(_, new)| AppView::from(&new.verdict))
+                .collect()
+        });
         if full {
             *apps = fresh;
         } else {
             apps.extend(fresh);
+        }
+        changed.unwrap_or_default()
+    };
+    if let Some(events) = events {
+        for view in changed {
+            let app = format!("{}/{}", view.namespace, view.name);
+            events.publish(
+                "verdict",
+                Some(app),
+                serde_json::to_value(&view).unwrap_or_default(),
+            );
         }
     }
     verdicts.next_recheck()
@@ -213,6 +242,7 @@ pub async fn derive_forever(
     registry: Arc<Registry>,
     verdicts: Arc<Verdicts>,
     tasks: Option<Arc<Tasks>>,
+    events: Option<Arc<Events>>,
 ) {
     let mut recheck: Option<SystemTime> = None;
     let mut full = true;
@@ -226,15 +256,18 @@ pub async fn derive_forever(
             () = registry.swapped().notified() => full = true,
             () = due, if recheck.is_some() => full = true,
         }
-        let (o, r, v, t) = (
+        let (o, r, v, t, e) = (
             Arc::clone(&observed),
             Arc::clone(&registry),
             Arc::clone(&verdicts),
             tasks.clone(),
+            events.clone(),
         );
-        recheck = tokio::task::spawn_blocking(move || derive(&o, &r, &v, t.as_deref(), full))
-            .await
-            .unwrap_or(None);
+        recheck = tokio::task::spawn_blocking(move || {
+            derive(&o, &r, &v, t.as_deref(), e.as_deref(), full)
+        })
+        .await
+        .unwrap_or(None);
         full = false;
     }
 }
