@@ -41,6 +41,11 @@ pub struct AppState {
     pub events: Arc<crate::events::Events>,
     /// How often an idle event stream gets a heartbeat.
     pub heartbeat: std::time::Duration,
+    pub tokens: Arc<crate::access::Tokens>,
+    /// The largest request body taken.
+    pub body_limit: usize,
+    /// How long a request may take to be answered.
+    pub request_timeout: std::time::Duration,
 }
 
 /// An error answered as JSON.
@@ -160,8 +165,47 @@ fn body<T: DeserializeOwned>(bytes: &Bytes, empty_ok: bool) -> Result<T, ApiErro
     })
 }
 
-/// The router, without a socket: tests call it directly.
+/// Errors the HTTP layers answer themselves (a body over the limit, a
+/// request past its time) in the same JSON form as every other error.
+async fn json_errors(response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    match response.status() {
+        StatusCode::PAYLOAD_TOO_LARGE if !json => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "the request body is over the limit (--body-limit-kib)",
+        )
+        .into_response(),
+        StatusCode::REQUEST_TIMEOUT if !json => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "the request was not answered in time (--request-timeout-ms)",
+        )
+        .into_response(),
+        _ => response,
+    }
+}
+
+/// The router, without a socket: tests call it directly. Every request gets
+/// an `x-request-id` (kept when the client sent one) that its log lines
+/// carry, a body limit and a time limit; tokens are checked when
+/// configured.
 pub fn router(state: AppState) -> Router {
+    use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+    let request_id = axum::http::HeaderName::from_static("x-request-id");
+    let trace = tower_http::trace::TraceLayer::new_for_http().make_span_with(
+        |request: &axum::http::Request<axum::body::Body>| {
+            let id = request
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+        },
+    );
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -179,7 +223,25 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events", get(event_stream))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
+        .with_state(state.clone())
+        // Innermost first: the token check, the body limit and the time
+        // limit, JSON for the errors of those, the request's span, its id.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state.tokens),
+            crate::access::guard,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(
+            state.body_limit,
+        ))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            state.request_timeout,
+        ))
+        .layer(axum::middleware::map_response(json_errors))
+        .layer(trace)
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
 }
 
 async fn healthz() -> Json<Value> {

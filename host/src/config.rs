@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::access::Secret;
 use crate::error::{Error, Result};
 use crate::observe::Grouping;
 use crate::observe::probe::ProbeConfig;
@@ -77,6 +78,15 @@ pub struct Config {
     pub event_buffer: usize,
     /// How often an idle event stream gets a heartbeat comment.
     pub heartbeat: Duration,
+    /// Bearer tokens that may read; with any, reads need one.
+    pub read_tokens: Vec<Secret>,
+    /// Bearer tokens that may read and write; with any token configured,
+    /// mutations need one of these.
+    pub write_tokens: Vec<Secret>,
+    /// The largest request body taken.
+    pub body_limit: usize,
+    /// How long a request may take to be answered.
+    pub request_timeout: Duration,
 }
 
 /// Where task records are kept.
@@ -146,6 +156,10 @@ impl Config {
             execute_tasks: false,
             event_buffer: 10_000,
             heartbeat: Duration::from_secs(15),
+            read_tokens: Vec::new(),
+            write_tokens: Vec::new(),
+            body_limit: 1 << 20,
+            request_timeout: Duration::from_secs(30),
         }
     }
 
@@ -283,6 +297,25 @@ pub struct ServeArgs {
     #[arg(long, env = "VERDICT_HEARTBEAT_MS", value_name = "MS")]
     pub heartbeat_ms: Option<u64>,
 
+    /// A file of bearer tokens that may read, one a line (`#` comments);
+    /// with any, reads need a token.
+    #[arg(long, env = "VERDICT_READ_TOKENS_FILE", value_name = "FILE")]
+    pub read_tokens_file: Option<PathBuf>,
+
+    /// A file of bearer tokens that may read and write, one a line; with any
+    /// token configured, mutations need one of these.
+    #[arg(long, env = "VERDICT_WRITE_TOKENS_FILE", value_name = "FILE")]
+    pub write_tokens_file: Option<PathBuf>,
+
+    /// The largest request body taken, in KiB [default: 1024].
+    #[arg(long, env = "VERDICT_BODY_LIMIT_KIB", value_name = "KIB")]
+    pub body_limit_kib: Option<usize>,
+
+    /// How long a request may take to be answered, in milliseconds
+    /// [default: 30000].
+    #[arg(long, env = "VERDICT_REQUEST_TIMEOUT_MS", value_name = "MS")]
+    pub request_timeout_ms: Option<u64>,
+
     /// The PEM private key of --tls-cert.
     #[arg(
         long,
@@ -320,6 +353,14 @@ struct FileConfig {
     execute_tasks: Option<bool>,
     event_buffer: Option<usize>,
     heartbeat_ms: Option<u64>,
+    #[serde(default)]
+    read_tokens: Vec<String>,
+    #[serde(default)]
+    write_tokens: Vec<String>,
+    read_tokens_file: Option<PathBuf>,
+    write_tokens_file: Option<PathBuf>,
+    body_limit_kib: Option<usize>,
+    request_timeout_ms: Option<u64>,
     /// `[settings.<plugin>]` tables.
     #[serde(default)]
     settings: BTreeMap<String, toml::Table>,
@@ -472,6 +513,55 @@ impl ServeArgs {
                 });
             }
             Some(n) => config.event_buffer = n,
+            None => {}
+        }
+        for (key, inline, path, tokens) in [
+            (
+                "read-tokens-file",
+                &file.read_tokens,
+                self.read_tokens_file
+                    .or_else(|| from_file(file.read_tokens_file)),
+                &mut config.read_tokens,
+            ),
+            (
+                "write-tokens-file",
+                &file.write_tokens,
+                self.write_tokens_file
+                    .or_else(|| from_file(file.write_tokens_file)),
+                &mut config.write_tokens,
+            ),
+        ] {
+            tokens.extend(inline.iter().cloned().map(Secret));
+            if let Some(path) = path {
+                let text = std::fs::read_to_string(&path).map_err(|e| Error::Config {
+                    key,
+                    message: format!("{}: {e}", path.display()),
+                })?;
+                tokens.extend(
+                    text.lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                        .map(|l| Secret(l.to_string())),
+                );
+            }
+        }
+        if let Some(kib) = self.body_limit_kib.or(file.body_limit_kib) {
+            config.body_limit =
+                kib.checked_mul(1 << 10)
+                    .filter(|b| *b > 0)
+                    .ok_or(Error::Config {
+                        key: "body-limit-kib",
+                        message: format!("{kib} is out of range"),
+                    })?;
+        }
+        match self.request_timeout_ms.or(file.request_timeout_ms) {
+            Some(0) => {
+                return Err(Error::Config {
+                    key: "request-timeout-ms",
+                    message: "must be at least 1".into(),
+                });
+            }
+            Some(ms) => config.request_timeout = Duration::from_millis(ms),
             None => {}
         }
         match self.heartbeat_ms.or(file.heartbeat_ms) {

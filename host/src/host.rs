@@ -22,6 +22,9 @@ pub struct Host {
     pub tasks: Arc<Tasks>,
     pub events: Arc<crate::events::Events>,
     heartbeat: std::time::Duration,
+    tokens: Arc<crate::access::Tokens>,
+    body_limit: usize,
+    request_timeout: std::time::Duration,
     admission: Admission,
     _watcher: Option<Watcher>,
     _following: Option<Following>,
@@ -346,6 +349,12 @@ impl Host {
             tasks,
             events,
             heartbeat: config.heartbeat,
+            tokens: Arc::new(crate::access::Tokens::new(
+                &config.read_tokens,
+                &config.write_tokens,
+            )),
+            body_limit: config.body_limit,
+            request_timeout: config.request_timeout,
             admission,
             _watcher: watcher,
             _following: following,
@@ -363,6 +372,9 @@ impl Host {
             admission: self.admission.clone(),
             events: Arc::clone(&self.events),
             heartbeat: self.heartbeat,
+            tokens: Arc::clone(&self.tokens),
+            body_limit: self.body_limit,
+            request_timeout: self.request_timeout,
         })
     }
 }

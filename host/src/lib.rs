@@ -11,6 +11,7 @@
 //! - [`config`]: flags, environment and file into one [`config::Config`];
 //! - [`host`]: the parts assembled and served.
 
+pub mod access;
 pub mod admission;
 pub mod api;
 pub mod config;

@@ -2,6 +2,7 @@
 //! plugins they load are real components built from `plugins/` by
 //! `cargo xtask plugins`, including test plugins that misbehave on purpose.
 
+mod access;
 mod admission;
 mod crash;
 mod events;

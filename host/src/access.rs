@@ -1,0 +1,161 @@
+//! Access control: bearer tokens that may read, and tokens that may also
+//! write. With any token configured, a mutation (any method but GET, HEAD
+//! and OPTIONS) needs a write token; with read tokens configured, a read
+//! needs a read or write token. Tokens are compared as SHA-256 digests in
+//! constant time, each against every configured one. `/healthz`, `/readyz`
+//! and the admission webhook (which the API server calls over TLS) are
+//! open.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::api::ApiError;
+
+/// A secret that does not show in logs or `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+/// What a request's token allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Grant {
+    None,
+    Read,
+    Write,
+}
+
+/// The configured tokens, as digests.
+#[derive(Debug, Default)]
+pub struct Tokens {
+    read: Vec<[u8; 32]>,
+    write: Vec<[u8; 32]>,
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Routes that need no token.
+const OPEN: [&str; 3] = ["/healthz", "/readyz", "/v1/admission/review"];
+
+impl Tokens {
+    pub fn new(read: &[Secret], write: &[Secret]) -> Self {
+        Self {
+            read: read.iter().map(|s| digest(&s.0)).collect(),
+            write: write.iter().map(|s| digest(&s.0)).collect(),
+        }
+    }
+
+    /// Whether any token is configured.
+    pub fn enforced(&self) -> bool {
+        !self.read.is_empty() || !self.write.is_empty()
+    }
+
+    /// What a token allows; every configured digest is compared, so the
+    /// time taken does not tell which (or whether one) matched.
+    fn grant(&self, token: &str) -> Grant {
+        let presented = digest(token);
+        let matches = |set: &[[u8; 32]]| {
+            set.iter().fold(subtle::Choice::from(0), |found, d| {
+                found | d.ct_eq(&presented)
+            })
+        };
+        let (write, read) = (matches(&self.write), matches(&self.read));
+        if bool::from(write) {
+            Grant::Write
+        } else if bool::from(read) {
+            Grant::Read
+        } else {
+            Grant::None
+        }
+    }
+}
+
+/// The middleware.
+pub async fn guard(State(tokens): State<Arc<Tokens>>, request: Request, next: Next) -> Response {
+    if !tokens.enforced() || OPEN.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
+    let mutation = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    let needed = if mutation {
+        Grant::Write
+    } else if !tokens.read.is_empty() {
+        Grant::Read
+    } else {
+        Grant::None
+    };
+    if needed == Grant::None {
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    let refuse = |status, code, message: &str| {
+        let mut response = ApiError::new(status, code, message).into_response();
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"verdict\""),
+        );
+        response
+    };
+    let Some(token) = presented else {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "this route needs a bearer token (Authorization: Bearer …)",
+        );
+    };
+    match tokens.grant(token) {
+        Grant::None => refuse(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "the bearer token is not one of the configured tokens",
+        ),
+        grant if grant < needed => refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this token may read but not write",
+        ),
+        _ => next.run(request).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_grant_what_they_are_for() {
+        let tokens = Tokens::new(
+            &[Secret("reader".into())],
+            &[Secret("writer".into()), Secret("other-writer".into())],
+        );
+        assert_eq!(tokens.grant("reader"), Grant::Read);
+        assert_eq!(tokens.grant("writer"), Grant::Write);
+        assert_eq!(tokens.grant("other-writer"), Grant::Write);
+        assert_eq!(tokens.grant("writer "), Grant::None);
+        assert_eq!(tokens.grant(""), Grant::None);
+        assert!(!Tokens::default().enforced());
+        assert_eq!(format!("{:?}", Secret("writer".into())), "\"***\"");
+    }
+}

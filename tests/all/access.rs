@@ -1,0 +1,115 @@
+//! Access control and request limits over HTTP: with tokens configured,
+//! every mutating route refuses a request without a write token (401
+//! without a valid token, 403 with a read token) and takes it with one;
+//! reads need a read or write token; health and the admission webhook stay
+//! open. Bodies over the limit are refused with a JSON error, and every
+//! answer carries a request id.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::serve::Server;
+
+fn request(
+    server: &Server,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = reqwest::blocking::Client::new()
+        .request(method, format!("{}{path}", server.base))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.json().unwrap_or(Value::Null))
+}
+
+fn host(dir: &Path, extra: &[&str]) -> Server {
+    std::fs::write(dir.join("read"), "# readers\nread-token\n").unwrap();
+    std::fs::write(dir.join("write"), "write-token\n").unwrap();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let read = dir.join("read");
+    let write = dir.join("write");
+    let mut flags = vec![
+        "--demo",
+        "--read-tokens-file",
+        read.to_str().unwrap(),
+        "--write-tokens-file",
+        write.to_str().unwrap(),
+    ];
+    flags.extend_from_slice(extra);
+    Server::start_with(&plugins, &dir.join("data"), &flags)
+}
+
+#[test]
+fn mutations_need_a_write_token_and_reads_a_read_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = host(dir.path(), &[]);
+    let task = r#"{"app": "shop/web", "action": "restart"}"#;
+    let mutations = [
+        ("POST", "/v1/tasks", task),
+        ("PATCH", "/v1/tasks/some-task", r#"{"progress": 5}"#),
+        ("POST", "/v1/tasks/some-task/approve", r#"{"by": "ann"}"#),
+        ("POST", "/v1/tasks/some-task/reject", r#"{"by": "ann"}"#),
+        ("POST", "/v1/tasks/some-task/cancel", "{}"),
+        ("POST", "/v1/plugins/reload", ""),
+    ];
+    for (method, path, body) in mutations {
+        let (code, headers, error) = request(&server, method, path, None, body);
+        assert_eq!(code, 401, "{method} {path} without a token: {error}");
+        assert_eq!(error["error"]["code"], "unauthenticated");
+        assert!(headers.contains_key("www-authenticate"));
+        let (code, _, _) = request(&server, method, path, Some("guess"), body);
+        assert_eq!(code, 401, "{method} {path} with a wrong token");
+        let (code, _, error) = request(&server, method, path, Some("read-token"), body);
+        assert_eq!(code, 403, "{method} {path} with a read token: {error}");
+        let (code, _, answer) = request(&server, method, path, Some("write-token"), body);
+        assert!(
+            code != 401 && code != 403,
+            "{method} {path} with a write token: {code} {answer}"
+        );
+    }
+    for path in ["/v1/plugins", "/v1/tasks", "/v1/apps"] {
+        let (code, _, _) = request(&server, "GET", path, None, "");
+        assert_eq!(code, 401, "GET {path} without a token");
+        for token in ["read-token", "write-token"] {
+            let (code, _, body) = request(&server, "GET", path, Some(token), "");
+            assert_eq!(code, 200, "GET {path} with {token}: {body}");
+        }
+    }
+    let (code, _, _) = request(&server, "GET", "/healthz", None, "");
+    assert_eq!(code, 200);
+    // The webhook is open: a bad review is a 400, not a 401.
+    let (code, _, _) = request(&server, "POST", "/v1/admission/review", None, "{}");
+    assert_eq!(code, 400);
+}
+
+#[test]
+fn bodies_over_the_limit_are_refused_and_answers_carry_a_request_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = host(dir.path(), &["--body-limit-kib", "1"]);
+    let big = format!(
+        r#"{{"app": "shop/web", "action": "restart", "params": {{"note": "{}"}}}}"#,
+        "x".repeat(4096)
+    );
+    let (code, _, error) = request(&server, "POST", "/v1/tasks", Some("write-token"), &big);
+    assert_eq!(code, 413, "{error}");
+    assert_eq!(error["error"]["code"], "body-too-large");
+    let (_, headers, _) = request(&server, "GET", "/healthz", None, "");
+    let id = headers["x-request-id"].to_str().unwrap();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    let response = reqwest::blocking::Client::new()
+        .get(format!("{}/healthz", server.base))
+        .header("x-request-id", "trace-me-42")
+        .send()
+        .unwrap();
+    assert_eq!(response.headers()["x-request-id"], "trace-me-42");
+}
