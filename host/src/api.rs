@@ -42,6 +42,7 @@ pub struct AppState {
     /// How often an idle event stream gets a heartbeat.
     pub heartbeat: std::time::Duration,
     pub tokens: Arc<crate::access::Tokens>,
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// The largest request body taken.
     pub body_limit: usize,
     /// How long a request may take to be answered.
@@ -221,6 +222,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/cancel", post(cancel_task))
         .route("/v1/admission/review", post(admission_review))
         .route("/v1/events", get(event_stream))
+        .route("/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state.metrics),
+            count_request,
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state.clone())
@@ -627,6 +633,30 @@ async fn event_stream(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(state.heartbeat).text("heartbeat"))
         .into_response())
+}
+
+/// Count each answered request of a route.
+async fn count_request(
+    State(metrics): State<Arc<crate::metrics::Metrics>>,
+    route: axum::extract::MatchedPath,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().to_string();
+    let response = next.run(request).await;
+    metrics.request(route.as_str(), &method, response.status().as_u16());
+    response
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::render(&state),
+    )
+        .into_response()
 }
 
 async fn not_found() -> ApiError {

@@ -23,6 +23,7 @@ pub struct Host {
     pub events: Arc<crate::events::Events>,
     heartbeat: std::time::Duration,
     tokens: Arc<crate::access::Tokens>,
+    metrics: Arc<crate::metrics::Metrics>,
     body_limit: usize,
     request_timeout: std::time::Duration,
     admission: Admission,
@@ -237,8 +238,13 @@ impl Host {
             settings,
         ));
         let events = Arc::new(crate::events::Events::new(config.event_buffer));
-        let published = Arc::clone(&events);
-        registry.on_reload(move |report| publish_reload(&published, report));
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let (published, counted) = (Arc::clone(&events), Arc::clone(&metrics));
+        registry.on_reload(move |report| {
+            counted.reloads.inc_by(report.loaded.len() as u64);
+            counted.rejections.inc_by(report.rejected.len() as u64);
+            publish_reload(&published, report);
+        });
         let report = registry.reload();
         tracing::info!(
             loaded = report.loaded.len(),
@@ -353,6 +359,7 @@ impl Host {
                 &config.read_tokens,
                 &config.write_tokens,
             )),
+            metrics,
             body_limit: config.body_limit,
             request_timeout: config.request_timeout,
             admission,
@@ -373,6 +380,7 @@ impl Host {
             events: Arc::clone(&self.events),
             heartbeat: self.heartbeat,
             tokens: Arc::clone(&self.tokens),
+            metrics: Arc::clone(&self.metrics),
             body_limit: self.body_limit,
             request_timeout: self.request_timeout,
         })

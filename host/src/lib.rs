@@ -19,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod executor;
 pub mod host;
+pub mod metrics;
 pub mod observe;
 pub mod offline;
 pub mod plugins;

@@ -7,6 +7,7 @@ mod admission;
 mod crash;
 mod events;
 mod live;
+mod metrics;
 mod misbehaving;
 mod offline;
 mod reload;

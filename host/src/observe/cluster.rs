@@ -34,6 +34,12 @@ pub struct KindHealth {
     #[serde(serialize_with = "crate::plugins::serialize_time")]
     pub since: SystemTime,
     pub last_error: Option<String>,
+    /// Events applied since the start.
+    pub events: u64,
+    /// Full lists taken (the first, and each after `410 Gone`).
+    pub lists: u64,
+    /// Times the watch failed and was restarted.
+    pub failures: u64,
 }
 
 /// The health of every watch, by kind.
@@ -57,6 +63,9 @@ impl WatchHealth {
                 healthy: false,
                 since: SystemTime::now(),
                 last_error: None,
+                events: 0,
+                lists: 0,
+                failures: 0,
             },
         );
     }
@@ -72,9 +81,18 @@ impl WatchHealth {
         }
     }
 
+    /// Count one event of a kind (a full list's start counts as a list).
+    fn counted(&self, kind: &'static str, list: bool) {
+        if let Some(h) = self.lock().get_mut(kind) {
+            h.events += 1;
+            h.lists += u64::from(list);
+        }
+    }
+
     fn failed(&self, kind: &'static str, error: String) {
         let mut kinds = self.lock();
         if let Some(h) = kinds.get_mut(kind) {
+            h.failures += 1;
             if h.healthy {
                 h.since = SystemTime::now();
                 tracing::warn!(kind, %error, "watch failed; retrying with backoff");
@@ -360,6 +378,9 @@ fn apply<K: Observe>(
     listing: &mut Option<BTreeSet<(String, String)>>,
     event: Event<K>,
 ) {
+    observed
+        .health
+        .counted(K::KIND, matches!(event, Event::Init));
     match event {
         Event::Init => *listing = Some(BTreeSet::new()),
         Event::InitApply(object) => {

@@ -40,6 +40,8 @@ pub struct Runtime {
     compat: String,
     pub(crate) limits: Limits,
     ticker_stop: Arc<AtomicBool>,
+    /// How long calls take, by plugin and version (`/metrics`).
+    pub call_seconds: crate::metrics::CallSeconds,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -95,6 +97,7 @@ impl Runtime {
             compat,
             limits,
             ticker_stop,
+            call_seconds: crate::metrics::CallSeconds::default(),
         })
     }
 

@@ -191,7 +191,11 @@ impl Version {
         instance
             .store
             .set_epoch_deadline(self.runtime.deadline_ticks());
+        let started = std::time::Instant::now();
         let result = f(&mut instance.store, &instance.bound);
+        self.runtime
+            .call_seconds
+            .observe(&self.info.name, &self.info.version, started.elapsed());
         let answer = match result {
             None => {
                 return Err(CallError::Malformed(format!(
