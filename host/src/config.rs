@@ -163,6 +163,107 @@ impl Config {
         }
     }
 
+    /// The effective configuration in the configuration file's form (TOML,
+    /// durations in milliseconds, paths absolute); tokens are counted, not
+    /// shown.
+    pub fn effective(&self) -> String {
+        use toml::Value as V;
+        let ms = |d: Duration| V::Integer(d.as_millis() as i64);
+        // Absolute, so that the printout reads back the same from anywhere.
+        let path = |p: &Path| {
+            V::String(
+                std::path::absolute(p)
+                    .unwrap_or_else(|_| p.to_path_buf())
+                    .display()
+                    .to_string(),
+            )
+        };
+        let mut t = toml::Table::new();
+        t.insert("listen".into(), V::String(self.listen.to_string()));
+        if let Some(dir) = &self.plugins_dir {
+            t.insert("plugins".into(), path(dir));
+        }
+        t.insert("data-dir".into(), path(&self.data_dir));
+        t.insert("call-timeout-ms".into(), ms(self.limits.call_timeout));
+        t.insert(
+            "memory-limit-mib".into(),
+            V::Integer((self.limits.memory_bytes >> 20) as i64),
+        );
+        t.insert(
+            "output-limit-kib".into(),
+            V::Integer((self.limits.output_bytes >> 10) as i64),
+        );
+        t.insert("reload-debounce-ms".into(), ms(self.reload_debounce));
+        match &self.cluster {
+            ClusterSource::Kubeconfig(p) => {
+                t.insert("kubeconfig".into(), path(p));
+            }
+            ClusterSource::Url(url) => {
+                t.insert("cluster-url".into(), V::String(url.clone()));
+            }
+            // Not file keys: said as a comment-like marker.
+            ClusterSource::Demo { .. } | ClusterSource::Infer | ClusterSource::None => {}
+        }
+        t.insert("group-by".into(), V::String(self.group_by.to_string()));
+        t.insert("stale-after-ms".into(), ms(self.stale_after));
+        t.insert("probe-interval-ms".into(), ms(self.probes.every));
+        t.insert("probe-timeout-ms".into(), ms(self.probes.timeout));
+        t.insert("metrics-interval-ms".into(), ms(self.metrics_every));
+        let store = match self.task_store {
+            TaskStoreKind::Sqlite => "sqlite",
+            TaskStoreKind::Kubernetes => "kubernetes",
+        };
+        t.insert("task-store".into(), V::String(store.into()));
+        t.insert(
+            "tasks-namespace".into(),
+            V::String(self.tasks_namespace.clone()),
+        );
+        t.insert("task-history".into(), V::Integer(self.task_history as i64));
+        let mode = match self.admission_failure {
+            FailureMode::Open => "open",
+            FailureMode::Closed => "closed",
+        };
+        t.insert("admission-failure".into(), V::String(mode.into()));
+        if let Some(tls) = &self.tls {
+            t.insert("tls-cert".into(), path(&tls.cert));
+            t.insert("tls-key".into(), path(&tls.key));
+        }
+        t.insert("execute-tasks".into(), V::Boolean(self.execute_tasks));
+        t.insert("event-buffer".into(), V::Integer(self.event_buffer as i64));
+        t.insert("heartbeat-ms".into(), ms(self.heartbeat));
+        t.insert(
+            "body-limit-kib".into(),
+            V::Integer((self.body_limit >> 10) as i64),
+        );
+        t.insert("request-timeout-ms".into(), ms(self.request_timeout));
+        let settings: toml::Table = self
+            .settings
+            .iter()
+            .filter_map(|(name, value)| {
+                toml::Value::try_from(value).ok().map(|v| (name.clone(), v))
+            })
+            .collect();
+        t.insert("settings".into(), V::Table(settings));
+        let cluster = match &self.cluster {
+            ClusterSource::Demo { .. } => "# cluster: the built-in demo (--demo)\n",
+            ClusterSource::Infer => {
+                "# cluster: as kubectl finds it (in-cluster, KUBECONFIG, ~/.kube/config), else the demo\n"
+            }
+            ClusterSource::None => "# cluster: none\n",
+            _ => "",
+        };
+        // Tokens are secrets: only how many there are is shown.
+        let tokens = format!(
+            "# read-tokens: {} configured (not shown)\n# write-tokens: {} configured (not shown)\n",
+            self.read_tokens.len(),
+            self.write_tokens.len()
+        );
+        format!(
+            "{cluster}{tokens}{}",
+            toml::to_string(&t).unwrap_or_default()
+        )
+    }
+
     /// The settings text for one plugin (`{}` when none are configured).
     pub fn settings_for(&self, plugin: &str) -> String {
         self.settings
@@ -188,9 +289,15 @@ pub struct ServeArgs {
     #[arg(long, env = "VERDICT_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
-    /// TOML configuration file.
+    /// Configuration file: TOML, or YAML when named `*.yaml`/`*.yml`.
     #[arg(long, env = "VERDICT_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+
+    /// Print the effective configuration (flags over environment over file
+    /// over defaults) as a configuration file, with secrets masked, and
+    /// exit.
+    #[arg(long)]
+    pub print_config: bool,
 
     /// Time one plugin call may take, in milliseconds [default: 100].
     #[arg(long, env = "VERDICT_CALL_TIMEOUT_MS", value_name = "MS")]
@@ -367,11 +474,21 @@ struct FileConfig {
 }
 
 impl FileConfig {
+    /// Read a TOML file, or YAML when its name ends in `.yaml` or `.yml`.
     fn read(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
-        toml::from_str(&text).map_err(|e| Error::ConfigFile {
+        let yaml = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
+        let parsed = if yaml {
+            serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(&text))
+                .map_err(|e| format!("{}: {}", e.path(), e.inner()))
+        } else {
+            toml::from_str(&text).map_err(|e| e.to_string())
+        };
+        parsed.map_err(|message| Error::ConfigFile {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message,
         })
     }
 }
@@ -661,6 +778,84 @@ mod tests {
         .into_config()
         .unwrap_err();
         assert!(error.to_string().contains("listn"), "{error}");
+    }
+
+    #[test]
+    fn a_yaml_file_reads_like_toml_and_a_bad_key_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("verdict.yaml");
+        std::fs::write(
+            &path,
+            "listen: 127.0.0.1:9100\ncall-timeout-ms: 250\nwrite-tokens: [sesame]\nsettings:\n  status: {restart-window-ms: 1000}\n",
+        )
+        .unwrap();
+        let config = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        }
+        .into_config()
+        .unwrap();
+        assert_eq!(config.listen, "127.0.0.1:9100".parse().unwrap());
+        assert_eq!(config.limits.call_timeout, Duration::from_millis(250));
+        assert_eq!(config.write_tokens, [Secret("sesame".into())]);
+        assert_eq!(
+            config.settings_for("status"),
+            r#"{"restart-window-ms":1000}"#
+        );
+        std::fs::write(&path, "listen: 127.0.0.1:9100\ntask-histroy: 5\n").unwrap();
+        let error = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        }
+        .into_config()
+        .unwrap_err();
+        assert!(error.to_string().contains("task-histroy"), "{error}");
+    }
+
+    #[test]
+    fn the_printed_configuration_reads_back_with_secrets_masked() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, "open-sesame\n").unwrap();
+        let config = ServeArgs {
+            listen: Some("127.0.0.1:9200".parse().unwrap()),
+            write_tokens_file: Some(tokens),
+            task_history: Some(7),
+            heartbeat_ms: Some(2500),
+            group_by: Some(Grouping::Owner),
+            ..ServeArgs::default()
+        }
+        .into_config()
+        .unwrap();
+        let printed = config.effective();
+        assert!(!printed.contains("open-sesame"), "{printed}");
+        assert!(
+            printed.contains("# write-tokens: 1 configured (not shown)"),
+            "{printed}"
+        );
+        let path = write(dir.path(), &printed);
+        let again = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        }
+        .into_config()
+        .unwrap();
+        assert_eq!(again.listen, config.listen);
+        assert_eq!(again.task_history, 7);
+        assert_eq!(again.heartbeat, Duration::from_millis(2500));
+        assert_eq!(again.group_by.to_string(), "owner");
+        assert_eq!(again.limits, config.limits);
+        assert!(
+            again.write_tokens.is_empty(),
+            "a printout configures no token"
+        );
+        let without_tokens = |text: &str| {
+            text.lines()
+                .filter(|l| !l.contains("-tokens:"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(without_tokens(&again.effective()), without_tokens(&printed));
     }
 
     #[test]

@@ -50,6 +50,9 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let outcome = match cli.command {
+        Command::Serve(args) if args.print_config => args.into_config().map(|config| {
+            print!("{}", config.effective());
+        }),
         Command::Serve(args) => args.into_config().and_then(|config| {
             let runtime = tokio::runtime::Runtime::new()
                 .map_err(|e| verdict::Error::Runtime(e.to_string()))?;

@@ -33,6 +33,17 @@ impl Default for Grouping {
     }
 }
 
+impl std::fmt::Display for Grouping {
+    /// The form `--group-by` takes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Grouping::Label(key) => write!(f, "label={key}"),
+            Grouping::Owner => f.write_str("owner"),
+            Grouping::Namespace => f.write_str("namespace"),
+        }
+    }
+}
+
 impl std::str::FromStr for Grouping {
     type Err = String;
 
