@@ -38,8 +38,8 @@ verbs:
   test      plugins, lint, then every test of the workspace (what CI runs)
   bench     plugins, then the benchmarks in the release profile: the plugin
             runtime, a cluster of 100 000 pods followed through the
-            simulator, and admission latency (`bench --quick` for a short
-            run)
+            simulator, admission latency, and HTTP load with wrk (installed
+            when missing) (`bench --quick` for a short run)
 ";
 
 fn main() -> ExitCode {
@@ -398,6 +398,16 @@ fn test() -> Result<()> {
 }
 
 fn bench(rest: &[String]) -> Result<()> {
+    // The HTTP benchmark drives load with wrk (Debian's package).
+    if Command::new("wrk").arg("--version").output().is_err() {
+        eprintln!("xtask: installing wrk for the HTTP benchmark");
+        if let Err(error) = run(
+            Command::new("apt-get").args(["install", "-y", "wrk"]),
+            INSTALL,
+        ) {
+            eprintln!("xtask: wrk could not be installed ({error}); the HTTP benchmark says so");
+        }
+    }
     run(
         cargo()
             .args([
@@ -410,6 +420,8 @@ fn bench(rest: &[String]) -> Result<()> {
                 "cluster",
                 "--bench",
                 "admission",
+                "--bench",
+                "http",
                 "--",
             ])
             .args(rest)
