@@ -49,7 +49,7 @@ fn wrk(url: &str, seconds: u64) -> Option<(f64, String, String)> {
             .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
             .unwrap_or_else(|| "?".into())
     };
-    Some((rps, percentile("50.000%"), percentile("99.000%")))
+    Some((rps, percentile("50%"), percentile("99%")))
 }
 
 /// One event-stream client: connect, then report when each `task` event
