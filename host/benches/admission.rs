@@ -6,7 +6,6 @@
 //! Run with `cargo xtask bench` (release profile); `--quick` for a short run.
 
 use std::path::Path;
-use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,15 +48,6 @@ fn row(what: &str, samples: &mut [Duration]) {
             "missed"
         }
     );
-}
-
-struct Host(Child);
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn main() {
@@ -121,7 +111,7 @@ fn main() {
     // connection, requests one after another.
     let data = tempfile::tempdir().unwrap();
     let (child, base) = spawn_verdict(&plugins, data.path(), &["--demo"], "error");
-    let _host = Host(child);
+    let _host = support::KillOnDrop(child);
     let client = reqwest::blocking::Client::new();
     let post = |path: &str, body: String| -> (u16, Value) {
         let response = client

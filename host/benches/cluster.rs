@@ -8,7 +8,6 @@
 //! Run with `cargo xtask bench` (release profile); `--quick` for 1 000 pods.
 
 use std::path::Path;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -58,15 +57,6 @@ fn memory(pid: u32) -> (f64, f64) {
             .map_or(0.0, |kb| kb / 1024.0)
     };
     (field("VmRSS:"), field("VmHWM:"))
-}
-
-struct Host(Child);
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn main() {
@@ -119,7 +109,7 @@ fn main() {
         &["--cluster-url", &simulator.url()],
         "error",
     );
-    let host = Host(child);
+    let host = support::KillOnDrop(child);
     let client = reqwest::blocking::Client::new();
     let get = |path: &str| -> Value {
         client

@@ -7,7 +7,7 @@
 //! missing); `--quick` for a short run.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,15 +17,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 #[allow(dead_code)]
 #[path = "../../tests/all/support.rs"]
 mod support;
-
-struct Host(Child);
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
@@ -110,7 +101,7 @@ fn main() {
         &["--cluster-url", &simulator.url()],
         "error",
     );
-    let _host = Host(child);
+    let _host = support::KillOnDrop(child);
     let http = reqwest::blocking::Client::new();
     let app = format!("{base}/v1/apps/shop/web");
     support::wait_until(Duration::from_secs(60), || {

@@ -3,15 +3,15 @@
 //! a restart uses the compiled-code cache instead of compiling again.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 
 use serde_json::Value;
 
-use crate::support::{default_plugin, test_plugin};
+use crate::support::{KillOnDrop, default_plugin, test_plugin};
 
 /// A running `verdict serve`, stopped when dropped.
 pub struct Server {
-    child: Child,
+    process: KillOnDrop,
     pub base: String,
 }
 
@@ -23,7 +23,10 @@ impl Server {
     /// Start with more flags.
     pub fn start_with(plugins: &Path, data: &Path, extra: &[&str]) -> Self {
         let (child, base) = crate::support::spawn_verdict(plugins, data, extra, "warn");
-        Self { child, base }
+        Self {
+            process: KillOnDrop(child),
+            base,
+        }
     }
 
     pub fn get(&self, path: &str) -> (u16, Value) {
@@ -48,8 +51,8 @@ impl Server {
 
     /// Kill the process at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.process.0.kill();
+        let _ = self.process.0.wait();
     }
 
     fn post(&self, path: &str) -> (u16, Value) {
@@ -58,13 +61,6 @@ impl Server {
             .send()
             .unwrap();
         (response.status().as_u16(), response.json().unwrap())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -141,6 +141,16 @@ pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> Optio
     }
 }
 
+/// A process killed when this is dropped.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Start `verdict serve` on a free port with a plugin folder, a data folder
 /// and more flags, logging at `log`; the process and where it listens.
 pub fn spawn_verdict(plugins: &Path, data: &Path, extra: &[&str], log: &str) -> (Child, String) {
