@@ -251,11 +251,17 @@ fn wire_form(review: &AdmissionReview<DynamicObject>) -> Value {
 /// backtrace stays in the log).
 fn first_line(error: &PolicyError) -> String {
     let text = error.to_string();
-    text.lines()
-        .next()
-        .unwrap_or_default()
-        .trim_end_matches(':')
-        .to_string()
+    let first = text.lines().next().unwrap_or_default();
+    // A trap's first line introduces its backtrace; the reason ends it.
+    match (
+        first.split_once(" error while executing"),
+        text.lines()
+            .last()
+            .and_then(|l| l.split_once("wasm trap: ")),
+    ) {
+        (Some((before, _)), Some((_, reason))) => format!("{before} {reason}"),
+        _ => first.trim_end_matches(':').to_string(),
+    }
 }
 
 /// The webhook's response from the policy's answer; a patch that is not a

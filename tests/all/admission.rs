@@ -170,6 +170,11 @@ fn a_failing_policy_answers_by_the_failure_mode() {
                 .unwrap()
                 .contains("without policy")
         );
+        if way == "trap" {
+            let failure = task["admission"]["failure"].as_str().unwrap();
+            assert!(failure.contains("trapped: wasm `unreachable`"), "{failure}");
+            assert!(!failure.contains('\n'), "one line: {failure}");
+        }
         let (code, _) = open.send(
             "POST",
             &format!("/v1/tasks/{}/cancel", task["id"].as_str().unwrap()),
