@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -207,22 +207,41 @@ pub fn router(state: AppState) -> Router {
             tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
         },
     );
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/v1/apps", get(list_apps))
-        .route("/v1/apps/{namespace}/{name}", get(get_app))
-        .route("/v1/nodes", get(list_nodes))
-        .route("/v1/plugins", get(list_plugins))
-        .route("/v1/plugins/reload", post(reload_plugins))
-        .route("/v1/tasks", get(list_tasks).post(create_task))
-        .route("/v1/tasks/{id}", get(get_task).patch(patch_task))
-        .route("/v1/tasks/{id}/approve", post(approve_task))
-        .route("/v1/tasks/{id}/reject", post(reject_task))
-        .route("/v1/tasks/{id}/cancel", post(cancel_task))
-        .route("/v1/admission/review", post(admission_review))
-        .route("/v1/events", get(event_stream))
-        .route("/metrics", get(metrics))
+    use utoipa_axum::routes;
+    let (router, mut api) = utoipa_axum::router::OpenApiRouter::<AppState>::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(list_apps))
+        .routes(routes!(get_app))
+        .routes(routes!(list_nodes))
+        .routes(routes!(list_plugins))
+        .routes(routes!(reload_plugins))
+        .routes(routes!(list_tasks, create_task))
+        .routes(routes!(get_task, patch_task))
+        .routes(routes!(approve_task))
+        .routes(routes!(reject_task))
+        .routes(routes!(cancel_task))
+        .routes(routes!(admission_review))
+        .routes(routes!(event_stream))
+        .routes(routes!(metrics))
+        .split_for_parts();
+    api.info.title = "verdict".into();
+    api.info.description =
+        Some("Hot-swappable WebAssembly policies over a Kubernetes cluster.".into());
+    let document = Arc::new(api.to_pretty_json().unwrap_or_default());
+    router
+        .route(
+            "/openapi.json",
+            get(move || {
+                let document = Arc::clone(&document);
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        document.as_str().to_owned(),
+                    )
+                }
+            }),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state.metrics),
             count_request,
@@ -250,6 +269,7 @@ pub fn router(state: AppState) -> Router {
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "The process serves")))]
 async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
@@ -264,6 +284,7 @@ fn live(state: &AppState) -> Result<&Live, ApiError> {
     })
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200, description = "Ready: the status policy is loaded and every watch works"), (status = 503, description = "Not ready; the body says which part is not")))]
 /// Ready when the status policy is loaded and, with a cluster, every watch
 /// has synced and works.
 async fn readyz(State(state): State<AppState>) -> Response {
@@ -306,6 +327,7 @@ struct AppList {
     apps: Vec<AppStatus>,
 }
 
+#[utoipa::path(get, path = "/v1/apps", tag = "apps", params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("status" = Option<String>, Query, description = "Only this stable or displayed status")), responses((status = 200, description = "Every application's verdict", body = Object), (status = 404, description = "The host follows no cluster")))]
 async fn list_apps(
     State(state): State<AppState>,
     Query(filter): Query<AppFilter>,
@@ -332,6 +354,7 @@ async fn list_apps(
     Ok(Json(AppList { apps }))
 }
 
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}", tag = "apps", params(("namespace" = String, Path), ("name" = String, Path)), responses((status = 200, description = "The application's verdict with its pods and the age of its observations", body = Object), (status = 404, description = "No such application")))]
 async fn get_app(
     State(state): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
@@ -350,6 +373,7 @@ async fn get_app(
         })
 }
 
+#[utoipa::path(get, path = "/v1/nodes", tag = "apps", responses((status = 200, description = "The observed nodes", body = Object)))]
 async fn list_nodes(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let live = live(&state)?;
     let nodes: Vec<Value> = live
@@ -382,6 +406,7 @@ struct PluginList {
     plugins: Vec<PluginStatus>,
 }
 
+#[utoipa::path(get, path = "/v1/plugins", tag = "plugins", responses((status = 200, description = "Every plugin with its versions, last error and counts", body = Object)))]
 async fn list_plugins(State(state): State<AppState>) -> Json<PluginList> {
     Json(PluginList {
         dir: state.registry.dir().map(|d| d.display().to_string()),
@@ -389,6 +414,7 @@ async fn list_plugins(State(state): State<AppState>) -> Json<PluginList> {
     })
 }
 
+#[utoipa::path(post, path = "/v1/plugins/reload", tag = "plugins", responses((status = 200, description = "What the reload loaded, rejected, unloaded and left", body = Object), (status = 409, description = "No plugin folder")))]
 async fn reload_plugins(State(state): State<AppState>) -> Result<Json<ReloadReport>, ApiError> {
     if state.registry.dir().is_none() {
         return Err(ApiError::new(
@@ -422,6 +448,7 @@ struct TaskList {
     tasks: Vec<Task>,
 }
 
+#[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(("app" = Option<String>, Query, description = "namespace/name"), ("phase" = Option<String>, Query)), responses((status = 200, description = "Tasks, newest first", body = Object), (status = 422, description = "A bad filter, named")))]
 async fn list_tasks(
     State(state): State<AppState>,
     Query(query): Query<TaskQuery>,
@@ -453,6 +480,7 @@ async fn list_tasks(
     }))
 }
 
+#[utoipa::path(post, path = "/v1/tasks", tag = "tasks", request_body = NewTask, responses((status = 201, description = "Admitted", body = Task), (status = 202, description = "Held for approval", body = Task), (status = 403, description = "Denied, with the reason"), (status = 422, description = "A bad field, named"), (status = 503, description = "The admission policy failed and the failure mode is closed")))]
 async fn create_task(State(state): State<AppState>, bytes: Bytes) -> Result<Response, ApiError> {
     let request: NewTask = body(&bytes, false)?;
     let admission = state.admission.clone();
@@ -470,6 +498,7 @@ async fn create_task(State(state): State<AppState>, bytes: Bytes) -> Result<Resp
     Ok((code, Json(task)).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/tasks/{id}", tag = "tasks", params(("id" = String, Path)), responses((status = 200, body = Task), (status = 404, description = "No such task")))]
 async fn get_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -481,6 +510,7 @@ async fn get_task(
         .ok_or_else(|| TaskError::NotFound(id).into())
 }
 
+#[utoipa::path(patch, path = "/v1/tasks/{id}", tag = "tasks", params(("id" = String, Path)), request_body = TaskPatch, responses((status = 200, body = Task), (status = 409, description = "An illegal transition, and why"), (status = 422, description = "A bad field, named")))]
 async fn patch_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -490,6 +520,7 @@ async fn patch_task(
     Ok(Json(state.tasks.patch(&id, &patch).await?))
 }
 
+#[utoipa::path(post, path = "/v1/tasks/{id}/approve", tag = "tasks", params(("id" = String, Path)), request_body = Decision, responses((status = 200, body = Task), (status = 409, description = "Not awaiting approval")))]
 async fn approve_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -499,6 +530,7 @@ async fn approve_task(
     Ok(Json(state.tasks.review(&id, true, &decision).await?))
 }
 
+#[utoipa::path(post, path = "/v1/tasks/{id}/reject", tag = "tasks", params(("id" = String, Path)), request_body = Decision, responses((status = 200, body = Task), (status = 409, description = "Not awaiting approval")))]
 async fn reject_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -508,6 +540,7 @@ async fn reject_task(
     Ok(Json(state.tasks.review(&id, false, &decision).await?))
 }
 
+#[utoipa::path(post, path = "/v1/tasks/{id}/cancel", tag = "tasks", params(("id" = String, Path)), request_body = Decision, responses((status = 200, body = Task), (status = 409, description = "Already finished")))]
 async fn cancel_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -517,6 +550,7 @@ async fn cancel_task(
     Ok(Json(state.tasks.cancel(&id, &decision).await?))
 }
 
+#[utoipa::path(post, path = "/v1/admission/review", tag = "admission", request_body(content = Object, description = "An admission.k8s.io/v1 AdmissionReview"), responses((status = 200, description = "The AdmissionReview with its response", body = Object), (status = 400, description = "Not an AdmissionReview")))]
 /// The Kubernetes admission webhook (validating and mutating).
 async fn admission_review(
     State(state): State<AppState>,
@@ -555,6 +589,7 @@ fn resync(reason: String, next: u64) -> axum::response::sse::Event {
         .data(json!({"type": "resync", "reason": reason, "next-id": next}).to_string())
 }
 
+#[utoipa::path(get, path = "/v1/events", tag = "events", params(("namespace" = Option<String>, Query), ("app" = Option<String>, Query, description = "namespace/name"), ("last-event-id" = Option<u64>, Query, description = "Replay after this id (or the Last-Event-ID header)")), responses((status = 200, description = "Server-Sent Events: verdict, task, plugin and resync events", content_type = "text/event-stream")))]
 /// `GET /v1/events`: every verdict, task and plugin change as Server-Sent
 /// Events, from after `Last-Event-ID` when the buffer still holds it (else
 /// a `resync` first), filtered by namespace or app, with heartbeats. A
@@ -648,6 +683,7 @@ async fn count_request(
     response
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(

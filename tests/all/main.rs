@@ -10,6 +10,7 @@ mod live;
 mod metrics;
 mod misbehaving;
 mod offline;
+mod openapi;
 mod reload;
 mod serve;
 mod simulator;

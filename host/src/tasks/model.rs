@@ -23,20 +23,21 @@ pub mod time {
 }
 
 /// One step of a task's plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Step {
     pub name: String,
     #[serde(default)]
     pub description: String,
     #[serde(with = "wit_name")]
+    #[schema(value_type = String, example = "running")]
     pub phase: Phase,
     #[serde(default)]
     pub message: Option<String>,
 }
 
 /// What admission said when the task was created.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Admission {
     /// `allow` or `require-approval` (denied tasks are never stored).
@@ -55,7 +56,7 @@ pub struct Admission {
 }
 
 /// A person's answer to a task held for approval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Review {
     pub approved: bool,
@@ -63,29 +64,35 @@ pub struct Review {
     #[serde(default)]
     pub reason: Option<String>,
     #[serde(with = "time")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: types::Timestamp,
 }
 
 /// A task record: one user action, with its phase, progress and plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Task {
     pub id: String,
     /// `namespace/name`.
     pub app: String,
     #[serde(with = "wit_name")]
+    #[schema(value_type = String, example = "restart")]
     pub action: Action,
+    #[schema(value_type = Object)]
     pub params: Map<String, Value>,
     #[serde(default)]
     pub requested_by: Option<String>,
     #[serde(with = "wit_name")]
+    #[schema(value_type = String, example = "running")]
     pub phase: Phase,
     pub progress: u8,
     #[serde(default)]
     pub message: Option<String>,
     #[serde(with = "time")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: types::Timestamp,
     #[serde(with = "time")]
+    #[schema(value_type = String, format = DateTime)]
     pub updated_at: types::Timestamp,
     #[serde(default)]
     pub steps: Vec<Step>,
@@ -98,34 +105,38 @@ pub struct Task {
 }
 
 /// A task request as `POST /v1/tasks` takes it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct NewTask {
     pub app: String,
     #[serde(with = "wit_name")]
+    #[schema(value_type = String, example = "restart")]
     pub action: Action,
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub params: Map<String, Value>,
     #[serde(default)]
     pub requested_by: Option<String>,
 }
 
 /// An executor's report on one step.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct StepReport {
     pub name: String,
     #[serde(with = "wit_name")]
+    #[schema(value_type = String, example = "running")]
     pub phase: Phase,
     #[serde(default)]
     pub message: Option<String>,
 }
 
 /// An executor's progress report, as `PATCH /v1/tasks/{id}` takes it.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TaskPatch {
     #[serde(default, with = "option_phase")]
+    #[schema(value_type = Option<String>, example = "running")]
     pub phase: Option<Phase>,
     /// Percent of the task, or of the running step when the task has a plan.
     #[serde(default)]
@@ -145,7 +156,7 @@ mod option_phase {
 }
 
 /// A person's decision or request on a task (approve, reject, cancel).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Decision {
     #[serde(default)]

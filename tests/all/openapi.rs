@@ -1,0 +1,89 @@
+//! `GET /openapi.json`: the OpenAPI document generated from the handlers
+//! describes every route the host serves, and every route it describes is
+//! served.
+
+use serde_json::Value;
+
+use crate::serve::Server;
+
+/// Every operation of the HTTP API.
+const OPERATIONS: [(&str, &str); 18] = [
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    ("get", "/v1/apps"),
+    ("get", "/v1/apps/{namespace}/{name}"),
+    ("get", "/v1/nodes"),
+    ("get", "/v1/plugins"),
+    ("post", "/v1/plugins/reload"),
+    ("get", "/v1/tasks"),
+    ("post", "/v1/tasks"),
+    ("get", "/v1/tasks/{id}"),
+    ("patch", "/v1/tasks/{id}"),
+    ("post", "/v1/tasks/{id}/approve"),
+    ("post", "/v1/tasks/{id}/reject"),
+    ("post", "/v1/tasks/{id}/cancel"),
+    ("post", "/v1/admission/review"),
+    ("get", "/v1/events"),
+    ("get", "/openapi.json"),
+];
+
+#[test]
+fn the_openapi_document_covers_every_route() {
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(&plugins, data.path(), &["--demo"]);
+    let (code, document) = server.get("/openapi.json");
+    assert_eq!(code, 200);
+    assert!(document["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = document["paths"].as_object().unwrap();
+    let mut described: Vec<(String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| ["get", "post", "patch", "put", "delete"].contains(&k.as_str()))
+                .map(move |method| (method.clone(), path.clone()))
+        })
+        .collect();
+    described.sort();
+    let mut expected: Vec<(String, String)> = OPERATIONS
+        .iter()
+        .filter(|(_, path)| *path != "/openapi.json")
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    expected.sort();
+    assert_eq!(described, expected, "the document and the API differ");
+
+    // Every operation is served: none falls to the not-found answer.
+    for (method, path) in OPERATIONS {
+        let concrete = path
+            .replace("{namespace}", "shop")
+            .replace("{name}", "web")
+            .replace("{id}", "no-such-task");
+        if path == "/v1/events" {
+            continue; // a stream; served, as the event tests show
+        }
+        let (code, body) = server.send(&method.to_uppercase(), &concrete, Some("{}"));
+        assert!(
+            !(code == 404 && body["error"]["code"] == "not-found"),
+            "{method} {path} is described but not served"
+        );
+        assert_ne!(code, 405, "{method} {path}");
+    }
+    // The task bodies are described by their schemas.
+    let schemas = &document["components"]["schemas"];
+    for name in ["Task", "NewTask", "TaskPatch", "StepReport", "Decision"] {
+        assert!(schemas[name].is_object(), "no schema {name}");
+    }
+    let required: Vec<&Value> = schemas["NewTask"]["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    assert!(required.contains(&&Value::from("app")) && required.contains(&&Value::from("action")));
+    // An undescribed path is not served.
+    let (code, _) = server.get("/v1/undescribed");
+    assert_eq!(code, 404);
+}
