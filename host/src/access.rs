@@ -46,8 +46,9 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Routes that need no token.
-const OPEN: [&str; 3] = ["/healthz", "/readyz", "/v1/admission/review"];
+/// Routes that need no token (the dashboard page holds no data; what it
+/// shows it reads with the user's token).
+const OPEN: [&str; 4] = ["/", "/healthz", "/readyz", "/v1/admission/review"];
 
 impl Tokens {
     pub fn new(read: &[Secret], write: &[Secret]) -> Self {
@@ -101,6 +102,16 @@ pub async fn guard(State(tokens): State<Arc<Tokens>>, request: Request, next: Ne
     if needed == Grant::None {
         return next.run(request).await;
     }
+    // A browser's EventSource cannot set headers: a read may carry its
+    // token as `?access_token=`.
+    let from_query = (!mutation)
+        .then(|| request.uri().query())
+        .flatten()
+        .and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "access_token")
+                .map(|(_, v)| v.into_owned())
+        });
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -109,7 +120,9 @@ pub async fn guard(State(tokens): State<Arc<Tokens>>, request: Request, next: Ne
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("bearer "))
         })
-        .map(str::trim);
+        .map(|t| t.trim().to_string())
+        .or(from_query);
+    let presented = presented.as_deref();
     let refuse = |status, code, message: &str| {
         let mut response = ApiError::new(status, code, message).into_response();
         response.headers_mut().insert(

@@ -230,6 +230,7 @@ pub fn router(state: AppState) -> Router {
         Some("Hot-swappable WebAssembly policies over a Kubernetes cluster.".into());
     let document = Arc::new(api.to_pretty_json().unwrap_or_default());
     router
+        .route("/", get(dashboard))
         .route(
             "/openapi.json",
             get(move || {
@@ -693,6 +694,12 @@ async fn metrics(State(state): State<AppState>) -> Response {
         crate::metrics::render(&state),
     )
         .into_response()
+}
+
+/// The dashboard: one page, no build step; it reads the API and the event
+/// stream like any other client.
+async fn dashboard() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("dashboard.html"))
 }
 
 async fn not_found() -> ApiError {

@@ -87,6 +87,44 @@ fn mutations_need_a_write_token_and_reads_a_read_token() {
     }
     let (code, _, _) = request(&server, "GET", "/healthz", None, "");
     assert_eq!(code, 200);
+    // The dashboard page is open (it holds no data); the event stream it
+    // opens takes its token in the query, where EventSource can put it.
+    let page = reqwest::blocking::get(format!("{}/", server.base)).unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let html = page.text().unwrap();
+    assert!(
+        html.contains("new EventSource(") && html.contains("/v1/tasks"),
+        "{html}"
+    );
+    let stream = |query: &str| {
+        reqwest::blocking::Client::builder()
+            .timeout(std::time::Duration::from_secs(5))
+            .build()
+            .unwrap()
+            .get(format!("{}/v1/events{query}", server.base))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(stream(""), 401);
+    assert_eq!(stream("?access_token=guess"), 401);
+    assert_eq!(stream("?access_token=read-token"), 200);
+    // A token in the query does not make a mutation.
+    let (code, _, _) = request(
+        &server,
+        "POST",
+        "/v1/plugins/reload?access_token=write-token",
+        None,
+        "",
+    );
+    assert_eq!(code, 401);
     // The webhook is open: a bad review is a 400, not a 401.
     let (code, _, _) = request(&server, "POST", "/v1/admission/review", None, "{}");
     assert_eq!(code, 400);
