@@ -5,6 +5,7 @@
 mod access;
 mod admission;
 mod crash;
+mod dashboard;
 mod events;
 mod live;
 mod metrics;

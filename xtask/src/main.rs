@@ -35,7 +35,9 @@ verbs:
   demo      build the plugins and run `verdict serve --demo` with them: the
             host on the built-in demo cluster
   lint      cargo fmt --check and clippy with warnings denied
-  test      plugins, lint, then every test of the workspace (what CI runs)
+  test      plugins, lint, then every test of the workspace (what CI runs;
+            installs Debian's chromium and chromium-driver for the
+            dashboard test when missing)
   bench     plugins, then the benchmarks in the release profile: the plugin
             runtime, a cluster of 100 000 pods followed through the
             simulator, admission latency, and HTTP load with wrk (installed
@@ -186,6 +188,12 @@ fn choose_toolchain() -> Result<Toolchain> {
             DEBIAN_PACKAGES.join(" ")
         );
     }
+    apt_install(DEBIAN_PACKAGES)?;
+    debian_ready().context("Debian's Rust packages were installed but rustc, its library source or wasm-ld is still missing")
+}
+
+/// Install Debian packages (after refreshing the package lists).
+fn apt_install(packages: &[&str]) -> Result<()> {
     let quiet = |c: &mut Command| {
         c.env("DEBIAN_FRONTEND", "noninteractive")
             .stdin(Stdio::null());
@@ -197,10 +205,24 @@ fn choose_toolchain() -> Result<Toolchain> {
     let mut install = Command::new("apt-get");
     install
         .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(DEBIAN_PACKAGES);
+        .args(packages);
     quiet(&mut install);
-    run(&mut install, INSTALL)?;
-    debian_ready().context("Debian's Rust packages were installed but rustc, its library source or wasm-ld is still missing")
+    run(&mut install, INSTALL)
+}
+
+/// The browser the dashboard test drives: Debian's Chromium and its
+/// WebDriver, installed when missing.
+fn ensure_browser() -> Result<()> {
+    let present = |program: &str| probe(program, &["--version"]).is_some();
+    if present("chromium") && present("chromedriver") {
+        return Ok(());
+    }
+    eprintln!("xtask: installing Debian's chromium and chromium-driver for the dashboard test");
+    apt_install(&["chromium", "chromium-driver"])?;
+    if !(present("chromium") && present("chromedriver")) {
+        bail!("chromium or chromedriver is still missing after installing them");
+    }
+    Ok(())
 }
 
 /// A guest crate found in the plugin workspace.
@@ -389,6 +411,7 @@ fn lint() -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    ensure_browser()?;
     run(
         cargo()
             .args(["test", "--workspace", "--no-fail-fast"])
@@ -401,10 +424,7 @@ fn bench(rest: &[String]) -> Result<()> {
     // The HTTP benchmark drives load with wrk (Debian's package).
     if Command::new("wrk").arg("--version").output().is_err() {
         eprintln!("xtask: installing wrk for the HTTP benchmark");
-        if let Err(error) = run(
-            Command::new("apt-get").args(["install", "-y", "wrk"]),
-            INSTALL,
-        ) {
+        if let Err(error) = apt_install(&["wrk"]) {
             eprintln!("xtask: wrk could not be installed ({error}); the HTTP benchmark says so");
         }
     }

@@ -1,0 +1,207 @@
+//! The dashboard in a real browser: headless Chromium driven over WebDriver
+//! (chromedriver) loads the page against the host following the
+//! simulator, sees an app change status live without a reload, starts an
+//! action, sees the admission answer and the task's progress, and leaves a
+//! screenshot in `target/test-artifacts/dashboard.png`.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::live::{Cluster, PATIENCE, start_host};
+use crate::support::{KillOnDrop, wait_until};
+
+/// A WebDriver session of headless Chromium.
+struct Browser {
+    base: String,
+    session: String,
+    http: reqwest::blocking::Client,
+    _driver: KillOnDrop,
+}
+
+impl Browser {
+    fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver (Debian chromium-driver) is installed by .ci/run");
+        let driver = KillOnDrop(driver);
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        assert!(
+            wait_until(PATIENCE, || http
+                .get(format!("{base}/status"))
+                .send()
+                .is_ok())
+            .is_some(),
+            "chromedriver did not start"
+        );
+        let profile = tempfile::tempdir().unwrap().keep();
+        let capabilities = json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--disable-quic", "--no-first-run", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync", "--window-size=1280,900",
+                     format!("--user-data-dir={}", profile.display())],
+        }}}});
+        let created: Value = http
+            .post(format!("{base}/session"))
+            .json(&capabilities)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let session = created["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {created}"))
+            .to_string();
+        Self {
+            base,
+            session,
+            http,
+            _driver: driver,
+        }
+    }
+
+    fn call(&self, path: &str, body: Value) -> Value {
+        let response: Value = self
+            .http
+            .post(format!("{}/session/{}/{path}", self.base, self.session))
+            .json(&body)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        response["value"].clone()
+    }
+
+    fn open(&self, url: &str) {
+        self.call("url", json!({"url": url}));
+    }
+
+    /// Run a script in the page; its result.
+    fn run(&self, script: &str) -> Value {
+        self.call("execute/sync", json!({"script": script, "args": []}))
+    }
+
+    /// Wait until a script returns true.
+    fn until(&self, what: &str, script: &str) {
+        let mut last = Value::Null;
+        let took = wait_until(PATIENCE, || {
+            last = self.run(script);
+            last == Value::Bool(true)
+        });
+        let page = self.run("return document.body.innerText");
+        assert!(took.is_some(), "{what}: never; last {last}; page:\n{page}");
+    }
+
+    fn screenshot(&self, path: &Path) {
+        let response: Value = self
+            .http
+            .get(format!("{}/session/{}/screenshot", self.base, self.session))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(response["value"].as_str().unwrap())
+            .unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self
+            .http
+            .delete(format!("{}/session/{}", self.base, self.session))
+            .send();
+    }
+}
+
+fn deployment(ready: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "labels": {"app.kubernetes.io/instance": "web"}},
+        "spec": {"replicas": 2},
+        "status": {"replicas": 2, "readyReplicas": ready, "availableReplicas": ready, "updatedReplicas": 2}
+    })
+}
+
+#[test]
+fn the_dashboard_shows_live_status_and_actions_in_a_browser() {
+    let cluster = Cluster::start();
+    cluster.apply(deployment(2));
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &[]);
+    let browser = Browser::start();
+    browser.open(&format!("{}/", server.base));
+    let row = r#"const row = document.querySelector('tr[data-app="shop/web"]');"#;
+    browser.until(
+        "shop/web shown running",
+        &format!("{row} return !!row && row.querySelector('.badge').textContent === 'running';"),
+    );
+
+    // A change in the cluster shows without a reload.
+    browser.run("window.sentinel = 'same page'; return true;");
+    cluster.apply(deployment(1));
+    browser.until(
+        "shop/web turns degraded live",
+        &format!("{row} return !!row && row.querySelector('.badge').textContent === 'degraded';"),
+    );
+    assert_eq!(
+        browser.run("return window.sentinel;"),
+        "same page",
+        "the page reloaded"
+    );
+
+    // Start an action from the page: the admission answer shows, and the
+    // task's progress follows the executor's reports.
+    browser.run(&format!("{row} row.click(); return true;"));
+    browser.until(
+        "the detail panel",
+        "return document.getElementById('detail-title').textContent === 'shop/web';",
+    );
+    browser.run("document.querySelector('button[data-action=\"restart\"]').click(); return true;");
+    browser.until(
+        "the admission answer",
+        "return document.getElementById('answer').textContent.includes('admitted');",
+    );
+    let tasks = server.get("/v1/tasks?app=shop/web").1;
+    let id = tasks["tasks"][0]["id"].as_str().unwrap().to_string();
+    let (code, _) = server.send(
+        "PATCH",
+        &format!("/v1/tasks/{id}"),
+        Some(r#"{"phase": "running", "progress": 40}"#),
+    );
+    assert_eq!(code, 200);
+    browser.until(
+        "progress 40 shown",
+        &format!(
+            "return !!document.querySelector('tr[data-task=\"{id}\"] progress[value=\"40\"]');"
+        ),
+    );
+    browser.until(
+        "the app's badge says restarting",
+        &format!("{row} return row.querySelector('.badge').textContent === 'restarting';"),
+    );
+    let artifact =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts/dashboard.png");
+    browser.screenshot(&artifact);
+    assert!(std::fs::metadata(&artifact).unwrap().len() > 10_000);
+}
