@@ -188,7 +188,7 @@ fn choose_toolchain() -> Result<Toolchain> {
             DEBIAN_PACKAGES.join(" ")
         );
     }
-    apt_install(DEBIAN_PACKAGES)?;
+    apt_install(&DEBIAN_PACKAGES)?;
     debian_ready().context("Debian's Rust packages were installed but rustc, its library source or wasm-ld is still missing")
 }
 
