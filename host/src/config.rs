@@ -307,6 +307,11 @@ pub struct ServeArgs {
     #[arg(long, env = "VERDICT_MEMORY_LIMIT_MIB", value_name = "MIB")]
     pub memory_limit_mib: Option<usize>,
 
+    /// How long the plugin folder must be quiet before a change is loaded,
+    /// in milliseconds [default: 150].
+    #[arg(long, env = "VERDICT_RELOAD_DEBOUNCE_MS", value_name = "MS")]
+    pub reload_debounce_ms: Option<u64>,
+
     /// Size of one plugin call's output, in KiB [default: 1024].
     #[arg(long, env = "VERDICT_OUTPUT_LIMIT_KIB", value_name = "KIB")]
     pub output_limit_kib: Option<usize>,
@@ -555,7 +560,7 @@ impl ServeArgs {
                         message: format!("{kib} is out of range"),
                     })?;
         }
-        if let Some(ms) = file.reload_debounce_ms {
+        if let Some(ms) = self.reload_debounce_ms.or(file.reload_debounce_ms) {
             config.reload_debounce = Duration::from_millis(ms);
         }
         let kubeconfig = self.kubeconfig.or_else(|| from_file(file.kubeconfig));

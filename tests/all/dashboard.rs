@@ -2,7 +2,8 @@
 //! (chromedriver) loads the page against the host following the
 //! simulator, sees an app change status live without a reload, starts an
 //! action, sees the admission answer and the task's progress, and leaves a
-//! screenshot in `target/test-artifacts/dashboard.png`.
+//! screenshot in `target/test-artifacts/dashboard.png`; and against
+//! `verdict serve --demo`, it follows the demo's own restart of shop/cart.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -100,8 +101,12 @@ impl Browser {
 
     /// Wait until a script returns true.
     fn until(&self, what: &str, script: &str) {
+        self.until_within(what, script, PATIENCE);
+    }
+
+    fn until_within(&self, what: &str, script: &str, limit: Duration) {
         let mut last = Value::Null;
-        let took = wait_until(PATIENCE, || {
+        let took = wait_until(limit, || {
             last = self.run(script);
             last == Value::Bool(true)
         });
@@ -204,4 +209,40 @@ fn the_dashboard_shows_live_status_and_actions_in_a_browser() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts/dashboard.png");
     browser.screenshot(&artifact);
     assert!(std::fs::metadata(&artifact).unwrap().len() > 10_000);
+}
+
+#[test]
+fn the_dashboard_follows_the_demo() {
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let data = tempfile::tempdir().unwrap();
+    let server = crate::serve::Server::start_with(&plugins, data.path(), &["--demo"]);
+    let browser = Browser::start();
+    browser.open(&format!("{}/", server.base));
+    let badge = r#"const row = document.querySelector('tr[data-app="shop/cart"]');
+        const badge = row && row.querySelector('.badge').textContent;"#;
+    // The demo restarts, stops and starts shop/cart through tasks in each
+    // one-minute loop: within a loop its status changes without a reload,
+    // and a task of it is shown in flight.
+    browser.until("shop/cart shown", &format!("{badge} return !!badge;"));
+    let first = browser.run(&format!("{badge} return badge;"));
+    browser.run("window.sentinel = 'same page'; return true;");
+    let loop_time = Duration::from_secs(70);
+    browser.until_within(
+        "shop/cart's status changes",
+        &format!("{badge} return !!badge && badge !== {first};"),
+        loop_time,
+    );
+    browser.until_within(
+        "a task of shop/cart in flight",
+        "return [...document.querySelectorAll('#tasks tr[data-task]')].some((r) => r.textContent.includes('shop/cart'));",
+        loop_time,
+    );
+    assert_eq!(
+        browser.run("return window.sentinel;"),
+        "same page",
+        "the page reloaded"
+    );
+    let artifact =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts/dashboard-demo.png");
+    browser.screenshot(&artifact);
 }
