@@ -323,12 +323,12 @@ struct AppFilter {
     status: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct AppList {
     apps: Vec<AppStatus>,
 }
 
-#[utoipa::path(get, path = "/v1/apps", tag = "apps", params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("status" = Option<String>, Query, description = "Only this stable or displayed status")), responses((status = 200, description = "Every application's verdict", body = Object), (status = 404, description = "The host follows no cluster")))]
+#[utoipa::path(get, path = "/v1/apps", tag = "apps", params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("status" = Option<String>, Query, description = "Only this stable or displayed status")), responses((status = 200, description = "Every application's verdict", body = AppList), (status = 404, description = "The host follows no cluster")))]
 async fn list_apps(
     State(state): State<AppState>,
     Query(filter): Query<AppFilter>,
@@ -355,7 +355,7 @@ async fn list_apps(
     Ok(Json(AppList { apps }))
 }
 
-#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}", tag = "apps", params(("namespace" = String, Path), ("name" = String, Path)), responses((status = 200, description = "The application's verdict with its pods and the age of its observations", body = Object), (status = 404, description = "No such application")))]
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}", tag = "apps", params(("namespace" = String, Path), ("name" = String, Path)), responses((status = 200, description = "The application's verdict with its pods and the age of its observations", body = AppStatus), (status = 404, description = "No such application")))]
 async fn get_app(
     State(state): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
@@ -444,12 +444,12 @@ struct TaskQuery {
     phase: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct TaskList {
     tasks: Vec<Task>,
 }
 
-#[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(("app" = Option<String>, Query, description = "namespace/name"), ("phase" = Option<String>, Query)), responses((status = 200, description = "Tasks, newest first", body = Object), (status = 422, description = "A bad filter, named")))]
+#[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(("app" = Option<String>, Query, description = "namespace/name"), ("phase" = Option<String>, Query)), responses((status = 200, description = "Tasks, newest first", body = TaskList), (status = 422, description = "A bad filter, named")))]
 async fn list_tasks(
     State(state): State<AppState>,
     Query(query): Query<TaskQuery>,

@@ -74,7 +74,18 @@ fn the_openapi_document_covers_every_route() {
     }
     // The task bodies are described by their schemas.
     let schemas = &document["components"]["schemas"];
-    for name in ["Task", "NewTask", "TaskPatch", "StepReport", "Decision"] {
+    for name in [
+        "Task",
+        "NewTask",
+        "TaskPatch",
+        "StepReport",
+        "Decision",
+        "AppStatus",
+        "AppView",
+        "GroupView",
+        "AppList",
+        "TaskList",
+    ] {
         assert!(schemas[name].is_object(), "no schema {name}");
     }
     let required: Vec<&Value> = schemas["NewTask"]["required"]
@@ -83,6 +94,17 @@ fn the_openapi_document_covers_every_route() {
         .iter()
         .collect();
     assert!(required.contains(&&Value::from("app")) && required.contains(&&Value::from("action")));
+    // The app answer's schema names what a client reads.
+    let app = serde_json::to_string(&schemas["AppStatus"]).unwrap();
+    for field in ["observation_age_ms", "stale", "AppView"] {
+        assert!(app.contains(field), "AppStatus lacks {field}: {app}");
+    }
+    for field in ["stable", "transitional", "display", "groups"] {
+        assert!(
+            schemas["AppView"]["properties"][field].is_object(),
+            "AppView lacks {field}"
+        );
+    }
     // An undescribed path is not served.
     let (code, _) = server.get("/v1/undescribed");
     assert_eq!(code, 404);

@@ -273,7 +273,7 @@ pub async fn derive_forever(
 }
 
 /// What the API says of one application, with the age of its observations.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AppStatus {
     #[serde(flatten)]
     pub view: AppView,
