@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use crate::observe::cluster::Observed;
 use crate::plugins::bindings::types::{self, TaskAction as Action, TaskPhase as Phase};
 use crate::tasks::model::{StepReport, TaskPatch};
-use crate::tasks::{Filter, Task, Tasks, now};
+use crate::tasks::{Task, Tasks, now};
 
 /// The annotation that remembers the replica count of a stopped workload.
 pub const REPLICAS_BEFORE_STOP: &str = "verdict.dev/replicas-before-stop";
@@ -82,11 +82,8 @@ impl Executor {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let open = self.tasks.list(&Filter::default());
-            for task in open
-                .iter()
-                .filter(|t| matches!(t.phase, Phase::Pending | Phase::Running))
-            {
+            let open = self.tasks.executable();
+            for task in &open {
                 if let Err(message) = self.advance(task, &mut jobs).await {
                     jobs.remove(&task.id);
                     let patch = TaskPatch {
@@ -98,10 +95,7 @@ impl Executor {
                 }
             }
             // Jobs of tasks that finished or were cancelled are over.
-            jobs.retain(|id, _| {
-                open.iter()
-                    .any(|t| &t.id == id && matches!(t.phase, Phase::Pending | Phase::Running))
-            });
+            jobs.retain(|id, _| open.iter().any(|t| &t.id == id));
         }
     }
 
@@ -432,12 +426,4 @@ fn steps_or_first(steps: Vec<StepReport>, task: &Task) -> Vec<StepReport> {
         phase: Phase::Running,
         message: None,
     }]
-}
-
-impl Task {
-    /// The action's name, as a person reads it.
-    pub fn action_name(&self) -> &'static str {
-        use crate::verdicts::view::WitName;
-        self.action.wit_name()
-    }
 }

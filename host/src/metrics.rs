@@ -202,12 +202,12 @@ pub fn render(state: &AppState) -> String {
     );
 
     let tasks: Family<StatusLabels, Gauge> = Family::default();
-    for task in state.tasks.list(&crate::tasks::Filter::default()) {
+    for (phase, count) in state.tasks.count_by_phase() {
         tasks
             .get_or_create(&StatusLabels {
-                status: task.phase.wit_name().into(),
+                status: phase.into(),
             })
-            .inc();
+            .set(count as i64);
     }
     registry.register("tasks", "Task records by phase", tasks);
 

@@ -7,6 +7,8 @@ mod generated {
         wasmtime::component::bindgen!({
             world: "status-policy",
             path: "../wit",
+            // Verdicts are compared to publish only real changes.
+            additional_derives: [PartialEq],
         });
     }
 

@@ -225,6 +225,35 @@ impl Tasks {
         tasks
     }
 
+    /// The tasks an executor carries on (pending or running), oldest first,
+    /// without copying the finished history.
+    pub fn executable(&self) -> Vec<Task> {
+        let mut tasks: Vec<Task> = self
+            .read()
+            .values()
+            .flat_map(BTreeMap::values)
+            .filter(|t| {
+                matches!(
+                    t.phase,
+                    types::TaskPhase::Pending | types::TaskPhase::Running
+                )
+            })
+            .cloned()
+            .collect();
+        tasks.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        tasks
+    }
+
+    /// How many tasks there are in each phase.
+    pub fn count_by_phase(&self) -> BTreeMap<&'static str, usize> {
+        use crate::verdicts::view::WitName;
+        let mut counts = BTreeMap::new();
+        for task in self.read().values().flat_map(BTreeMap::values) {
+            *counts.entry(task.phase.wit_name()).or_default() += 1;
+        }
+        counts
+    }
+
     /// An app's tasks as policies see them, newest first.
     pub fn for_app(&self, key: &AppKey) -> Vec<types::Task> {
         self.read()

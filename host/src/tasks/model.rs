@@ -287,6 +287,11 @@ impl Task {
         }
     }
 
+    /// The action's name, as a person reads it.
+    pub fn action_name(&self) -> &'static str {
+        self.action.wit_name()
+    }
+
     /// The task as policies see it.
     pub fn to_wit(&self) -> types::Task {
         let app = super::record::parse_app(&self.app).unwrap_or(types::AppId {

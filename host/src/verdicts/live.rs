@@ -204,13 +204,8 @@ pub fn derive(
             fresh
                 .iter()
                 .filter(|(key, new)| {
-                    apps.get(*key).is_none_or(|old| {
-                        let (mut old, mut new) =
-                            (AppView::from(&old.verdict), AppView::from(&new.verdict));
-                        old.recheck_after = None;
-                        new.recheck_after = None;
-                        old != new
-                    })
+                    apps.get(*key)
+                        .is_none_or(|old| !same_but_recheck(&old.verdict, &new.verdict))
                 })
                 .map(|(_, new)| AppView::from(&new.verdict))
                 .collect()
@@ -233,6 +228,19 @@ pub fn derive(
         }
     }
     verdicts.next_recheck()
+}
+
+/// Whether two verdicts show a person the same (they may differ in when to
+/// ask again).
+fn same_but_recheck(a: &types::AppVerdict, b: &types::AppVerdict) -> bool {
+    a.app == b.app
+        && a.stable == b.stable
+        && a.stable_reason == b.stable_reason
+        && a.transitional == b.transitional
+        && a.display == b.display
+        && a.ready_replicas == b.ready_replicas
+        && a.expected_replicas == b.expected_replicas
+        && a.groups == b.groups
 }
 
 /// Derive on every change (only what changed), and everything on a policy

@@ -93,7 +93,7 @@ wit_names! {
 }
 
 /// One container's verdict.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct InstanceView {
     pub name: String,
     pub app_instance: bool,
@@ -104,7 +104,7 @@ pub struct InstanceView {
 }
 
 /// One pod's verdict.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct GroupView {
     pub name: String,
     pub node: Option<String>,
@@ -115,7 +115,7 @@ pub struct GroupView {
 }
 
 /// The in-flight task of an application.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct TransitionalView {
     pub status: &'static str,
     pub task: String,
@@ -124,7 +124,7 @@ pub struct TransitionalView {
 }
 
 /// What a person should see.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DisplayView {
     pub status: String,
     pub text: String,
@@ -133,7 +133,7 @@ pub struct DisplayView {
 }
 
 /// One application's verdict.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AppView {
     pub namespace: String,
     pub name: String,
