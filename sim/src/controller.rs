@@ -1,7 +1,8 @@
 //! A small controller, so that the simulated cluster moves on its own as a
 //! real one does: for every Deployment and StatefulSet with a pod template,
 //! pods are created and deleted to match `spec.replicas` (one at a time, as
-//! a rollout shows), start after a moment on the least loaded ready node,
+//! a rollout shows), start after a moment on the least loaded ready node that takes pods
+//! (not cordoned or tainted `NoSchedule`/`NoExecute`),
 //! are replaced one by one when the template changes, and lose readiness
 //! while their node is not ready; the workload's status counts them.
 //! Workloads without a template (hand-written pods) are left alone.
@@ -51,20 +52,44 @@ fn template_hash(template: &Value) -> String {
     format!("{:08x}", hasher.finish() as u32)
 }
 
-/// The nodes whose Ready condition is True.
-fn ready_nodes(store: &Store) -> Vec<String> {
+fn node_ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// Whether new pods may be placed on a ready node: not cordoned, and no
+/// taint that keeps pods off (`NoSchedule`, `NoExecute`).
+fn node_schedulable(node: &Value) -> bool {
+    let cordoned = node
+        .pointer("/spec/unschedulable")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let tainted = node
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|t| matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute")));
+    !cordoned && !tainted
+}
+
+/// The nodes whose Ready condition is True, and those of them that take
+/// new pods.
+fn ready_nodes(store: &Store) -> (Vec<String>, Vec<String>) {
     let (nodes, _) = store.list(resource("", "nodes"), None);
-    nodes
-        .iter()
-        .filter(|n| {
-            n.pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-        .map(|n| text(n, "/metadata/name"))
-        .collect()
+    let ready: Vec<&Value> = nodes.iter().filter(|n| node_ready(n)).collect();
+    let names = |n: &&Value| text(n, "/metadata/name");
+    (
+        ready.iter().map(names).collect(),
+        ready
+            .iter()
+            .filter(|n| node_schedulable(n))
+            .map(names)
+            .collect(),
+    )
 }
 
 /// The conditions and container states of a pod that runs (`ready`) or has
@@ -179,9 +204,9 @@ fn created(pod: &Value) -> SystemTime {
 /// many objects changed.
 pub fn reconcile(store: &Store, now: SystemTime) -> Result<usize, StoreError> {
     let pods_resource = resource("", "pods");
-    let nodes = ready_nodes(store);
+    let (nodes, schedulable) = ready_nodes(store);
     let (all_pods, _) = store.list(pods_resource, None);
-    let mut load: BTreeMap<String, usize> = nodes.iter().map(|n| (n.clone(), 0)).collect();
+    let mut load: BTreeMap<String, usize> = schedulable.iter().map(|n| (n.clone(), 0)).collect();
     for pod in &all_pods {
         if let Some(count) = load.get_mut(&text(pod, "/spec/nodeName")) {
             *count += 1;
@@ -340,9 +365,13 @@ fn step(
                 .unwrap_or_default()
         } else {
             // A StatefulSet's pods are numbered; an old revision's pod of
-            // the same ordinal goes first.
-            let ordinal = new.len();
-            let pod_name = format!("{name}-{ordinal}");
+            // the same ordinal goes first. A released pod's ordinal is
+            // filled again before a new one is added.
+            let taken: Vec<String> = new.iter().map(|p| text(p, "/metadata/name")).collect();
+            let pod_name = (0..)
+                .map(|i| format!("{name}-{i}"))
+                .find(|n| !taken.contains(n))
+                .unwrap_or_default();
             if let Some(old_pod) = old.iter().find(|p| text(p, "/metadata/name") == pod_name) {
                 return delete(old_pod);
             }

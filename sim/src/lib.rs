@@ -7,6 +7,7 @@
 //! to an API server. Tests drive it through [`Simulator`].
 
 pub mod controller;
+mod eviction;
 pub mod resources;
 pub mod scenario;
 pub mod selector;

@@ -87,6 +87,15 @@ pub static RESOURCES: &[Resource] = &[
         short_names: &["ds"],
     },
     Resource {
+        group: "policy",
+        version: "v1",
+        plural: "poddisruptionbudgets",
+        singular: "poddisruptionbudget",
+        kind: "PodDisruptionBudget",
+        namespaced: true,
+        short_names: &["pdb"],
+    },
+    Resource {
         group: "apiextensions.k8s.io",
         version: "v1",
         plural: "customresourcedefinitions",

@@ -1,5 +1,6 @@
 //! The HTTP side of the simulator: discovery, list (with label and field
 //! selectors), watch streams, get, create, replace, merge patch and delete,
+//! the Eviction API,
 //! with Kubernetes `Status` errors.
 
 use std::convert::Infallible;
@@ -78,6 +79,11 @@ enum Target {
         namespace: String,
         name: String,
     },
+    /// `pods/{name}/eviction`: the Eviction API.
+    Eviction {
+        namespace: String,
+        name: String,
+    },
 }
 
 fn resolve(path: &str, server: &str, store: &Store) -> Result<Target, StoreError> {
@@ -112,6 +118,12 @@ fn resolve(path: &str, server: &str, store: &Store) -> Result<Target, StoreError
             resource: find(plural)?,
             namespace: Some(namespace.to_string()),
         },
+        ["namespaces", namespace, "pods", name, "eviction"] if group.is_empty() => {
+            Target::Eviction {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }
+        }
         ["namespaces", namespace, plural, name]
         | ["namespaces", namespace, plural, name, "status"] => Target::Item {
             resource: find(plural)?,
@@ -300,6 +312,10 @@ async fn handle(
         ) => store
             .delete(resource, &namespace, &name)
             .map(|o| (StatusCode::OK, o)),
+        (Target::Eviction { namespace, name }, Method::POST) => {
+            crate::eviction::evict(store, &namespace, &name)
+                .map(|status| (StatusCode::CREATED, status))
+        }
         (_, method) => Err(StoreError {
             code: 405,
             reason: "MethodNotAllowed",
