@@ -39,6 +39,8 @@ pub struct AppState {
     pub tasks: Arc<Tasks>,
     pub admission: Admission,
     pub events: Arc<crate::events::Events>,
+    /// `None` when the host follows no cluster.
+    pub failover: Option<Arc<crate::failover::Failover>>,
     /// How often an idle event stream gets a heartbeat.
     pub heartbeat: std::time::Duration,
     pub tokens: Arc<crate::access::Tokens>,
@@ -222,6 +224,10 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(reject_task))
         .routes(routes!(cancel_task))
         .routes(routes!(admission_review))
+        .routes(routes!(get_failover))
+        .routes(routes!(failover_history))
+        .routes(routes!(put_override, delete_override))
+        .routes(routes!(approve_action))
         .routes(routes!(event_stream))
         .routes(routes!(metrics))
         .split_for_parts();
@@ -283,6 +289,99 @@ fn live(state: &AppState) -> Result<&Live, ApiError> {
             "the host follows no cluster (--cluster-url, --kubeconfig)",
         )
     })
+}
+
+fn failover(state: &AppState) -> Result<&Arc<crate::failover::Failover>, ApiError> {
+    live(state)?;
+    state.failover.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no-cluster",
+            "failover needs a cluster (--cluster-url, --kubeconfig)",
+        )
+    })
+}
+
+impl From<crate::failover::FailoverError> for ApiError {
+    fn from(error: crate::failover::FailoverError) -> Self {
+        use crate::failover::FailoverError as E;
+        match error {
+            E::NotFound(code, m) => ApiError::new(StatusCode::NOT_FOUND, code, m),
+            E::Invalid(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", m),
+            E::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            E::Store(m) => {
+                tracing::error!(error = %m, "failover store failed");
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store-failed", m)
+            }
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/v1/failover", tag = "failover", responses((status = 200, description = "The decision on every node (health, since, reason, rule, override, and each proposed action with its state: waiting, done, dry-run, in-flight, awaiting-approval, held by a named brake, failed), the brakes in force and the overrides", body = Object), (status = 404, description = "No cluster")))]
+async fn get_failover(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(failover(&state)?.view().await))
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    node: Option<String>,
+    before: Option<u64>,
+    limit: Option<usize>,
+}
+
+#[utoipa::path(get, path = "/v1/failover/history", tag = "failover", params(("node" = Option<String>, Query), ("before" = Option<u64>, Query, description = "Records before this sequence number (paging)"), ("limit" = Option<usize>, Query, description = "At most this many, 100 by default, 1000 at most")), responses((status = 200, description = "Audit records, newest first: each decision change with the inputs that mattered, the rule and the brakes that fired; overrides and approvals with who", body = Object)))]
+async fn failover_history(
+    State(state): State<AppState>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let records = failover(&state)?
+        .history(query.node.as_deref(), query.before, limit)
+        .await?;
+    Ok(Json(json!({ "records": records })))
+}
+
+#[utoipa::path(put, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path)), request_body = crate::failover::OverrideRequest, responses((status = 200, description = "The override in force", body = Object), (status = 404, description = "No such node"), (status = 422, description = "A bad field, named")))]
+async fn put_override(
+    State(state): State<AppState>,
+    Path(node): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let failover = failover(&state)?;
+    let request: crate::failover::OverrideRequest = body(&bytes, false)?;
+    let set = failover.set_override(&node, request).await?;
+    Ok(Json(json!({ "override": set })))
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ByQuery {
+    by: Option<String>,
+}
+
+#[utoipa::path(delete, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path), ("by" = String, Query, description = "Who lifts it")), responses((status = 200, description = "The override lifted", body = Object), (status = 404, description = "No override on the node")))]
+async fn delete_override(
+    State(state): State<AppState>,
+    Path(node): Path<String>,
+    Query(query): Query<ByQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let failover = failover(&state)?;
+    let by = query.by.unwrap_or_default();
+    let lifted = failover.clear_override(&node, &by).await?;
+    Ok(Json(json!({ "lifted": lifted })))
+}
+
+#[utoipa::path(post, path = "/v1/failover/nodes/{node}/approve", tag = "failover", params(("node" = String, Path)), request_body = crate::failover::ApprovalRequest, responses((status = 200, description = "The approval", body = Object), (status = 404, description = "No such decision or action"), (status = 409, description = "The action needs no approval, or has one")))]
+async fn approve_action(
+    State(state): State<AppState>,
+    Path(node): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let failover = failover(&state)?;
+    let request: crate::failover::ApprovalRequest = body(&bytes, false)?;
+    let approval = failover.approve(&node, request).await?;
+    Ok(Json(json!({ "approval": approval })))
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200, description = "Ready: the status policy is loaded and every watch works"), (status = 503, description = "Not ready; the body says which part is not")))]

@@ -74,6 +74,8 @@ pub struct Config {
     /// Carry out admitted tasks on the cluster (the demo cluster always
     /// does).
     pub execute_tasks: bool,
+    /// Failover: enforcement and the brakes (the `[failover]` table).
+    pub failover: crate::failover::FailoverConfig,
     /// Events kept for clients that reconnect to the event stream.
     pub event_buffer: usize,
     /// How often an idle event stream gets a heartbeat comment.
@@ -154,6 +156,7 @@ impl Config {
             admission_failure: FailureMode::Closed,
             tls: None,
             execute_tasks: false,
+            failover: crate::failover::FailoverConfig::default(),
             event_buffer: 10_000,
             heartbeat: Duration::from_secs(15),
             read_tokens: Vec::new(),
@@ -229,6 +232,9 @@ impl Config {
             t.insert("tls-key".into(), path(&tls.key));
         }
         t.insert("execute-tasks".into(), V::Boolean(self.execute_tasks));
+        if let Ok(failover) = V::try_from(&self.failover) {
+            t.insert("failover".into(), failover);
+        }
         t.insert("event-buffer".into(), V::Integer(self.event_buffer as i64));
         t.insert("heartbeat-ms".into(), ms(self.heartbeat));
         t.insert(
@@ -399,6 +405,17 @@ pub struct ServeArgs {
     #[arg(long, env = "VERDICT_EXECUTE_TASKS")]
     pub execute_tasks: bool,
 
+    /// Carry out the failover actions that pass the brakes and approval
+    /// (cordon, evict, release, scale) instead of only showing them (dry
+    /// run) [default: off].
+    #[arg(long, env = "VERDICT_FAILOVER_ENFORCE")]
+    pub failover_enforce: bool,
+
+    /// Above this many unhealthy nodes, or share of nodes (`40%`), failover
+    /// only waits and notifies [default: 40%].
+    #[arg(long, env = "VERDICT_FAILOVER_MAX_UNHEALTHY", value_name = "N|PERCENT")]
+    pub failover_max_unhealthy: Option<crate::failover::brakes::Cap>,
+
     /// Events kept for event-stream clients that reconnect with
     /// `Last-Event-ID` [default: 10000].
     #[arg(long, env = "VERDICT_EVENT_BUFFER", value_name = "N")]
@@ -463,6 +480,7 @@ struct FileConfig {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     execute_tasks: Option<bool>,
+    failover: Option<crate::failover::FailoverConfig>,
     event_buffer: Option<usize>,
     heartbeat_ms: Option<u64>,
     #[serde(default)]
@@ -627,6 +645,19 @@ impl ServeArgs {
             config.task_history = n;
         }
         config.execute_tasks = self.execute_tasks || file.execute_tasks.unwrap_or(false);
+        config.failover = file.failover.unwrap_or_default();
+        config.failover.enforce |= self.failover_enforce;
+        if let Some(cap) = self.failover_max_unhealthy {
+            config.failover.max_unhealthy = cap;
+        }
+        for (i, window) in config.failover.maintenance.iter().enumerate() {
+            for time in [&window.from, &window.until] {
+                crate::observe::objects::parse_time(time).map_err(|e| Error::Config {
+                    key: "failover.maintenance",
+                    message: format!("window {}: `{time}`: {e}", i + 1),
+                })?;
+            }
+        }
         match self.event_buffer.or(file.event_buffer) {
             Some(0) => {
                 return Err(Error::Config {

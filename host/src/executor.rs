@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::observe::cluster::Observed;
@@ -32,6 +33,26 @@ pub const REPLICAS_BEFORE_STOP: &str = "verdict.dev/replicas-before-stop";
 /// the change is made, the steps after once the wait is over.
 const WAITING_STEPS: [&str; 2] = ["health-check", "delete"];
 
+/// Pods of one workload to take off one node: a failover task (an
+/// `update` whose `params.failover` names them).
+#[derive(Debug, Clone, serde::Deserialize)]
+struct Move {
+    /// `evict` (through the Eviction API, honouring disruption budgets) or
+    /// `release` (taint the node out of service, then force-delete).
+    action: String,
+    node: String,
+    workload: crate::failover::model::Workload,
+}
+
+impl Move {
+    fn of(task: &Task) -> Option<Self> {
+        if task.action != Action::Update {
+            return None;
+        }
+        serde_json::from_value(task.params.get("failover")?.clone()).ok()
+    }
+}
+
 /// What a running task waits for.
 #[derive(Debug, Clone)]
 struct Job {
@@ -41,9 +62,11 @@ struct Job {
     pods_since: Option<types::Timestamp>,
     /// Only pods running this image count.
     image: Option<String>,
-    /// The pods there were at the start (stop, delete).
+    /// The pods there were at the start (stop, delete, move).
     initial: u32,
     started: types::Timestamp,
+    /// Pods to take off a node.
+    moving: Option<Move>,
 }
 
 pub struct Executor {
@@ -51,6 +74,9 @@ pub struct Executor {
     tasks: Arc<Tasks>,
     observed: Arc<Observed>,
     timeout: Duration,
+    /// Only failover's tasks (users' tasks are carried out elsewhere, or
+    /// not at all).
+    failover_only: bool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -72,7 +98,14 @@ impl Executor {
             tasks,
             observed,
             timeout: Duration::from_secs(120),
+            failover_only: false,
         }
+    }
+
+    /// Carry out only the tasks failover asks for.
+    pub fn failover_only(mut self, only: bool) -> Self {
+        self.failover_only = only;
+        self
     }
 
     /// Carry out tasks until aborted.
@@ -82,7 +115,10 @@ impl Executor {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let open = self.tasks.executable();
+            let mut open = self.tasks.executable();
+            if self.failover_only {
+                open.retain(|t| t.params.contains_key("failover"));
+            }
             for task in &open {
                 if let Err(message) = self.advance(task, &mut jobs).await {
                     jobs.remove(&task.id);
@@ -213,7 +249,11 @@ impl Executor {
             image: None,
             initial: 0,
             started,
+            moving: None,
         };
+        if let Some(moving) = Move::of(task) {
+            return self.begin_move(moving, job).await;
+        }
         let fail = |e: kube::Error| format!("the Kubernetes API refused the change: {e}");
         if task.action == Action::Create {
             let image = param("image")
@@ -339,6 +379,100 @@ impl Executor {
         Ok(job)
     }
 
+    /// The pods of a move's workload still on its node.
+    fn pods_on_node(&self, m: &Move) -> Vec<String> {
+        let snapshot = self.observed.snapshot();
+        snapshot
+            .pods
+            .values()
+            .filter(|p| {
+                p.namespace == m.workload.namespace
+                    && p.node.as_deref() == Some(m.node.as_str())
+                    && p.deleting_since.is_none()
+                    && p.owner
+                        .as_ref()
+                        .is_some_and(|o| o.kind == m.workload.kind && o.name == m.workload.name)
+            })
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    /// Take a workload's pods off a node: evict them, or fence the node and
+    /// release them.
+    async fn begin_move(&self, m: Move, mut job: Job) -> Result<Job, String> {
+        let pods = self.pods_on_node(&m);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &m.workload.namespace);
+        let refused = |pod: &str, e: kube::Error| match e {
+            kube::Error::Api(status) if status.code == 429 => {
+                format!("the disruption budget keeps pod {pod}: {}", status.message)
+            }
+            e => format!("the Kubernetes API refused to move pod {pod}: {e}"),
+        };
+        match m.action.as_str() {
+            "evict" => {
+                for pod in &pods {
+                    match api.evict(pod, &EvictParams::default()).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(status)) if status.code == 404 => {}
+                        Err(e) => return Err(refused(pod, e)),
+                    }
+                }
+            }
+            "release" => {
+                self.fence(&m.node).await?;
+                let force = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::default()
+                };
+                for pod in &pods {
+                    match api.delete(pod, &force).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(status)) if status.code == 404 => {}
+                        Err(e) => return Err(refused(pod, e)),
+                    }
+                }
+            }
+            other => {
+                return Err(format!(
+                    "params.failover.action `{other}` is not evict or release"
+                ));
+            }
+        }
+        job.initial = pods.len() as u32;
+        job.moving = Some(m);
+        Ok(job)
+    }
+
+    /// Taint a node `node.kubernetes.io/out-of-service:NoExecute`, so that
+    /// Kubernetes treats it as shut down (once is enough).
+    async fn fence(&self, node: &str) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let fail = |e: kube::Error| format!("could not fence node {node}: {e}");
+        let current = nodes.get(node).await.map_err(fail)?;
+        let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
+        if taints
+            .iter()
+            .any(|t| t.key == crate::failover::OUT_OF_SERVICE)
+        {
+            return Ok(());
+        }
+        taints.push(Taint {
+            key: crate::failover::OUT_OF_SERVICE.into(),
+            value: Some("nodeshutdown".into()),
+            effect: "NoExecute".into(),
+            time_added: None,
+        });
+        nodes
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": taints}})),
+            )
+            .await
+            .map(drop)
+            .map_err(fail)
+    }
+
     fn deployments(&self, namespace: &str) -> Api<Deployment> {
         Api::namespaced(self.client.clone(), namespace)
     }
@@ -365,6 +499,19 @@ impl Executor {
 
     /// Whether the job is done, its progress in percent, and what to say.
     fn progress(&self, task: &Task, namespace: &str, name: &str, job: &Job) -> (bool, u8, String) {
+        let percent = |part: u32, whole: u32| {
+            (part.min(whole) * 100)
+                .checked_div(whole)
+                .map_or(100, |p| p as u8)
+        };
+        if let Some(m) = &job.moving {
+            let left = self.pods_on_node(m).len() as u32;
+            return (
+                left == 0,
+                percent(job.initial.saturating_sub(left), job.initial),
+                format!("{left} of {} pods left on node {}", job.initial, m.node),
+            );
+        }
         let key = (namespace.to_string(), name.to_string());
         let Some(input) = self.observed.snapshot().inputs_for([&key], now()).pop() else {
             return (false, 0, "waiting for the app to be observed".into());
@@ -386,11 +533,6 @@ impl Executor {
         };
         let live = pods.iter().filter(|p| p.deleting_since.is_none()).count() as u32;
         let fresh_ready = pods.iter().filter(ready).filter(counts).count() as u32;
-        let percent = |part: u32, whole: u32| {
-            (part.min(whole) * 100)
-                .checked_div(whole)
-                .map_or(100, |p| p as u8)
-        };
         match task.action {
             Action::Stop | Action::Delete => {
                 let gone = job.initial.saturating_sub(live);

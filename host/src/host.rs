@@ -21,6 +21,7 @@ pub struct Host {
     pub live: Option<Live>,
     pub tasks: Arc<Tasks>,
     pub events: Arc<crate::events::Events>,
+    pub failover: Option<Arc<crate::failover::Failover>>,
     heartbeat: std::time::Duration,
     tokens: Arc<crate::access::Tokens>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -216,6 +217,12 @@ async fn client(
             }
         },
     };
+    // No retries inside the client: a 429 is how the Eviction API says a
+    // disruption budget holds, and must reach the executor as such; every
+    // caller here retries on its own terms (watch backoff, the executor's
+    // and failover's loops).
+    let mut config = config;
+    config.default_retry = false;
     kube::Client::try_from(config)
         .map(Some)
         .map_err(|e| Error::Runtime(format!("building the Kubernetes client: {e}")))
@@ -330,16 +337,38 @@ impl Host {
             failure: config.admission_failure,
             live: live.clone(),
         };
+        let mut failover = None;
         if let Some(live) = &live
             && let Some(client) = &executor_client
-            && (config.execute_tasks || demo_cluster.is_some())
         {
-            let executor = crate::executor::Executor::new(
+            let opened = crate::failover::Failover::open(
+                config.failover.clone(),
+                &config.data_dir,
+                (
+                    Arc::clone(&registry),
+                    Arc::clone(&live.observed),
+                    Arc::clone(&tasks),
+                    admission.clone(),
+                    Arc::clone(&events),
+                ),
                 client.clone(),
-                Arc::clone(&tasks),
-                Arc::clone(&live.observed),
-            );
-            loops.push(tokio::spawn(executor.run()));
+            )
+            .map_err(|e| Error::Runtime(format!("opening the failover state: {e}")))?;
+            let opened = Arc::new(opened);
+            loops.push(tokio::spawn(Arc::clone(&opened).run()));
+            failover = Some(opened);
+            // Users' tasks are carried out with --execute-tasks (always on
+            // the demo cluster); failover's own whenever it enforces.
+            let users = config.execute_tasks || demo_cluster.is_some();
+            if users || config.failover.enforce {
+                let executor = crate::executor::Executor::new(
+                    client.clone(),
+                    Arc::clone(&tasks),
+                    Arc::clone(&live.observed),
+                )
+                .failover_only(!users);
+                loops.push(tokio::spawn(executor.run()));
+            }
         }
         if let Some(demo) = &demo_cluster {
             loops.push(tokio::spawn(play_tasks(
@@ -354,6 +383,7 @@ impl Host {
             live,
             tasks,
             events,
+            failover,
             heartbeat: config.heartbeat,
             tokens: Arc::new(crate::access::Tokens::new(
                 &config.read_tokens,
@@ -378,6 +408,7 @@ impl Host {
             tasks: Arc::clone(&self.tasks),
             admission: self.admission.clone(),
             events: Arc::clone(&self.events),
+            failover: self.failover.clone(),
             heartbeat: self.heartbeat,
             tokens: Arc::clone(&self.tokens),
             metrics: Arc::clone(&self.metrics),

@@ -4,6 +4,7 @@
 //! - [`plugins`]: the Wasm runtime, registry and hot reload;
 //! - [`tasks`]: task records, their life cycle and storage;
 //! - [`admission`]: task admission and the Kubernetes admission webhook;
+//! - [`failover`]: node health decisions, brakes, overrides and actions;
 //! - [`api`]: the HTTP surface;
 //! - [`observe`]: Kubernetes objects reduced to observations and grouped into apps;
 //! - [`verdicts`]: status evaluation and the JSON form of verdicts;
@@ -18,6 +19,7 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod executor;
+pub mod failover;
 pub mod host;
 pub mod metrics;
 pub mod observe;

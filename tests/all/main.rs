@@ -7,6 +7,7 @@ mod admission;
 mod crash;
 mod dashboard;
 mod events;
+mod failover;
 mod live;
 mod metrics;
 mod misbehaving;

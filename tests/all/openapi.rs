@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::serve::Server;
 
 /// Every operation of the HTTP API.
-const OPERATIONS: [(&str, &str); 18] = [
+const OPERATIONS: [(&str, &str); 23] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -24,6 +24,11 @@ const OPERATIONS: [(&str, &str); 18] = [
     ("post", "/v1/tasks/{id}/reject"),
     ("post", "/v1/tasks/{id}/cancel"),
     ("post", "/v1/admission/review"),
+    ("get", "/v1/failover"),
+    ("get", "/v1/failover/history"),
+    ("put", "/v1/failover/overrides/{node}"),
+    ("delete", "/v1/failover/overrides/{node}"),
+    ("post", "/v1/failover/nodes/{node}/approve"),
     ("get", "/v1/events"),
     ("get", "/openapi.json"),
 ];
@@ -61,7 +66,8 @@ fn the_openapi_document_covers_every_route() {
         let concrete = path
             .replace("{namespace}", "shop")
             .replace("{name}", "web")
-            .replace("{id}", "no-such-task");
+            .replace("{id}", "no-such-task")
+            .replace("{node}", "no-such-node");
         if path == "/v1/events" {
             continue; // a stream; served, as the event tests show
         }

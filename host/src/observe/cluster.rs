@@ -102,7 +102,8 @@ impl WatchHealth {
         }
     }
 
-    fn healthy(&self, kind: &'static str) -> bool {
+    /// Whether the watch of a kind (e.g. `nodes`) works now.
+    pub fn healthy(&self, kind: &str) -> bool {
         self.lock().get(kind).is_some_and(|h| h.healthy)
     }
 

@@ -265,6 +265,18 @@ impl Snapshot {
         Some(key_of(Self::app_of_pod(&self.grouping, pod)))
     }
 
+    /// The app a workload (`Deployment`, `StatefulSet` or `DaemonSet`, its
+    /// namespace and name) belongs to, when it is observed.
+    pub fn app_of_workload_named(&self, kind: &str, namespace: &str, name: &str) -> Option<AppKey> {
+        let kind = match kind {
+            "Deployment" => "Deployment",
+            "StatefulSet" => "StatefulSet",
+            "DaemonSet" => "DaemonSet",
+            _ => return None,
+        };
+        self.app_of_workload_key(&(kind, namespace.to_string(), name.to_string()))
+    }
+
     fn app_of_workload_key(&self, key: &WorkloadKey) -> Option<AppKey> {
         let w = self.workloads.get(key)?;
         Some(key_of(Self::app_of_workload(&self.grouping, w)))

@@ -20,6 +20,29 @@ pub mod time {
         let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
         crate::observe::objects::parse_time(&text).map_err(serde::de::Error::custom)
     }
+
+    /// An optional time, `null` when absent.
+    pub mod optional {
+        use crate::plugins::bindings::types::Timestamp;
+
+        pub fn serialize<S: serde::Serializer>(
+            t: &Option<Timestamp>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match t {
+                Some(t) => super::serialize(t, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Timestamp>, D::Error> {
+            let text = <Option<std::borrow::Cow<'de, str>> as serde::Deserialize>::deserialize(d)?;
+            text.map(|t| crate::observe::objects::parse_time(&t).map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
 }
 
 /// One step of a task's plan.

@@ -42,31 +42,7 @@ fn failed(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
 impl SqliteStore {
     /// Open (creating when missing) and migrate the database.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Failed(format!("{}: {e}", dir.display())))?;
-        }
-        let fail = failed(path);
-        let mut connection = Connection::open(path).map_err(&fail)?;
-        connection
-            .busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(&fail)?;
-        let mode: String = connection
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(&fail)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Failed(format!(
-                "{}: the database cannot use a WAL journal (it is in `{mode}` mode)",
-                path.display()
-            )));
-        }
-        connection
-            .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
-            .map_err(&fail)?;
-        migrate(&mut connection).map_err(|e| match e {
-            StoreError::Failed(m) => StoreError::Failed(format!("{}: {m}", path.display())),
-            other => other,
-        })?;
+        let connection = open(path, "task", MIGRATIONS)?;
         Ok(Self {
             path: path.to_path_buf(),
             connection: Mutex::new(connection),
@@ -189,27 +165,61 @@ impl SqliteStore {
 
 /// Bring the schema up to [`SCHEMA_VERSION`], one transaction a step. A
 /// database written by a newer build is refused, not touched.
-fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
+/// Open (creating when missing) a SQLite database of the host's with a WAL
+/// journal and every write synced, and migrate it: `migrations[n]` takes
+/// it from schema version `n` to `n + 1`. A database newer than this build
+/// is refused untouched. `what` names it in messages.
+pub(crate) fn open(path: &Path, what: &str, migrations: &[&str]) -> Result<Connection, StoreError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Failed(format!("{}: {e}", dir.display())))?;
+    }
+    let fail = failed(path);
+    let mut connection = Connection::open(path).map_err(&fail)?;
+    connection
+        .busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(&fail)?;
+    let mode: String = connection
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(&fail)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Failed(format!(
+            "{}: the database cannot use a WAL journal (it is in `{mode}` mode)",
+            path.display()
+        )));
+    }
+    connection
+        .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+        .map_err(&fail)?;
+    migrate(&mut connection, what, migrations).map_err(|e| match e {
+        StoreError::Failed(m) => StoreError::Failed(format!("{}: {m}", path.display())),
+        other => other,
+    })?;
+    Ok(connection)
+}
+
+fn migrate(connection: &mut Connection, what: &str, migrations: &[&str]) -> Result<(), StoreError> {
+    let newest = migrations.len();
     let fail = |e: rusqlite::Error| StoreError::Failed(e.to_string());
     let version: usize = connection
         .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
         .map_err(fail)?
         .try_into()
         .unwrap_or(usize::MAX);
-    if version > SCHEMA_VERSION {
+    if version > newest {
         return Err(StoreError::Failed(format!(
-            "the task database has schema version {version}, newer than this build's {SCHEMA_VERSION}; \
+            "the {what} database has schema version {version}, newer than this build's {newest}; \
              run a newer verdict or another data directory"
         )));
     }
-    for (done, migration) in MIGRATIONS.iter().enumerate().skip(version) {
+    for (done, migration) in migrations.iter().enumerate().skip(version) {
         let transaction = connection.transaction().map_err(fail)?;
         transaction.execute_batch(migration).map_err(fail)?;
         transaction
             .pragma_update(None, "user_version", (done + 1) as i64)
             .map_err(fail)?;
         transaction.commit().map_err(fail)?;
-        tracing::info!(version = done + 1, "task database migrated");
+        tracing::info!(version = done + 1, database = what, "database migrated");
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ wit_bindgen::generate!({
 
 use exports::verdict::policy::admission::{
     AdmissionInput, Decision, Guest, PlanStep, ReviewInput, ReviewResponse, TaskAdmission,
+    TaskRequest,
 };
 use serde_json::Value;
 use verdict::policy::types::{Context, KeyValue, PluginInfo, StableStatus, TaskAction, TaskPhase};
@@ -74,7 +75,7 @@ impl Guest for DefaultAdmission {
             decision,
             defaults: defaults_for(input.request.action).to_string(),
             warnings,
-            plan: plan_for(input.request.action),
+            plan: plan_for(input.request.action, moving(&input.request, &params)),
         })
     }
 
@@ -131,7 +132,7 @@ fn decide(
         return Decision::Deny("the app does not exist; create it first".into());
     }
     match request.action {
-        TaskAction::Create | TaskAction::Update => {
+        TaskAction::Create | TaskAction::Update if !moving(request, params) => {
             if params
                 .get("image")
                 .and_then(Value::as_str)
@@ -226,11 +227,26 @@ fn defaults_for(action: TaskAction) -> Value {
     }
 }
 
-fn plan_for(action: TaskAction) -> Vec<PlanStep> {
+/// Whether a request is an update that moves an app's pods off a node
+/// (the host's failover names the node and workload in `params.failover`).
+fn moving(request: &TaskRequest, params: &Value) -> bool {
+    request.action == TaskAction::Update && params.get("failover").is_some_and(Value::is_object)
+}
+
+fn plan_for(action: TaskAction, moving: bool) -> Vec<PlanStep> {
     let step = |name: &str, description: &str| PlanStep {
         name: name.into(),
         description: description.into(),
     };
+    if moving {
+        return vec![
+            step("move", "evict or release the pods on the node"),
+            step(
+                "health-check",
+                "wait until the pods are gone from the node and run elsewhere",
+            ),
+        ];
+    }
     match action {
         TaskAction::Create => vec![
             step(

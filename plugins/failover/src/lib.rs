@@ -13,7 +13,7 @@ use exports::verdict::policy::failover::{
     Action, FailoverInput, Guest, NodeDecision, NodeHealth, Override, OverrideKind, Placement,
     ProposedAction,
 };
-use verdict::policy::types::{ConditionStatus, Context, Node, PluginInfo, Timestamp};
+use verdict::policy::types::{ConditionStatus, Context, Node, PluginInfo, Timestamp, WorkloadKind};
 
 struct Settings {
     /// How long a node may be out of contact before anything is done.
@@ -285,7 +285,12 @@ fn distinct_workloads(
 ) -> Vec<exports::verdict::policy::failover::WorkloadRef> {
     let mut seen: Vec<exports::verdict::policy::failover::WorkloadRef> = Vec::new();
     for p in on_node.iter().filter(|p| p.stateful == stateful) {
-        if let Some(w) = &p.workload {
+        // A DaemonSet's pod belongs on its node: moving it does nothing.
+        if let Some(w) = p
+            .workload
+            .as_ref()
+            .filter(|w| w.kind != WorkloadKind::DaemonSet)
+        {
             if !seen
                 .iter()
                 .any(|s| s.namespace == w.namespace && s.name == w.name && s.kind == w.kind)

@@ -1,0 +1,234 @@
+//! The failover side's memory across restarts, in `data-dir/failover.db`
+//! (SQLite, WAL, every write synced): the audit records, and the state that
+//! makes decisions continue where they were — the policy's previous
+//! decisions (its clocks), overrides, approvals, the ledger of actions
+//! taken, flap times and action start times.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use super::model::{Approval, Attempt, Decided, Override, Record};
+use crate::plugins::bindings::types::Timestamp;
+use crate::tasks::StoreError;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: audit records by sequence; the state as one JSON document.
+    "CREATE TABLE history (
+        seq INTEGER PRIMARY KEY NOT NULL,
+        at INTEGER NOT NULL,
+        node TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX history_by_node ON history (node, seq);
+    CREATE TABLE state (
+        id INTEGER PRIMARY KEY NOT NULL CHECK (id = 1),
+        body TEXT NOT NULL
+    );",
+];
+
+/// What a restart must not forget.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Memory {
+    /// The policy's decisions of the last evaluation, by node.
+    pub previous: BTreeMap<String, Decided>,
+    pub overrides: BTreeMap<String, Override>,
+    /// Approvals by node, then action key.
+    pub approvals: BTreeMap<String, BTreeMap<String, Approval>>,
+    /// What was done, by node, then action key.
+    pub ledger: BTreeMap<String, BTreeMap<String, Attempt>>,
+    /// When each node turned unhealthy, within the flap window.
+    pub flaps: BTreeMap<String, Vec<Timestamp>>,
+    /// When actions were started, within the rate window.
+    pub started: Vec<Timestamp>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Journal {
+    connection: Arc<Mutex<Connection>>,
+    keep: usize,
+}
+
+fn failed(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed(format!("failover database: {e}"))
+}
+
+impl Journal {
+    /// Open (creating when missing) the database, keeping the last `keep`
+    /// audit records.
+    pub fn open(path: &Path, keep: usize) -> Result<Self, StoreError> {
+        let connection = crate::tasks::sqlite::open(path, "failover", MIGRATIONS)?;
+        Ok(Self {
+            connection: Arc::new(Mutex::new(connection)),
+            keep: keep.max(1),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The state as last saved (empty for a new database).
+    pub fn memory(&self) -> Result<Memory, StoreError> {
+        let body: Option<String> = self
+            .lock()
+            .query_row("SELECT body FROM state WHERE id = 1", [], |r| r.get(0))
+            .optional()
+            .map_err(failed)?;
+        body.map_or(Ok(Memory::default()), |b| {
+            serde_json::from_str(&b).map_err(failed)
+        })
+    }
+
+    /// The next sequence number of an audit record.
+    pub fn next_seq(&self) -> Result<u64, StoreError> {
+        let last: Option<i64> = self
+            .lock()
+            .query_row("SELECT MAX(seq) FROM history", [], |r| r.get(0))
+            .map_err(failed)?;
+        Ok(last.map_or(1, |s| s as u64 + 1))
+    }
+
+    /// Save the state and append records, in one transaction; the oldest
+    /// records beyond the limit go.
+    pub fn save(&self, memory: &Memory, records: &[Record]) -> Result<(), StoreError> {
+        let body = serde_json::to_string(memory).map_err(failed)?;
+        let mut connection = self.lock();
+        let tx = connection.transaction().map_err(failed)?;
+        tx.execute(
+            "INSERT INTO state (id, body) VALUES (1, ?1)
+             ON CONFLICT (id) DO UPDATE SET body = excluded.body",
+            params![body],
+        )
+        .map_err(failed)?;
+        for record in records {
+            tx.execute(
+                "INSERT INTO history (seq, at, node, body) VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    record.seq as i64,
+                    record.at,
+                    record.node,
+                    serde_json::to_string(record).map_err(failed)?
+                ],
+            )
+            .map_err(failed)?;
+        }
+        if !records.is_empty() {
+            tx.execute(
+                "DELETE FROM history WHERE seq <= (SELECT MAX(seq) FROM history) - ?1",
+                params![self.keep as i64],
+            )
+            .map_err(failed)?;
+        }
+        tx.commit().map_err(failed)
+    }
+
+    /// Audit records, newest first: of one node or all, before a sequence
+    /// number (for paging), at most `limit`.
+    pub fn history(
+        &self,
+        node: Option<&str>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection
+            .prepare_cached(
+                "SELECT body FROM history
+                 WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR seq < ?2)
+                 ORDER BY seq DESC LIMIT ?3",
+            )
+            .map_err(failed)?;
+        let rows = statement
+            .query_map(params![node, before.map(|b| b as i64), limit as i64], |r| {
+                r.get::<_, String>(0)
+            })
+            .map_err(failed)?;
+        rows.map(|body| {
+            let body = body.map_err(failed)?;
+            serde_json::from_str(&body).map_err(failed)
+        })
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failover::model::OverrideKind;
+
+    fn record(seq: u64, node: &str) -> Record {
+        Record {
+            seq,
+            at: seq as i64 * 1000,
+            node: node.into(),
+            kind: "decision".into(),
+            health: None,
+            previous_health: None,
+            rule: Some("ready".into()),
+            reason: "ready".into(),
+            inputs: serde_json::Value::Null,
+            actions: Vec::new(),
+            brakes: Vec::new(),
+            by: None,
+        }
+    }
+
+    #[test]
+    fn state_and_records_survive_reopening_and_old_records_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("failover.db");
+        let journal = Journal::open(&path, 3).unwrap();
+        assert_eq!(journal.memory().unwrap(), Memory::default());
+        assert_eq!(journal.next_seq().unwrap(), 1);
+        let mut memory = Memory::default();
+        memory.overrides.insert(
+            "n2".into(),
+            Override {
+                node: "n2".into(),
+                kind: OverrideKind::Pause,
+                by: "ana".into(),
+                reason: "disk swap".into(),
+                at: 1000,
+                expires_at: Some(61_000),
+            },
+        );
+        memory.started.push(5000);
+        let records: Vec<Record> = (1..=5)
+            .map(|s| record(s, if s % 2 == 0 { "n2" } else { "n1" }))
+            .collect();
+        journal.save(&memory, &records).unwrap();
+        drop(journal);
+
+        let journal = Journal::open(&path, 3).unwrap();
+        assert_eq!(journal.memory().unwrap(), memory);
+        assert_eq!(journal.next_seq().unwrap(), 6);
+        let all: Vec<u64> = journal
+            .history(None, None, 10)
+            .unwrap()
+            .iter()
+            .map(|r| r.seq)
+            .collect();
+        assert_eq!(all, [5, 4, 3], "the oldest beyond the limit went");
+        let n1: Vec<u64> = journal
+            .history(Some("n1"), None, 10)
+            .unwrap()
+            .iter()
+            .map(|r| r.seq)
+            .collect();
+        assert_eq!(n1, [5, 3]);
+        let page: Vec<u64> = journal
+            .history(None, Some(5), 1)
+            .unwrap()
+            .iter()
+            .map(|r| r.seq)
+            .collect();
+        assert_eq!(page, [4]);
+    }
+}
