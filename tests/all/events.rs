@@ -15,19 +15,19 @@ use crate::serve::Server;
 
 /// One message of a stream: an event, or a comment (a heartbeat).
 #[derive(Debug, Clone)]
-struct Message {
-    id: Option<u64>,
-    event: String,
-    data: Value,
+pub struct Message {
+    pub id: Option<u64>,
+    pub event: String,
+    pub data: Value,
 }
 
 /// A stream read on a thread of its own into a channel.
-struct Stream {
+pub struct Stream {
     messages: mpsc::Receiver<Message>,
 }
 
 impl Stream {
-    fn open(server: &Server, query: &str, last: Option<u64>) -> Self {
+    pub fn open(server: &Server, query: &str, last: Option<u64>) -> Self {
         let mut request = reqwest::blocking::Client::builder()
             .timeout(None)
             .build()
@@ -102,7 +102,7 @@ impl Stream {
     }
 
     /// Events until one satisfies `check`; that one.
-    fn until(&self, what: &str, check: impl Fn(&Message) -> bool) -> Message {
+    pub fn until(&self, what: &str, check: impl Fn(&Message) -> bool) -> Message {
         let deadline = Instant::now() + PATIENCE;
         while Instant::now() < deadline {
             let message = self.next();

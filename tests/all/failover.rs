@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::events::Stream;
 use crate::live::{Cluster, PATIENCE, start_host};
 use crate::serve::Server;
 use crate::support::wait_until;
@@ -117,8 +118,13 @@ fn pod_exists(cluster: &Cluster, name: &str) -> bool {
 }
 
 fn host(cluster: &Cluster, data: &Path, extra: &[&str]) -> Server {
+    host_with(cluster, data, extra, "")
+}
+
+/// The host, with more settings of the failover policy.
+fn host_with(cluster: &Cluster, data: &Path, extra: &[&str], settings: &str) -> Server {
     let config = data.join("verdict.toml");
-    std::fs::write(&config, CONFIG).unwrap();
+    std::fs::write(&config, format!("{CONFIG}{settings}\n")).unwrap();
     let mut flags = vec!["--config", config.to_str().unwrap()];
     flags.extend_from_slice(extra);
     let server = start_host(cluster, data, &flags);
@@ -202,8 +208,14 @@ fn a_short_outage_is_waited_out_without_action() {
     let cluster = cluster();
     let data = tempfile::tempdir().unwrap();
     let server = host(&cluster, data.path(), &["--failover-enforce"]);
+    let stream = Stream::open(&server, "", None);
     lose(&cluster, "n2");
     let suspect = decision_until(&server, "n2", "suspect", |d| d["health"] == "suspect");
+    // The change is an event on the stream too.
+    let event = stream.until("a failover event", |m| {
+        m.event == "failover" && m.data["data"]["node"]["node"] == "n2"
+    });
+    assert_eq!(event.data["data"]["node"]["health"], "suspect");
     assert_eq!(suspect["rule"], "grace-period");
     assert_eq!(state_of(&suspect, "wait").as_deref(), Some("waiting"));
     restore(&cluster, "n2");
@@ -621,4 +633,60 @@ fn a_disruption_budget_holds_an_eviction_and_retries_are_limited() {
     let tasks = failover_tasks(&server);
     assert_eq!(tasks.len(), 2, "{tasks:#?}");
     assert!(tasks.iter().all(|t| t["phase"] == "failed"));
+}
+
+#[test]
+fn the_scale_down_remedy_shrinks_a_stateful_workload_on_approval() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = host_with(
+        &cluster,
+        data.path(),
+        &["--failover-enforce"],
+        "remedy = 'scale-down'",
+    );
+    lose(&cluster, "n2");
+    let scale = "scale:StatefulSet/shop/db=1";
+    let offline = decision_until(&server, "n2", "offline", |d| {
+        d["health"] == "offline" && action(d, scale).is_some()
+    });
+    assert_eq!(
+        state_of(&offline, scale).as_deref(),
+        Some("awaiting-approval")
+    );
+    assert!(action(&offline, RELEASE_DB).is_none(), "{offline}");
+    assert!(
+        action(&offline, "request-replacement").is_none(),
+        "{offline}"
+    );
+    let (code, _) = send(
+        &server,
+        "POST",
+        "/v1/failover/nodes/n2/approve",
+        json!({"action": scale, "by": "ana"}),
+    );
+    assert_eq!(code, 200);
+    decision_until(&server, "n2", "scaling", |d| {
+        state_of(d, scale).as_deref() == Some("in-flight")
+    });
+    let statefulsets = verdict_sim::resources::find("apps", "v1", "statefulsets").unwrap();
+    let patched = wait_until(PATIENCE, || {
+        let db = cluster
+            .sim()
+            .store()
+            .get(statefulsets, "shop", "db")
+            .unwrap();
+        db["spec"]["replicas"] == 1
+    });
+    assert!(patched.is_some(), "the StatefulSet was not scaled");
+    // The app shows the task at work.
+    let mut app = Value::Null;
+    let seen = wait_until(PATIENCE, || {
+        app = server.get("/v1/apps/shop/db").1;
+        app["transitional"]["status"] == "scaling"
+    });
+    assert!(seen.is_some(), "{app:#}");
+    let tasks = failover_tasks(&server);
+    assert_eq!(tasks[0]["action"], "scale");
+    assert_eq!(tasks[0]["params"]["replicas"], 1);
 }

@@ -233,12 +233,20 @@ impl Failover {
                         name: o.name.clone(),
                     })
                 });
+                let workload_replicas = workload.as_ref().and_then(|w| {
+                    let kind = model::kind_name(w.kind);
+                    snapshot
+                        .workloads
+                        .get(&(kind, w.namespace.clone(), w.name.clone()))
+                        .map(|w| w.desired_replicas)
+                });
                 Some(wit::Placement {
                     namespace: p.namespace.clone(),
                     pod: p.name.clone(),
                     node: node.to_string(),
                     stateful: p.owner.as_ref().is_some_and(|o| o.kind == "StatefulSet"),
                     workload,
+                    workload_replicas,
                 })
             })
             .collect();

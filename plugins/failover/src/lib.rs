@@ -3,15 +3,22 @@
 //! goes offline and its stateful pods are released only with a person's
 //! approval; a node that returns must stay healthy a while before it is
 //! trusted again. Manual overrides rank above every rule.
+//!
+//! For an offline node the `remedy` setting picks the repair: `replace`
+//! (the default) asks for a replacement node and releases the stateful
+//! pods to run elsewhere; `scale-down` instead shrinks each stateful
+//! workload by its members on the node, so the rest carry on without them.
+//! Both need a person's approval for what touches stateful workloads.
 
 wit_bindgen::generate!({
     world: "failover-policy",
     path: "../../wit",
+    additional_derives: [PartialEq],
 });
 
 use exports::verdict::policy::failover::{
     Action, FailoverInput, Guest, NodeDecision, NodeHealth, Override, OverrideKind, Placement,
-    ProposedAction,
+    ProposedAction, ScaleRequest,
 };
 use verdict::policy::types::{ConditionStatus, Context, Node, PluginInfo, Timestamp, WorkloadKind};
 
@@ -22,6 +29,16 @@ struct Settings {
     offline_after_ms: i64,
     /// How long a returning node stays `recovering`.
     stabilize_ms: i64,
+    /// What to do for an offline node's stateful workloads.
+    remedy: Remedy,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Remedy {
+    /// A replacement node, and the stateful pods released elsewhere.
+    Replace,
+    /// The stateful workloads shrunk by their members on the node.
+    ScaleDown,
 }
 
 impl Settings {
@@ -37,6 +54,10 @@ impl Settings {
             grace_ms: ms("grace-ms", 40_000),
             offline_after_ms: ms("offline-after-ms", 5 * 60_000),
             stabilize_ms: ms("stabilize-ms", 2 * 60_000),
+            remedy: match value.get("remedy").and_then(serde_json::Value::as_str) {
+                Some("scale-down") => Remedy::ScaleDown,
+                _ => Remedy::Replace,
+            },
         }
     }
 }
@@ -50,7 +71,7 @@ impl Guest for DefaultFailover {
             version: env!("CARGO_PKG_VERSION").into(),
             description: "Node health with a grace period, stateless eviction and fenced release of stateful pods.".into(),
             settings_schema: Some(
-                r#"{"type":"object","properties":{"grace-ms":{"type":"integer","minimum":0},"offline-after-ms":{"type":"integer","minimum":0},"stabilize-ms":{"type":"integer","minimum":0}}}"#.into(),
+                r#"{"type":"object","properties":{"grace-ms":{"type":"integer","minimum":0},"offline-after-ms":{"type":"integer","minimum":0},"stabilize-ms":{"type":"integer","minimum":0},"remedy":{"enum":["replace","scale-down"]}}}"#.into(),
             ),
         }
     }
@@ -106,7 +127,7 @@ fn decide_node(
                 };
             }
             OverrideKind::Offline => {
-                decision = offline(node, o.at, by, "override-offline", &on_node);
+                decision = offline(settings, node, o.at, by, "override-offline", &on_node);
             }
             OverrideKind::Pause => {
                 decision.reason = format!("{}; actions paused ({by})", decision.reason);
@@ -219,6 +240,7 @@ fn by_rules(
         };
     }
     offline(
+        settings,
         node,
         down_since,
         format!("{what} for {}s: judged offline", down_for / 1000),
@@ -228,6 +250,7 @@ fn by_rules(
 }
 
 fn offline(
+    settings: &Settings,
     node: &Node,
     since: Timestamp,
     reason: String,
@@ -241,18 +264,41 @@ fn offline(
     }];
     actions.extend(evictions(on_node));
     for workload in distinct_workloads(on_node, true) {
+        let members = on_node
+            .iter()
+            .filter(|p| p.workload.as_ref() == Some(&workload))
+            .count() as u32;
+        let replicas = on_node
+            .iter()
+            .find(|p| p.workload.as_ref() == Some(&workload))
+            .and_then(|p| p.workload_replicas);
+        match (settings.remedy, replicas) {
+            (Remedy::ScaleDown, Some(replicas)) => actions.push(ProposedAction {
+                action: Action::Scale(ScaleRequest {
+                    workload,
+                    replicas: replicas.saturating_sub(members),
+                }),
+                reason: format!(
+                    "run without the {members} member(s) on the offline node instead of replacing it"
+                ),
+                needs_approval: true,
+            }),
+            _ => actions.push(ProposedAction {
+                action: Action::Release(workload),
+                reason:
+                    "a partitioned node may still run these pods: fence it before releasing them"
+                        .into(),
+                needs_approval: true,
+            }),
+        }
+    }
+    if settings.remedy == Remedy::Replace {
         actions.push(ProposedAction {
-            action: Action::Release(workload),
-            reason: "a partitioned node may still run these pods: fence it before releasing them"
-                .into(),
-            needs_approval: true,
+            action: Action::RequestReplacement,
+            reason: "restore capacity".into(),
+            needs_approval: false,
         });
     }
-    actions.push(ProposedAction {
-        action: Action::RequestReplacement,
-        reason: "restore capacity".into(),
-        needs_approval: false,
-    });
     actions.push(ProposedAction {
         action: Action::Notify(format!("node {} is offline", node.name)),
         reason: "operators decide on repair".into(),
@@ -291,10 +337,7 @@ fn distinct_workloads(
             .as_ref()
             .filter(|w| w.kind != WorkloadKind::DaemonSet)
         {
-            if !seen
-                .iter()
-                .any(|s| s.namespace == w.namespace && s.name == w.name && s.kind == w.kind)
-            {
+            if !seen.contains(w) {
                 seen.push(w.clone());
             }
         }
