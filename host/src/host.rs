@@ -14,6 +14,10 @@ use crate::plugins::{Registry, Runtime, Watcher, watch};
 use crate::tasks::{Store, Tasks};
 use crate::verdicts::live::{self as live, Verdicts};
 
+/// The failover policy's settings on the demo cluster.
+const DEMO_FAILOVER: &str =
+    r#"{"grace-ms": 3000, "offline-after-ms": 30000, "stabilize-ms": 10000}"#;
+
 /// A running host's parts.
 #[derive(Debug)]
 pub struct Host {
@@ -234,11 +238,21 @@ impl Host {
     pub async fn start(config: &Config) -> Result<Self> {
         let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.limits)
             .map_err(|e| Error::Runtime(e.to_string()))?;
-        let settings = config
+        let mut demo_cluster = None;
+        let client = client(&config.cluster, &mut demo_cluster).await?;
+        let mut settings: std::collections::BTreeMap<String, String> = config
             .settings
             .keys()
             .map(|name| (name.clone(), config.settings_for(name)))
             .collect();
+        // The demo's node is lost for 8 s of each minute: short failover
+        // clocks let a loop show the whole course (suspect, unknown with
+        // evictions, recovering, healthy), unless configured otherwise.
+        if demo_cluster.is_some() {
+            settings
+                .entry("failover".into())
+                .or_insert_with(|| DEMO_FAILOVER.into());
+        }
         let registry = Arc::new(Registry::new(
             Arc::new(runtime),
             config.plugins_dir.clone(),
@@ -265,8 +279,6 @@ impl Host {
                 None
             }
         };
-        let mut demo_cluster = None;
-        let client = client(&config.cluster, &mut demo_cluster).await?;
         let observed = client
             .as_ref()
             .map(|_| Arc::new(Observed::new(config.group_by.clone())));

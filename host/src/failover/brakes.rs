@@ -22,11 +22,13 @@ pub enum Cap {
 }
 
 impl Cap {
-    /// The most unhealthy nodes allowed out of `total`.
+    /// The most unhealthy nodes allowed out of `total`. A share never
+    /// allows fewer than one: a single lost node of a small cluster is an
+    /// outage to act on, not a storm.
     pub fn allowed(self, total: usize) -> usize {
         match self {
             Cap::Nodes(n) => n as usize,
-            Cap::Percent(p) => total * p as usize / 100,
+            Cap::Percent(p) => (total * p as usize / 100).max(1),
         }
     }
 }
@@ -349,6 +351,12 @@ mod tests {
         assert!("many".parse::<Cap>().is_err());
         assert_eq!(Cap::Percent(40).allowed(5), 2);
         assert_eq!(Cap::Nodes(1).allowed(100), 1);
+        assert_eq!(
+            Cap::Percent(40).allowed(2),
+            1,
+            "one node of two is no storm"
+        );
+        assert_eq!(Cap::Nodes(0).allowed(2), 0);
         let c: FailoverConfig = toml::from_str("max-unhealthy = 2").unwrap();
         assert_eq!(c.max_unhealthy, Cap::Nodes(2));
         let c: FailoverConfig = toml::from_str("max-unhealthy = '25%'").unwrap();
