@@ -804,6 +804,57 @@ mod tests {
     }
 
     #[test]
+    fn the_failover_table_reads_and_the_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "[failover]\nmax-unhealthy = 3\nmax-retries = 5\n[[failover.maintenance]]\nnodes = [\"n1\"]\nfrom = \"2026-12-01T02:00:00Z\"\nuntil = \"2026-12-01T04:00:00Z\"\n",
+        );
+        let config = ServeArgs {
+            config: Some(path.clone()),
+            failover_enforce: true,
+            ..ServeArgs::default()
+        }
+        .into_config()
+        .unwrap();
+        assert!(config.failover.enforce);
+        assert_eq!(config.failover.max_retries, 5);
+        assert_eq!(
+            config.failover.max_unhealthy,
+            crate::failover::brakes::Cap::Nodes(3)
+        );
+        assert_eq!(config.failover.maintenance.len(), 1);
+        let flagged = ServeArgs {
+            config: Some(path),
+            failover_max_unhealthy: Some("25%".parse().unwrap()),
+            ..ServeArgs::default()
+        }
+        .into_config()
+        .unwrap();
+        assert!(!flagged.failover.enforce, "a dry run by default");
+        assert_eq!(
+            flagged.failover.max_unhealthy,
+            crate::failover::brakes::Cap::Percent(25)
+        );
+
+        let bad = write(
+            dir.path(),
+            "[[failover.maintenance]]\nfrom = \"tomorrow\"\nuntil = \"2026-12-01T04:00:00Z\"\n",
+        );
+        let error = ServeArgs {
+            config: Some(bad),
+            ..ServeArgs::default()
+        }
+        .into_config()
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("failover.maintenance"),
+            "{error}"
+        );
+        assert!(error.to_string().contains("tomorrow"), "{error}");
+    }
+
+    #[test]
     fn an_unknown_key_names_the_key() {
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), "listn = \"127.0.0.1:9000\"\n");

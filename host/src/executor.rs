@@ -9,8 +9,12 @@
 //! count; `scale` sets `replicas`; `restart` stamps the pod template, as
 //! `kubectl rollout restart` does; `update` sets the first container's
 //! `image`; `create` makes a Deployment of `image` and `replicas`; `delete`
-//! deletes the workload. A task whose app does not get there within the
-//! timeout fails, saying how far it got.
+//! deletes the workload. An `update` that names `params.failover` (asked
+//! for by failover) instead moves a workload's pods off a node: `evict`
+//! through the Eviction API (a disruption budget that refuses fails the
+//! task, saying so), or `release`: the node is tainted out of service and
+//! the pods are force-deleted. A task whose app does not get there within
+//! the timeout fails, saying how far it got.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
