@@ -211,6 +211,43 @@ pub fn render(state: &AppState) -> String {
     }
     registry.register("tasks", "Task records by phase", tasks);
 
+    if let Some(failover) = &state.failover {
+        let counts = failover.counts();
+        let nodes: Family<StatusLabels, Gauge> = Family::default();
+        for (health, n) in counts.health {
+            nodes
+                .get_or_create(&StatusLabels {
+                    status: health.into(),
+                })
+                .set(n as i64);
+        }
+        registry.register("failover_nodes", "Nodes by failover health", nodes);
+        let held: Family<StatusLabels, Gauge> = Family::default();
+        for (brake, n) in counts.held {
+            held.get_or_create(&StatusLabels { status: brake })
+                .set(n as i64);
+        }
+        registry.register(
+            "failover_held_actions",
+            "Failover actions held back, by brake",
+            held,
+        );
+        let awaiting: Gauge = Gauge::default();
+        awaiting.set(counts.awaiting_approval as i64);
+        registry.register(
+            "failover_awaiting_approval",
+            "Failover actions waiting for a person's approval",
+            awaiting,
+        );
+        let storm: Gauge = Gauge::default();
+        storm.set(i64::from(counts.storm));
+        registry.register(
+            "failover_storm",
+            "Whether more nodes are unhealthy than the cap allows (1) or not (0)",
+            storm,
+        );
+    }
+
     registry.register(
         "http_requests",
         "Answered requests by route, method and code",

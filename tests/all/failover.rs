@@ -380,6 +380,19 @@ fn three_of_five_nodes_down_is_a_storm() {
         );
     }
     assert!(pod_exists(&cluster, "web-2") && pod_exists(&cluster, "web-3"));
+    let metrics = reqwest::blocking::get(format!("{}/metrics", server.base))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(metrics.contains("verdict_failover_storm 1"), "{metrics}");
+    assert!(
+        metrics.contains("verdict_failover_held_actions{status=\"storm\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("verdict_failover_nodes{status=\"unknown\"} 3"),
+        "{metrics}"
+    );
     let records = history(&server, "n3");
     assert!(
         records.iter().any(|r| r["brakes"] == json!(["storm"])),

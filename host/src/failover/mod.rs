@@ -91,6 +91,19 @@ pub struct Failover {
     journal: Journal,
     inner: Mutex<Inner>,
     wake: Notify,
+    /// The latest evaluation's counts, for `/metrics`.
+    counts: std::sync::Mutex<Counts>,
+}
+
+/// How the latest evaluation came out, in numbers.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    /// Nodes by health.
+    pub health: BTreeMap<&'static str, usize>,
+    /// Actions held back, by brake.
+    pub held: BTreeMap<String, usize>,
+    pub awaiting_approval: usize,
+    pub storm: bool,
 }
 
 impl std::fmt::Debug for Failover {
@@ -176,6 +189,7 @@ impl Failover {
                 pending: Vec::new(),
             }),
             wake: Notify::new(),
+            counts: std::sync::Mutex::default(),
         })
     }
 
@@ -487,6 +501,27 @@ impl Failover {
                 json!({"event": "decision", "node": report}),
             );
         }
+        let mut counts = Counts {
+            storm: gauges.storm(&self.config),
+            ..Counts::default()
+        };
+        for report in reports.values() {
+            *counts.health.entry(report.health.name()).or_default() += 1;
+            for action in &report.actions {
+                match action.state {
+                    State::Held => {
+                        let brake = action.brake.clone().unwrap_or_default();
+                        *counts.held.entry(brake).or_default() += 1;
+                    }
+                    State::AwaitingApproval => counts.awaiting_approval += 1,
+                    _ => {}
+                }
+            }
+        }
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = counts;
         inner.memory.previous = decided.into_iter().map(|d| (d.node.clone(), d)).collect();
         inner.latest.reports = reports;
         inner.latest.at = Some(at);
@@ -952,6 +987,14 @@ impl Failover {
         );
         self.wake.notify_one();
         Ok(approval)
+    }
+
+    /// The latest evaluation's counts.
+    pub fn counts(&self) -> Counts {
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The current decisions, the brakes in force and the overrides.
