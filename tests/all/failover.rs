@@ -546,9 +546,16 @@ fn overrides_win_over_the_policy() {
     });
     assert!(!pod_exists(&cluster, "web-3"));
 
-    // Overrides and the audit survive a restart.
+    // Overrides, what was done and the audit survive a restart: nothing is
+    // done twice.
+    let tasks = failover_tasks(&server).len();
     server.kill();
     let server = host(&cluster, data.path(), &["--failover-enforce"]);
+    let n2 = decision_until(&server, "n2", "n2 judged again", |d| {
+        d["health"] == "offline"
+    });
+    assert!(done(&n2, EVICT_WEB) && done(&n2, "cordon"), "{n2}");
+    assert_eq!(failover_tasks(&server).len(), tasks);
     let answer = server.get("/v1/failover").1;
     let kept: Vec<&Value> = answer["overrides"]
         .as_array()
@@ -702,4 +709,49 @@ fn the_scale_down_remedy_shrinks_a_stateful_workload_on_approval() {
     let tasks = failover_tasks(&server);
     assert_eq!(tasks[0]["action"], "scale");
     assert_eq!(tasks[0]["params"]["replicas"], 1);
+}
+
+#[test]
+fn without_a_failover_policy_nothing_is_done_and_the_answer_says_why() {
+    let cluster = cluster();
+    let plugins = tempfile::tempdir().unwrap();
+    for name in ["status", "admission"] {
+        std::fs::copy(
+            crate::support::default_plugin(name),
+            plugins.path().join(format!("{name}.wasm")),
+        )
+        .unwrap();
+    }
+    let data = tempfile::tempdir().unwrap();
+    let url = cluster.sim().url();
+    let server = Server::start_with(
+        plugins.path(),
+        data.path(),
+        &["--cluster-url", &url, "--failover-enforce"],
+    );
+    lose(&cluster, "n2");
+    let mut answer = Value::Null;
+    let said = wait_until(PATIENCE, || {
+        answer = server.get("/v1/failover").1;
+        answer["error"].is_string()
+    });
+    assert!(said.is_some(), "{answer:#}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("failover"),
+        "{answer:#}"
+    );
+    assert_eq!(answer["nodes"], json!([]));
+    assert!(sim_node(&cluster, "n2")["spec"]["unschedulable"].is_null());
+    // The rest of the host serves on.
+    assert_eq!(server.get("/v1/apps/shop/web").0, 200);
+
+    // The policy arrives, and failover starts.
+    crate::support::install_by_rename(
+        &plugins.path().join("failover.wasm"),
+        &std::fs::read(crate::support::default_plugin("failover")).unwrap(),
+    );
+    decision_until(&server, "n2", "judged once the policy is there", |d| {
+        d["health"] != "healthy"
+    });
+    assert!(server.get("/v1/failover").1["error"].is_null());
 }

@@ -306,6 +306,11 @@ impl Failover {
 
     /// One evaluation: decide, apply overrides and brakes, act, record.
     pub async fn evaluate(&self, at: types::Timestamp) {
+        // Until the nodes are listed, an empty cluster is no news: judging
+        // it would forget the previous decisions and their clocks.
+        if !self.observed.health.synced("nodes") {
+            return;
+        }
         let mut inner = self.inner.lock().await;
         let inner = &mut *inner;
 
@@ -363,6 +368,11 @@ impl Failover {
         let window_start = at - self.config.window_ms as types::Timestamp;
         inner.memory.started.retain(|t| *t >= window_start);
 
+        // Nodes that are gone take what was kept about them along.
+        let known = |name: &String| nodes.iter().any(|n| &n.name == name);
+        inner.memory.ledger.retain(|name, _| known(name));
+        inner.memory.approvals.retain(|name, _| known(name));
+        inner.memory.flaps.retain(|name, _| known(name));
         let decided: Vec<Decided> = decisions.iter().map(Decided::from_wit).collect();
         let mut gauges = Gauges {
             now: at,

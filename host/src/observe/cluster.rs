@@ -102,6 +102,11 @@ impl WatchHealth {
         }
     }
 
+    /// Whether the watch of a kind has had its first full list.
+    pub fn synced(&self, kind: &str) -> bool {
+        self.lock().get(kind).is_some_and(|h| h.synced)
+    }
+
     /// Whether the watch of a kind (e.g. `nodes`) works now.
     pub fn healthy(&self, kind: &str) -> bool {
         self.lock().get(kind).is_some_and(|h| h.healthy)
