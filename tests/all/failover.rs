@@ -612,6 +612,23 @@ fn a_dry_run_shows_the_actions_and_performs_none() {
     assert!(sim_node(&cluster, "n2")["spec"]["taints"].is_null());
     assert!(pod_exists(&cluster, "web-2") && pod_exists(&cluster, "db-1"));
     assert!(failover_tasks(&server).is_empty());
+
+    // An override with an expiry runs out by itself, on the record.
+    let (code, _) = send(
+        &server,
+        "PUT",
+        "/v1/failover/overrides/n3",
+        json!({"kind": "pause", "by": "cy", "expires-in-s": 1}),
+    );
+    assert_eq!(code, 200);
+    let ran_out = wait_until(PATIENCE, || {
+        history(&server, "n3")
+            .iter()
+            .any(|r| r["kind"] == "override-expired")
+    });
+    assert!(ran_out.is_some(), "{:#?}", history(&server, "n3"));
+    assert_eq!(server.get("/v1/failover").1["overrides"], json!([]));
+
     // Each decision was recorded, the last one with every action's state.
     let records = history(&server, "n2");
     assert!(records.len() >= 4, "{records:#?}");
