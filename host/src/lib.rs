@@ -8,6 +8,7 @@
 //! - [`api`]: the HTTP surface;
 //! - [`observe`]: Kubernetes objects reduced to observations and grouped into apps;
 //! - [`verdicts`]: status evaluation and the JSON form of verdicts;
+//! - [`native`]: the default status rules compiled natively, for comparison;
 //! - [`offline`]: `verdict eval` and `verdict test` for policy authors;
 //! - [`config`]: flags, environment and file into one [`config::Config`];
 //! - [`host`]: the parts assembled and served.
@@ -22,6 +23,7 @@ pub mod executor;
 pub mod failover;
 pub mod host;
 pub mod metrics;
+pub mod native;
 pub mod observe;
 pub mod offline;
 pub mod plugins;

@@ -1,0 +1,72 @@
+//! One source of status rules, three ways to run them: the component (the
+//! host's Wasm runtime), the same Rust file compiled into the host
+//! (`verdict::native`), and the Lua port the benchmark measures against.
+//! All three give the same verdicts over a generated cluster with every
+//! state of the mix.
+
+use verdict::plugins::World;
+use verdict::plugins::bindings::types;
+
+use crate::mix;
+use crate::support::{Fixture, default_plugin};
+
+fn component_verdicts(
+    inputs: &[verdict::plugins::bindings::status::AppInput],
+) -> Vec<types::AppVerdict> {
+    let fixture = Fixture::new();
+    fixture.install("status", &default_plugin("status"));
+    fixture.registry.reload();
+    let slot = fixture.registry.policy(World::Status).unwrap();
+    inputs
+        .chunks(64)
+        .flat_map(|batch| {
+            slot.call(|v| v.evaluate_batch(&v.context(mix::NOW), batch))
+                .unwrap()
+                .value
+        })
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn native_rules_and_the_component_agree_on_every_verdict() {
+    let inputs = mix::cluster(300, 10);
+    let settings = verdict::native::Settings::parse("{}");
+    let native: Vec<types::AppVerdict> = inputs
+        .iter()
+        .map(|i| verdict::native::evaluate(&settings, mix::NOW, i))
+        .collect();
+    let component = component_verdicts(&inputs);
+    assert_eq!(native.len(), component.len());
+    for (n, c) in native.iter().zip(&component) {
+        assert_eq!(
+            n, c,
+            "the verdicts on {}/{} differ",
+            n.app.namespace, n.app.name
+        );
+    }
+    // The mix reaches every stable status but not-existed and stopped, and
+    // the pod statuses the rules know.
+    let stable: std::collections::BTreeSet<String> =
+        native.iter().map(|v| format!("{:?}", v.stable)).collect();
+    for s in ["Running", "Degraded", "Panic"] {
+        let found = stable.iter().any(|x| x.ends_with(&format!("::{s}")));
+        assert!(found, "no {s} app in the mix: {stable:?}");
+    }
+    let groups: std::collections::BTreeSet<String> = native
+        .iter()
+        .flat_map(|v| v.groups.iter().map(|g| format!("{:?}", g.status)))
+        .collect();
+    for s in [
+        "RunningHealthy",
+        "RunningRestarting",
+        "RunningNotReady",
+        "RunningOverloaded",
+        "Pending",
+        "Terminating",
+        "Unknown",
+    ] {
+        let found = groups.iter().any(|x| x.ends_with(&format!("::{s}")));
+        assert!(found, "no {s} pod in the mix: {groups:?}");
+    }
+}
