@@ -9,6 +9,7 @@ mod dashboard;
 mod events;
 mod failover;
 mod live;
+mod lua_rules;
 mod metrics;
 mod misbehaving;
 mod mix;

@@ -129,8 +129,10 @@ fn pod(rng: &mut Rng, namespace: &str, app: &str, index: usize) -> types::Pod {
             conditions[1] = condition("Ready", types::ConditionStatus::False, NOW - 5 * MINUTE);
         }
         89..91 => {
+            // Not ready for a moment, or for longer than the grace period.
             main.ready = false;
-            conditions[1] = condition("Ready", types::ConditionStatus::False, NOW - MINUTE);
+            let since = if index % 2 == 0 { MINUTE } else { 7 * MINUTE };
+            conditions[1] = condition("Ready", types::ConditionStatus::False, NOW - since);
         }
         91..93 => {
             main.restart_count = 1;

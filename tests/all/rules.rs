@@ -7,6 +7,7 @@
 use verdict::plugins::World;
 use verdict::plugins::bindings::types;
 
+use crate::lua_rules::{LuaRules, summary_of, summary_of_lua};
 use crate::mix;
 use crate::support::{Fixture, default_plugin};
 
@@ -58,6 +59,7 @@ fn native_rules_and_the_component_agree_on_every_verdict() {
         .flat_map(|v| v.groups.iter().map(|g| format!("{:?}", g.status)))
         .collect();
     for s in [
+        "RunningUnhealthy",
         "RunningHealthy",
         "RunningRestarting",
         "RunningNotReady",
@@ -68,5 +70,21 @@ fn native_rules_and_the_component_agree_on_every_verdict() {
     ] {
         let found = groups.iter().any(|x| x.ends_with(&format!("::{s}")));
         assert!(found, "no {s} pod in the mix: {groups:?}");
+    }
+}
+
+#[test]
+fn the_lua_port_agrees_with_the_rules() {
+    let inputs = mix::cluster(300, 10);
+    let settings = verdict::native::Settings::parse("{}");
+    let lua = LuaRules::new();
+    for input in &inputs {
+        let native = summary_of(&verdict::native::evaluate(&settings, mix::NOW, input));
+        let ported = summary_of_lua(&lua.evaluate(mix::NOW, input));
+        assert_eq!(
+            ported, native,
+            "the Lua verdict on {}/{} differs",
+            input.app.id.namespace, input.app.id.name
+        );
     }
 }
