@@ -66,7 +66,7 @@ impl Admission {
         let key = (id.namespace.clone(), id.name.clone());
         let app = live
             .observed
-            .snapshot()
+            .read()
             .inputs_for([&key], crate::tasks::now())
             .pop()
             .map(|input| input.app);
@@ -188,7 +188,7 @@ impl Admission {
             .map_err(|_| BadReview("the AdmissionReview has no request".into()))?;
         let namespace_labels = request.namespace.as_ref().and_then(|ns| {
             let live = self.live.as_ref()?;
-            live.observed.snapshot().namespaces.get(ns).cloned()
+            live.observed.read().namespaces.get(ns).cloned()
         });
         let input = admission::ReviewInput {
             request: value["request"].to_string(),

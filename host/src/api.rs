@@ -478,7 +478,7 @@ async fn list_nodes(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
     let live = live(&state)?;
     let nodes: Vec<Value> = live
         .observed
-        .snapshot()
+        .read()
         .nodes
         .values()
         .map(|n| {

@@ -232,7 +232,7 @@ impl Executor {
     /// the annotations.
     fn workload(&self, namespace: &str, name: &str) -> Option<(types::Workload, u32)> {
         let key = (namespace.to_string(), name.to_string());
-        let input = self.observed.snapshot().inputs_for([&key], now()).pop()?;
+        let input = self.observed.read().inputs_for([&key], now()).pop()?;
         let pods = input
             .app
             .pods
@@ -385,7 +385,7 @@ impl Executor {
 
     /// The pods of a move's workload still on its node.
     fn pods_on_node(&self, m: &Move) -> Vec<String> {
-        let snapshot = self.observed.snapshot();
+        let snapshot = self.observed.read();
         snapshot
             .pods
             .values()
@@ -517,7 +517,7 @@ impl Executor {
             );
         }
         let key = (namespace.to_string(), name.to_string());
-        let Some(input) = self.observed.snapshot().inputs_for([&key], now()).pop() else {
+        let Some(input) = self.observed.read().inputs_for([&key], now()).pop() else {
             return (false, 0, "waiting for the app to be observed".into());
         };
         let pods = &input.app.pods;

@@ -236,6 +236,11 @@ impl LuaRules {
         Ok(t)
     }
 
+    /// Memory the Lua state uses, in bytes.
+    pub fn used_memory(&self) -> usize {
+        self.lua.used_memory()
+    }
+
     /// The Lua rules' verdict on one application.
     pub fn evaluate(&self, now: types::Timestamp, input: &status::AppInput) -> Table {
         let input = self.input(input).unwrap();

@@ -214,7 +214,7 @@ impl Failover {
     /// a decision about their pods (not ready, overridden, or not healthy
     /// last time), the previous decisions and the overrides in force.
     fn input(&self, memory: &Memory, at: types::Timestamp) -> wit::FailoverInput {
-        let snapshot = self.observed.snapshot();
+        let snapshot = self.observed.read();
         let nodes: Vec<types::Node> = snapshot.nodes.values().cloned().collect();
         let watched: Vec<&str> = nodes
             .iter()
@@ -794,7 +794,7 @@ impl Failover {
     ) -> Result<String, Refused> {
         let app = self
             .observed
-            .snapshot()
+            .read()
             .app_of_workload_named(&workload.kind, &workload.namespace, &workload.name)
             .unwrap_or_else(|| (workload.namespace.clone(), workload.name.clone()));
         let request = NewTask {
@@ -846,7 +846,7 @@ impl Failover {
         if expires_at.is_some_and(|e| e <= at) {
             return Err(FailoverError::Invalid("expires-at is in the past".into()));
         }
-        if !self.observed.snapshot().nodes.contains_key(node) {
+        if !self.observed.read().nodes.contains_key(node) {
             return Err(FailoverError::NotFound(
                 "no-such-node",
                 format!("no node {node} is observed"),

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
@@ -148,7 +148,9 @@ pub struct Dirty {
 /// The shared state the watchers write and the deriver reads.
 #[derive(Debug, Default)]
 pub struct Observed {
-    pub snapshot: Mutex<Snapshot>,
+    /// Read by many (the deriver's threads, the API) at once, written by
+    /// the watchers.
+    pub snapshot: RwLock<Snapshot>,
     pub health: WatchHealth,
     /// Woken on every change.
     pub changed: Notify,
@@ -159,14 +161,22 @@ impl Observed {
     /// Observations grouped into apps by `grouping`.
     pub fn new(grouping: Grouping) -> Self {
         Self {
-            snapshot: Mutex::new(Snapshot::grouped_by(grouping)),
+            snapshot: RwLock::new(Snapshot::grouped_by(grouping)),
             ..Self::default()
         }
     }
 
-    pub fn snapshot(&self) -> std::sync::MutexGuard<'_, Snapshot> {
+    /// The snapshot, to change it.
+    pub fn snapshot(&self) -> std::sync::RwLockWriteGuard<'_, Snapshot> {
         self.snapshot
-            .lock()
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The snapshot, to read it (readers do not wait for each other).
+    pub fn read(&self) -> std::sync::RwLockReadGuard<'_, Snapshot> {
+        self.snapshot
+            .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 

@@ -130,7 +130,7 @@ pub async fn probe_forever(observed: Arc<Observed>, config: ProbeConfig) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let targets = observed.snapshot().health_urls();
+        let targets = observed.read().health_urls();
         let mut requests = JoinSet::new();
         for (app, url) in targets {
             let Ok(permit) = Arc::clone(&limit).acquire_owned().await else {

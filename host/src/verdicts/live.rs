@@ -85,8 +85,10 @@ impl Verdicts {
 
 /// Derive verdicts once: of every application when `full` (or when a
 /// full list arrived), else only of the applications that changed since
-/// the last derivation. Each app's input carries its tasks. Inputs are built and evaluated a batch at a time,
-/// so that neither a copy of the whole cluster nor a long lock is held.
+/// the last derivation. Each app's input carries its tasks. Inputs are
+/// built and evaluated a batch at a time, so that neither a copy of the
+/// whole cluster nor a long lock is held, and batches are evaluated on
+/// every core at once (each with an instance of the policy of its own).
 /// Returns when the next time-based rule comes due.
 pub fn derive(
     observed: &Observed,
@@ -110,7 +112,7 @@ pub fn derive(
     // Apps named by tasks exist even when nothing of them is in the cluster.
     known.extend(tasks.map(Tasks::apps).unwrap_or_default());
     let keys: BTreeSet<AppKey> = {
-        let snapshot = observed.snapshot();
+        let snapshot = observed.read();
         if full {
             snapshot
                 .app_keys()
@@ -148,9 +150,10 @@ pub fn derive(
         }
     };
     let keys: Vec<AppKey> = keys.into_iter().collect();
-    let mut fresh = BTreeMap::new();
-    for batch in keys.chunks(super::BATCH) {
-        let mut inputs = observed.snapshot().inputs_for(batch, millis(now));
+    // One batch: its inputs built from the snapshot (under the lock only
+    // while they are copied), then evaluated.
+    let evaluate_batch = |batch: &[AppKey]| -> Result<Vec<(AppKey, LiveVerdict)>, String> {
+        let mut inputs = observed.read().inputs_for(batch, millis(now));
         for input in &mut inputs {
             input.app.observed_at = millis(observed_at);
             if let Some(tasks) = tasks {
@@ -158,30 +161,37 @@ pub fn derive(
                 input.tasks = tasks.for_app(&key);
             }
         }
-        let results = match super::evaluate(&slot, &inputs, millis(now), None) {
-            Ok(results) => results,
-            Err(error) => {
-                tracing::warn!(%error, "status evaluation failed; keeping the previous verdicts");
-                failed(error.to_string());
-                return None;
-            }
-        };
-        for (input, result) in inputs.iter().zip(results) {
-            let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
+        let results =
+            super::evaluate(&slot, &inputs, millis(now), None).map_err(|e| e.to_string())?;
+        let mut derived = Vec::with_capacity(inputs.len());
+        for (input, result) in inputs.into_iter().zip(results) {
+            let key = (input.app.id.namespace, input.app.id.name);
             match result {
-                Ok(verdict) => {
-                    fresh.insert(
-                        key,
-                        LiveVerdict {
-                            recheck_after: verdict.recheck_after,
-                            verdict,
-                            observed_at,
-                        },
-                    );
-                }
+                Ok(verdict) => derived.push((
+                    key,
+                    LiveVerdict {
+                        recheck_after: verdict.recheck_after,
+                        verdict,
+                        observed_at,
+                    },
+                )),
                 Err(refusal) => {
                     tracing::warn!(app = %format!("{}/{}", key.0, key.1), %refusal, "the status policy refused an app");
                 }
+            }
+        }
+        Ok(derived)
+    };
+    let batches: Vec<&[AppKey]> = keys.chunks(super::BATCH).collect();
+    let derived = evaluate_in_parallel(&batches, evaluate_batch);
+    let mut fresh = BTreeMap::new();
+    for batch in derived {
+        match batch {
+            Ok(derived) => fresh.extend(derived),
+            Err(error) => {
+                tracing::warn!(%error, "status evaluation failed; keeping the previous verdicts");
+                failed(error);
+                return None;
             }
         }
     }
@@ -228,6 +238,45 @@ pub fn derive(
         }
     }
     verdicts.next_recheck()
+}
+
+/// Run `f` over every batch, on as many threads as there are cores (each
+/// takes the next batch left), answers in the batches' order.
+fn evaluate_in_parallel<T: Send>(
+    batches: &[&[AppKey]],
+    f: impl Fn(&[AppKey]) -> T + Sync,
+) -> Vec<T> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(batches.len());
+    if workers <= 1 {
+        return batches.iter().map(|b| f(b)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut answers: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(batch) = batches.get(i) else { break };
+                        done.push((i, f(batch)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    answers.sort_by_key(|(i, _)| *i);
+    answers.into_iter().map(|(_, t)| t).collect()
 }
 
 /// Whether two verdicts show a person the same (they may differ in when to

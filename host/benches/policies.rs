@@ -1,0 +1,305 @@
+//! The default status rules three ways, in one run: compiled natively into
+//! the host (`verdict::native`, the same Rust file as the plugin), as the
+//! component through the host's Wasm runtime (one call per app, and batched
+//! calls), and ported to Lua run with mlua. Over generated clusters of
+//! 1 000, 10 000 and 100 000 pods in apps of 10 pods with a realistic mix
+//! of states (`tests/all/mix.rs`). Reports the per-pod cost of each, the
+//! ratios Wasm/native and Lua/Wasm, the time of a full re-derivation of the
+//! cluster by the host (inputs built from its snapshot, evaluated, verdicts
+//! stored), and memory.
+//!
+//! Run with `cargo xtask bench` (release profile); `--quick` for a short
+//! run (1 000 and 10 000 pods, fewer rounds).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use verdict::config::Limits;
+use verdict::observe::cluster::Observed;
+use verdict::plugins::bindings::status;
+use verdict::plugins::{Registry, Runtime, World};
+use verdict::verdicts::live::{self, Verdicts};
+
+#[allow(dead_code)]
+#[path = "../../tests/all/support.rs"]
+mod support;
+
+#[allow(dead_code)]
+#[path = "../../tests/all/mix.rs"]
+mod mix;
+
+#[allow(dead_code)]
+#[path = "../../tests/all/lua_rules.rs"]
+mod lua_rules;
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// The median of `rounds` runs of `f`, after one warm-up run.
+fn timed(rounds: usize, mut f: impl FnMut()) -> Duration {
+    f();
+    median(
+        (0..rounds)
+            .map(|_| {
+                let started = Instant::now();
+                f();
+                started.elapsed()
+            })
+            .collect(),
+    )
+}
+
+fn ns_per(d: Duration, n: usize) -> f64 {
+    d.as_secs_f64() * 1e9 / n as f64
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Resident and peak resident memory of this process, in MiB.
+fn memory() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn registry_over(dir: &Path, cache: &Path) -> Arc<Registry> {
+    let limits = Limits {
+        call_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    let runtime = Runtime::new(cache, limits).unwrap();
+    Arc::new(Registry::new(
+        Arc::new(runtime),
+        Some(dir.to_path_buf()),
+        Default::default(),
+    ))
+}
+
+/// The host's own view of a generated cluster: the observed snapshot the
+/// deriver reads.
+fn observed(inputs: &[status::AppInput]) -> Observed {
+    let observed = Observed::new(verdict::observe::Grouping::default());
+    {
+        let mut snapshot = observed.snapshot();
+        for node in mix::nodes() {
+            snapshot.put_node(node);
+        }
+        let mut namespaces = std::collections::BTreeSet::new();
+        for input in inputs {
+            if namespaces.insert(input.app.id.namespace.clone()) {
+                let namespace = k8s_openapi::api::core::v1::Namespace {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(input.app.id.namespace.clone()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                snapshot.put_namespace(&namespace);
+            }
+            for workload in &input.app.workloads {
+                snapshot.put_workload(workload.clone());
+            }
+            for pod in &input.app.pods {
+                snapshot.put_pod(pod.clone());
+            }
+        }
+    }
+    observed
+}
+
+struct Row {
+    pods: usize,
+    native: f64,
+    single: f64,
+    batched: f64,
+    lua: f64,
+    derive: Duration,
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let sizes: &[usize] = if quick {
+        &[1_000, 10_000]
+    } else {
+        &[1_000, 10_000, 100_000]
+    };
+    let rounds = if quick { 3 } else { 7 };
+    println!(
+        "verdict policy benchmark ({} mode, {} rounds, medians)",
+        if quick { "quick" } else { "full" },
+        rounds
+    );
+    println!();
+
+    let plugins = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        support::default_plugin("status"),
+        plugins.path().join("status.wasm"),
+    )
+    .unwrap();
+    let registry = registry_over(plugins.path(), cache.path());
+    registry.reload();
+    let slot = registry.policy(World::Status).unwrap();
+    let settings = verdict::native::Settings::parse("{}");
+    let lua = lua_rules::LuaRules::new();
+
+    // `--profile`: only batched Wasm calls over 10 000 pods, for a while,
+    // for a profiler to look at.
+    if std::env::args().any(|a| a == "--profile") {
+        let inputs = mix::cluster(1_000, 10);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            for batch in inputs.chunks(verdict::verdicts::BATCH) {
+                let answer = slot
+                    .call(|v| v.evaluate_batch(&v.context(mix::NOW), batch))
+                    .unwrap();
+                std::hint::black_box(answer.value);
+            }
+        }
+        return;
+    }
+
+    if std::env::args().any(|a| a == "--scaling") {
+        let inputs = mix::cluster(1_000, 10);
+        let batches: Vec<&[status::AppInput]> = inputs.chunks(verdict::verdicts::BATCH).collect();
+        for threads in [1, 2] {
+            let started = Instant::now();
+            std::thread::scope(|scope| {
+                for t in 0..threads {
+                    let (slot, batches) = (&slot, &batches);
+                    scope.spawn(move || {
+                        for _ in 0..5 {
+                            for batch in batches.iter().skip(t).step_by(threads) {
+                                let answer = slot
+                                    .call(|v| v.evaluate_batch(&v.context(mix::NOW), batch))
+                                    .unwrap();
+                                std::hint::black_box(answer.value);
+                            }
+                        }
+                    });
+                }
+            });
+            println!("{threads} thread(s): {}", ms(started.elapsed() / 5));
+        }
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            for t in 0..2 {
+                let (settings, inputs) = (&settings, &inputs);
+                scope.spawn(move || {
+                    for _ in 0..5 {
+                        for input in inputs.iter().skip(t).step_by(2) {
+                            std::hint::black_box(verdict::native::evaluate(settings, mix::NOW, input));
+                        }
+                    }
+                });
+            }
+        });
+        println!("native, 2 threads: {}", ms(started.elapsed() / 5));
+        return;
+    }
+
+    let mut rows = Vec::new();
+    for &pods in sizes {
+        let inputs = mix::cluster(pods / 10, 10);
+        let now = mix::NOW;
+
+        let native = timed(rounds, || {
+            for input in &inputs {
+                std::hint::black_box(verdict::native::evaluate(&settings, now, input));
+            }
+        });
+        let single = timed(rounds, || {
+            for input in &inputs {
+                let answer = slot.call(|v| v.evaluate(&v.context(now), input)).unwrap();
+                std::hint::black_box(answer.value);
+            }
+        });
+        let batched = timed(rounds, || {
+            for batch in inputs.chunks(verdict::verdicts::BATCH) {
+                let answer = slot
+                    .call(|v| v.evaluate_batch(&v.context(now), batch))
+                    .unwrap();
+                std::hint::black_box(answer.value);
+            }
+        });
+        let lua_time = timed(rounds.min(3), || {
+            for input in &inputs {
+                std::hint::black_box(lua.evaluate(now, input));
+            }
+        });
+
+        // The host re-deriving everything from its snapshot.
+        let observed = observed(&inputs);
+        let verdicts = Verdicts::default();
+        let derive = timed(rounds, || {
+            live::derive(&observed, &registry, &verdicts, None, None, true);
+        });
+        assert_eq!(verdicts.count(), inputs.len(), "every app derived");
+        rows.push(Row {
+            pods,
+            native: ns_per(native, pods),
+            single: ns_per(single, pods),
+            batched: ns_per(batched, pods),
+            lua: ns_per(lua_time, pods),
+            derive,
+        });
+    }
+
+    println!("Per pod (apps of 10 pods; ns per pod, the app's evaluation divided by its pods):");
+    println!();
+    println!(
+        "| pods | native | Wasm, one call per app | Wasm, batches of {} | Lua (mlua) | Wasm batched / native | Lua / Wasm batched |",
+        verdict::verdicts::BATCH
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {:.0} ns | {:.0} ns | {:.0} ns | {:.0} ns | {:.2}× | {:.1}× |",
+            r.pods,
+            r.native,
+            r.single,
+            r.batched,
+            r.lua,
+            r.batched / r.native,
+            r.lua / r.batched
+        );
+    }
+    println!();
+    println!(
+        "Full re-derivation by the host (inputs from the snapshot, evaluation, verdicts stored):"
+    );
+    println!();
+    println!("| pods | apps | time | per pod |");
+    println!("|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {:.0} ns |",
+            r.pods,
+            r.pods / 10,
+            ms(r.derive),
+            ns_per(r.derive, r.pods)
+        );
+    }
+    println!();
+    let (rss, peak) = memory();
+    println!("| memory | figure |");
+    println!("|---|---|");
+    println!(
+        "| Lua state after the runs | {:.1} MiB |",
+        lua.used_memory() as f64 / (1 << 20) as f64
+    );
+    println!("| process resident now / peak | {rss:.0} MiB / {peak:.0} MiB |");
+}
