@@ -201,7 +201,11 @@ fn main() {
                 scope.spawn(move || {
                     for _ in 0..5 {
                         for input in inputs.iter().skip(t).step_by(2) {
-                            std::hint::black_box(verdict::native::evaluate(settings, mix::NOW, input));
+                            std::hint::black_box(verdict::native::evaluate(
+                                settings,
+                                mix::NOW,
+                                input,
+                            ));
                         }
                     }
                 });

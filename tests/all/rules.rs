@@ -88,3 +88,28 @@ fn the_lua_port_agrees_with_the_rules() {
         );
     }
 }
+
+#[test]
+fn the_component_runs_call_after_call_in_bounded_memory() {
+    // The plugin's arena starts over after every call: a batch of 64 apps
+    // (about 1 MB of input) called 200 times stays far below the test
+    // limit of 32 MiB, on one pooled instance.
+    let inputs = mix::cluster(64, 10);
+    let fixture = Fixture::new();
+    fixture.install("status", &default_plugin("status"));
+    fixture.registry.reload();
+    let slot = fixture.registry.policy(World::Status).unwrap();
+    let first = slot
+        .call(|v| v.evaluate_batch(&v.context(mix::NOW), &inputs))
+        .unwrap()
+        .value;
+    for _ in 0..200 {
+        let again = slot
+            .call(|v| v.evaluate_batch(&v.context(mix::NOW), &inputs))
+            .unwrap()
+            .value;
+        assert_eq!(again, first, "the same input, the same answer");
+    }
+    let status = &fixture.registry.statuses()[0];
+    assert_eq!(status.errors, 0, "{status:?}");
+}

@@ -22,6 +22,13 @@ mod bindings {
 
 mod rules;
 
+#[cfg(all(target_arch = "wasm32", feature = "export"))]
+mod arena;
+
+#[cfg(all(target_arch = "wasm32", feature = "export"))]
+#[global_allocator]
+static ALLOCATOR: arena::Arena = arena::Arena::new();
+
 use rules::{SETTINGS_SCHEMA, Settings, evaluate_app};
 
 struct DefaultStatus;
