@@ -131,7 +131,11 @@ fn pod(rng: &mut Rng, namespace: &str, app: &str, index: usize) -> types::Pod {
         89..91 => {
             // Not ready for a moment, or for longer than the grace period.
             main.ready = false;
-            let since = if index.is_multiple_of(2) { MINUTE } else { 7 * MINUTE };
+            let since = if index.is_multiple_of(2) {
+                MINUTE
+            } else {
+                7 * MINUTE
+            };
             conditions[1] = condition("Ready", types::ConditionStatus::False, NOW - since);
         }
         91..93 => {

@@ -115,3 +115,44 @@ fn the_component_runs_call_after_call_in_bounded_memory() {
     let status = &fixture.registry.statuses()[0];
     assert_eq!(status.errors, 0, "{status:?}");
 }
+
+#[test]
+fn encoded_batches_answer_as_typed_calls_do() {
+    // The status plugin takes batches encoded (`status-encoded`); one app at
+    // a time it is called with typed values. Both give the same verdicts,
+    // and so does a plugin built on the rules with its own judgement.
+    let inputs = mix::cluster(200, 10);
+    for (name, path) in [
+        ("status", default_plugin("status")),
+        ("budget", crate::support::example_plugin("restart-budget")),
+    ] {
+        let fixture = Fixture::new();
+        fixture.install(name, &path);
+        fixture.registry.reload();
+        let slot = fixture.registry.policy(World::Status).unwrap();
+        let takes_encoded = slot.call(|v| Ok(v.info().encoded_batches)).unwrap().value;
+        assert!(takes_encoded, "{name} takes its batches encoded");
+        let batched = slot
+            .call(|v| v.evaluate_batch(&v.context(mix::NOW), &inputs))
+            .unwrap()
+            .value;
+        for (input, batched) in inputs.iter().zip(batched) {
+            let single = slot
+                .call(|v| v.evaluate(&v.context(mix::NOW), input))
+                .unwrap()
+                .value;
+            assert_eq!(batched.unwrap(), single, "{name}: {}", input.app.id.name);
+        }
+    }
+    // A plugin without the encoded export is called typed.
+    let fixture = Fixture::new();
+    fixture.install("stamp", &crate::support::test_plugin("stamp-a"));
+    fixture.registry.reload();
+    let slot = fixture.registry.policy(World::Status).unwrap();
+    assert!(!slot.call(|v| Ok(v.info().encoded_batches)).unwrap().value);
+    let answers = slot
+        .call(|v| v.evaluate_batch(&v.context(mix::NOW), &inputs[..3]))
+        .unwrap()
+        .value;
+    assert_eq!(answers.len(), 3);
+}

@@ -39,9 +39,11 @@ verbs:
             installs Debian's chromium and chromium-driver for the
             dashboard test when missing)
   bench     plugins, then the benchmarks in the release profile: the plugin
-            runtime, a cluster of 100 000 pods followed through the
-            simulator, admission latency, and HTTP load with wrk (installed
-            when missing) (`bench --quick` for a short run)
+            runtime, the status rules native / Wasm / Lua (BENCHMARKS.md),
+            a cluster of 100 000 pods followed through the simulator,
+            admission latency, and HTTP load with wrk (installed when
+            missing) (`bench --quick` for a short run; `bench --smoke` for
+            the policy benchmark's short run in the dev profile, as CI does)
 ";
 
 fn main() -> ExitCode {
@@ -421,6 +423,27 @@ fn test() -> Result<()> {
 }
 
 fn bench(rest: &[String]) -> Result<()> {
+    // `--smoke`: the policy benchmark's short run in the dev profile (the
+    // test build's artifacts), so that CI keeps it working without a
+    // release build; its figures mean nothing.
+    if rest.iter().any(|a| a == "--smoke") {
+        return run(
+            cargo()
+                .args([
+                    "bench",
+                    "--profile",
+                    "dev",
+                    "--package",
+                    "verdict",
+                    "--bench",
+                    "policies",
+                    "--",
+                    "--quick",
+                ])
+                .current_dir(root()),
+            BUILD,
+        );
+    }
     // The HTTP benchmark drives load with wrk (Debian's package).
     if Command::new("wrk").arg("--version").output().is_err() {
         eprintln!("xtask: installing wrk for the HTTP benchmark");
@@ -436,6 +459,8 @@ fn bench(rest: &[String]) -> Result<()> {
                 "verdict",
                 "--bench",
                 "runtime",
+                "--bench",
+                "policies",
                 "--bench",
                 "cluster",
                 "--bench",

@@ -40,6 +40,14 @@ impl Guest for RestartBudget {
     }
 }
 
+// Batches can also come in encoded (faster across the boundary): the same
+// judgement through the default plugin's helper.
+impl verdict_status::exports::verdict::policy::status_encoded::Guest for RestartBudget {
+    fn evaluate_batch_encoded(ctx: Context, inputs: Vec<u8>) -> Result<Vec<u8>, String> {
+        verdict_status::evaluate_encoded(&inputs, |input| Ok(judge(&ctx, input)))
+    }
+}
+
 verdict_status::export!(RestartBudget with_types_in verdict_status);
 
 fn setting(ctx: &Context, key: &str, default: i64) -> i64 {

@@ -228,9 +228,16 @@ impl Failover {
             })
             .map(|n| n.name.as_str())
             .collect();
-        let placements = snapshot
-            .pods
-            .values()
+        // With every node ready and nothing overridden (the usual case), no
+        // pod needs looking at.
+        let pods = if watched.is_empty() {
+            None
+        } else {
+            Some(snapshot.pods.values())
+        };
+        let placements = pods
+            .into_iter()
+            .flatten()
             .filter(|p| p.deleting_since.is_none())
             .filter_map(|p| {
                 let node = p.node.as_deref().filter(|n| watched.contains(n))?;

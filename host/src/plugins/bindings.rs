@@ -7,8 +7,9 @@ mod generated {
         wasmtime::component::bindgen!({
             world: "status-policy",
             path: "../wit",
-            // Verdicts are compared to publish only real changes.
-            additional_derives: [PartialEq],
+            // Verdicts are compared to publish only real changes; batches
+            // cross encoded to plugins that take them so (`status-encoded`).
+            additional_derives: [PartialEq, serde::Serialize, serde::Deserialize],
         });
     }
 

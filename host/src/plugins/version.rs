@@ -42,6 +42,9 @@ pub struct VersionInfo {
     pub code: CodeSource,
     /// Milliseconds to compile (or to read from the cache).
     pub compile_ms: f64,
+    /// Whether status batches go in encoded (the plugin exports
+    /// `status-encoded`).
+    pub encoded_batches: bool,
 }
 
 enum Pre {
@@ -50,8 +53,16 @@ enum Pre {
     Admission(AdmissionPolicyPre<StoreState>),
 }
 
+/// `status-encoded.evaluate-batch-encoded`, for the status plugins that
+/// export it.
+type EncodedBatch =
+    wasmtime::component::TypedFunc<(types::Context, Vec<u8>), (Result<Vec<u8>, String>,)>;
+
+/// The interface of the encoded batches.
+const STATUS_ENCODED: &str = "verdict:policy/status-encoded@0.1.0";
+
 enum Bound {
-    Status(StatusPolicy),
+    Status(StatusPolicy, Option<EncodedBatch>),
     Failover(FailoverPolicy),
     Admission(AdmissionPolicy),
 }
@@ -76,6 +87,33 @@ impl std::fmt::Debug for Version {
         f.debug_struct("Version")
             .field("info", &self.info)
             .finish_non_exhaustive()
+    }
+}
+
+/// The encoded batch function of a status instance.
+fn encoded_batch(
+    store: &mut Store<StoreState>,
+    instance: &wasmtime::component::Instance,
+) -> wasmtime::Result<EncodedBatch> {
+    let missing = || wasmtime::Error::msg(format!("{STATUS_ENCODED} is not exported"));
+    let interface = instance
+        .get_export_index(&mut *store, None, STATUS_ENCODED)
+        .ok_or_else(missing)?;
+    let func = instance
+        .get_export_index(&mut *store, Some(&interface), "evaluate-batch-encoded")
+        .ok_or_else(missing)?;
+    instance.get_typed_func(&mut *store, func)
+}
+
+/// An encoded answer: its size is the buffer's.
+struct Encoded(Result<Vec<u8>, String>);
+
+impl OutputSize for Encoded {
+    fn output_size(&self) -> usize {
+        match &self.0 {
+            Ok(bytes) => bytes.len(),
+            Err(text) => text.len(),
+        }
     }
 }
 
@@ -111,6 +149,11 @@ impl Version {
     ) -> Result<Self, LoadError> {
         let (component, code, compile_time) = runtime.compile(bytes, &hash)?;
         let world = world_of(runtime, &component)?;
+        let encoded = world == World::Status
+            && component
+                .component_type()
+                .exports(runtime.engine())
+                .any(|(name, _)| name == STATUS_ENCODED);
         let linked = runtime
             .linker()
             .instantiate_pre(&component)
@@ -131,6 +174,7 @@ impl Version {
                 loaded_at: SystemTime::now(),
                 code,
                 compile_ms: duration_ms(compile_time),
+                encoded_batches: encoded,
             },
             plugin: Arc::from(plugin),
             settings,
@@ -167,7 +211,15 @@ impl Version {
         store.set_epoch_deadline(self.runtime.deadline_ticks());
         let failed = |e: wasmtime::Error| CallError::Instantiate(format!("{e:#}"));
         let bound = match &self.pre {
-            Pre::Status(pre) => Bound::Status(pre.instantiate(&mut store).map_err(failed)?),
+            Pre::Status(pre) => {
+                let instance = pre.instance_pre().instantiate(&mut store).map_err(failed)?;
+                let policy = StatusPolicy::new(&mut store, &instance).map_err(failed)?;
+                let encoded = match self.info.encoded_batches {
+                    true => Some(encoded_batch(&mut store, &instance).map_err(failed)?),
+                    false => None,
+                };
+                Bound::Status(policy, encoded)
+            }
             Pre::Failover(pre) => Bound::Failover(pre.instantiate(&mut store).map_err(failed)?),
             Pre::Admission(pre) => Bound::Admission(pre.instantiate(&mut store).map_err(failed)?),
         };
@@ -232,7 +284,7 @@ impl Version {
 
     fn describe(&self) -> Result<types::PluginInfo, CallError> {
         let info = self.call(self.info.world, |store, bound| match bound {
-            Bound::Status(b) => Some(b.verdict_policy_status().call_describe(store)),
+            Bound::Status(b, _) => Some(b.verdict_policy_status().call_describe(store)),
             Bound::Failover(b) => Some(b.verdict_policy_failover().call_describe(store)),
             Bound::Admission(b) => Some(b.verdict_policy_admission().call_describe(store)),
         })?;
@@ -278,7 +330,7 @@ impl Version {
         input: &status::AppInput,
     ) -> Result<types::AppVerdict, CallError> {
         let answer = self.call(World::Status, |store, bound| match bound {
-            Bound::Status(b) => Some(b.verdict_policy_status().call_evaluate(store, ctx, input)),
+            Bound::Status(b, _) => Some(b.verdict_policy_status().call_evaluate(store, ctx, input)),
             _ => None,
         })?;
         let verdict = answer.map_err(CallError::Refused)?;
@@ -292,13 +344,30 @@ impl Version {
         ctx: &types::Context,
         inputs: &[status::AppInput],
     ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
-        let answers = self.call(World::Status, |store, bound| match bound {
-            Bound::Status(b) => Some(
-                b.verdict_policy_status()
-                    .call_evaluate_batch(store, ctx, inputs),
-            ),
-            _ => None,
-        })?;
+        // One buffer each way (the encoding of the typed values) when the
+        // plugin takes it, else the typed call.
+        let answers = if self.info.encoded_batches {
+            let encoded = postcard::to_allocvec(inputs)
+                .map_err(|e| CallError::Malformed(format!("encoding the inputs: {e}")))?;
+            let answer = self.call(World::Status, |store, bound| match bound {
+                Bound::Status(_, Some(f)) => {
+                    Some(f.call(store, (ctx.clone(), encoded)).map(|(r,)| Encoded(r)))
+                }
+                _ => None,
+            })?;
+            let bytes = answer.0.map_err(CallError::Refused)?;
+            postcard::from_bytes::<Vec<Result<types::AppVerdict, String>>>(&bytes).map_err(|e| {
+                CallError::Malformed(format!("the encoded answer does not decode: {e}"))
+            })?
+        } else {
+            self.call(World::Status, |store, bound| match bound {
+                Bound::Status(b, _) => Some(
+                    b.verdict_policy_status()
+                        .call_evaluate_batch(store, ctx, inputs),
+                ),
+                _ => None,
+            })?
+        };
         if answers.len() != inputs.len() {
             return Err(CallError::Malformed(format!(
                 "{} verdicts for {} applications",

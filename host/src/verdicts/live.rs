@@ -183,17 +183,18 @@ pub fn derive(
         Ok(derived)
     };
     let batches: Vec<&[AppKey]> = keys.chunks(super::BATCH).collect();
-    let derived = evaluate_in_parallel(&batches, evaluate_batch);
     let mut fresh = BTreeMap::new();
-    for batch in derived {
-        match batch {
-            Ok(derived) => fresh.extend(derived),
-            Err(error) => {
-                tracing::warn!(%error, "status evaluation failed; keeping the previous verdicts");
-                failed(error);
-                return None;
-            }
-        }
+    let mut error = None;
+    // Each batch's verdicts are stored as it finishes, so that no more than
+    // a batch per core is held besides them.
+    evaluate_in_parallel(&batches, evaluate_batch, |batch| match batch {
+        Ok(derived) => fresh.extend(derived),
+        Err(e) => error = Some(e),
+    });
+    if let Some(error) = error {
+        tracing::warn!(%error, "status evaluation failed; keeping the previous verdicts");
+        failed(error);
+        return None;
     }
     *verdicts
         .last_error
@@ -241,42 +242,41 @@ pub fn derive(
 }
 
 /// Run `f` over every batch, on as many threads as there are cores (each
-/// takes the next batch left), answers in the batches' order.
+/// takes the next batch left), handing each answer to `take` on this thread
+/// as it comes.
 fn evaluate_in_parallel<T: Send>(
     batches: &[&[AppKey]],
     f: impl Fn(&[AppKey]) -> T + Sync,
-) -> Vec<T> {
+    mut take: impl FnMut(T),
+) {
     let workers = std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)
         .min(batches.len());
     if workers <= 1 {
-        return batches.iter().map(|b| f(b)).collect();
+        batches.iter().for_each(|b| take(f(b)));
+        return;
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut answers: Vec<(usize, T)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(batch) = batches.get(i) else { break };
-                        done.push((i, f(batch)));
+    std::thread::scope(|scope| {
+        let (sender, answers) = std::sync::mpsc::sync_channel(workers);
+        for _ in 0..workers {
+            let sender = sender.clone();
+            let (next, f) = (&next, &f);
+            scope.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(batch) = batches.get(i) else { break };
+                    if sender.send(f(batch)).is_err() {
+                        break;
                     }
-                    done
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+                }
+            });
+        }
+        drop(sender);
+        for answer in answers {
+            take(answer);
+        }
     });
-    answers.sort_by_key(|(i, _)| *i);
-    answers.into_iter().map(|(_, t)| t).collect()
 }
 
 /// Whether two verdicts show a person the same (they may differ in when to

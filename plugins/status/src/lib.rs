@@ -3,8 +3,10 @@
 //! The rule table, with its precedence, is in this crate's README.
 
 wit_bindgen::generate!({
-    world: "status-policy",
+    world: "status-policy-encoded",
     path: "../../wit",
+    // The encoded batches are postcard's encoding of these types.
+    additional_derives: [serde::Serialize, serde::Deserialize],
     // Custom status plugins build on these rules: they depend on this crate
     // without its `export` feature and export their own implementation with
     // `verdict_status::export!(Mine with_types_in verdict_status)`.
@@ -12,6 +14,7 @@ wit_bindgen::generate!({
 });
 
 use exports::verdict::policy::status::{AppInput, Guest};
+use exports::verdict::policy::status_encoded::Guest as EncodedGuest;
 use verdict::policy::types::{AppVerdict, Context, PluginInfo};
 
 /// The types the rules are written against.
@@ -66,4 +69,24 @@ export!(DefaultStatus);
 /// on them.
 pub fn default_rules(ctx: &Context, input: &AppInput) -> AppVerdict {
     evaluate_app(&Settings::parse(&ctx.settings), ctx.now, input)
+}
+
+impl EncodedGuest for DefaultStatus {
+    fn evaluate_batch_encoded(ctx: Context, inputs: Vec<u8>) -> Result<Vec<u8>, String> {
+        let settings = Settings::parse(&ctx.settings);
+        evaluate_encoded(&inputs, |input| Ok(evaluate_app(&settings, ctx.now, input)))
+    }
+}
+
+/// `status-encoded.evaluate-batch-encoded` over any rules: decode the
+/// batch, judge each app with `judge`, encode the answers. Plugins built on
+/// these rules implement the encoded export with it in one line.
+pub fn evaluate_encoded(
+    inputs: &[u8],
+    judge: impl Fn(&AppInput) -> Result<AppVerdict, String>,
+) -> Result<Vec<u8>, String> {
+    let inputs: Vec<AppInput> =
+        postcard::from_bytes(inputs).map_err(|e| format!("the inputs do not decode: {e}"))?;
+    let answers: Vec<Result<AppVerdict, String>> = inputs.iter().map(judge).collect();
+    postcard::to_allocvec(&answers).map_err(|e| format!("the answers do not encode: {e}"))
 }
