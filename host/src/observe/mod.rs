@@ -317,25 +317,102 @@ impl Snapshot {
     ) -> Vec<status::AppInput> {
         keys.into_iter()
             .map(|key| {
-                let members = self.index.get(key);
-                let workloads: Vec<&types::Workload> = members
-                    .into_iter()
-                    .flat_map(|m| m.workloads.iter())
-                    .filter_map(|k| self.workloads.get(k))
-                    .collect();
-                let pods: Vec<&types::Pod> = members
-                    .into_iter()
-                    .flat_map(|m| m.pods.iter())
-                    .filter_map(|k| self.pods.get(k))
-                    .collect();
-                let exists =
-                    self.namespaces.contains_key(&key.0) || self.namespace_has_apps(&key.0);
+                let (workloads, pods, exists) = self.members_of(key);
                 self.input(key, &workloads, &pods, Vec::new(), exists, now)
             })
             .collect()
     }
 
-    /// One app's input from its members.
+    /// An app's workloads and pods as stored, and whether its namespace
+    /// exists.
+    fn members_of(&self, key: &AppKey) -> (Vec<&types::Workload>, Vec<&types::Pod>, bool) {
+        let members = self.index.get(key);
+        let workloads = members
+            .into_iter()
+            .flat_map(|m| m.workloads.iter())
+            .filter_map(|k| self.workloads.get(k))
+            .collect();
+        let pods = members
+            .into_iter()
+            .flat_map(|m| m.pods.iter())
+            .filter_map(|k| self.pods.get(k))
+            .collect();
+        let exists = self.namespaces.contains_key(&key.0) || self.namespace_has_apps(&key.0);
+        (workloads, pods, exists)
+    }
+
+    /// The nodes some pods are bound to.
+    fn nodes_of<'a>(&'a self, pods: impl Iterator<Item = &'a types::Pod>) -> Vec<&'a types::Node> {
+        let on: BTreeSet<&str> = pods.filter_map(|p| p.node.as_deref()).collect();
+        on.iter().filter_map(|n| self.nodes.get(*n)).collect()
+    }
+
+    /// The inputs of some apps, with their tasks and observation time,
+    /// encoded as the `status-encoded` interface takes them — written
+    /// straight from the stored observations, without copying them into
+    /// inputs first.
+    pub fn encode_inputs(
+        &self,
+        keys: &[AppKey],
+        observed_at: types::Timestamp,
+        tasks: impl Fn(&AppKey) -> Vec<types::Task>,
+    ) -> Result<Vec<u8>, String> {
+        use std::borrow::Cow;
+        // `status::AppInput` and `types::App`, field for field, borrowing.
+        #[derive(Serialize)]
+        struct Input<'a> {
+            app: App<'a>,
+            tasks: Vec<types::Task>,
+            nodes: Vec<&'a types::Node>,
+        }
+        #[derive(Serialize)]
+        struct App<'a> {
+            id: types::AppId,
+            namespace_exists: bool,
+            namespace_labels: &'a [types::KeyValue],
+            expected_replicas: Option<u32>,
+            workloads: Vec<&'a types::Workload>,
+            pods: Vec<Cow<'a, types::Pod>>,
+            probe: Option<&'a types::HealthProbe>,
+            observed_at: types::Timestamp,
+        }
+        let inputs: Vec<Input<'_>> = keys
+            .iter()
+            .map(|key| {
+                let (workloads, stored, namespace_exists) = self.members_of(key);
+                let nodes = self.nodes_of(stored.iter().copied());
+                let pods: Vec<Cow<'_, types::Pod>> = stored
+                    .into_iter()
+                    .map(|p| {
+                        if self.usage.contains_key(&(p.namespace.clone(), p.name.clone())) {
+                            Cow::Owned(self.with_usage(p))
+                        } else {
+                            Cow::Borrowed(p)
+                        }
+                    })
+                    .collect();
+                Input {
+                    nodes,
+                    app: App {
+                        id: types::AppId {
+                            namespace: key.0.clone(),
+                            name: key.1.clone(),
+                        },
+                        namespace_exists,
+                        namespace_labels: self.namespaces.get(&key.0).map_or(&[], Vec::as_slice),
+                        expected_replicas: None,
+                        workloads,
+                        pods,
+                        probe: self.probes.get(key),
+                        observed_at,
+                    },
+                    tasks: tasks(key),
+                }
+            })
+            .collect();
+        postcard::to_allocvec(&inputs).map_err(|e| format!("encoding the inputs: {e}"))
+    }
+
     fn input(
         &self,
         key: &AppKey,
@@ -346,12 +423,7 @@ impl Snapshot {
         now: types::Timestamp,
     ) -> status::AppInput {
         let pods: Vec<types::Pod> = pods.iter().map(|p| self.with_usage(p)).collect();
-        let on: BTreeSet<&str> = pods.iter().filter_map(|p| p.node.as_deref()).collect();
-        let nodes = on
-            .iter()
-            .filter_map(|n| self.nodes.get(*n))
-            .cloned()
-            .collect();
+        let nodes = self.nodes_of(pods.iter()).into_iter().cloned().collect();
         tasks.sort_by_key(|t| std::cmp::Reverse(t.created_at));
         status::AppInput {
             app: types::App {

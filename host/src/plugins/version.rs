@@ -105,6 +105,26 @@ fn encoded_batch(
     instance.get_typed_func(&mut *store, func)
 }
 
+/// One answer per app asked about, each about that app.
+fn check_answers<'a>(
+    answers: Vec<Result<types::AppVerdict, String>>,
+    asked: impl ExactSizeIterator<Item = &'a types::AppId>,
+) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
+    if answers.len() != asked.len() {
+        return Err(CallError::Malformed(format!(
+            "{} verdicts for {} applications",
+            answers.len(),
+            asked.len()
+        )));
+    }
+    for (answer, id) in answers.iter().zip(asked) {
+        if let Ok(verdict) = answer {
+            validate::app_verdict(verdict, id)?;
+        }
+    }
+    Ok(answers)
+}
+
 /// An encoded answer: its size is the buffer's.
 struct Encoded(Result<Vec<u8>, String>);
 
@@ -349,16 +369,7 @@ impl Version {
         let answers = if self.info.encoded_batches {
             let encoded = postcard::to_allocvec(inputs)
                 .map_err(|e| CallError::Malformed(format!("encoding the inputs: {e}")))?;
-            let answer = self.call(World::Status, |store, bound| match bound {
-                Bound::Status(_, Some(f)) => {
-                    Some(f.call(store, (ctx.clone(), encoded)).map(|(r,)| Encoded(r)))
-                }
-                _ => None,
-            })?;
-            let bytes = answer.0.map_err(CallError::Refused)?;
-            postcard::from_bytes::<Vec<Result<types::AppVerdict, String>>>(&bytes).map_err(|e| {
-                CallError::Malformed(format!("the encoded answer does not decode: {e}"))
-            })?
+            self.call_encoded(ctx, encoded)?
         } else {
             self.call(World::Status, |store, bound| match bound {
                 Bound::Status(b, _) => Some(
@@ -368,19 +379,36 @@ impl Version {
                 _ => None,
             })?
         };
-        if answers.len() != inputs.len() {
-            return Err(CallError::Malformed(format!(
-                "{} verdicts for {} applications",
-                answers.len(),
-                inputs.len()
-            )));
-        }
-        for (answer, input) in answers.iter().zip(inputs) {
-            if let Ok(verdict) = answer {
-                validate::app_verdict(verdict, &input.app.id)?;
+        check_answers(answers, inputs.iter().map(|i| &i.app.id))
+    }
+
+    /// The status verdicts of a batch already encoded (a `list<app-input>`
+    /// in the `status-encoded` encoding) on the apps `asked`, in order; for
+    /// plugins whose [`VersionInfo::encoded_batches`] is true.
+    pub fn evaluate_encoded(
+        &self,
+        ctx: &types::Context,
+        encoded: Vec<u8>,
+        asked: &[types::AppId],
+    ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
+        let answers = self.call_encoded(ctx, encoded)?;
+        check_answers(answers, asked.iter())
+    }
+
+    fn call_encoded(
+        &self,
+        ctx: &types::Context,
+        encoded: Vec<u8>,
+    ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
+        let answer = self.call(World::Status, |store, bound| match bound {
+            Bound::Status(_, Some(f)) => {
+                Some(f.call(store, (ctx.clone(), encoded)).map(|(r,)| Encoded(r)))
             }
-        }
-        Ok(answers)
+            _ => None,
+        })?;
+        let bytes = answer.0.map_err(CallError::Refused)?;
+        postcard::from_bytes(&bytes)
+            .map_err(|e| CallError::Malformed(format!("the encoded answer does not decode: {e}")))
     }
 
     /// The failover decisions over the given nodes.

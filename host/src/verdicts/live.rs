@@ -152,23 +152,43 @@ pub fn derive(
     let keys: Vec<AppKey> = keys.into_iter().collect();
     // One batch: its inputs built from the snapshot (under the lock only
     // while they are copied), then evaluated.
+    let tasks_of = |key: &AppKey| tasks.map(|t| t.for_app(key)).unwrap_or_default();
+    // One batch: evaluated from inputs built from the snapshot, or, for a
+    // plugin that takes its batches encoded, from the snapshot encoded
+    // directly (no copy of the observations). The snapshot is read-locked
+    // only while the batch is copied or encoded.
     let evaluate_batch = |batch: &[AppKey]| -> Result<Vec<(AppKey, LiveVerdict)>, String> {
-        let mut inputs = observed.read().inputs_for(batch, millis(now));
-        for input in &mut inputs {
-            input.app.observed_at = millis(observed_at);
-            if let Some(tasks) = tasks {
-                let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
-                input.tasks = tasks.for_app(&key);
+        let answer = slot.call(|version| {
+            let ctx = version.context(millis(now));
+            if version.info().encoded_batches {
+                let encoded = observed
+                    .read()
+                    .encode_inputs(batch, millis(observed_at), tasks_of)
+                    .map_err(crate::plugins::CallError::Malformed)?;
+                let ids: Vec<types::AppId> = batch
+                    .iter()
+                    .map(|(namespace, name)| types::AppId {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                    })
+                    .collect();
+                version.evaluate_encoded(&ctx, encoded, &ids)
+            } else {
+                let mut inputs = observed.read().inputs_for(batch, millis(now));
+                for input in &mut inputs {
+                    input.app.observed_at = millis(observed_at);
+                    let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
+                    input.tasks = tasks_of(&key);
+                }
+                version.evaluate_batch(&ctx, &inputs)
             }
-        }
-        let results =
-            super::evaluate(&slot, &inputs, millis(now), None).map_err(|e| e.to_string())?;
-        let mut derived = Vec::with_capacity(inputs.len());
-        for (input, result) in inputs.into_iter().zip(results) {
-            let key = (input.app.id.namespace, input.app.id.name);
+        });
+        let results = answer.map_err(|e| e.to_string())?.value;
+        let mut derived = Vec::with_capacity(batch.len());
+        for (key, result) in batch.iter().zip(results) {
             match result {
                 Ok(verdict) => derived.push((
-                    key,
+                    key.clone(),
                     LiveVerdict {
                         recheck_after: verdict.recheck_after,
                         verdict,
