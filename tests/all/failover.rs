@@ -1,6 +1,6 @@
 //! Failover scenarios against the simulator, through the real binary: the
 //! default failover policy with short clocks (grace 1.5 s, offline after
-//! 4 s), the host's brakes, overrides and approvals over HTTP, dry run and
+//! 4 s, a returning node trusted after 5 s), the host's brakes, overrides and approvals over HTTP, dry run and
 //! enforcement, and the audit records.
 
 use std::path::Path;
@@ -23,7 +23,7 @@ trust-after-ms = 600000
 [settings.failover]
 grace-ms = 1500
 offline-after-ms = 4000
-stabilize-ms = 1000
+stabilize-ms = 5000
 "#;
 
 fn now() -> String {

@@ -384,7 +384,10 @@ impl Snapshot {
                 let pods: Vec<Cow<'_, types::Pod>> = stored
                     .into_iter()
                     .map(|p| {
-                        if self.usage.contains_key(&(p.namespace.clone(), p.name.clone())) {
+                        if self
+                            .usage
+                            .contains_key(&(p.namespace.clone(), p.name.clone()))
+                        {
                             Cow::Owned(self.with_usage(p))
                         } else {
                             Cow::Borrowed(p)

@@ -102,28 +102,28 @@ pub fn derive(
     let full = full || dirty.all || verdicts.count() == 0;
     let now = SystemTime::now();
     let observed_at = observed.health.observed_until();
-    let mut known: Vec<AppKey> = verdicts
-        .known
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .cloned()
-        .collect();
     // Apps named by tasks exist even when nothing of them is in the cluster.
-    known.extend(tasks.map(Tasks::apps).unwrap_or_default());
+    let task_apps = tasks.map(Tasks::apps).unwrap_or_default();
     let keys: BTreeSet<AppKey> = {
         let snapshot = observed.read();
+        let known = verdicts
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let others = || known.iter().chain(&task_apps);
         if full {
-            snapshot
-                .app_keys()
-                .cloned()
-                .chain(known.iter().cloned())
-                .collect()
+            let mut keys: BTreeSet<AppKey> = snapshot.app_keys().cloned().collect();
+            for key in others() {
+                if !keys.contains(key) {
+                    keys.insert(key.clone());
+                }
+            }
+            keys
         } else {
             let mut keys = dirty.apps;
             for namespace in &dirty.namespaces {
                 keys.extend(snapshot.apps_in_namespace(namespace));
-                keys.extend(known.iter().filter(|(ns, _)| ns == namespace).cloned());
+                keys.extend(others().filter(|(ns, _)| ns == namespace).cloned());
             }
             for node in &dirty.nodes {
                 keys.extend(snapshot.apps_on_node(node));
@@ -220,11 +220,18 @@ pub fn derive(
         .last_error
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-    verdicts
-        .known
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .extend(fresh.keys().cloned());
+    {
+        let mut known = verdicts
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for key in fresh.keys() {
+            if !known.contains(key) {
+                known.insert(key.clone());
+            }
+        }
+    }
+    let mut replaced = None;
     let changed: Vec<AppView> = {
         let mut apps = verdicts
             .apps
@@ -242,12 +249,23 @@ pub fn derive(
                 .collect()
         });
         if full {
-            *apps = fresh;
+            replaced = Some(std::mem::replace(&mut *apps, fresh));
         } else {
             apps.extend(fresh);
         }
         changed.unwrap_or_default()
     };
+    // The verdicts a full derivation replaced are freed off this thread:
+    // readers have the new ones already, and the next derivation need not
+    // wait for thousands of frees.
+    if let Some(replaced) = replaced.filter(|r| r.len() > super::BATCH) {
+        let freeing = std::thread::Builder::new()
+            .name("verdict-free".into())
+            .spawn(move || drop(replaced));
+        if let Err(error) = freeing {
+            tracing::debug!(%error, "freeing the replaced verdicts here");
+        }
+    }
     if let Some(events) = events {
         for view in changed {
             let app = format!("{}/{}", view.namespace, view.name);
