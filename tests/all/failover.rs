@@ -1,7 +1,7 @@
 //! Failover scenarios against the simulator, through the real binary: the
 //! default failover policy with short clocks (grace 1.5 s, offline after
-//! 4 s, a returning node trusted after 5 s), the host's brakes, overrides and approvals over HTTP, dry run and
-//! enforcement, and the audit records.
+//! 4 s, a returning node trusted after 5 s), the host's brakes, overrides
+//! and approvals over HTTP, dry run and enforcement, and the audit records.
 
 use std::path::Path;
 

@@ -255,17 +255,9 @@ pub fn derive(
         }
         changed.unwrap_or_default()
     };
-    // The verdicts a full derivation replaced are freed off this thread:
-    // readers have the new ones already, and the next derivation need not
-    // wait for thousands of frees.
-    if let Some(replaced) = replaced.filter(|r| r.len() > super::BATCH) {
-        let freeing = std::thread::Builder::new()
-            .name("verdict-free".into())
-            .spawn(move || drop(replaced));
-        if let Err(error) = freeing {
-            tracing::debug!(%error, "freeing the replaced verdicts here");
-        }
-    }
+    // The verdicts a full derivation replaced are freed after the lock is
+    // released, so that readers do not wait for thousands of frees.
+    drop(replaced);
     if let Some(events) = events {
         for view in changed {
             let app = format!("{}/{}", view.namespace, view.name);
