@@ -45,20 +45,6 @@ fn pod(ns: &str, app: &str, name: &str, waiting: Option<&str>) -> Value {
     })
 }
 
-/// Resident and peak resident memory of a process, in MiB.
-fn memory(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let (namespaces, apps_per_namespace, pods_per_app) =
@@ -143,7 +129,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let derived = started.elapsed();
-    let (rss, peak) = memory(host.0.id());
+    let (rss, peak) = support::memory(host.0.id());
 
     // One pod starts crash-looping; time until its app's verdict says so.
     let pods_resource = resources::find("", "v1", "pods").unwrap();

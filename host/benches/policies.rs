@@ -60,20 +60,6 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
 
-/// Resident and peak resident memory of this process, in MiB.
-fn memory() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 fn registry_over(dir: &Path, cache: &Path) -> Arc<Registry> {
     let limits = Limits {
         call_timeout: Duration::from_secs(5),
@@ -298,7 +284,7 @@ fn main() {
         );
     }
     println!();
-    let (rss, peak) = memory();
+    let (rss, peak) = support::memory(std::process::id());
     println!("| memory | figure |");
     println!("|---|---|");
     println!(

@@ -33,7 +33,8 @@ fn resource(group: &str, plural: &str) -> &'static Resource {
     resources::find(group, version, plural).expect("a built-in resource")
 }
 
-fn ready(pod: &Value) -> bool {
+/// Whether a pod's Ready condition is True.
+pub(crate) fn ready(pod: &Value) -> bool {
     pod.pointer("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()

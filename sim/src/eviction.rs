@@ -9,17 +9,10 @@
 
 use serde_json::{Value, json};
 
+use crate::controller::ready;
 use crate::resources;
 use crate::store::{Store, StoreError};
 use crate::text;
-
-fn ready(pod: &Value) -> bool {
-    pod.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
 
 /// Whether a budget's `spec.selector.matchLabels` selects a pod (a budget
 /// without a selector selects nothing).

@@ -191,3 +191,19 @@ pub fn review(name: &str, namespace: &str) -> String {
         .unwrap()
         .replace("NAMESPACE", namespace)
 }
+
+/// Resident and peak resident memory of a process, in MiB (Linux); for the
+/// benchmarks, which share these helpers.
+#[allow(dead_code)]
+pub fn memory(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}

@@ -886,15 +886,8 @@ impl Failover {
             by: Some(o.by.clone()),
             ..blank(node, at)
         };
-        Self::record(&mut inner, record);
-        self.save(&mut inner).await;
-        drop(inner);
-        self.events.publish(
-            "failover",
-            None,
-            json!({"event": "override", "override": o}),
-        );
-        self.wake.notify_one();
+        self.recorded(inner, record, json!({"event": "override", "override": o}))
+            .await;
         Ok(o)
     }
 
@@ -912,16 +905,27 @@ impl Failover {
             by: Some(by.to_string()),
             ..blank(node, at)
         };
+        self.recorded(
+            inner,
+            record,
+            json!({"event": "override-cleared", "node": node, "by": by}),
+        )
+        .await;
+        Ok(o)
+    }
+
+    /// Keep a person's record, tell the event stream, and judge again now.
+    async fn recorded(
+        &self,
+        mut inner: tokio::sync::MutexGuard<'_, Inner>,
+        record: Record,
+        event: Value,
+    ) {
         Self::record(&mut inner, record);
         self.save(&mut inner).await;
         drop(inner);
-        self.events.publish(
-            "failover",
-            None,
-            json!({"event": "override-cleared", "node": node, "by": by}),
-        );
+        self.events.publish("failover", None, event);
         self.wake.notify_one();
-        Ok(o)
     }
 
     /// Approve an action the latest decision on a node proposes.
@@ -994,15 +998,8 @@ impl Failover {
             by: Some(approval.by.clone()),
             ..blank(node, at)
         };
-        Self::record(&mut inner, record);
-        self.save(&mut inner).await;
-        drop(inner);
-        self.events.publish(
-            "failover",
-            None,
-            json!({"event": "approval", "node": node, "action": request.action, "approval": approval}),
-        );
-        self.wake.notify_one();
+        self.recorded(inner, record, json!({"event": "approval", "node": node, "action": request.action, "approval": approval}))
+            .await;
         Ok(approval)
     }
 
