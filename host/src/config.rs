@@ -76,6 +76,8 @@ pub struct Config {
     pub execute_tasks: bool,
     /// Failover: enforcement and the brakes (the `[failover]` table).
     pub failover: crate::failover::FailoverConfig,
+    /// Threads a derivation evaluates on; 0 for one per core.
+    pub derive_threads: usize,
     /// Events kept for clients that reconnect to the event stream.
     pub event_buffer: usize,
     /// How often an idle event stream gets a heartbeat comment.
@@ -157,6 +159,7 @@ impl Config {
             tls: None,
             execute_tasks: false,
             failover: crate::failover::FailoverConfig::default(),
+            derive_threads: 0,
             event_buffer: 10_000,
             heartbeat: Duration::from_secs(15),
             read_tokens: Vec::new(),
@@ -235,6 +238,10 @@ impl Config {
         if let Ok(failover) = V::try_from(&self.failover) {
             t.insert("failover".into(), failover);
         }
+        t.insert(
+            "derive-threads".into(),
+            V::Integer(self.derive_threads as i64),
+        );
         t.insert("event-buffer".into(), V::Integer(self.event_buffer as i64));
         t.insert("heartbeat-ms".into(), ms(self.heartbeat));
         t.insert(
@@ -416,6 +423,11 @@ pub struct ServeArgs {
     #[arg(long, env = "VERDICT_FAILOVER_MAX_UNHEALTHY", value_name = "N|PERCENT")]
     pub failover_max_unhealthy: Option<crate::failover::brakes::Cap>,
 
+    /// Threads that evaluate verdicts when many apps are derived at once
+    /// (0: one per core) [default: 0].
+    #[arg(long, env = "VERDICT_DERIVE_THREADS", value_name = "N")]
+    pub derive_threads: Option<usize>,
+
     /// Events kept for event-stream clients that reconnect with
     /// `Last-Event-ID` [default: 10000].
     #[arg(long, env = "VERDICT_EVENT_BUFFER", value_name = "N")]
@@ -481,6 +493,7 @@ struct FileConfig {
     tls_key: Option<PathBuf>,
     execute_tasks: Option<bool>,
     failover: Option<crate::failover::FailoverConfig>,
+    derive_threads: Option<usize>,
     event_buffer: Option<usize>,
     heartbeat_ms: Option<u64>,
     #[serde(default)]
@@ -658,6 +671,9 @@ impl ServeArgs {
                 })?;
             }
         }
+        if let Some(n) = self.derive_threads.or(file.derive_threads) {
+            config.derive_threads = n;
+        }
         match self.event_buffer.or(file.event_buffer) {
             Some(0) => {
                 return Err(Error::Config {
@@ -776,7 +792,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = write(
             dir.path(),
-            "listen = \"127.0.0.1:9000\"\ncall-timeout-ms = 250\n[settings.status]\nrestart-window-ms = 1000\n",
+            "listen = \"127.0.0.1:9000\"\ncall-timeout-ms = 250\nderive-threads = 1\n[settings.status]\nrestart-window-ms = 1000\n",
         );
         let args = ServeArgs {
             config: Some(path),
@@ -786,6 +802,7 @@ mod tests {
         let config = args.into_config().unwrap();
         assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(config.limits.call_timeout, Duration::from_millis(40));
+        assert_eq!(config.derive_threads, 1);
         assert_eq!(config.limits.memory_bytes, 64 << 20);
         assert_eq!(config.data_dir, PathBuf::from("verdict-data"));
         assert_eq!(

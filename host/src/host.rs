@@ -317,7 +317,7 @@ impl Host {
         let executor_client = client.clone();
         let (live, following) = match (client, observed) {
             (Some(client), Some(observed)) => {
-                let verdicts = Arc::new(Verdicts::default());
+                let verdicts = Arc::new(Verdicts::with_threads(config.derive_threads));
                 let following = cluster::follow(client.clone(), &observed);
                 loops.push(tokio::spawn(live::derive_forever(
                     Arc::clone(&observed),

@@ -43,9 +43,19 @@ pub struct Verdicts {
     known: Mutex<BTreeSet<AppKey>>,
     /// The policy's last failure, if its last evaluation failed.
     pub last_error: Mutex<Option<String>>,
+    /// Threads a derivation evaluates batches on; 0 for one per core.
+    threads: usize,
 }
 
 impl Verdicts {
+    /// Verdicts derived on at most `threads` threads (0: one per core).
+    pub fn with_threads(threads: usize) -> Self {
+        Self {
+            threads,
+            ..Self::default()
+        }
+    }
+
     pub fn all(&self) -> Vec<LiveVerdict> {
         self.apps
             .read()
@@ -207,10 +217,15 @@ pub fn derive(
     let mut error = None;
     // Each batch's verdicts are stored as it finishes, so that no more than
     // a batch per core is held besides them.
-    evaluate_in_parallel(&batches, evaluate_batch, |batch| match batch {
-        Ok(derived) => fresh.extend(derived),
-        Err(e) => error = Some(e),
-    });
+    evaluate_in_parallel(
+        &batches,
+        verdicts.threads,
+        evaluate_batch,
+        |batch| match batch {
+            Ok(derived) => fresh.extend(derived),
+            Err(e) => error = Some(e),
+        },
+    );
     if let Some(error) = error {
         tracing::warn!(%error, "status evaluation failed; keeping the previous verdicts");
         failed(error);
@@ -271,17 +286,21 @@ pub fn derive(
     verdicts.next_recheck()
 }
 
-/// Run `f` over every batch, on as many threads as there are cores (each
+/// Run `f` over every batch, on `threads` threads (0: one per core; each
 /// takes the next batch left), handing each answer to `take` on this thread
 /// as it comes.
 fn evaluate_in_parallel<T: Send>(
     batches: &[&[AppKey]],
+    threads: usize,
     f: impl Fn(&[AppKey]) -> T + Sync,
     mut take: impl FnMut(T),
 ) {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(batches.len());
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let workers = match threads {
+        0 => cores,
+        n => n,
+    }
+    .min(batches.len());
     if workers <= 1 {
         batches.iter().for_each(|b| take(f(b)));
         return;
