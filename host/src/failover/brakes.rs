@@ -173,7 +173,7 @@ fn held(brake: &'static str, why: String) -> Option<Held> {
 }
 
 /// What one evaluation knows while it applies the brakes.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Gauges {
     pub now: Timestamp,
     pub nodes: usize,

@@ -66,7 +66,8 @@ struct Latest {
     policy: Option<String>,
     error: Option<String>,
     reports: BTreeMap<String, NodeReport>,
-    gauges: Option<(usize, usize, usize, usize, bool)>,
+    /// The counts the brakes were applied with.
+    gauges: Gauges,
 }
 
 #[derive(Debug)]
@@ -242,23 +243,15 @@ impl Failover {
             .filter_map(|p| {
                 let node = p.node.as_deref().filter(|n| watched.contains(n))?;
                 let workload = p.owner.as_ref().and_then(|o| {
-                    let kind = match o.kind.as_str() {
-                        "Deployment" => types::WorkloadKind::Deployment,
-                        "StatefulSet" => types::WorkloadKind::StatefulSet,
-                        "DaemonSet" => types::WorkloadKind::DaemonSet,
-                        _ => return None,
-                    };
                     Some(wit::WorkloadRef {
-                        kind,
+                        kind: crate::observe::workload_kind_named(&o.kind)?,
                         namespace: p.namespace.clone(),
                         name: o.name.clone(),
                     })
                 });
                 let workload_replicas = workload.as_ref().and_then(|w| {
-                    let kind = model::kind_name(w.kind);
                     snapshot
-                        .workloads
-                        .get(&(kind, w.namespace.clone(), w.name.clone()))
+                        .workload(w.kind, &w.namespace, &w.name)
                         .map(|w| w.desired_replicas)
                 });
                 Some(wit::Placement {
@@ -287,7 +280,7 @@ impl Failover {
     /// Ask the failover policy, off the async threads.
     async fn decide(
         &self,
-        input: wit::FailoverInput,
+        input: Arc<wit::FailoverInput>,
         at: types::Timestamp,
     ) -> Result<(Vec<wit::NodeDecision>, String), String> {
         let registry = Arc::clone(&self.registry);
@@ -342,10 +335,9 @@ impl Failover {
             );
         }
 
-        let input = self.input(&inner.memory, at);
-        let nodes = input.nodes.clone();
-        let placements = input.placements.clone();
-        let (decisions, policy) = match self.decide(input, at).await {
+        let input = Arc::new(self.input(&inner.memory, at));
+        let (nodes, placements) = (&input.nodes, &input.placements);
+        let (decisions, policy) = match self.decide(Arc::clone(&input), at).await {
             Ok(answer) => answer,
             Err(error) => {
                 if inner.latest.error.as_deref() != Some(error.as_str()) {
@@ -542,13 +534,7 @@ impl Failover {
         inner.memory.previous = decided.into_iter().map(|d| (d.node.clone(), d)).collect();
         inner.latest.reports = reports;
         inner.latest.at = Some(at);
-        inner.latest.gauges = Some((
-            gauges.nodes,
-            gauges.unhealthy,
-            gauges.in_flight,
-            gauges.started,
-            gauges.observing,
-        ));
+        inner.latest.gauges = gauges;
         self.save(inner).await;
     }
 
@@ -1015,10 +1001,8 @@ impl Failover {
     pub async fn view(&self) -> Value {
         let inner = self.inner.lock().await;
         let latest = &inner.latest;
-        let (nodes, unhealthy, in_flight, started, observing) =
-            latest.gauges.unwrap_or((0, 0, 0, 0, false));
+        let gauges = &latest.gauges;
         let config = &self.config;
-        let storm = unhealthy > config.max_unhealthy.allowed(nodes);
         let held: Vec<Value> = latest
             .reports
             .values()
@@ -1035,19 +1019,19 @@ impl Failover {
             "policy": latest.policy,
             "error": latest.error,
             "brakes": {
-                "storm": storm,
-                "nodes": nodes,
-                "unhealthy": unhealthy,
+                "storm": gauges.storm(config),
+                "nodes": gauges.nodes,
+                "unhealthy": gauges.unhealthy,
                 "max-unhealthy": config.max_unhealthy.to_string(),
-                "in-flight": in_flight,
+                "in-flight": gauges.in_flight,
                 "max-in-flight": config.max_in_flight,
-                "started-in-window": started,
+                "started-in-window": gauges.started,
                 "max-actions": config.max_actions,
                 "window-s": config.window_ms / 1000,
                 "max-retries": config.max_retries,
                 "flap-count": config.flap_count,
                 "flap-window-s": config.flap_window_ms / 1000,
-                "observing": observing,
+                "observing": gauges.observing,
                 "maintenance": config.maintenance,
                 "held": held,
             },

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::observe::{workload_kind, workload_kind_named};
 use crate::plugins::bindings::failover as wit;
 use crate::plugins::bindings::types::{Timestamp, WorkloadKind};
 use crate::tasks::model::time;
@@ -71,7 +72,7 @@ pub struct Workload {
 impl Workload {
     pub fn from_wit(w: &wit::WorkloadRef) -> Self {
         Self {
-            kind: kind_name(w.kind).into(),
+            kind: workload_kind(w.kind).into(),
             namespace: w.namespace.clone(),
             name: w.name.clone(),
         }
@@ -79,11 +80,7 @@ impl Workload {
 
     fn to_wit(&self) -> wit::WorkloadRef {
         wit::WorkloadRef {
-            kind: match self.kind.as_str() {
-                "StatefulSet" => WorkloadKind::StatefulSet,
-                "DaemonSet" => WorkloadKind::DaemonSet,
-                _ => WorkloadKind::Deployment,
-            },
+            kind: workload_kind_named(&self.kind).unwrap_or(WorkloadKind::Deployment),
             namespace: self.namespace.clone(),
             name: self.name.clone(),
         }
@@ -93,14 +90,6 @@ impl Workload {
 impl std::fmt::Display for Workload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
-    }
-}
-
-pub fn kind_name(kind: WorkloadKind) -> &'static str {
-    match kind {
-        WorkloadKind::Deployment => "Deployment",
-        WorkloadKind::StatefulSet => "StatefulSet",
-        WorkloadKind::DaemonSet => "DaemonSet",
     }
 }
 

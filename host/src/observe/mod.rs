@@ -103,11 +103,23 @@ pub struct Snapshot {
     index: BTreeMap<AppKey, Members>,
 }
 
-fn workload_kind(kind: types::WorkloadKind) -> &'static str {
+/// The Kubernetes kind of a workload kind: `Deployment`, `StatefulSet`,
+/// `DaemonSet`.
+pub fn workload_kind(kind: types::WorkloadKind) -> &'static str {
     match kind {
         types::WorkloadKind::Deployment => "Deployment",
         types::WorkloadKind::StatefulSet => "StatefulSet",
         types::WorkloadKind::DaemonSet => "DaemonSet",
+    }
+}
+
+/// The workload kind of a Kubernetes kind, when it is one the host observes.
+pub fn workload_kind_named(kind: &str) -> Option<types::WorkloadKind> {
+    match kind {
+        "Deployment" => Some(types::WorkloadKind::Deployment),
+        "StatefulSet" => Some(types::WorkloadKind::StatefulSet),
+        "DaemonSet" => Some(types::WorkloadKind::DaemonSet),
+        _ => None,
     }
 }
 
@@ -268,13 +280,19 @@ impl Snapshot {
     /// The app a workload (`Deployment`, `StatefulSet` or `DaemonSet`, its
     /// namespace and name) belongs to, when it is observed.
     pub fn app_of_workload_named(&self, kind: &str, namespace: &str, name: &str) -> Option<AppKey> {
-        let kind = match kind {
-            "Deployment" => "Deployment",
-            "StatefulSet" => "StatefulSet",
-            "DaemonSet" => "DaemonSet",
-            _ => return None,
-        };
-        self.app_of_workload_key(&(kind, namespace.to_string(), name.to_string()))
+        let w = self.workload(workload_kind_named(kind)?, namespace, name)?;
+        Some(key_of(Self::app_of_workload(&self.grouping, w)))
+    }
+
+    /// A stored workload by kind, namespace and name.
+    pub fn workload(
+        &self,
+        kind: types::WorkloadKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&types::Workload> {
+        self.workloads
+            .get(&(workload_kind(kind), namespace.to_string(), name.to_string()))
     }
 
     fn app_of_workload_key(&self, key: &WorkloadKey) -> Option<AppKey> {
@@ -381,19 +399,8 @@ impl Snapshot {
             .map(|key| {
                 let (workloads, stored, namespace_exists) = self.members_of(key);
                 let nodes = self.nodes_of(stored.iter().copied());
-                let pods: Vec<Cow<'_, types::Pod>> = stored
-                    .into_iter()
-                    .map(|p| {
-                        if self
-                            .usage
-                            .contains_key(&(p.namespace.clone(), p.name.clone()))
-                        {
-                            Cow::Owned(self.with_usage(p))
-                        } else {
-                            Cow::Borrowed(p)
-                        }
-                    })
-                    .collect();
+                let pods: Vec<Cow<'_, types::Pod>> =
+                    stored.into_iter().map(|p| self.with_usage(p)).collect();
                 Input {
                     nodes,
                     app: App {
@@ -425,7 +432,10 @@ impl Snapshot {
         namespace_exists: bool,
         now: types::Timestamp,
     ) -> status::AppInput {
-        let pods: Vec<types::Pod> = pods.iter().map(|p| self.with_usage(p)).collect();
+        let pods: Vec<types::Pod> = pods
+            .iter()
+            .map(|p| self.with_usage(p).into_owned())
+            .collect();
         let nodes = self.nodes_of(pods.iter()).into_iter().cloned().collect();
         tasks.sort_by_key(|t| std::cmp::Reverse(t.created_at));
         status::AppInput {
@@ -447,19 +457,25 @@ impl Snapshot {
         }
     }
 
-    /// A pod with its measured usage, when metrics were seen.
-    fn with_usage(&self, p: &types::Pod) -> types::Pod {
+    /// A pod with its measured usage, when metrics were seen (a copy);
+    /// else the stored pod itself.
+    fn with_usage<'a>(&self, p: &'a types::Pod) -> std::borrow::Cow<'a, types::Pod> {
+        // Without metrics (the usual case) no key is built to look up.
+        let usage = (!self.usage.is_empty())
+            .then(|| self.usage.get(&(p.namespace.clone(), p.name.clone())))
+            .flatten();
+        let Some(usage) = usage else {
+            return std::borrow::Cow::Borrowed(p);
+        };
         let mut pod = p.clone();
-        if let Some(usage) = self.usage.get(&(p.namespace.clone(), p.name.clone())) {
-            for c in &mut pod.containers {
-                c.usage = usage.get(&c.name).copied();
-            }
-            pod.usage = Some(types::Resources {
-                cpu_millis: usage.values().map(|u| u.cpu_millis).sum(),
-                memory_bytes: usage.values().map(|u| u.memory_bytes).sum(),
-            });
+        for c in &mut pod.containers {
+            c.usage = usage.get(&c.name).copied();
         }
-        pod
+        pod.usage = Some(types::Resources {
+            cpu_millis: usage.values().map(|u| u.cpu_millis).sum(),
+            memory_bytes: usage.values().map(|u| u.memory_bytes).sum(),
+        });
+        std::borrow::Cow::Owned(pod)
     }
 }
 

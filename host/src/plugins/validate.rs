@@ -124,12 +124,13 @@ pub(crate) fn plugin_info(info: &types::PluginInfo) -> Result<(), CallError> {
 
 pub(crate) fn app_verdict(
     verdict: &types::AppVerdict,
-    asked: &types::AppId,
+    namespace: &str,
+    name: &str,
 ) -> Result<(), CallError> {
-    if verdict.app.namespace != asked.namespace || verdict.app.name != asked.name {
+    if verdict.app.namespace != namespace || verdict.app.name != name {
         return Err(malformed(format!(
-            "a verdict on {}/{} when asked about {}/{}",
-            verdict.app.namespace, verdict.app.name, asked.namespace, asked.name
+            "a verdict on {}/{} when asked about {namespace}/{name}",
+            verdict.app.namespace, verdict.app.name
         )));
     }
     if let Some(progress) = verdict.display.progress {

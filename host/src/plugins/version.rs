@@ -108,7 +108,7 @@ fn encoded_batch(
 /// One answer per app asked about, each about that app.
 fn check_answers<'a>(
     answers: Vec<Result<types::AppVerdict, String>>,
-    asked: impl ExactSizeIterator<Item = &'a types::AppId>,
+    asked: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
 ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
     if answers.len() != asked.len() {
         return Err(CallError::Malformed(format!(
@@ -117,9 +117,9 @@ fn check_answers<'a>(
             asked.len()
         )));
     }
-    for (answer, id) in answers.iter().zip(asked) {
+    for (answer, (namespace, name)) in answers.iter().zip(asked) {
         if let Ok(verdict) = answer {
-            validate::app_verdict(verdict, id)?;
+            validate::app_verdict(verdict, namespace, name)?;
         }
     }
     Ok(answers)
@@ -354,7 +354,7 @@ impl Version {
             _ => None,
         })?;
         let verdict = answer.map_err(CallError::Refused)?;
-        validate::app_verdict(&verdict, &input.app.id)?;
+        validate::app_verdict(&verdict, &input.app.id.namespace, &input.app.id.name)?;
         Ok(verdict)
     }
 
@@ -379,20 +379,27 @@ impl Version {
                 _ => None,
             })?
         };
-        check_answers(answers, inputs.iter().map(|i| &i.app.id))
+        let asked = inputs
+            .iter()
+            .map(|i| (i.app.id.namespace.as_str(), i.app.id.name.as_str()));
+        check_answers(answers, asked)
     }
 
     /// The status verdicts of a batch already encoded (a `list<app-input>`
-    /// in the `status-encoded` encoding) on the apps `asked`, in order; for
+    /// in the `status-encoded` encoding) on the apps `asked` (namespace and
+    /// name), in order; for
     /// plugins whose [`VersionInfo::encoded_batches`] is true.
     pub fn evaluate_encoded(
         &self,
         ctx: &types::Context,
         encoded: Vec<u8>,
-        asked: &[types::AppId],
+        asked: &[(String, String)],
     ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
         let answers = self.call_encoded(ctx, encoded)?;
-        check_answers(answers, asked.iter())
+        check_answers(
+            answers,
+            asked.iter().map(|(ns, name)| (ns.as_str(), name.as_str())),
+        )
     }
 
     fn call_encoded(

@@ -175,14 +175,7 @@ pub fn derive(
                     .read()
                     .encode_inputs(batch, millis(observed_at), tasks_of)
                     .map_err(crate::plugins::CallError::Malformed)?;
-                let ids: Vec<types::AppId> = batch
-                    .iter()
-                    .map(|(namespace, name)| types::AppId {
-                        namespace: namespace.clone(),
-                        name: name.clone(),
-                    })
-                    .collect();
-                version.evaluate_encoded(&ctx, encoded, &ids)
+                version.evaluate_encoded(&ctx, encoded, batch)
             } else {
                 let mut inputs = observed.read().inputs_for(batch, millis(now));
                 for input in &mut inputs {
