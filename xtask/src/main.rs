@@ -38,6 +38,13 @@ verbs:
   test      plugins, lint, then every test of the workspace (what CI runs;
             installs Debian's chromium and chromium-driver for the
             dashboard test when missing)
+  cluster   a real control plane on loopback (kube-apiserver, controller
+            manager, scheduler, etcd, KWOK; built from testcluster/ with Go):
+              cluster build          build its programs into target/cluster/bin
+              cluster up [--nodes N] start it (3 fake nodes by default) and
+                                     write target/cluster/kubeconfig
+              cluster status         say whether it runs, and where
+              cluster down           stop it
   bench     plugins, then the benchmarks in the release profile: the plugin
             runtime, the status rules native / Wasm / Lua (BENCHMARKS.md),
             a cluster of 100 000 pods followed through the simulator,
@@ -56,6 +63,7 @@ fn main() -> ExitCode {
         "lint" => lint(),
         "test" => build_plugins().and_then(|_| lint()).and_then(|()| test()),
         "bench" => build_plugins().and_then(|_| bench(rest)),
+        "cluster" => cluster(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())
@@ -473,4 +481,78 @@ fn bench(rest: &[String]) -> Result<()> {
             .current_dir(root()),
         BUILD,
     )
+}
+
+/// Where `cluster up` keeps its control plane: `target/cluster`.
+fn cluster_dir() -> PathBuf {
+    cargo_target_dir().join("cluster")
+}
+
+fn cluster(rest: &[String]) -> Result<()> {
+    use verdict_testcluster as testcluster;
+    let dir = cluster_dir();
+    let up = dir.join("up");
+    match rest.first().map(String::as_str) {
+        Some("build") => {
+            testcluster::Binaries::build(&cargo_target_dir())?;
+        }
+        Some("up") => {
+            if let Some(state) = testcluster::status(&up)? {
+                println!(
+                    "the control plane is already up at {} (kubeconfig {})",
+                    state.server,
+                    up.join("kubeconfig").display()
+                );
+                return Ok(());
+            }
+            let nodes = match rest.iter().position(|a| a == "--nodes") {
+                Some(i) => rest
+                    .get(i + 1)
+                    .and_then(|n| n.parse().ok())
+                    .context("--nodes needs a number")?,
+                None => 3,
+            };
+            let bin = testcluster::Binaries::build(&cargo_target_dir())?;
+            let cluster = testcluster::Cluster::start(
+                &bin,
+                &up,
+                testcluster::Options {
+                    nodes,
+                    ..Default::default()
+                },
+            )?;
+            let kubeconfig = dir.join("kubeconfig");
+            std::fs::copy(cluster.kubeconfig(), &kubeconfig)?;
+            let version = cluster.kubectl_run(&["version"], None)?;
+            let state = cluster.detach()?;
+            println!(
+                "control plane up at {} with {nodes} KWOK nodes\n{version}\nkubeconfig: {}\n\n  verdict serve --kubeconfig {}\n  {} --kubeconfig {} get nodes\n\nstop it with `cargo xtask cluster down`",
+                state.server,
+                kubeconfig.display(),
+                kubeconfig.display(),
+                bin.path("kubectl").display(),
+                kubeconfig.display(),
+            );
+        }
+        Some("status") => match testcluster::status(&up)? {
+            Some(state) => println!(
+                "up at {} ({} nodes); kubeconfig {}; processes {:?}",
+                state.server,
+                state.nodes,
+                dir.join("kubeconfig").display(),
+                state.pids
+            ),
+            None => println!("down"),
+        },
+        Some("down") => {
+            if testcluster::stop_detached(&up)? {
+                println!("control plane stopped");
+            } else {
+                println!("no control plane was up");
+            }
+            let _ = std::fs::remove_file(dir.join("kubeconfig"));
+        }
+        _ => bail!("usage: cargo xtask cluster build | up [--nodes N] | status | down"),
+    }
+    Ok(())
 }
