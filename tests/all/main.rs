@@ -15,6 +15,7 @@ mod misbehaving;
 mod mix;
 mod offline;
 mod openapi;
+mod real;
 mod reload;
 mod rules;
 mod serve;

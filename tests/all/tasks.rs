@@ -40,10 +40,14 @@ fn cluster() -> Cluster {
     cluster
 }
 
-/// Serve the `Task` definition and its namespace, as `kubectl apply -f
-/// examples/deploy/task-crd.yaml` would.
+/// Serve the `Task` definition, as the chart's `crds/` does, and the
+/// namespace the tasks live in.
 fn define_tasks(cluster: &Cluster) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/deploy/task-crd.yaml");
+    cluster.apply(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "verdict-system"}}),
+    );
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict/crds/task-crd.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     for document in serde_yaml_ng::Deserializer::from_str(&text) {
         let object: Value = serde::Deserialize::deserialize(document).unwrap();

@@ -1,5 +1,5 @@
 //! Tasks as `Task` custom resources (`tasks.verdict.dev`, see
-//! `examples/deploy/task-crd.yaml`) in one namespace, so that several
+//! `deploy/chart/verdict/crds/task-crd.yaml`) in one namespace, so that several
 //! replicas of the host share them through the API server. The task's JSON
 //! form is the object's `spec`; the name is the task id; a write is a
 //! replace at the `resourceVersion` read with the revision before it.
@@ -78,7 +78,7 @@ impl KubeStore {
             let page = self.api.list(&params).await.map_err(|e| match e {
                 kube::Error::Api(status) if status.code == 404 => StoreError::Failed(format!(
                     "the cluster does not serve tasks.verdict.dev in namespace {}: \
-                     install examples/deploy/task-crd.yaml ({})",
+                     install deploy/chart/verdict/crds/task-crd.yaml ({})",
                     self.namespace, status.message
                 )),
                 other => failed(other),
