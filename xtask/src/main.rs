@@ -37,7 +37,9 @@ verbs:
   lint      cargo fmt --check and clippy with warnings denied
   test      plugins, lint, then every test of the workspace (what CI runs;
             installs Debian's chromium and chromium-driver for the
-            dashboard test when missing)
+            dashboard test when missing; builds the control plane with Go
+            and runs the real-server suite against it, or says loudly that
+            it skipped it where no Go 1.26 is on the PATH)
   cluster   a real control plane on loopback (kube-apiserver, controller
             manager, scheduler, etcd, KWOK; built from testcluster/ with Go):
               cluster build          build its programs into target/cluster/bin
@@ -422,12 +424,48 @@ fn lint() -> Result<()> {
 
 fn test() -> Result<()> {
     ensure_browser()?;
-    run(
-        cargo()
-            .args(["test", "--workspace", "--no-fail-fast"])
-            .current_dir(root()),
-        BUILD,
-    )
+    // The real-server suite's control plane: built (when Go is here) and
+    // started once for the whole run, stopped when the run ends.
+    let real = real_cluster()?;
+    let mut command = cargo();
+    command
+        .args(["test", "--workspace", "--no-fail-fast"])
+        .current_dir(root());
+    if let Some(cluster) = &real {
+        command
+            .env("VERDICT_TEST_CLUSTER", cluster.dir())
+            .env("VERDICT_TESTCLUSTER_BIN", &cluster.binaries().dir);
+    }
+    let outcome = run(&mut command, BUILD);
+    drop(real);
+    outcome
+}
+
+/// Build the control plane and start the real-server suite's shared
+/// instance; `None`, said in one loud line, where no Go 1.26 is on the
+/// PATH — an error instead when `VERDICT_REQUIRE_REAL_CLUSTER` is set (CI).
+fn real_cluster() -> Result<Option<verdict_testcluster::Cluster>> {
+    use verdict_testcluster as testcluster;
+    if testcluster::go_available().is_none() {
+        let line = "xtask test: NO GO 1.26 ON THE PATH: THE REAL-SERVER SUITE (kube-apiserver, KWOK) IS SKIPPED";
+        if std::env::var_os("VERDICT_REQUIRE_REAL_CLUSTER").is_some() {
+            bail!("{line}, and VERDICT_REQUIRE_REAL_CLUSTER is set");
+        }
+        eprintln!("{line}");
+        return Ok(None);
+    }
+    let bin = testcluster::Binaries::build(&cargo_target_dir())?;
+    let dir = cluster_dir().join("test");
+    // A run that was killed may have left its control plane running.
+    testcluster::stop_detached(&dir)?;
+    let cluster = testcluster::Cluster::start(&bin, &dir, testcluster::Options::default())
+        .context("starting the real-server suite's control plane")?;
+    cluster.write_state()?;
+    eprintln!(
+        "xtask test: the real-server suite's control plane is up at {}",
+        cluster.server()
+    );
+    Ok(Some(cluster))
 }
 
 fn bench(rest: &[String]) -> Result<()> {

@@ -5,7 +5,9 @@
 
 use verdict_testcluster::Options;
 
-use super::{PATIENCE, deployment, follow, own_node, pinned, private, remove_node, shared, until};
+use super::{
+    PATIENCE, deployment, follow, own_node, pinned, private, remove_node, shared, unique, until,
+};
 use crate::support::wait_until;
 
 #[test]
@@ -13,8 +15,8 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
     let Some(cluster) = shared("verdicts_follow_workloads_run_by_the_real_control_plane") else {
         return;
     };
-    let ns = "real-follow";
-    let node = "follow-n";
+    let ns = &unique("real-follow");
+    let node = &unique("follow");
     own_node(cluster, node);
     cluster.create_namespace(ns, &[]).unwrap();
     cluster
@@ -57,7 +59,7 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
     let web = format!("{ns}/web");
     let running = until(&server, &web, "running", |v| v["stable"] == "running");
     assert_eq!(running["ready_replicas"], 1);
-    assert_eq!(running["groups"][0]["node"], node);
+    assert_eq!(running["groups"][0]["node"], node.as_str());
     let db = until(&server, &format!("{ns}/db"), "db running", |v| {
         v["stable"] == "running"
     });
@@ -146,7 +148,7 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|n| n["name"] == node)
+        .find(|n| n["name"] == node.as_str())
         .unwrap()
         .clone();
     assert_eq!(ours["ready"], "Unknown", "{ours}");
@@ -236,6 +238,12 @@ fn a_watch_across_an_api_server_restart_loses_no_update() {
     let deleted = until(&server, "shop/web", "the deletion seen", |v| {
         v["stable"] == "stopped"
     });
-    assert_eq!(deleted["stable_reason"], "no Deployment or StatefulSet exists");
-    assert!(deleted["groups"].as_array().unwrap().is_empty(), "{deleted}");
+    assert_eq!(
+        deleted["stable_reason"],
+        "no Deployment or StatefulSet exists"
+    );
+    assert!(
+        deleted["groups"].as_array().unwrap().is_empty(),
+        "{deleted}"
+    );
 }

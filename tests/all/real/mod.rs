@@ -15,6 +15,7 @@
 //! test's pods land on it.
 
 mod follow;
+mod tasks;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -176,4 +177,10 @@ pub fn own_node(cluster: &Cluster, name: &str) {
 /// Delete a node of the test's own (at the end of a test).
 pub fn remove_node(cluster: &Cluster, name: &str) {
     let _ = cluster.kubectl_run(&["delete", "node", name, "--wait=false"], None);
+}
+
+/// A name of this test run's own (namespaces, nodes): runs against one
+/// long-lived control plane do not meet each other's objects.
+pub fn unique(name: &str) -> String {
+    format!("{name}-{}", std::process::id())
 }
