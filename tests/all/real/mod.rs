@@ -16,6 +16,7 @@
 
 mod follow;
 mod tasks;
+mod webhook;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
