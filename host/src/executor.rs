@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 
 use crate::observe::cluster::Observed;
 use crate::plugins::bindings::types::{self, TaskAction as Action, TaskPhase as Phase};
+use crate::tasks::TaskError;
 use crate::tasks::model::{StepReport, TaskPatch};
 use crate::tasks::{Task, Tasks, now};
 
@@ -140,9 +141,17 @@ impl Executor {
     }
 
     async fn report(&self, task: &Task, patch: &TaskPatch) {
-        if let Err(error) = self.tasks.patch(&task.id, patch).await {
+        match self.tasks.patch(&task.id, patch).await {
+            Ok(_) => {}
+            // The store could not take it (the API server refused or was
+            // away): said loudly, and said again on the next round.
+            Err(error @ TaskError::Store(_)) => {
+                tracing::warn!(task = %task.id, %error, "a task report could not be stored");
+            }
             // A task cancelled meanwhile, or written by another replica.
-            tracing::debug!(task = %task.id, %error, "a task report was refused");
+            Err(error) => {
+                tracing::debug!(task = %task.id, %error, "a task report was refused");
+            }
         }
     }
 
@@ -150,6 +159,13 @@ impl Executor {
     async fn advance(&self, task: &Task, jobs: &mut BTreeMap<String, Job>) -> Result<(), String> {
         let (namespace, name) = task.app.split_once('/').unwrap_or(("", &task.app));
         let job = match jobs.get(&task.id) {
+            // The change is made but its report did not land (the store
+            // refused the write): say again that the task is under way, so
+            // that it can finish.
+            Some(_) if task.phase == Phase::Pending => {
+                self.report(task, &under_way(task)).await;
+                return Ok(());
+            }
             Some(job) => job.clone(),
             None => {
                 // A pending task, or a running one this process has not
@@ -157,23 +173,7 @@ impl Executor {
                 // wait for it.
                 let job = self.begin(task, namespace, name).await?;
                 jobs.insert(task.id.clone(), job.clone());
-                let steps = task
-                    .steps
-                    .iter()
-                    .take_while(|s| !WAITING_STEPS.contains(&s.name.as_str()))
-                    .map(|s| StepReport {
-                        name: s.name.clone(),
-                        phase: Phase::Succeeded,
-                        message: None,
-                    })
-                    .collect();
-                let patch = TaskPatch {
-                    phase: task.steps.is_empty().then_some(Phase::Running),
-                    steps: steps_or_first(steps, task),
-                    message: Some(format!("{} under way", task.action_name())),
-                    ..TaskPatch::default()
-                };
-                self.report(task, &patch).await;
+                self.report(task, &under_way(task)).await;
                 return Ok(());
             }
         };
@@ -563,6 +563,27 @@ impl Executor {
 
 /// With a plan, the first report moves the plan (and so the task) on; a
 /// plan whose first step waits gets that step started.
+/// The report that a task's change is made: the steps up to the first that
+/// waits for the cluster are done.
+fn under_way(task: &Task) -> TaskPatch {
+    let steps = task
+        .steps
+        .iter()
+        .take_while(|s| !WAITING_STEPS.contains(&s.name.as_str()))
+        .map(|s| StepReport {
+            name: s.name.clone(),
+            phase: Phase::Succeeded,
+            message: None,
+        })
+        .collect();
+    TaskPatch {
+        phase: task.steps.is_empty().then_some(Phase::Running),
+        steps: steps_or_first(steps, task),
+        message: Some(format!("{} under way", task.action_name())),
+        ..TaskPatch::default()
+    }
+}
+
 fn steps_or_first(steps: Vec<StepReport>, task: &Task) -> Vec<StepReport> {
     if !steps.is_empty() || task.steps.is_empty() {
         return steps;

@@ -14,6 +14,7 @@
 //! that loses a node uses a node of its own, tainted so that no other
 //! test's pods land on it.
 
+mod chart;
 mod follow;
 mod tasks;
 mod webhook;

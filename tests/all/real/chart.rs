@@ -1,0 +1,437 @@
+//! The Helm chart on the real API server, and verdict acting with its
+//! ServiceAccount: the chart renders, passes the server's dry run and is
+//! applied; verdict runs outside the cluster with the ServiceAccount's
+//! token (there is no container runtime here), carries out tasks and
+//! enforces failover on a node whose kubelet stops — evicting through the
+//! real Eviction API, held by a PodDisruptionBudget until it is lifted —
+//! and every request it made is compared with the chart's roles: nothing
+//! it needs is missing, nothing granted goes unused, and a request outside
+//! the role is refused.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use verdict_testcluster::pki::{Credentials, kubeconfig};
+use verdict_testcluster::{Cluster, Options};
+
+use super::{PATIENCE, deployment, follow, own_node, pinned, private, until_kubectl};
+use crate::serve::Server;
+use crate::support::wait_until;
+
+const RELEASE: &str = "vc";
+const NAMESPACE: &str = "verdict-system";
+const ACCOUNT: &str = "vc-verdict";
+
+/// Failover's clocks and brakes, short for the test.
+const CONFIG: &str = r#"
+[failover]
+every-ms = 200
+max-retries = 20
+backoff-ms = 1000
+max-unhealthy = "100%"
+trust-after-ms = 600000
+
+[settings.failover]
+grace-ms = 1000
+offline-after-ms = 6000
+stabilize-ms = 5000
+"#;
+
+fn render(cluster: &Cluster, sets: &[&str]) -> String {
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
+    let mut helm = std::process::Command::new(cluster.binaries().path("helm"));
+    helm.args(["template", RELEASE]).arg(chart).args([
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        "1.36.3",
+        "--include-crds",
+    ]);
+    for set in sets {
+        helm.args(["--set", set]);
+    }
+    verdict_testcluster::run_with_input(&mut helm, None).unwrap()
+}
+
+/// (verb, API group, resource[/subresource]) of every rule of the chart's
+/// ClusterRole and Role.
+fn granted(rendered: &str) -> BTreeSet<(String, String, String)> {
+    let mut granted = BTreeSet::new();
+    for document in serde_yaml_ng::Deserializer::from_str(rendered) {
+        let object: Value = serde::Deserialize::deserialize(document).unwrap();
+        if !matches!(object["kind"].as_str(), Some("ClusterRole" | "Role")) {
+            continue;
+        }
+        for rule in object["rules"].as_array().unwrap() {
+            for group in rule["apiGroups"].as_array().unwrap() {
+                for resource in rule["resources"].as_array().unwrap() {
+                    for verb in rule["verbs"].as_array().unwrap() {
+                        granted.insert((
+                            verb.as_str().unwrap().to_string(),
+                            group.as_str().unwrap().to_string(),
+                            resource.as_str().unwrap().to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    granted
+}
+
+/// (verb, API group, resource[/subresource]) of every resource request the
+/// ServiceAccount made, by the API server's audit log, and those refused.
+fn used(cluster: &Cluster) -> (BTreeSet<(String, String, String)>, Vec<String>) {
+    let user = format!("system:serviceaccount:{NAMESPACE}:{ACCOUNT}");
+    let log = std::fs::read_to_string(cluster.audit_log()).unwrap();
+    let mut used = BTreeSet::new();
+    let mut refused = Vec::new();
+    for line in log.lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        if event["user"]["username"] != user.as_str() || event["objectRef"].is_null() {
+            continue;
+        }
+        let reference = &event["objectRef"];
+        let mut resource = reference["resource"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if let Some(sub) = reference["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        let key = (
+            event["verb"].as_str().unwrap().to_string(),
+            reference["apiGroup"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            resource,
+        );
+        if event["responseStatus"]["code"] == 403 {
+            refused.push(format!("{key:?} {}", event["requestURI"]));
+        }
+        used.insert(key);
+    }
+    (used, refused)
+}
+
+fn task(server: &Server, body: Value) -> String {
+    let (code, created) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
+    assert_eq!(code, 201, "{body}: {created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let mut last = Value::Null;
+    let finished = wait_until(PATIENCE, || {
+        last = server.get(&format!("/v1/tasks/{id}")).1;
+        matches!(
+            last["phase"].as_str(),
+            Some("succeeded" | "failed" | "cancelled")
+        )
+    });
+    assert!(finished.is_some(), "{body} never finished: {last}");
+    assert_eq!(last["phase"], "succeeded", "{body}: {last}");
+    id
+}
+
+fn decision(server: &Server, node: &str) -> Value {
+    let answer = server.get("/v1/failover").1;
+    answer["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|d| d["node"] == node).cloned())
+        .unwrap_or(Value::Null)
+}
+
+fn action<'a>(decision: &'a Value, key: &str) -> Option<&'a Value> {
+    decision["actions"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)
+}
+
+fn done(decision: &Value, key: &str) -> bool {
+    action(decision, key).is_some_and(|a| a["state"] == "done")
+        || decision["taken"][key]["outcome"] == "done"
+}
+
+fn decision_until(
+    server: &Server,
+    node: &str,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut last = Value::Null;
+    let took = wait_until(PATIENCE * 2, || {
+        last = decision(server, node);
+        check(&last)
+    });
+    assert!(
+        took.is_some(),
+        "{what}: never happened; last decision {last:#}"
+    );
+    last
+}
+
+#[test]
+fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cluster) = private(
+        "the_chart_installs_and_verdict_acts_with_exactly_its_role",
+        dir.path(),
+        Options {
+            nodes: 2,
+            node_grace: Duration::from_secs(10),
+        },
+    ) else {
+        return;
+    };
+
+    // The chart: the server's dry run, then for real.
+    cluster.create_namespace(NAMESPACE, &[]).unwrap();
+    let rendered = render(
+        &cluster,
+        &[
+            "host.executeTasks=true",
+            "host.failoverEnforce=true",
+            "webhooks.enabled=false",
+        ],
+    );
+    let dry = cluster
+        .kubectl_run(&["apply", "--dry-run=server", "-f", "-"], Some(&rendered))
+        .unwrap();
+    assert!(
+        dry.contains("deployment.apps/vc-verdict created (server dry run)"),
+        "{dry}"
+    );
+    cluster.apply(&rendered).unwrap();
+    // Its Deployment is valid and schedulable: KWOK runs its pod.
+    until_kubectl(
+        &cluster,
+        &[
+            "get",
+            "deployment",
+            ACCOUNT,
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.status.availableReplicas}",
+        ],
+        "the chart's Deployment available",
+        |s| s == "1",
+    );
+
+    // verdict outside the cluster, as the chart's ServiceAccount.
+    let token = cluster
+        .kubectl_run(
+            &["create", "token", ACCOUNT, "-n", NAMESPACE, "--duration=2h"],
+            None,
+        )
+        .unwrap();
+    let ca = std::fs::read_to_string(cluster.pki().ca()).unwrap();
+    let account_config = dir.path().join("verdict.kubeconfig");
+    std::fs::write(
+        &account_config,
+        kubeconfig(
+            &cluster.server(),
+            &ca,
+            ACCOUNT,
+            Credentials::Token(token.trim()),
+        ),
+    )
+    .unwrap();
+
+    // What verdict will act on: a node of the test's own with a stateless
+    // Deployment (held by a PodDisruptionBudget) and a StatefulSet on it.
+    let node = "fo";
+    own_node(&cluster, node);
+    cluster.create_namespace("apps", &[]).unwrap();
+    cluster
+        .apply(&pinned(deployment("apps", "web", 2, "0s"), node).to_string())
+        .unwrap();
+    let mut db = pinned(deployment("apps", "db", 1, "0s"), node);
+    db["kind"] = json!("StatefulSet");
+    db["spec"]["serviceName"] = json!("db");
+    cluster.apply(&db.to_string()).unwrap();
+    cluster
+        .apply(
+            &json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "web", "namespace": "apps"},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app.kubernetes.io/instance": "web"}}},
+            })
+            .to_string(),
+        )
+        .unwrap();
+    let mut cache = deployment("apps", "cache", 1, "0s");
+    cache["kind"] = json!("StatefulSet");
+    cache["spec"]["serviceName"] = json!("cache");
+    cluster.apply(&cache.to_string()).unwrap();
+
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let server = follow(
+        &account_config,
+        data.path(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--task-store",
+            "kubernetes",
+            "--tasks-namespace",
+            NAMESPACE,
+            "--task-history",
+            "1",
+            "--execute-tasks",
+            "--failover-enforce",
+            "--metrics-interval-ms",
+            "500",
+        ],
+    );
+    assert!(
+        wait_until(PATIENCE, || server.get("/readyz").0 == 200).is_some(),
+        "not ready as the chart's ServiceAccount: {}",
+        server.get("/readyz").1
+    );
+    for app in ["apps/web", "apps/db", "apps/cache"] {
+        super::until(&server, app, "running", |v| v["stable"] == "running");
+    }
+
+    // Tasks carried out on the cluster.
+    task(
+        &server,
+        json!({"app": "apps/api", "action": "create", "params": {"image": "api:1", "replicas": 1}}),
+    );
+    task(
+        &server,
+        json!({"app": "apps/api", "action": "scale", "params": {"replicas": 2}}),
+    );
+    task(
+        &server,
+        json!({"app": "apps/api", "action": "update", "params": {"image": "api:2"}}),
+    );
+    task(&server, json!({"app": "apps/api", "action": "restart"}));
+    task(&server, json!({"app": "apps/api", "action": "stop"}));
+    task(&server, json!({"app": "apps/api", "action": "start"}));
+    task(&server, json!({"app": "apps/api", "action": "delete"}));
+    task(
+        &server,
+        json!({"app": "apps/cache", "action": "scale", "params": {"replicas": 2}}),
+    );
+    task(
+        &server,
+        json!({"app": "apps/cache", "action": "update", "params": {"image": "cache:2"}}),
+    );
+    task(&server, json!({"app": "apps/cache", "action": "delete"}));
+    let image = cluster.kubectl_run(&["get", "deployment", "api", "-n", "apps"], None);
+    assert!(image.is_err(), "apps/api was deleted: {image:?}");
+    // Finished tasks beyond the history bound are deleted from the store.
+    let kept = cluster
+        .kubectl_run(
+            &[
+                "get",
+                "tasks",
+                "-n",
+                NAMESPACE,
+                "-l",
+                "verdict.dev/app-name=api",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .unwrap();
+    assert_eq!(kept.lines().count(), 1, "{kept}");
+
+    // The node's kubelet stops: cordoned, and the eviction is held by the
+    // disruption budget…
+    cluster.stop_kubelet(node).unwrap();
+    let evict = "evict:Deployment/apps/web";
+    let held = decision_until(&server, node, "eviction refused by the budget", |d| {
+        done(d, "cordon")
+            && action(d, evict).is_some_and(|a| {
+                a["detail"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("disruption budget"))
+            })
+    });
+    assert_eq!(held["health"], "unknown", "{held}");
+    until_kubectl(
+        &cluster,
+        &["get", "node", node, "-o", "jsonpath={.spec.unschedulable}"],
+        "the node cordoned",
+        |s| s == "true",
+    );
+    let pods = cluster
+        .kubectl_run(
+            &[
+                "get",
+                "pods",
+                "-n",
+                "apps",
+                "-l",
+                "app.kubernetes.io/instance=web",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        pods.lines().count(),
+        2,
+        "no pod of web was evicted yet: {pods}"
+    );
+    // …until the budget is lifted; then the pods are evicted.
+    cluster
+        .kubectl_run(&["delete", "pdb", "web", "-n", "apps"], None)
+        .unwrap();
+    decision_until(&server, node, "evicted", |d| done(d, evict));
+
+    // Offline: the StatefulSet's pod is released once a person approves.
+    let release = "release:StatefulSet/apps/db";
+    decision_until(&server, node, "release awaiting approval", |d| {
+        action(d, release).is_some_and(|a| a["state"] == "awaiting-approval")
+    });
+    let (code, approved) = server.send(
+        "POST",
+        &format!("/v1/failover/nodes/{node}/approve"),
+        Some(&json!({"action": release, "by": "ana", "reason": "fo is powered off"}).to_string()),
+    );
+    assert_eq!(code, 200, "{approved}");
+    decision_until(&server, node, "released", |d| done(d, release));
+    let taints = cluster
+        .kubectl_run(
+            &["get", "node", node, "-o", "jsonpath={.spec.taints[*].key}"],
+            None,
+        )
+        .unwrap();
+    assert!(
+        taints.contains("node.kubernetes.io/out-of-service"),
+        "{taints}"
+    );
+
+    // Every request verdict made was allowed, and it used every grant.
+    drop(server);
+    let granted = granted(&rendered);
+    let (used, refused) = used(&cluster);
+    assert!(
+        refused.is_empty(),
+        "requests the chart's role refused: {refused:#?}"
+    );
+    let missing: Vec<_> = used.difference(&granted).collect();
+    let unused: Vec<_> = granted.difference(&used).collect();
+    assert!(
+        missing.is_empty() && unused.is_empty(),
+        "used but not granted: {missing:?}\ngranted but never used: {unused:?}"
+    );
+
+    // A request outside the role is refused.
+    let mut as_account = std::process::Command::new(cluster.binaries().path("kubectl"));
+    as_account
+        .arg("--kubeconfig")
+        .arg(&account_config)
+        .args(["get", "secrets", "-n", NAMESPACE]);
+    let refused = verdict_testcluster::run_with_input(&mut as_account, None).unwrap_err();
+    assert!(refused.to_string().contains("Forbidden"), "{refused}");
+}
