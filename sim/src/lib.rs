@@ -79,6 +79,10 @@ impl Simulator {
 
     /// Start serving an existing store (a restarted simulator keeps its state).
     pub async fn start_with(options: Options, store: Arc<Store>) -> std::io::Result<Self> {
+        // A real API server that starts again fills a new watch cache from
+        // a list at the current version: a watch that resumes from an
+        // older version gets `410 Gone` and lists again.
+        store.compact();
         let listener = TcpListener::bind(options.listen).await?;
         let addr = listener.local_addr()?;
         let (cut, cut_rx) = watch::channel(0);

@@ -350,3 +350,44 @@ fn the_demo_health_endpoints_follow_their_annotation() {
         format!("{base}/demo/health/shop/web")
     );
 }
+
+#[test]
+fn a_restarted_simulator_answers_old_versions_with_410_as_a_restarted_api_server_does() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let simulator = runtime
+        .block_on(Simulator::start(Options::default()))
+        .unwrap();
+    simulator
+        .apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}))
+        .unwrap();
+    simulator.apply(pod("web-1", "Running", 0)).unwrap();
+    let list: Value =
+        reqwest::blocking::get(format!("{}/api/v1/namespaces/shop/pods", simulator.url()))
+            .unwrap()
+            .json()
+            .unwrap();
+    let listed_at = resource_version(&list);
+    // The cluster moves on (on a real one, leases move it every few
+    // seconds) and the API server restarts.
+    simulator.apply(pod("web-2", "Running", 0)).unwrap();
+    let store = simulator.stop();
+    let restarted = runtime
+        .block_on(Simulator::start_with(Options::default(), store))
+        .unwrap();
+    // What was stored is still there…
+    let again: Value =
+        reqwest::blocking::get(format!("{}/api/v1/namespaces/shop/pods", restarted.url()))
+            .unwrap()
+            .json()
+            .unwrap();
+    assert_eq!(again["items"].as_array().unwrap().len(), 2);
+    // …but a watch from before the restart must list again.
+    let events = watch(&format!(
+        "{}/api/v1/namespaces/shop/pods?watch=true&resourceVersion={listed_at}",
+        restarted.url()
+    ));
+    let error = next(&events);
+    assert_eq!(error["type"], "ERROR");
+    assert_eq!(error["object"]["code"], 410);
+    assert_eq!(error["object"]["reason"], "Expired");
+}

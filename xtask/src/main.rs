@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+mod real_demo;
+
 use anyhow::{Context, Result, bail};
 use wait_timeout::ChildExt;
 
@@ -33,7 +35,8 @@ verbs:
             target/test-plugins/<name>.wasm (plugins the tests use) and
             target/example-plugins/<name>.wasm (examples/)
   demo      build the plugins and run `verdict serve --demo` with them: the
-            host on the built-in demo cluster
+            host on the built-in demo cluster; `demo --real` plays the demo
+            on the real control plane (`cluster up`), KWOK running the pods
   lint      cargo fmt --check and clippy with warnings denied
   test      plugins, lint, then every test of the workspace (what CI runs;
             installs Debian's chromium and chromium-driver for the
@@ -381,6 +384,18 @@ fn encode(root: &Path, modules: &Path, guest: &Guest) -> Result<PathBuf> {
 }
 
 fn demo(rest: &[String]) -> Result<()> {
+    if rest.iter().any(|a| a == "--real") {
+        let up = cluster_dir().join("up");
+        if verdict_testcluster::status(&up)?.is_none() {
+            cluster(&["up".to_string()])?;
+        }
+        let cluster = verdict_testcluster::Cluster::attach(&up)?;
+        let mut serve = cargo();
+        serve
+            .args(["run", "--package", "verdict", "--"])
+            .current_dir(root());
+        return real_demo::run(&cluster, &root().join("target").join("plugins"), serve);
+    }
     let mut serve = cargo();
     serve
         .args(["run", "--package", "verdict", "--", "serve", "--demo"])
