@@ -233,7 +233,20 @@ pub fn run(cluster: &Cluster, plugins: &std::path::Path, mut serve: Command) -> 
         .arg(cluster.kubeconfig())
         .arg("--plugins")
         .arg(plugins);
-    let _verdict = Verdict(serve.spawn().context("could not start verdict")?);
+    let mut verdict_process = Verdict(serve.spawn().context("could not start verdict")?);
+    // verdict may be built first; the story starts once it serves.
+    let started = Instant::now();
+    while !reqwest::blocking::get(format!("{verdict}/readyz"))
+        .is_ok_and(|r| r.status().is_success())
+    {
+        if let Some(status) = verdict_process.0.try_wait()? {
+            anyhow::bail!("verdict exited with {status}");
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            anyhow::bail!("verdict did not become ready within 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     eprintln!(
         "xtask demo --real: verdict follows the control plane at {}; open {verdict}/ (Ctrl-C ends the demo)",
         cluster.server()
