@@ -96,6 +96,15 @@ pub static RESOURCES: &[Resource] = &[
         short_names: &["pdb"],
     },
     Resource {
+        group: "coordination.k8s.io",
+        version: "v1",
+        plural: "leases",
+        singular: "lease",
+        kind: "Lease",
+        namespaced: true,
+        short_names: &[],
+    },
+    Resource {
         group: "apiextensions.k8s.io",
         version: "v1",
         plural: "customresourcedefinitions",

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::ListParams;
 use kube::runtime::watcher::{self, Event, watcher};
@@ -225,6 +226,13 @@ enum Change {
 /// How one kind enters the snapshot.
 trait Observe: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static {
     const KIND: &'static str;
+    /// Where the kind is watched: in every namespace, unless said.
+    fn api(client: Client) -> Api<Self>
+    where
+        Self::DynamicType: Default,
+    {
+        Api::all(client)
+    }
     fn put(snapshot: &mut Snapshot, object: &Self) -> Change;
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change;
     /// Forget the objects of the kind a full list did not name, by
@@ -295,6 +303,31 @@ impl Observe for Namespace {
     }
 }
 
+/// Where kubelets keep their heartbeat Leases.
+pub const NODE_LEASES: &str = "kube-node-lease";
+
+impl Observe for Lease {
+    const KIND: &'static str = "node-leases";
+    fn api(client: Client) -> Api<Self> {
+        Api::namespaced(client, NODE_LEASES)
+    }
+    fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
+        if let Some((node, renewed)) = reduce::node_lease(object) {
+            snapshot.put_node_lease(&node, renewed);
+        }
+        Change::Node(name(&object.metadata))
+    }
+    fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
+        snapshot.node_leases.remove(&name(&object.metadata));
+        Change::Node(name(&object.metadata))
+    }
+    fn retain(snapshot: &mut Snapshot, listed: &BTreeSet<(String, String)>) {
+        snapshot
+            .node_leases
+            .retain(|name, _| listed.contains(&(NODE_LEASES.to_string(), name.clone())));
+    }
+}
+
 macro_rules! observe_workload {
     ($ty:ty, $kind:literal, $reduce:path, $wk:expr) => {
         impl Observe for $ty {
@@ -342,7 +375,7 @@ where
     K::DynamicType: Default,
 {
     observed.health.start(K::KIND);
-    let api: Api<K> = Api::all(client);
+    let api: Api<K> = K::api(client);
     let mut stream = watcher(api.clone(), watcher::Config::default()).boxed();
     // A full list arrives as Init, InitApply…, InitDone: each object enters
     // as it arrives (no copy of the whole list is held), and at the end the
@@ -449,6 +482,7 @@ pub fn follow(client: Client, observed: &Arc<Observed>) -> Following {
             Arc::clone(observed),
         )),
         tokio::spawn(follow_kind::<Node>(client.clone(), Arc::clone(observed))),
+        tokio::spawn(follow_kind::<Lease>(client.clone(), Arc::clone(observed))),
         tokio::spawn(follow_kind::<Pod>(client.clone(), Arc::clone(observed))),
         tokio::spawn(follow_kind::<Deployment>(
             client.clone(),

@@ -93,6 +93,11 @@ pub struct Snapshot {
     pub pods: BTreeMap<PodKey, types::Pod>,
     /// Nodes by name.
     pub nodes: BTreeMap<String, types::Node>,
+    /// When each node's kubelet last renewed its Lease (`kube-node-lease`):
+    /// the heartbeat a kubelet sends every few seconds, while it posts the
+    /// node's status (and the `Ready` condition's heartbeat) only every few
+    /// minutes.
+    pub node_leases: BTreeMap<String, types::Timestamp>,
     /// Measured usage by pod (namespace, name), then by container.
     pub usage: BTreeMap<(String, String), BTreeMap<String, types::Resources>>,
     /// The last result of each app's own health check.
@@ -248,8 +253,19 @@ impl Snapshot {
         self.namespaces.insert(name, labels);
     }
 
-    pub fn put_node(&mut self, node: types::Node) {
+    pub fn put_node(&mut self, mut node: types::Node) {
+        if let Some(&renewed) = self.node_leases.get(&node.name) {
+            node.last_heartbeat = node.last_heartbeat.max(Some(renewed));
+        }
         self.nodes.insert(node.name.clone(), node);
+    }
+
+    /// A node's Lease was renewed at `renewed`: its last heartbeat.
+    pub fn put_node_lease(&mut self, node: &str, renewed: types::Timestamp) {
+        self.node_leases.insert(node.to_string(), renewed);
+        if let Some(observed) = self.nodes.get_mut(node) {
+            observed.last_heartbeat = observed.last_heartbeat.max(Some(renewed));
+        }
     }
 
     /// The health-check URL of every app whose workload names one in the

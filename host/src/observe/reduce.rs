@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as K8sContainerState, ContainerStateTerminated, ContainerStatus,
     Node, Pod, ResourceRequirements,
@@ -16,6 +17,13 @@ use crate::plugins::bindings::types;
 /// Milliseconds since the epoch of a Kubernetes time.
 pub fn millis(time: &Time) -> types::Timestamp {
     time.0.as_millisecond()
+}
+
+/// The node a `kube-node-lease` Lease belongs to (named after it) and when
+/// its kubelet last renewed it.
+pub fn node_lease(lease: &Lease) -> Option<(String, types::Timestamp)> {
+    let renewed = lease.spec.as_ref()?.renew_time.as_ref()?;
+    Some((lease.metadata.name.clone()?, renewed.0.as_millisecond()))
 }
 
 /// Labels or annotations as key-value pairs.

@@ -20,7 +20,7 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
     own_node(cluster, node);
     cluster.create_namespace(ns, &[]).unwrap();
     cluster
-        .apply(&pinned(deployment(ns, "web", 1, "0s"), node).to_string())
+        .apply(&pinned(deployment(ns, "web", 1, "8s"), node).to_string())
         .unwrap();
     // A StatefulSet and a DaemonSet are followed too.
     cluster
@@ -70,7 +70,54 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
         v["stable"] == "running" && v["ready_replicas"].as_u64() >= Some(1)
     });
 
-    // The pod starts crash-looping (KWOK's kubelet reports it so).
+    // A node's heartbeat is its kubelet's Lease, renewed every few
+    // seconds; the node's Ready condition is posted only every few minutes.
+    let heartbeat = |server: &crate::serve::Server| {
+        server.get("/v1/nodes").1["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == node.as_str())
+            .and_then(|n| n["last_heartbeat"].as_str().map(String::from))
+    };
+    let condition = cluster
+        .kubectl_run(
+            &[
+                "get",
+                "node",
+                node,
+                "-o",
+                r#"jsonpath={.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}"#,
+            ],
+            None,
+        )
+        .unwrap();
+    let renewed = wait_until(PATIENCE, || {
+        heartbeat(&server).is_some_and(|h| h.get(..19) > condition.get(..19))
+    });
+    assert!(
+        renewed.is_some(),
+        "the heartbeat never passed the Ready condition's {condition}: {:?}",
+        heartbeat(&server)
+    );
+
+    // Scale up: new pods take 8 s to start, so the app is degraded first.
+    cluster
+        .kubectl_run(
+            &["scale", "deployment", "web", "-n", ns, "--replicas=3"],
+            None,
+        )
+        .unwrap();
+    let degraded = until(&server, &web, "degraded", |v| {
+        v["stable"] == "degraded" && v["expected_replicas"] == 3
+    });
+    assert!(degraded["ready_replicas"].as_u64() < Some(3), "{degraded}");
+    let scaled = until(&server, &web, "running at 3", |v| {
+        v["stable"] == "running" && v["ready_replicas"] == 3
+    });
+    assert_eq!(scaled["groups"].as_array().unwrap().len(), 3);
+
+    // The pods start crash-looping (KWOK's kubelet reports it so).
     cluster
         .kubectl_run(
             &[
@@ -85,8 +132,12 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
             None,
         )
         .unwrap();
-    let panic = until(&server, &web, "panic", |v| v["stable"] == "panic");
-    assert_eq!(panic["groups"][0]["reason"], "CrashLoopBackOff");
+    let panic = until(&server, &web, "panic", |v| {
+        v["stable"] == "panic"
+            && v["groups"]
+                .as_array()
+                .is_some_and(|g| g.iter().all(|g| g["reason"] == "CrashLoopBackOff"))
+    });
     assert_eq!(panic["groups"][0]["instances"][0]["restart_count"], 5);
     cluster
         .kubectl_run(
@@ -105,34 +156,6 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
     until(&server, &web, "running after the crash loop", |v| {
         v["stable"] == "running"
     });
-
-    // Scale up: new pods take 3 s to start, so the app is degraded first.
-    cluster
-        .kubectl_run(
-            &[
-                "patch", "deployment", "web", "-n", ns, "--type=merge", "-p",
-                r#"{"spec":{"template":{"metadata":{"annotations":{"pod-ready.stage.kwok.x-k8s.io/delay":"3s"}}}}}"#,
-            ],
-            None,
-        )
-        .unwrap();
-    until(&server, &web, "rolled out", |v| {
-        v["stable"] == "running" && v["transitional"].is_null()
-    });
-    cluster
-        .kubectl_run(
-            &["scale", "deployment", "web", "-n", ns, "--replicas=3"],
-            None,
-        )
-        .unwrap();
-    let degraded = until(&server, &web, "degraded", |v| {
-        v["stable"] == "degraded" && v["expected_replicas"] == 3
-    });
-    assert!(degraded["ready_replicas"].as_u64() < Some(3), "{degraded}");
-    let scaled = until(&server, &web, "running at 3", |v| {
-        v["stable"] == "running" && v["ready_replicas"] == 3
-    });
-    assert_eq!(scaled["groups"].as_array().unwrap().len(), 3);
 
     // The node's kubelet stops: the node lifecycle controller marks the
     // node Unknown and its pods not ready.
@@ -155,9 +178,13 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
     cluster.start_kubelet(node).unwrap();
     until(&server, &web, "pods back with their node", |v| {
         v["stable"] == "running"
-            && v["groups"]
-                .as_array()
-                .is_some_and(|g| g.iter().all(|g| g["status"] == "running-healthy"))
+            && v["groups"].as_array().is_some_and(|g| {
+                g.iter().all(|g| {
+                    g["status"]
+                        .as_str()
+                        .is_some_and(|s| s.starts_with("running-"))
+                })
+            })
     });
 
     // The namespace goes: the app has not existed since.
