@@ -57,6 +57,9 @@ const STOP_ORDER: [&str; 5] = [
     "etcd",
 ];
 
+/// The pod label our KWOK stages (`stages/`) act on.
+pub const CHAOS_LABEL: &str = "verdict.dev/chaos";
+
 /// The label by which KWOK knows the nodes it plays. Taking it off a node
 /// is a kubelet that stopped: no more heartbeats, no more pod updates.
 pub const KWOK_LABEL: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
@@ -489,6 +492,31 @@ impl Cluster {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Trouble from KWOK's stages for the pods `selector` picks in
+    /// `namespace`: `Some("crash-loop")` (their containers crash-loop),
+    /// `Some("image-pull")` (their image cannot be pulled), or `None` (they
+    /// recover).
+    pub fn chaos(&self, namespace: &str, selector: &str, chaos: Option<&str>) -> Result<()> {
+        let label = match chaos {
+            Some(kind) => format!("{CHAOS_LABEL}={kind}"),
+            None => format!("{CHAOS_LABEL}-"),
+        };
+        self.kubectl_run(
+            &[
+                "label",
+                "pods",
+                "-n",
+                namespace,
+                "-l",
+                selector,
+                &label,
+                "--overwrite",
+            ],
+            None,
+        )?;
         Ok(())
     }
 

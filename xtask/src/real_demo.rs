@@ -62,6 +62,12 @@ fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<String> {
     cluster.kubectl_run(args, None)
 }
 
+fn chaos(cluster: &Cluster, selector: &str, kind: Option<&str>) -> Result<String> {
+    cluster
+        .chaos("shop", selector, kind)
+        .map(|()| String::new())
+}
+
 fn ask(verdict: &str, app: &str, action: &str) -> Result<String> {
     let body = json!({"app": app, "action": action, "requested-by": "demo"});
     let answer: Value = reqwest::blocking::Client::new()
@@ -91,40 +97,12 @@ const STEPS: [Step; 11] = [
     Step {
         at: Duration::from_secs(10),
         what: "shop/images cannot pull its image",
-        run: |c, _| {
-            kubectl(
-                c,
-                &[
-                    "label",
-                    "pods",
-                    "-n",
-                    "shop",
-                    "-l",
-                    "app.kubernetes.io/instance=images",
-                    "verdict.dev/chaos=image-pull",
-                    "--overwrite",
-                ],
-            )
-        },
+        run: |c, _| chaos(c, "app.kubernetes.io/instance=images", Some("image-pull")),
     },
     Step {
         at: Duration::from_secs(14),
         what: "shop/api crash-loops",
-        run: |c, _| {
-            kubectl(
-                c,
-                &[
-                    "label",
-                    "pods",
-                    "-n",
-                    "shop",
-                    "-l",
-                    "app.kubernetes.io/instance=api",
-                    "verdict.dev/chaos=crash-loop",
-                    "--overwrite",
-                ],
-            )
-        },
+        run: |c, _| chaos(c, "app.kubernetes.io/instance=api", Some("crash-loop")),
     },
     Step {
         at: Duration::from_secs(18),
@@ -161,20 +139,7 @@ const STEPS: [Step; 11] = [
     Step {
         at: Duration::from_secs(40),
         what: "shop/api and shop/images are fixed",
-        run: |c, _| {
-            kubectl(
-                c,
-                &[
-                    "label",
-                    "pods",
-                    "-n",
-                    "shop",
-                    "-l",
-                    "verdict.dev/chaos",
-                    "verdict.dev/chaos-",
-                ],
-            )
-        },
+        run: |c, _| chaos(c, verdict_testcluster::CHAOS_LABEL, None),
     },
     Step {
         at: Duration::from_secs(48),

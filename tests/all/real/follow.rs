@@ -119,18 +119,7 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
 
     // The pods start crash-looping (KWOK's kubelet reports it so).
     cluster
-        .kubectl_run(
-            &[
-                "label",
-                "pods",
-                "-n",
-                ns,
-                "-l",
-                "app.kubernetes.io/instance=web",
-                "verdict.dev/chaos=crash-loop",
-            ],
-            None,
-        )
+        .chaos(ns, "app.kubernetes.io/instance=web", Some("crash-loop"))
         .unwrap();
     let panic = until(&server, &web, "panic", |v| {
         v["stable"] == "panic"
@@ -140,18 +129,7 @@ fn verdicts_follow_workloads_run_by_the_real_control_plane() {
     });
     assert_eq!(panic["groups"][0]["instances"][0]["restart_count"], 5);
     cluster
-        .kubectl_run(
-            &[
-                "label",
-                "pods",
-                "-n",
-                ns,
-                "-l",
-                "app.kubernetes.io/instance=web",
-                "verdict.dev/chaos-",
-            ],
-            None,
-        )
+        .chaos(ns, "app.kubernetes.io/instance=web", None)
         .unwrap();
     until(&server, &web, "running after the crash loop", |v| {
         v["stable"] == "running"
