@@ -495,6 +495,55 @@ impl Cluster {
         Ok(())
     }
 
+    /// `helm template` of a chart with this control plane's helm, for its
+    /// Kubernetes version; more `helm` arguments in `args`.
+    pub fn helm_template(
+        &self,
+        chart: &Path,
+        release: &str,
+        namespace: &str,
+        args: &[&str],
+    ) -> Result<String> {
+        let version = KUBERNETES_VERSION.trim_start_matches('v');
+        run_with_input(
+            Command::new(self.bin.path("helm"))
+                .args(["template", release])
+                .arg(chart)
+                .args(["--namespace", namespace, "--kube-version", version])
+                .args(args),
+            None,
+        )
+    }
+
+    /// Write a kubeconfig to `path` that acts as a ServiceAccount, with a
+    /// token from the TokenRequest API (valid for a day).
+    pub fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        account: &str,
+        path: &Path,
+    ) -> Result<()> {
+        let token = self.kubectl_run(
+            &[
+                "create",
+                "token",
+                account,
+                "-n",
+                namespace,
+                "--duration=24h",
+            ],
+            None,
+        )?;
+        let ca = std::fs::read_to_string(self.pki().ca())?;
+        let config = pki::kubeconfig(
+            &self.server(),
+            &ca,
+            account,
+            pki::Credentials::Token(token.trim()),
+        );
+        std::fs::write(path, config).with_context(|| format!("writing {}", path.display()))
+    }
+
     /// Trouble from KWOK's stages for the pods `selector` picks in
     /// `namespace`: `Some("crash-loop")` (their containers crash-loop),
     /// `Some("image-pull")` (their image cannot be pulled), or `None` (they

@@ -47,7 +47,9 @@ verbs:
             manager, scheduler, etcd, KWOK; built from testcluster/ with Go):
               cluster build          build its programs into target/cluster/bin
               cluster up [--nodes N] start it (3 fake nodes by default) and
-                                     write target/cluster/kubeconfig
+                                     write target/cluster/kubeconfig (an
+                                     admin) and verdict.kubeconfig (verdict's
+                                     ServiceAccount, the chart's roles)
               cluster status         say whether it runs, and where
               cluster down           stop it
   bench     plugins, then the benchmarks in the release profile: the plugin
@@ -408,7 +410,39 @@ fn demo(rest: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// rustfmt and clippy, added with rustup when they are missing (a new
+/// machine's toolchain may lack them), or an error that says so.
+fn ensure_lint_tools() -> Result<()> {
+    let present = |tool: &str| {
+        cargo()
+            .args([tool, "--version"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if present("fmt") && present("clippy") {
+        return Ok(());
+    }
+    eprintln!("xtask: adding rustfmt and clippy with rustup");
+    let added = run(
+        Command::new("rustup").args(["component", "add", "rustfmt", "clippy"]),
+        INSTALL,
+    );
+    if present("fmt") && present("clippy") {
+        return Ok(());
+    }
+    bail!(
+        "the test command checks formatting and lints with rustfmt and clippy, and they are missing \
+         (rustup component add rustfmt clippy: {})",
+        added
+            .err()
+            .map_or_else(|| "did not add them".to_string(), |e| format!("{e:#}"))
+    )
+}
+
 fn lint() -> Result<()> {
+    ensure_lint_tools()?;
     let root = root();
     for dir in [root.clone(), root.join("plugins"), root.join("examples")] {
         run(
@@ -536,6 +570,42 @@ fn bench(rest: &[String]) -> Result<()> {
     )
 }
 
+/// The chart's `Task` CRD, ServiceAccount and roles (every switch on) in
+/// `verdict-system`, and a kubeconfig at `path` that acts as that account.
+fn install_service_account(cluster: &verdict_testcluster::Cluster, path: &Path) -> Result<()> {
+    const NAMESPACE: &str = "verdict-system";
+    cluster.create_namespace(NAMESPACE, &[])?;
+    let chart = root().join("deploy/chart/verdict");
+    let rendered = cluster.helm_template(
+        &chart,
+        "verdict",
+        NAMESPACE,
+        &[
+            "--set",
+            "host.executeTasks=true",
+            "--set",
+            "host.failoverEnforce=true",
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ],
+    )?;
+    cluster.apply(&rendered)?;
+    let crds = chart.join("crds");
+    cluster.kubectl_run(&["apply", "-f", &crds.to_string_lossy()], None)?;
+    cluster.kubectl_run(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/tasks.verdict.dev",
+            "--timeout=60s",
+        ],
+        None,
+    )?;
+    cluster.service_account_kubeconfig(NAMESPACE, "verdict", path)
+}
+
 /// Where `cluster up` keeps its control plane: `target/cluster`.
 fn cluster_dir() -> PathBuf {
     cargo_target_dir().join("cluster")
@@ -576,12 +646,15 @@ fn cluster(rest: &[String]) -> Result<()> {
             )?;
             let kubeconfig = dir.join("kubeconfig");
             std::fs::copy(cluster.kubeconfig(), &kubeconfig)?;
+            let account = dir.join("verdict.kubeconfig");
+            install_service_account(&cluster, &account)?;
             let version = cluster.kubectl_run(&["version"], None)?;
             let state = cluster.detach()?;
             println!(
-                "control plane up at {} with {nodes} KWOK nodes\n{version}\nkubeconfig: {}\n\n  verdict serve --kubeconfig {}\n  {} --kubeconfig {} get nodes\n\nstop it with `cargo xtask cluster down`",
+                "control plane up at {} with {nodes} KWOK nodes\n{version}\nkubeconfig: {} (an admin)\n            {} (verdict's ServiceAccount, with the chart's roles)\n\n  verdict serve --kubeconfig {}\n  {} --kubeconfig {} get nodes\n\nstop it with `cargo xtask cluster down`",
                 state.server,
                 kubeconfig.display(),
+                account.display(),
                 kubeconfig.display(),
                 bin.path("kubectl").display(),
                 kubeconfig.display(),
@@ -604,6 +677,7 @@ fn cluster(rest: &[String]) -> Result<()> {
                 println!("no control plane was up");
             }
             let _ = std::fs::remove_file(dir.join("kubeconfig"));
+            let _ = std::fs::remove_file(dir.join("verdict.kubeconfig"));
         }
         _ => bail!("usage: cargo xtask cluster build | up [--nodes N] | status | down"),
     }

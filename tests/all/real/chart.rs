@@ -13,7 +13,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use verdict_testcluster::pki::{Credentials, kubeconfig};
 use verdict_testcluster::{Cluster, Options};
 
 use super::{PATIENCE, deployment, follow, own_node, pinned, private, until_kubectl};
@@ -41,18 +40,13 @@ stabilize-ms = 5000
 
 fn render(cluster: &Cluster, sets: &[&str]) -> String {
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
-    let mut helm = std::process::Command::new(cluster.binaries().path("helm"));
-    helm.args(["template", RELEASE]).arg(chart).args([
-        "--namespace",
-        NAMESPACE,
-        "--kube-version",
-        "1.36.3",
-        "--include-crds",
-    ]);
+    let mut args = vec!["--include-crds"];
     for set in sets {
-        helm.args(["--set", set]);
+        args.extend(["--set", set]);
     }
-    verdict_testcluster::run_with_input(&mut helm, None).unwrap()
+    cluster
+        .helm_template(&chart, RELEASE, NAMESPACE, &args)
+        .unwrap()
 }
 
 /// (verb, API group, resource[/subresource]) of every rule of the chart's
@@ -221,24 +215,10 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
     );
 
     // verdict outside the cluster, as the chart's ServiceAccount.
-    let token = cluster
-        .kubectl_run(
-            &["create", "token", ACCOUNT, "-n", NAMESPACE, "--duration=2h"],
-            None,
-        )
-        .unwrap();
-    let ca = std::fs::read_to_string(cluster.pki().ca()).unwrap();
     let account_config = dir.path().join("verdict.kubeconfig");
-    std::fs::write(
-        &account_config,
-        kubeconfig(
-            &cluster.server(),
-            &ca,
-            ACCOUNT,
-            Credentials::Token(token.trim()),
-        ),
-    )
-    .unwrap();
+    cluster
+        .service_account_kubeconfig(NAMESPACE, ACCOUNT, &account_config)
+        .unwrap();
 
     // What verdict will act on: a node of the test's own with a stateless
     // Deployment (held by a PodDisruptionBudget) and a StatefulSet on it.

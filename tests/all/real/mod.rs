@@ -66,6 +66,16 @@ pub fn private(test: &str, dir: &Path, options: Options) -> Option<Cluster> {
     Some(Cluster::start(&bin, dir, options).unwrap())
 }
 
+/// The `kubectl` built with the control plane (the same release as the
+/// API server), for tests that call `kubectl` against the simulator too;
+/// `None`, said loudly, where it was not built.
+pub fn kubectl(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("VERDICT_TESTCLUSTER_BIN") {
+        Some(bin) => Some(Path::new(&bin).join("kubectl")),
+        None => skip(test),
+    }
+}
+
 /// The default plugins.
 pub fn plugins() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins")

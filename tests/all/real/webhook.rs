@@ -4,7 +4,7 @@
 //! mutating patch shows on the created object, and the failure policy
 //! holds when verdict is down.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use verdict_testcluster::Cluster;
@@ -12,11 +12,8 @@ use verdict_testcluster::Cluster;
 use super::{follow, shared, unique};
 use crate::support::wait_until;
 
-fn chart() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy/chart/verdict")
-        .display()
-        .to_string()
+fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict")
 }
 
 /// Register the chart's webhooks for the namespaces labelled
@@ -40,20 +37,19 @@ fn register(
         ),
     )
     .unwrap();
-    let rendered = verdict_testcluster::run_with_input(
-        std::process::Command::new(cluster.binaries().path("helm"))
-            .args(["template", release, &chart(), "--namespace", release])
-            .args([
-                "--kube-version",
-                "1.36.3",
+    let rendered = cluster
+        .helm_template(
+            &chart(),
+            release,
+            release,
+            &[
                 "--show-only",
                 "templates/webhooks.yaml",
-            ])
-            .arg("--values")
-            .arg(&values),
-        None,
-    )
-    .unwrap();
+                "--values",
+                values.to_str().unwrap(),
+            ],
+        )
+        .unwrap();
     cluster.apply(&rendered).unwrap();
 }
 
