@@ -683,9 +683,12 @@ fn sse(event: &crate::events::Event) -> axum::response::sse::Event {
 }
 
 /// Tell a client to re-list: what it missed is no longer held.
+/// A `resync` event; its id is the last one issued, so that a client that
+/// reconnects after it resumes from the present.
 fn resync(reason: String, next: u64) -> axum::response::sse::Event {
     axum::response::sse::Event::default()
         .event("resync")
+        .id(next.saturating_sub(1).to_string())
         .data(json!({"type": "resync", "reason": reason, "next-id": next}).to_string())
 }
 
@@ -744,7 +747,12 @@ async fn event_stream(
         }
         Err(gone) => (
             vec![resync(
-                format!("events before {} are no longer held", gone.oldest),
+                match last {
+                    Some(last) if last >= gone.oldest => {
+                        format!("event {last} was not issued by this server")
+                    }
+                    _ => format!("events before {} are no longer held", gone.oldest),
+                },
                 events.next_id(),
             )],
             0,

@@ -2,6 +2,12 @@
 //! rejection as a typed event with an increasing id, kept in a bounded
 //! replay buffer and fanned out to subscribers. Publishing never waits for
 //! a subscriber: one that falls behind is told to re-list (`resync`).
+//!
+//! Ids do not repeat across restarts: a process's first id is its start
+//! time in microseconds since the Unix epoch (below 2^53, so that
+//! JavaScript reads it exactly), and it counts up from there. A client that
+//! resumes with an id this process never issued — from a previous run,
+//! older than the buffer, or from the future — is told to resync.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -13,7 +19,7 @@ use tokio::sync::broadcast;
 /// One event as the stream carries it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {
-    /// Increases by one per event, from 1.
+    /// Increases by one per event, from the process's first id.
     pub id: u64,
     /// `verdict`, `task`, `plugin` or `resync`.
     #[serde(rename = "type")]
@@ -48,8 +54,14 @@ pub struct Gone {
     pub oldest: u64,
 }
 
+/// The largest first id: 2^53 - 2^32, so that ids stay exact in
+/// JavaScript for billions of events.
+const MAX_FIRST_ID: u64 = (1 << 53) - (1 << 32);
+
 #[derive(Debug)]
 struct Inner {
+    /// The first id of this process.
+    first: u64,
     next: u64,
     buffer: VecDeque<Arc<Event>>,
 }
@@ -63,12 +75,22 @@ pub struct Events {
 }
 
 impl Events {
-    /// Keep the last `capacity` events for replay.
+    /// Keep the last `capacity` events for replay; ids start at the time
+    /// of this call.
     pub fn new(capacity: usize) -> Self {
+        let micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        Self::starting_at(micros.clamp(1, MAX_FIRST_ID), capacity)
+    }
+
+    /// Ids from `first`.
+    pub fn starting_at(first: u64, capacity: usize) -> Self {
         let (live, _) = broadcast::channel(1024);
         Self {
             inner: Mutex::new(Inner {
-                next: 1,
+                first,
+                next: first,
                 buffer: VecDeque::with_capacity(capacity.min(4096)),
             }),
             capacity: capacity.max(1),
@@ -92,7 +114,7 @@ impl Events {
             app,
             data,
         });
-        inner.next += 1;
+        inner.next = inner.next.saturating_add(1);
         if inner.buffer.len() == self.capacity {
             inner.buffer.pop_front();
         }
@@ -105,14 +127,19 @@ impl Events {
 
     /// Subscribe to live events, and the buffered events after `last` (all
     /// of them without `last`), or `Gone` when some after `last` were
-    /// dropped from the buffer.
+    /// dropped from the buffer or `last` is not an id this process issued.
     pub fn subscribe(&self, last: Option<u64>) -> Subscription {
         let inner = self.lock();
         let receiver = self.live.subscribe();
         let oldest = inner.buffer.front().map_or(inner.next, |e| e.id);
         let replay = match last {
             None => Ok(Vec::new()),
-            Some(last) if last + 1 < oldest => Err(Gone { oldest }),
+            // Before this process (`first - 1` is where a client that has
+            // seen nothing yet of it stands), or not issued yet.
+            Some(last) if last < inner.first.saturating_sub(1) || last >= inner.next => {
+                Err(Gone { oldest })
+            }
+            Some(last) if last.saturating_add(1) < oldest => Err(Gone { oldest }),
             Some(last) => Ok(inner
                 .buffer
                 .iter()
@@ -128,6 +155,12 @@ impl Events {
         self.lock().next
     }
 
+    /// Events published by this process.
+    pub fn published(&self) -> u64 {
+        let inner = self.lock();
+        inner.next - inner.first
+    }
+
     /// Open streams.
     pub fn subscribers(&self) -> usize {
         self.live.receiver_count()
@@ -139,8 +172,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ids_of_another_run_or_not_issued_are_gone() {
+        let before = Events::new(8);
+        before.publish("task", None, Value::Null);
+        let last_of_before = before.next_id() - 1;
+        let events = Events::new(8);
+        assert!(
+            events.next_id() > last_of_before,
+            "ids do not repeat across runs"
+        );
+        // Nothing published yet: the id just before this run's first is
+        // where a fresh client stands.
+        assert!(events.subscribe(Some(events.next_id() - 1)).1.is_ok());
+        for n in 0..3 {
+            events.publish("task", None, serde_json::json!(n));
+        }
+        for id in [1, 5, last_of_before, events.next_id(), u64::MAX] {
+            assert!(events.subscribe(Some(id)).1.is_err(), "{id}");
+        }
+        let ok = events.subscribe(Some(events.next_id() - 2)).1.unwrap();
+        assert_eq!(ok.len(), 1);
+        assert_eq!(events.published(), 3);
+    }
+
+    #[test]
     fn replay_after_an_id_and_gone_past_the_buffer() {
-        let events = Events::new(3);
+        let events = Events::starting_at(1, 3);
         for n in 0..5 {
             events.publish("task", None, serde_json::json!(n));
         }

@@ -259,7 +259,7 @@ pub fn render(state: &AppState) -> String {
     registry.register(
         "events",
         "Events published on the event stream",
-        counter(state.events.next_id().saturating_sub(1)),
+        counter(state.events.published()),
     );
 
     let mut text = String::new();

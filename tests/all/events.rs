@@ -308,3 +308,45 @@ fn plugin_loads_and_rejections_are_events() {
     assert_eq!(rejected.data["data"]["plugin"]["plugin"], "broken");
     assert!(rejected.data["data"]["plugin"]["error"].is_string());
 }
+
+#[test]
+fn an_id_this_server_never_issued_is_told_to_resync() {
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let before = {
+        let server = start_host(&cluster, data.path(), &[]);
+        let stream = Stream::open(&server, "", None);
+        create(&server, "shop/web", "restart");
+        stream
+            .until("a task event", |m| m.event == "task")
+            .id
+            .unwrap()
+    };
+    // The host restarts: its ids go on above the previous run's.
+    let server = start_host(&cluster, data.path(), &[]);
+    let live = Stream::open(&server, "", None);
+    create(&server, "shop/second", "restart");
+    let after = live.until("a task event", |m| m.event == "task");
+    assert!(after.id.unwrap() > before, "{after:?} after {before}");
+
+    // A client of the previous run, one from the future, and the largest
+    // id there is: each is told to resync, and the stream goes on.
+    for (n, last) in [before, after.id.unwrap() + 1_000, u64::MAX]
+        .into_iter()
+        .enumerate()
+    {
+        let stream = Stream::open(&server, "", Some(last));
+        let first = stream.next();
+        assert_eq!(first.event, "resync", "{last}: {first:?}");
+        // The resync's id is the present: a reconnect from it is no resync.
+        let present = first.id.expect("a resync carries an id");
+        let again = Stream::open(&server, "", Some(present));
+        let task = create(&server, &format!("shop/later-{n}"), "restart");
+        let next = again.until("the live task", |m| {
+            m.event == "task" || m.event == "resync"
+        });
+        assert_eq!(next.event, "task", "{next:?}");
+        assert_eq!(next.data["data"]["id"], task["id"]);
+    }
+    assert_eq!(server.get("/healthz").0, 200);
+}

@@ -772,3 +772,49 @@ fn without_a_failover_policy_nothing_is_done_and_the_answer_says_why() {
     });
     assert!(server.get("/v1/failover").1["error"].is_null());
 }
+
+#[test]
+fn numbers_from_outside_are_range_checked() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = host(&cluster, data.path(), &[]);
+    let path = "/v1/failover/overrides/n1";
+    // An expiry whose milliseconds overflow is refused, not a dead reply.
+    let (code, error) = send(
+        &server,
+        "PUT",
+        path,
+        json!({"kind": "pause", "by": "x", "expires-in-s": 9_223_372_036_854_775u64}),
+    );
+    assert_eq!(code, 422, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expires-in-s must be at most"),
+        "{error}"
+    );
+    let (code, error) = send(
+        &server,
+        "PUT",
+        path,
+        json!({"kind": "pause", "by": "x", "expires-in-s": u64::MAX}),
+    );
+    assert_eq!(code, 422, "{error}");
+    // Ten years is taken.
+    let (code, set) = send(
+        &server,
+        "PUT",
+        path,
+        json!({"kind": "pause", "by": "x", "expires-in-s": 10 * 365 * 24 * 3600}),
+    );
+    assert_eq!(code, 200, "{set}");
+    // A paging bound past every sequence number is all of them, not none.
+    let (code, all) = server.get("/v1/failover/history?node=n1");
+    assert_eq!(code, 200);
+    let (code, past) = server.get("/v1/failover/history?node=n1&before=9223372036854775808");
+    assert_eq!(code, 200, "{past}");
+    assert!(!all["records"].as_array().unwrap().is_empty());
+    assert_eq!(past["records"], all["records"]);
+    assert_eq!(server.get("/healthz").0, 200);
+}

@@ -146,9 +146,15 @@ impl Journal {
             )
             .map_err(failed)?;
         let rows = statement
-            .query_map(params![node, before.map(|b| b as i64), limit as i64], |r| {
-                r.get::<_, String>(0)
-            })
+            .query_map(
+                params![
+                    node,
+                    // Past every sequence number: all of them.
+                    before.map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
+                |r| r.get::<_, String>(0),
+            )
             .map_err(failed)?;
         rows.map(|body| {
             let body = body.map_err(failed)?;

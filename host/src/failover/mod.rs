@@ -115,6 +115,9 @@ impl std::fmt::Debug for Failover {
     }
 }
 
+/// The longest override expiry that `expires-in-s` may ask for.
+pub const MAX_OVERRIDE_S: u64 = 10 * 365 * 24 * 3600;
+
 /// A request to override a node.
 #[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
@@ -816,6 +819,9 @@ impl Failover {
     }
 
     /// Force a node's state, or pause it.
+    ///
+    /// An expiry further than ten years away is refused: it is a mistake,
+    /// and an unbounded one would overflow the time arithmetic.
     pub async fn set_override(
         &self,
         node: &str,
@@ -833,7 +839,12 @@ impl Failover {
                 crate::observe::objects::parse_time(text)
                     .map_err(|e| FailoverError::Invalid(format!("expires-at: {e}")))?,
             ),
-            (None, Some(s)) => Some(at + (s as types::Timestamp) * 1000),
+            (None, Some(s)) if s <= MAX_OVERRIDE_S => Some(at + (s as types::Timestamp) * 1000),
+            (None, Some(_)) => {
+                return Err(FailoverError::Invalid(format!(
+                    "expires-in-s must be at most {MAX_OVERRIDE_S} (ten years)"
+                )));
+            }
             (None, None) => None,
         };
         if expires_at.is_some_and(|e| e <= at) {
