@@ -34,6 +34,8 @@ pub struct Host {
     admission: Admission,
     _watcher: Option<Watcher>,
     _following: Option<Following>,
+    /// Held while the host runs: one host per data folder.
+    _data_lock: std::fs::File,
     /// The deriver, the prober and the other loops.
     loops: Vec<tokio::task::JoinHandle<()>>,
     _demo: Option<Demo>,
@@ -232,10 +234,53 @@ async fn client(
         .map_err(|e| Error::Runtime(format!("building the Kubernetes client: {e}")))
 }
 
+/// Take the data folder for this process alone: an exclusive lock on its
+/// `lock` file, which names the holder's process id. Two hosts on one
+/// folder would each keep their own task list and fail each other's tasks;
+/// replicas share tasks through `--task-store kubernetes` instead.
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let io = |source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let path = dir.join("lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(Error::Config {
+                key: "data-dir",
+                message: format!(
+                    "{} is in use by another verdict (process {}); give each host its own \
+                     --data-dir, and share tasks between replicas with --task-store kubernetes",
+                    dir.display(),
+                    holder.trim()
+                ),
+            });
+        }
+        Err(std::fs::TryLockError::Error(error)) => return Err(io(error)),
+    }
+    file.set_len(0).map_err(io)?;
+    file.rewind().map_err(io)?;
+    write!(file, "{}", std::process::id()).map_err(io)?;
+    Ok(file)
+}
+
 impl Host {
     /// Build the runtime, load every plugin of the folder, start watching
     /// it, and follow the cluster when one is configured.
     pub async fn start(config: &Config) -> Result<Self> {
+        let data_lock = lock_data_dir(&config.data_dir)?;
         let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.limits)
             .map_err(|e| Error::Runtime(e.to_string()))?;
         let mut demo_cluster = None;
@@ -407,6 +452,7 @@ impl Host {
             admission,
             _watcher: watcher,
             _following: following,
+            _data_lock: data_lock,
             loops,
             _demo: demo_cluster,
         })

@@ -280,7 +280,8 @@ fn the_demo_cluster_plays_its_scenario() {
     });
 
     // The built-in demo serves its apps.
-    let demo = Server::start_with(&plugins, dir.path(), &["--demo"]);
+    let demo_data = tempfile::tempdir().unwrap();
+    let demo = Server::start_with(&plugins, demo_data.path(), &["--demo"]);
     let listed = wait_until(PATIENCE, || {
         demo.get("/v1/apps").1["apps"]
             .as_array()
@@ -299,7 +300,7 @@ fn the_demo_cluster_plays_its_scenario() {
             scenario.to_str().unwrap(),
         ])
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(tempfile::tempdir().unwrap().path())
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));

@@ -49,6 +49,11 @@ impl Server {
         (status, response.json().unwrap_or(Value::Null))
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.process.0.id()
+    }
+
     /// Kill the process at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         let _ = self.process.0.kill();
@@ -178,4 +183,31 @@ fn bad_configuration_exits_with_a_message_naming_the_key() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("plugins"));
+}
+
+#[test]
+fn two_hosts_on_one_data_folder_do_not_both_start() {
+    let plugins = tempfile::tempdir().unwrap();
+    install_defaults(plugins.path());
+    let data = tempfile::tempdir().unwrap();
+    let first = Server::start_with(plugins.path(), data.path(), &["--demo"]);
+    let output = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["serve", "--demo", "--listen", "127.0.0.1:0", "--plugins"])
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let holder = format!("process {}", first.pid());
+    assert!(
+        stderr.contains("is in use by another verdict") && stderr.contains(&holder),
+        "{stderr}"
+    );
+    // The first goes on serving; once it is gone the folder is free.
+    assert_eq!(first.get("/healthz").0, 200);
+    drop(first);
+    let second = Server::start_with(plugins.path(), data.path(), &["--demo"]);
+    assert_eq!(second.get("/healthz").0, 200);
 }
