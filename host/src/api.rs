@@ -192,6 +192,56 @@ async fn json_errors(response: Response) -> Response {
     }
 }
 
+/// Which answers the request log counts as failures (logged as errors):
+/// server errors, except `/readyz` saying 503 — a host that is not ready
+/// yet (starting, a watch broken) answers so by design.
+#[derive(Debug, Clone, Copy)]
+struct NotReadyIsAnAnswer;
+
+/// The classifier of one request.
+#[derive(Debug, Clone, Copy)]
+enum Classify {
+    ServerErrors,
+    Readiness,
+}
+
+impl tower_http::classify::MakeClassifier for NotReadyIsAnAnswer {
+    type Classifier = Classify;
+    type FailureClass = tower_http::classify::ServerErrorsFailureClass;
+    type ClassifyEos =
+        tower_http::classify::NeverClassifyEos<tower_http::classify::ServerErrorsFailureClass>;
+
+    fn make_classifier<B>(&self, request: &axum::http::Request<B>) -> Classify {
+        if request.uri().path() == "/readyz" {
+            Classify::Readiness
+        } else {
+            Classify::ServerErrors
+        }
+    }
+}
+
+impl tower_http::classify::ClassifyResponse for Classify {
+    type FailureClass = tower_http::classify::ServerErrorsFailureClass;
+    type ClassifyEos =
+        tower_http::classify::NeverClassifyEos<tower_http::classify::ServerErrorsFailureClass>;
+
+    fn classify_response<B>(
+        self,
+        response: &axum::http::Response<B>,
+    ) -> tower_http::classify::ClassifiedResponse<Self::FailureClass, Self::ClassifyEos> {
+        use tower_http::classify::ClassifiedResponse;
+        let not_ready = response.status() == StatusCode::SERVICE_UNAVAILABLE;
+        match self {
+            Classify::Readiness if not_ready => ClassifiedResponse::Ready(Ok(())),
+            _ => tower_http::classify::ServerErrorsAsFailures::new().classify_response(response),
+        }
+    }
+
+    fn classify_error<E: std::fmt::Display + 'static>(self, error: &E) -> Self::FailureClass {
+        tower_http::classify::ServerErrorsAsFailures::new().classify_error(error)
+    }
+}
+
 /// The router, without a socket: tests call it directly. Every request gets
 /// an `x-request-id` (kept when the client sent one) that its log lines
 /// carry, a body limit and a time limit; tokens are checked when
@@ -199,7 +249,7 @@ async fn json_errors(response: Response) -> Response {
 pub fn router(state: AppState) -> Router {
     use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
     let request_id = axum::http::HeaderName::from_static("x-request-id");
-    let trace = tower_http::trace::TraceLayer::new_for_http().make_span_with(
+    let trace = tower_http::trace::TraceLayer::new(NotReadyIsAnAnswer).make_span_with(
         |request: &axum::http::Request<axum::body::Body>| {
             let id = request
                 .headers()

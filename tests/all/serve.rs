@@ -211,3 +211,51 @@ fn two_hosts_on_one_data_folder_do_not_both_start() {
     let second = Server::start_with(plugins.path(), data.path(), &["--demo"]);
     assert_eq!(second.get("/healthz").0, 200);
 }
+
+#[test]
+fn not_ready_is_an_answer_not_an_error_in_the_log() {
+    use std::io::{BufRead, BufReader};
+    let plugins = tempfile::tempdir().unwrap();
+    install_defaults(plugins.path());
+    let data = tempfile::tempdir().unwrap();
+    // A cluster that is not there: the host serves, and is not ready.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cluster-url",
+            "http://127.0.0.1:9",
+        ])
+        .arg("--plugins")
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("VERDICT_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("verdict listening on ")
+        .unwrap()
+        .to_string();
+    for _ in 0..5 {
+        let response = reqwest::blocking::get(format!("{base}/readyz")).unwrap();
+        assert_eq!(response.status(), 503);
+    }
+    let _ = child.kill();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    let _ = child.wait();
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains("/readyz"))
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+}
