@@ -483,7 +483,9 @@ async fn list_apps(
     Query(filter): Query<AppFilter>,
 ) -> Result<Json<AppList>, ApiError> {
     let live = live(&state)?;
-    let until = live.observed.health.observed_until();
+    let until = live
+        .verdicts
+        .current_until(live.observed.health.observed_until());
     let apps =
         live.verdicts
             .all()
@@ -510,7 +512,9 @@ async fn get_app(
     Path((namespace, name)): Path<(String, String)>,
 ) -> Result<Json<AppStatus>, ApiError> {
     let live = live(&state)?;
-    let until = live.observed.health.observed_until();
+    let until = live
+        .verdicts
+        .current_until(live.observed.health.observed_until());
     live.verdicts
         .get(&namespace, &name)
         .map(|v| Json(v.status(live.stale_after, until)))

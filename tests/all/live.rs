@@ -393,3 +393,68 @@ fn pod_usage_from_the_metrics_api_enters_the_verdict() {
         "container web uses 950m of 1000m CPU"
     );
 }
+
+#[test]
+fn verdicts_that_are_not_derived_again_turn_stale() {
+    let cluster = Cluster::start();
+    let plugins = tempfile::tempdir().unwrap();
+    for name in ["status", "failover", "admission"] {
+        std::fs::copy(
+            crate::support::default_plugin(name),
+            plugins.path().join(format!("{name}.wasm")),
+        )
+        .unwrap();
+    }
+    let data = tempfile::tempdir().unwrap();
+    let url = cluster.sim().url();
+    let server = Server::start_with(
+        plugins.path(),
+        data.path(),
+        &[
+            "--cluster-url",
+            url.as_str(),
+            "--stale-after-ms",
+            "300",
+            "--reload-debounce-ms",
+            "50",
+        ],
+    );
+    until(&server, "running", |v| {
+        v["stable"] == "running" && v["stale"] == false
+    });
+
+    // The status policy goes: nothing is derived any more, and the
+    // verdicts say so instead of claiming to be current.
+    std::fs::remove_file(plugins.path().join("status.wasm")).unwrap();
+    let unloaded = wait_until(PATIENCE, || {
+        server.get("/readyz").1["status_policy"] == false
+    });
+    assert!(unloaded.is_some(), "{}", server.get("/readyz").1);
+    cluster.apply(deployment(2, 1));
+    let stale = until(&server, "stale without a policy", |v| v["stale"] == true);
+    assert_eq!(
+        stale["stable"], "running",
+        "the last verdict stays, marked stale"
+    );
+    assert!(
+        stale["observation_age_ms"].as_u64().unwrap() >= 300,
+        "{stale}"
+    );
+    let (code, ready) = server.get("/readyz");
+    assert_eq!(code, 503);
+    assert!(ready["derive_error"].is_string(), "{ready}");
+
+    // It comes back: derived again, current.
+    std::fs::copy(
+        crate::support::default_plugin("status"),
+        plugins.path().join("status.wasm"),
+    )
+    .unwrap();
+    let fresh = until(&server, "current again", |v| {
+        v["stale"] == false && v["stable"] == "degraded"
+    });
+    assert!(
+        fresh["observation_age_ms"].as_u64().unwrap() < 300,
+        "{fresh}"
+    );
+}

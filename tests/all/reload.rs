@@ -178,3 +178,40 @@ fn a_deleted_file_is_unloaded_by_the_watch() {
         "the plugin was not unloaded"
     );
 }
+
+#[test]
+fn a_file_named_for_a_world_must_implement_it() {
+    use crate::support::default_plugin;
+    let fixture = Fixture::new();
+    fixture.install("status", &default_plugin("status"));
+    fixture.registry.reload();
+    let serving = fixture.registry.policy(World::Status).unwrap();
+    let hash = serving.current().unwrap().info().hash.clone();
+
+    // A failover component dropped in as status.wasm is refused with the
+    // reason, and the status policy keeps serving.
+    fixture.install("status", &default_plugin("failover"));
+    let report = fixture.registry.reload();
+    assert_eq!(report.rejected.len(), 1, "{report:?}");
+    let rejected = &report.rejected[0];
+    assert_eq!(
+        (rejected.plugin.as_str(), rejected.kind),
+        ("status", "wrong-world")
+    );
+    assert!(rejected.still_serving);
+    assert!(
+        rejected
+            .error
+            .contains("named for the status-policy world but implements failover-policy"),
+        "{}",
+        rejected.error
+    );
+    let still = fixture.registry.policy(World::Status).unwrap();
+    assert_eq!(still.current().unwrap().info().hash, hash);
+    assert!(fixture.registry.policy(World::Failover).is_err());
+
+    // Under a name of its own, the same component serves its world.
+    fixture.install("my-failover", &default_plugin("failover"));
+    fixture.registry.reload();
+    assert!(fixture.registry.policy(World::Failover).is_ok());
+}

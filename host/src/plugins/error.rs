@@ -29,6 +29,12 @@ pub enum LoadError {
     )]
     NoWorld { exports: String },
 
+    #[error(
+        "is named for the {expected} world but implements {found}: a file named after a world must \
+         implement it (name it otherwise to load it as a plugin of its own world)"
+    )]
+    WrongWorld { expected: World, found: World },
+
     #[error("cannot be instantiated: {0}")]
     Link(String),
 
@@ -45,6 +51,7 @@ impl LoadError {
             Self::NotAComponent => "not-a-component",
             Self::Compile(_) => "compile",
             Self::NoWorld { .. } => "no-world",
+            Self::WrongWorld { .. } => "wrong-world",
             Self::Link(_) => "link",
             Self::Validation(e) => e.kind(),
         }

@@ -438,6 +438,18 @@ impl Registry {
         });
 
         for (candidate, outcome) in outcomes {
+            // A file named after a world (`status.wasm`) must implement it:
+            // another world's component would take the world's place.
+            let named_for = World::ALL
+                .into_iter()
+                .find(|w| w.file_stem() == candidate.name);
+            let outcome = outcome.and_then(|version| match named_for {
+                Some(expected) if version.world() != expected => Err(LoadError::WrongWorld {
+                    expected,
+                    found: version.world(),
+                }),
+                _ => Ok(version),
+            });
             match outcome {
                 Ok(version) => self.swap_in(&candidate, version, &mut report),
                 Err(error) => self.reject(

@@ -48,6 +48,24 @@ pub struct Verdicts {
 }
 
 impl Verdicts {
+    /// Up to when the verdicts are current, given how long the
+    /// observations are (`observed_until`): while the status policy fails,
+    /// nothing is derived again, so no verdict is newer than its own
+    /// evaluation and it ages — then turns stale — like one whose cluster
+    /// cannot be watched.
+    pub fn current_until(&self, observed_until: SystemTime) -> SystemTime {
+        let failing = self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some();
+        if failing {
+            SystemTime::UNIX_EPOCH
+        } else {
+            observed_until
+        }
+    }
+
     /// Verdicts derived on at most `threads` threads (0: one per core).
     pub fn with_threads(threads: usize) -> Self {
         Self {
@@ -379,7 +397,8 @@ pub struct AppStatus {
     pub observed_at: String,
     pub observation_age_ms: u64,
     /// The observations are older than the configured bound: the cluster
-    /// could not be watched, and this may no longer be the truth.
+    /// could not be watched, or the status policy could not derive the
+    /// verdict again, and this may no longer be the truth.
     pub stale: bool,
 }
 
