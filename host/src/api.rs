@@ -49,6 +49,8 @@ pub struct AppState {
     pub body_limit: usize,
     /// How long a request may take to be answered.
     pub request_timeout: std::time::Duration,
+    /// Turns true when the host shuts down: event streams end then.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// An error answered as JSON.
@@ -737,6 +739,9 @@ fn sse(event: &crate::events::Event) -> axum::response::sse::Event {
 }
 
 /// Tell a client to re-list: what it missed is no longer held.
+/// How long a client whose stream ended at shutdown waits to reconnect.
+const RECONNECT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A `resync` event; its id is the last one issued, so that a client that
 /// reconnects after it resumes from the present.
 fn resync(reason: String, next: u64) -> axum::response::sse::Event {
@@ -826,7 +831,22 @@ async fn event_stream(
         };
         std::future::ready(item.map(Ok::<_, std::convert::Infallible>))
     });
-    let stream = futures_util::stream::iter(first.into_iter().map(Ok)).chain(live);
+    // On shutdown the stream ends with a last event that tells the client
+    // when to reconnect (to another replica, or this one restarted).
+    let mut stopping = state.stopping.clone();
+    let stopped = async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+    };
+    let farewell = futures_util::stream::once(async {
+        Ok(axum::response::sse::Event::default()
+            .event("shutdown")
+            .retry(RECONNECT_AFTER)
+            .data(json!({"type": "shutdown", "reason": "the server is shutting down"}).to_string()))
+    });
+    let stream = futures_util::stream::iter(first.into_iter().map(Ok))
+        .chain(live)
+        .take_until(stopped)
+        .chain(farewell);
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(state.heartbeat).text("heartbeat"))
         .into_response())

@@ -36,6 +36,8 @@ pub struct Host {
     _following: Option<Following>,
     /// Held while the host runs: one host per data folder.
     _data_lock: std::fs::File,
+    /// Set when the host shuts down.
+    stopping: tokio::sync::watch::Sender<bool>,
     /// The deriver, the prober and the other loops.
     loops: Vec<tokio::task::JoinHandle<()>>,
     _demo: Option<Demo>,
@@ -453,6 +455,7 @@ impl Host {
             _watcher: watcher,
             _following: following,
             _data_lock: data_lock,
+            stopping: tokio::sync::watch::Sender::new(false),
             loops,
             _demo: demo_cluster,
         })
@@ -472,7 +475,13 @@ impl Host {
             metrics: Arc::clone(&self.metrics),
             body_limit: self.body_limit,
             request_timeout: self.request_timeout,
+            stopping: self.stopping.subscribe(),
         })
+    }
+
+    /// Begin shutting down: event streams end (each with a reconnect hint).
+    pub fn stop(&self) {
+        self.stopping.send_replace(true);
     }
 }
 
@@ -490,34 +499,63 @@ pub async fn serve(config: Config) -> Result<()> {
     let router = host.router();
     // The first line on standard output says where to connect (port 0 picks
     // a free port; tests read it from here).
-    match &config.tls {
-        None => {
-            println!("verdict listening on http://{addr}");
-            tracing::info!(%addr, "serving HTTP");
-            let listener = TcpListener::from_std(listener).map_err(listen_error)?;
-            axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown())
-                .await
-                .map_err(listen_error)
+    // On Ctrl-C or SIGTERM: stop taking connections, end the event
+    // streams, let requests in flight finish — for at most `DRAIN`.
+    let signalled = tokio::sync::watch::Sender::new(false);
+    let mut on_signal = signalled.subscribe();
+    let signal = async move {
+        let _ = on_signal.wait_for(|s| *s).await;
+    };
+    let serving = async {
+        match &config.tls {
+            None => {
+                println!("verdict listening on http://{addr}");
+                tracing::info!(%addr, "serving HTTP");
+                let listener = TcpListener::from_std(listener).map_err(listen_error)?;
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(signal)
+                    .await
+                    .map_err(listen_error)
+            }
+            Some(files) => {
+                let (tls, _reloading) = crate::tls::serve_config(files).await?;
+                println!("verdict listening on https://{addr}");
+                tracing::info!(%addr, "serving HTTPS");
+                let handle = axum_server::Handle::new();
+                let stopping = handle.clone();
+                tokio::spawn(async move {
+                    signal.await;
+                    stopping.graceful_shutdown(Some(DRAIN));
+                });
+                axum_server::from_tcp_rustls(listener, tls)
+                    .handle(handle)
+                    .serve(router.into_make_service())
+                    .await
+                    .map_err(listen_error)
+            }
         }
-        Some(files) => {
-            let (tls, _reloading) = crate::tls::serve_config(files).await?;
-            println!("verdict listening on https://{addr}");
-            tracing::info!(%addr, "serving HTTPS");
-            let handle = axum_server::Handle::new();
-            let stopping = handle.clone();
-            tokio::spawn(async move {
-                shutdown().await;
-                stopping.graceful_shutdown(Some(std::time::Duration::from_secs(10)));
-            });
-            axum_server::from_tcp_rustls(listener, tls)
-                .handle(handle)
-                .serve(router.into_make_service())
-                .await
-                .map_err(listen_error)
+    };
+    tokio::pin!(serving);
+    tokio::select! {
+        result = &mut serving => return result,
+        () = shutdown() => {}
+    }
+    host.stop();
+    signalled.send_replace(true);
+    match tokio::time::timeout(DRAIN, serving).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(
+                seconds = DRAIN.as_secs(),
+                "connections still open after the drain period; exiting"
+            );
+            Ok(())
         }
     }
 }
+
+/// How long a shutdown waits for requests in flight.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn shutdown() {
     let ctrl_c = async {

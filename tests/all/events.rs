@@ -350,3 +350,31 @@ fn an_id_this_server_never_issued_is_told_to_resync() {
     }
     assert_eq!(server.get("/healthz").0, 200);
 }
+
+#[test]
+fn shutdown_ends_event_streams_with_a_reconnect_hint_and_exits_in_time() {
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let mut server = start_host(&cluster, data.path(), &[]);
+    let streams: Vec<Stream> = (0..3).map(|_| Stream::open(&server, "", None)).collect();
+    create(&server, "shop/web", "restart");
+    for stream in &streams {
+        stream.until("a task event", |m| m.event == "task");
+    }
+    let asked = Instant::now();
+    server.terminate();
+    for stream in &streams {
+        let last = stream.until("the shutdown event", |m| m.event == "shutdown");
+        assert_eq!(last.data["type"], "shutdown");
+    }
+    let exited = crate::support::wait_until(Duration::from_secs(20), || server.exited().is_some());
+    assert!(
+        exited.is_some(),
+        "the host was still running 20 s after SIGTERM with streams open"
+    );
+    assert!(server.exited().unwrap().success());
+    eprintln!(
+        "shut down in {:?} with 3 event streams open",
+        asked.elapsed()
+    );
+}

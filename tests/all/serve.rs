@@ -54,6 +54,20 @@ impl Server {
         self.process.0.id()
     }
 
+    /// Ask the process to stop (SIGTERM), as Kubernetes does.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Whether the process has exited, and how.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.process.0.try_wait().unwrap()
+    }
+
     /// Kill the process at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         let _ = self.process.0.kill();
