@@ -5,6 +5,12 @@
 //! constant time, each against every configured one. `/healthz`, `/readyz`
 //! and the admission webhook (which the API server calls over TLS) are
 //! open.
+//!
+//! Whatever the tokens, a browser may not write from another origin: a
+//! mutation that a browser marks as cross-site (`Sec-Fetch-Site`) or whose
+//! `Origin` is not this server is refused, and a mutation's body must be
+//! JSON — so that a page elsewhere cannot post a task with a plain form or
+//! a `text/plain` body to a host that has no tokens configured.
 
 use std::sync::Arc;
 
@@ -84,6 +90,53 @@ impl Tokens {
 }
 
 /// The middleware.
+/// Refuse mutations from another origin, and mutation bodies that are
+/// not JSON (see the module's documentation).
+pub async fn same_origin(request: Request, next: Next) -> Response {
+    let mutation = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    if !mutation {
+        return next.run(request).await;
+    }
+    let headers = request.headers();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let cross_site = text("sec-fetch-site").is_some_and(|s| s != "same-origin" && s != "none");
+    let foreign_origin = text("origin").is_some_and(|origin| {
+        let host = text("host").unwrap_or_default();
+        origin
+            .split_once("://")
+            .map(|(_, authority)| authority.trim_end_matches('/'))
+            != Some(host)
+    });
+    if cross_site || foreign_origin {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross-origin",
+            "a change may not be asked for from another origin",
+        )
+        .into_response();
+    }
+    let has_body = match text("content-length") {
+        Some(length) => length.trim() != "0",
+        None => headers.contains_key(header::TRANSFER_ENCODING),
+    };
+    let json = text("content-type").is_some_and(|t| {
+        let media = t.split(';').next().unwrap_or_default().trim();
+        media.eq_ignore_ascii_case("application/json") || media.ends_with("+json")
+    });
+    if has_body && !json {
+        return ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "a request body must be JSON (content-type: application/json)",
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
 pub async fn guard(State(tokens): State<Arc<Tokens>>, request: Request, next: Next) -> Response {
     if !tokens.enforced() || OPEN.contains(&request.uri().path()) {
         return next.run(request).await;

@@ -314,6 +314,7 @@ pub fn router(state: AppState) -> Router {
             Arc::clone(&state.tokens),
             crate::access::guard,
         ))
+        .layer(axum::middleware::from_fn(crate::access::same_origin))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(tower_http::limit::RequestBodyLimitLayer::new(
             state.body_limit,

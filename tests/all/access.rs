@@ -151,3 +151,65 @@ fn bodies_over_the_limit_are_refused_and_answers_carry_a_request_id() {
         .unwrap();
     assert_eq!(response.headers()["x-request-id"], "trace-me-42");
 }
+
+#[test]
+fn another_origin_cannot_write_even_without_tokens() {
+    let cluster = crate::live::Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let server = crate::live::start_host(&cluster, data.path(), &[]);
+    let client = reqwest::blocking::Client::new();
+    let url = format!("{}/v1/tasks", server.base);
+    let body = r#"{"app": "shop/web", "action": "restart"}"#;
+    let host = server.base.trim_start_matches("http://").to_string();
+
+    // What a page elsewhere can send without asking: a text/plain body…
+    let plain = client
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(plain.status(), 415);
+    let error: serde_json::Value = plain.json().unwrap();
+    assert_eq!(error["error"]["code"], "unsupported-media-type");
+    // …or JSON from another origin, which browsers mark as such.
+    for (name, value) in [
+        ("origin", "https://evil.example".to_string()),
+        ("sec-fetch-site", "cross-site".to_string()),
+    ] {
+        let response = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header(name, value)
+            .body(body)
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 403, "{name}");
+        let error: serde_json::Value = response.json().unwrap();
+        assert_eq!(error["error"]["code"], "cross-origin");
+    }
+    assert!(
+        server.get("/v1/tasks").1["tasks"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // The dashboard's own requests (same origin) and tools (no Origin) write.
+    let same = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("origin", format!("http://{host}"))
+        .header("sec-fetch-site", "same-origin")
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(same.status(), 201);
+    // Reads from anywhere stay open.
+    let read = client
+        .get(&url)
+        .header("origin", "https://evil.example")
+        .send()
+        .unwrap();
+    assert_eq!(read.status(), 200);
+}
