@@ -170,7 +170,7 @@ fn another_origin_cannot_write_even_without_tokens() {
         .send()
         .unwrap();
     assert_eq!(plain.status(), 415);
-    let error: serde_json::Value = plain.json().unwrap();
+    let error: Value = plain.json().unwrap();
     assert_eq!(error["error"]["code"], "unsupported-media-type");
     // …or JSON from another origin, which browsers mark as such.
     for (name, value) in [
@@ -185,7 +185,7 @@ fn another_origin_cannot_write_even_without_tokens() {
             .send()
             .unwrap();
         assert_eq!(response.status(), 403, "{name}");
-        let error: serde_json::Value = response.json().unwrap();
+        let error: Value = response.json().unwrap();
         assert_eq!(error["error"]["code"], "cross-origin");
     }
     assert!(
