@@ -124,12 +124,14 @@ impl From<TaskError> for ApiError {
                 "no-such-task",
                 format!("no task {id}"),
             ),
+            // The detail (a database path, an API server's answer) goes to
+            // the log, under the request's id; the client gets the id.
             TaskError::Store(error) => {
                 tracing::error!(%error, "task store failed");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "store-failed",
-                    error.to_string(),
+                    "the task store failed; the server's log has the detail under this request's id",
                 )
             }
         }
@@ -171,13 +173,41 @@ fn body<T: DeserializeOwned>(bytes: &Bytes, empty_ok: bool) -> Result<T, ApiErro
 }
 
 /// Errors the HTTP layers answer themselves (a body over the limit, a
-/// request past its time) in the same JSON form as every other error.
+/// request past its time, a query or path that does not parse, a method
+/// not allowed) in the same JSON form as every other error.
 async fn json_errors(response: Response) -> Response {
     let json = response
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    match response.status() {
+    let status = response.status();
+    if !json
+        && (status.is_client_error() || status.is_server_error())
+        && !matches!(
+            status,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+        )
+    {
+        // The extractors' rejections: a line of text that says what is wrong.
+        let text = axum::body::to_bytes(response.into_body(), 16 * 1024)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+            .unwrap_or_default();
+        let code = match status {
+            StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => "invalid-request",
+            StatusCode::NOT_FOUND => "not-found",
+            StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
+            _ => "error",
+        };
+        let message = if text.is_empty() {
+            status.canonical_reason().unwrap_or("error").to_string()
+        } else {
+            text
+        };
+        return ApiError::new(status, code, message).into_response();
+    }
+    match status {
         StatusCode::PAYLOAD_TOO_LARGE if !json => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body-too-large",
@@ -894,4 +924,20 @@ async fn method_not_allowed() -> ApiError {
         "method-not-allowed",
         "this route does not take that method",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::store::StoreError;
+
+    #[test]
+    fn a_store_failure_reaches_the_client_without_its_detail() {
+        let detail = "/var/lib/verdict/tasks.db: disk I/O error";
+        let error = ApiError::from(TaskError::Store(StoreError::Failed(detail.into())));
+        assert_eq!(error.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(error.code, "store-failed");
+        assert!(!error.message.contains("/var/lib"), "{}", error.message);
+        assert!(error.message.contains("request's id"), "{}", error.message);
+    }
 }

@@ -273,3 +273,46 @@ fn not_ready_is_an_answer_not_an_error_in_the_log() {
         .collect();
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+#[test]
+fn every_error_is_the_apis_json_error() {
+    let plugins = tempfile::tempdir().unwrap();
+    install_defaults(plugins.path());
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(plugins.path(), data.path(), &["--demo"]);
+    let client = reqwest::blocking::Client::new();
+    for (method, path, status, code) in [
+        (
+            "GET",
+            "/v1/failover/history?limit=abc",
+            400,
+            "invalid-request",
+        ),
+        (
+            "GET",
+            "/v1/failover/history?before=-1",
+            400,
+            "invalid-request",
+        ),
+        ("GET", "/v1/apps/%ff/x", 400, "invalid-request"),
+        ("GET", "/v1/nothing-here", 404, "not-found"),
+        ("DELETE", "/v1/apps", 405, "method-not-allowed"),
+    ] {
+        let response = client
+            .request(method.parse().unwrap(), format!("{}{path}", server.base))
+            .send()
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{method} {path}");
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            content_type.starts_with("application/json"),
+            "{method} {path}: {content_type}"
+        );
+        let body: Value = response.json().unwrap();
+        assert_eq!(body["error"]["code"], code, "{method} {path}: {body}");
+        assert!(!body["error"]["message"].as_str().unwrap().is_empty());
+    }
+}
