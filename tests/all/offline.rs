@@ -226,6 +226,38 @@ fn eval_names_the_file_and_place_of_bad_input() {
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent.yaml"));
+
+    // Files that hold no Kubernetes object are errors, not empty tables.
+    for (name, text, message) in [
+        (
+            "foo.json",
+            r#"{"foo": 1}"#,
+            "foo.json: document 1: not a Kubernetes object: it has no `kind`",
+        ),
+        (
+            "word.yaml",
+            "hello\n",
+            "word.yaml: document 1: not a Kubernetes object but a string",
+        ),
+        (
+            "list.json",
+            r#"{"kind": "List", "items": [7]}"#,
+            "list.json: document 1, items[0]: not a Kubernetes object but a number",
+        ),
+    ] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        let output = verdict(&[
+            "eval",
+            "--plugins",
+            "target/plugins",
+            "--objects",
+            file.to_str().unwrap(),
+        ]);
+        assert_eq!(output.status.code(), Some(2), "{name}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(message), "{name}: {stderr}");
+    }
 }
 
 fn views_of_fixtures(

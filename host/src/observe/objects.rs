@@ -160,14 +160,33 @@ impl Objects {
             }
             return Ok(());
         }
+        let not_an_object = |message: String| ObjectError {
+            file: file.to_path_buf(),
+            place: format!("{place}: "),
+            message,
+        };
+        if !object.is_object() {
+            return Err(not_an_object(format!(
+                "not a Kubernetes object but {}",
+                match object {
+                    Value::Null => "nothing",
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    Value::String(_) => "a string",
+                    _ => "a value of another shape",
+                }
+            )));
+        }
         // Client libraries often drop `kind`; a pod is still recognisable.
-        let kind = kind.unwrap_or_else(|| {
-            if object.pointer("/spec/containers").is_some() {
-                "Pod".into()
-            } else {
-                "(no kind)".into()
+        let kind = match kind {
+            Some(kind) => kind,
+            None if object.pointer("/spec/containers").is_some() => "Pod".into(),
+            None => {
+                return Err(not_an_object(
+                    "not a Kubernetes object: it has no `kind`".into(),
+                ));
             }
-        });
+        };
         let typed = |what: &str| format!("{place} ({what} {name})");
         match kind.as_str() {
             "Pod" => {
