@@ -183,6 +183,16 @@ impl Admission {
                 review.types.kind
             )));
         }
+        // The versions an API server sends (the webhook configurations ask
+        // for v1); the answer mirrors the request's.
+        if !["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
+            .contains(&review.types.api_version.as_str())
+        {
+            return Err(BadReview(format!(
+                "apiVersion is `{}`, not admission.k8s.io/v1",
+                review.types.api_version
+            )));
+        }
         let request: AdmissionRequest<DynamicObject> = review
             .try_into()
             .map_err(|_| BadReview("the AdmissionReview has no request".into()))?;

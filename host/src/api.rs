@@ -274,6 +274,116 @@ impl tower_http::classify::ClassifyResponse for Classify {
     }
 }
 
+/// The document's own parts: verdict's name, version and licence (not the
+/// generator's), the bearer tokens, and the error answers every operation
+/// can give (a request that does not parse, a change refused by the
+/// access rules).
+fn describe(api: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::security::{
+        HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+    };
+    use utoipa::openapi::{ContentBuilder, LicenseBuilder, ResponseBuilder};
+    api.info.title = "verdict".into();
+    api.info.version = env!("CARGO_PKG_VERSION").into();
+    api.info.description =
+        Some("Hot-swappable WebAssembly policies over a Kubernetes cluster.".into());
+    api.info.contact = None;
+    api.info.license = Some(
+        LicenseBuilder::new()
+            .name("Apache-2.0")
+            .identifier(Some("Apache-2.0"))
+            .build(),
+    );
+    let components = api.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some(
+                    "A read or write token (--read-tokens-file, --write-tokens-file); none is needed when no token is configured",
+                ))
+                .build(),
+        ),
+    );
+    // Tokens are optional: without any configured, everything is open.
+    api.security = Some(vec![
+        SecurityRequirement::default(),
+        SecurityRequirement::new("bearer", Vec::<String>::new()),
+    ]);
+    let error = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(utoipa::openapi::Ref::from_schema_name("ApiErrorBody")))
+                    .build(),
+            )
+            .build()
+    };
+    components.schemas.insert(
+        "ApiErrorBody".into(),
+        utoipa::openapi::RefOr::T(error_schema()),
+    );
+    for item in api.paths.paths.values_mut() {
+        for operation in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let responses = &mut operation.responses.responses;
+            for (code, description) in [
+                (
+                    "400",
+                    "The request does not parse (query, path, header or body)",
+                ),
+                ("401", "A token is needed"),
+                (
+                    "403",
+                    "The token does not allow it, or a change came from another origin",
+                ),
+            ] {
+                responses
+                    .entry(code.into())
+                    .or_insert_with(|| error(description).into());
+            }
+        }
+    }
+}
+
+/// The JSON error document every error answer is.
+fn error_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    let text = || ObjectBuilder::new().schema_type(Type::String);
+    ObjectBuilder::new()
+        .property(
+            "error",
+            ObjectBuilder::new()
+                .property(
+                    "code",
+                    text().description(Some("What kind of error, for programs")),
+                )
+                .property(
+                    "message",
+                    text().description(Some("What went wrong, for people")),
+                )
+                .property(
+                    "field",
+                    text().description(Some("The request field at fault, when one is")),
+                )
+                .required("code")
+                .required("message"),
+        )
+        .required("error")
+        .into()
+}
+
 /// The router, without a socket: tests call it directly. Every request gets
 /// an `x-request-id` (kept when the client sent one) that its log lines
 /// carry, a body limit and a time limit; tokens are checked when
@@ -313,9 +423,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(event_stream))
         .routes(routes!(metrics))
         .split_for_parts();
-    api.info.title = "verdict".into();
-    api.info.description =
-        Some("Hot-swappable WebAssembly policies over a Kubernetes cluster.".into());
+    describe(&mut api);
     let document = Arc::new(api.to_pretty_json().unwrap_or_default());
     router
         .route("/", get(dashboard))

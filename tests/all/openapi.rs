@@ -115,3 +115,51 @@ fn the_openapi_document_covers_every_route() {
     let (code, _) = server.get("/v1/undescribed");
     assert_eq!(code, 404);
 }
+
+#[test]
+fn the_document_is_verdicts_own_and_documents_errors_and_tokens() {
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(&plugins, data.path(), &["--demo"]);
+    let (_, document) = server.get("/openapi.json");
+    let info = &document["info"];
+    assert_eq!(info["title"], "verdict");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(info["license"]["name"], "Apache-2.0");
+    assert!(info["contact"].is_null(), "{info}");
+    assert_eq!(
+        document["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    for (method, path) in OPERATIONS.iter().filter(|(_, p)| *p != "/openapi.json") {
+        let responses = &document["paths"][path][method]["responses"];
+        for code in ["400", "401", "403"] {
+            assert!(
+                responses[code].is_object(),
+                "{method} {path} documents no {code}"
+            );
+        }
+    }
+    // An error answer has the documented shape.
+    let (code, error) = server.get("/v1/failover/history?limit=abc");
+    assert_eq!(code, 400);
+    let schema = &document["components"]["schemas"]["ApiErrorBody"];
+    for key in schema["properties"]["error"]["required"]
+        .as_array()
+        .unwrap()
+    {
+        assert!(error["error"][key.as_str().unwrap()].is_string(), "{error}");
+    }
+    // An AdmissionReview of a version no API server sends is refused.
+    let review = crate::support::review("pod-create.json", "shop")
+        .replace("admission.k8s.io/v1", "foo/bar");
+    let (code, refused) = server.send("POST", "/v1/admission/review", Some(&review));
+    assert_eq!(code, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("foo/bar"),
+        "{refused}"
+    );
+}
