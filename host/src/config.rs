@@ -91,6 +91,11 @@ pub struct Config {
     pub body_limit: usize,
     /// How long a request may take to be answered.
     pub request_timeout: Duration,
+    /// How long a connection may take to send a request head (and may stay
+    /// idle between requests, or silent at first).
+    pub header_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
 }
 
 /// Where task records are kept.
@@ -166,6 +171,8 @@ impl Config {
             write_tokens: Vec::new(),
             body_limit: 1 << 20,
             request_timeout: Duration::from_secs(30),
+            header_timeout: crate::connections::HEADER_READ,
+            max_connections: crate::connections::MAX_CONNECTIONS,
         }
     }
 
@@ -249,6 +256,11 @@ impl Config {
             V::Integer((self.body_limit >> 10) as i64),
         );
         t.insert("request-timeout-ms".into(), ms(self.request_timeout));
+        t.insert("header-timeout-ms".into(), ms(self.header_timeout));
+        t.insert(
+            "max-connections".into(),
+            V::Integer(i64::try_from(self.max_connections).unwrap_or(i64::MAX)),
+        );
         let settings: toml::Table = self
             .settings
             .iter()
@@ -457,6 +469,16 @@ pub struct ServeArgs {
     #[arg(long, env = "VERDICT_REQUEST_TIMEOUT_MS", value_name = "MS")]
     pub request_timeout_ms: Option<u64>,
 
+    /// How long a connection may take to send a request head, stay silent
+    /// when new or idle between requests, in milliseconds [default: 10000].
+    #[arg(long, env = "VERDICT_HEADER_TIMEOUT_MS", value_name = "MS")]
+    pub header_timeout_ms: Option<u64>,
+
+    /// Connections served at once; one more is closed at once
+    /// [default: 4096].
+    #[arg(long, env = "VERDICT_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+
     /// The PEM private key of --tls-cert.
     #[arg(
         long,
@@ -504,6 +526,8 @@ struct FileConfig {
     write_tokens_file: Option<PathBuf>,
     body_limit_kib: Option<usize>,
     request_timeout_ms: Option<u64>,
+    header_timeout_ms: Option<u64>,
+    max_connections: Option<usize>,
     /// `[settings.<plugin>]` tables.
     #[serde(default)]
     settings: BTreeMap<String, toml::Table>,
@@ -731,6 +755,26 @@ impl ServeArgs {
                 });
             }
             Some(ms) => config.request_timeout = Duration::from_millis(ms),
+            None => {}
+        }
+        match self.header_timeout_ms.or(file.header_timeout_ms) {
+            Some(0) => {
+                return Err(Error::Config {
+                    key: "header-timeout-ms",
+                    message: "must be at least 1".into(),
+                });
+            }
+            Some(ms) => config.header_timeout = Duration::from_millis(ms),
+            None => {}
+        }
+        match self.max_connections.or(file.max_connections) {
+            Some(0) => {
+                return Err(Error::Config {
+                    key: "max-connections",
+                    message: "must be at least 1".into(),
+                });
+            }
+            Some(n) => config.max_connections = n,
             None => {}
         }
         match self.heartbeat_ms.or(file.heartbeat_ms) {

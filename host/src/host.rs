@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
-
 use crate::admission::Admission;
 use crate::api::{self, AppState, Live};
 use crate::config::{ClusterSource, Config, TaskStoreKind};
+use crate::connections;
 use crate::error::{Error, Result};
 use crate::observe::cluster::{self, Following, Observed};
 use crate::plugins::{Registry, Runtime, Watcher, watch};
@@ -506,34 +505,45 @@ pub async fn serve(config: Config) -> Result<()> {
     let signal = async move {
         let _ = on_signal.wait_for(|s| *s).await;
     };
+    let handle = axum_server::Handle::new();
+    let stopping = handle.clone();
+    tokio::spawn(async move {
+        signal.await;
+        stopping.graceful_shutdown(Some(DRAIN));
+    });
+    let bounded = connections::Bounded::new(config.max_connections, config.header_timeout);
     let serving = async {
-        match &config.tls {
+        let mut reloading = None;
+        let mut server = match &config.tls {
             None => {
                 println!("verdict listening on http://{addr}");
                 tracing::info!(%addr, "serving HTTP");
-                let listener = TcpListener::from_std(listener).map_err(listen_error)?;
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(signal)
-                    .await
-                    .map_err(listen_error)
+                axum_server::from_tcp(listener).acceptor(connections::Acceptor::Plain(bounded))
             }
             Some(files) => {
-                let (tls, _reloading) = crate::tls::serve_config(files).await?;
+                let (tls, watcher) = crate::tls::serve_config(files).await?;
+                reloading = Some(watcher);
                 println!("verdict listening on https://{addr}");
                 tracing::info!(%addr, "serving HTTPS");
-                let handle = axum_server::Handle::new();
-                let stopping = handle.clone();
-                tokio::spawn(async move {
-                    signal.await;
-                    stopping.graceful_shutdown(Some(DRAIN));
-                });
-                axum_server::from_tcp_rustls(listener, tls)
-                    .handle(handle)
-                    .serve(router.into_make_service())
-                    .await
-                    .map_err(listen_error)
+                axum_server::from_tcp(listener).acceptor(connections::Acceptor::Tls(
+                    axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(bounded),
+                ))
             }
-        }
+        };
+        // A request head must arrive in time; this also ends idle
+        // keep-alive connections.
+        server
+            .http_builder()
+            .http1()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(config.header_timeout);
+        let served = server
+            .handle(handle)
+            .serve(router.into_make_service())
+            .await
+            .map_err(listen_error);
+        drop(reloading);
+        served
     };
     tokio::pin!(serving);
     tokio::select! {

@@ -6,6 +6,7 @@
 //! - [`admission`]: task admission and the Kubernetes admission webhook;
 //! - [`failover`]: node health decisions, brakes, overrides and actions;
 //! - [`api`]: the HTTP surface;
+//! - [`connections`]: bounds on the connections the server keeps;
 //! - [`observe`]: Kubernetes objects reduced to observations and grouped into apps;
 //! - [`verdicts`]: status evaluation and the JSON form of verdicts;
 //! - [`native`]: the default status rules compiled natively, for comparison;
@@ -17,6 +18,7 @@ pub mod access;
 pub mod admission;
 pub mod api;
 pub mod config;
+pub mod connections;
 pub mod error;
 pub mod events;
 pub mod executor;

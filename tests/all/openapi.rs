@@ -151,8 +151,8 @@ fn the_document_is_verdicts_own_and_documents_errors_and_tokens() {
         assert!(error["error"][key.as_str().unwrap()].is_string(), "{error}");
     }
     // An AdmissionReview of a version no API server sends is refused.
-    let review = crate::support::review("pod-create.json", "shop")
-        .replace("admission.k8s.io/v1", "foo/bar");
+    let review =
+        crate::support::review("pod-create.json", "shop").replace("admission.k8s.io/v1", "foo/bar");
     let (code, refused) = server.send("POST", "/v1/admission/review", Some(&review));
     assert_eq!(code, 400, "{refused}");
     assert!(

@@ -316,3 +316,112 @@ fn every_error_is_the_apis_json_error() {
         assert!(!body["error"]["message"].as_str().unwrap().is_empty());
     }
 }
+
+/// Whether the server closed the connection within `limit` (a read that
+/// ends, or fails, rather than waiting).
+fn closed_within(stream: &mut std::net::TcpStream, limit: std::time::Duration) -> bool {
+    use std::io::Read;
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn slow_silent_and_idle_connections_are_closed_and_connections_are_capped() {
+    use std::io::Write;
+    use std::time::Duration;
+    let plugins = tempfile::tempdir().unwrap();
+    install_defaults(plugins.path());
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        plugins.path(),
+        data.path(),
+        &["--demo", "--header-timeout-ms", "300"],
+    );
+    let address = server.base.trim_start_matches("http://").to_string();
+    let connect = || std::net::TcpStream::connect(&address).unwrap();
+    let bound = Duration::from_secs(5);
+
+    // Nothing sent; half a request line; one byte.
+    let mut silent = connect();
+    assert!(
+        closed_within(&mut silent, bound),
+        "a silent connection stayed open"
+    );
+    let mut half = connect();
+    half.write_all(b"GET /heal").unwrap();
+    assert!(
+        closed_within(&mut half, bound),
+        "half a request line stayed open"
+    );
+    let mut one = connect();
+    one.write_all(b"G").unwrap();
+    assert!(closed_within(&mut one, bound), "one byte stayed open");
+    // A kept-alive connection that goes idle after its answer.
+    let mut idle = connect();
+    idle.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\n\r\n").as_bytes())
+        .unwrap();
+    assert!(
+        closed_within(&mut idle, bound),
+        "an idle keep-alive connection stayed open"
+    );
+    // An event stream outlives the bound: it is answering, not waiting
+    // (the time passing is what is tested here).
+    let stream = crate::events::Stream::open(&server, "", None);
+    std::thread::sleep(Duration::from_millis(900));
+    let body = serde_json::json!({"app": "shop/cart", "action": "restart"}).to_string();
+    server.send("POST", "/v1/tasks", Some(&body));
+    stream.until("an event after the bound", |m| m.event == "task");
+    drop(server);
+
+    // At most two connections: a third is closed at once.
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        plugins.path(),
+        data.path(),
+        &["--demo", "--max-connections", "2"],
+    );
+    let address = server.base.trim_start_matches("http://").to_string();
+    // Two kept-alive connections, each answered once: both are served.
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            use std::io::Read;
+            let mut c = std::net::TcpStream::connect(&address).unwrap();
+            c.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\n\r\n").as_bytes())
+                .unwrap();
+            let mut answer = Vec::new();
+            let mut byte = [0u8; 1];
+            while !answer.ends_with(b"\r\n\r\n") {
+                assert_eq!(c.read(&mut byte).unwrap(), 1, "the answer ended early");
+                answer.push(byte[0]);
+            }
+            assert!(answer.starts_with(b"HTTP/1.1 200"));
+            c
+        })
+        .collect();
+    let mut third = std::net::TcpStream::connect(&address).unwrap();
+    third.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+    assert!(
+        closed_within(&mut third, bound),
+        "a third connection was served"
+    );
+    drop(held);
+    let back = crate::support::wait_until(bound, || {
+        reqwest::blocking::get(format!("{}/healthz", server.base)).is_ok_and(|r| r.status() == 200)
+    });
+    assert!(back.is_some(), "connections freed, the server serves again");
+}
