@@ -683,3 +683,55 @@ fn the_kubernetes_store_without_its_definition_stops_the_host_saying_why() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(stderr.contains("task-crd.yaml"), "{stderr}");
 }
+
+#[test]
+fn task_fields_are_bounded() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = host(&cluster, data.path(), "sqlite");
+    let long = "a".repeat(100_000);
+    for (body, field) in [
+        (
+            json!({"app": "shop/web", "action": "restart", "requested-by": long}),
+            "requested-by",
+        ),
+        (
+            json!({"app": "shop/web", "action": "update", "params": {"image": "web:2", "notes": "x".repeat(900 * 1024)}}),
+            "params",
+        ),
+    ] {
+        let (code, error) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
+        assert_eq!(code, 422, "{field}: {error}");
+        assert_eq!(error["error"]["field"], field, "{error}");
+    }
+    assert!(
+        server.get("/v1/tasks").1["tasks"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // Within the bounds all is well; a decision's reason is bounded too.
+    let (code, task) = server.send(
+        "POST",
+        "/v1/tasks",
+        Some(
+            &json!({"app": "shop/web", "action": "restart", "requested-by": "a".repeat(256)})
+                .to_string(),
+        ),
+    );
+    assert_eq!(code, 201, "{task}");
+    let id = task["id"].as_str().unwrap();
+    let (code, error) = server.send(
+        "POST",
+        &format!("/v1/tasks/{id}/cancel"),
+        Some(&json!({"by": "ana", "reason": "r".repeat(5000)}).to_string()),
+    );
+    assert_eq!(code, 422, "{error}");
+    assert_eq!(error["error"]["field"], "reason");
+    let (code, _) = server.send(
+        "POST",
+        &format!("/v1/tasks/{id}/cancel"),
+        Some(&json!({"by": "ana", "reason": "done"}).to_string()),
+    );
+    assert_eq!(code, 200);
+}

@@ -279,6 +279,7 @@ impl Tasks {
         admit: impl AsyncFnOnce(Vec<types::Task>) -> Result<Admitted, Denial>,
     ) -> Result<Task, TaskError> {
         let key = model::parse_app(&request.app)?;
+        request.check_sizes()?;
         let key = (key.namespace, key.name);
         let _write = self.writes.lock().await;
         let admitted = admit(self.for_app(&key)).await.map_err(TaskError::Denied)?;

@@ -188,6 +188,62 @@ pub struct Decision {
     pub reason: Option<String>,
 }
 
+/// The longest `requested-by`, `by` and step name, in characters.
+pub const MAX_NAME: usize = 256;
+/// The longest message or reason, in characters.
+pub const MAX_TEXT: usize = 4096;
+/// The largest `params` of a task, as JSON text.
+pub const MAX_PARAMS: usize = 64 * 1024;
+
+/// Refuse text longer than `max` characters.
+fn bounded(field: &str, value: Option<&str>, max: usize) -> Result<(), Refusal> {
+    match value {
+        Some(text) if text.chars().count() > max => Err(invalid(
+            field,
+            format!("is {} characters long; at most {max}", text.chars().count()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl NewTask {
+    /// Every field within its bound: a request may not make the host keep
+    /// (and serve, and store) whatever a client sends.
+    pub fn check_sizes(&self) -> Result<(), Refusal> {
+        bounded("requested-by", self.requested_by.as_deref(), MAX_NAME)?;
+        let params = serde_json::to_string(&self.params).map_or(0, |p| p.len());
+        if params > MAX_PARAMS {
+            return Err(invalid(
+                "params",
+                format!("are {params} bytes as JSON; at most {MAX_PARAMS}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Decision {
+    fn check_sizes(&self) -> Result<(), Refusal> {
+        bounded("by", self.by.as_deref(), MAX_NAME)?;
+        bounded("reason", self.reason.as_deref(), MAX_TEXT)
+    }
+}
+
+impl TaskPatch {
+    fn check_sizes(&self) -> Result<(), Refusal> {
+        bounded("message", self.message.as_deref(), MAX_TEXT)?;
+        for (i, step) in self.steps.iter().enumerate() {
+            bounded(&format!("steps[{i}].name"), Some(&step.name), MAX_NAME)?;
+            bounded(
+                &format!("steps[{i}].message"),
+                step.message.as_deref(),
+                MAX_TEXT,
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// Why a change to a task was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Refusal {
@@ -347,6 +403,7 @@ impl Task {
     /// Apply an executor's report. On success the task is changed and its
     /// revision counted; on a refusal it is left as it was.
     pub fn apply(&mut self, patch: &TaskPatch, now: types::Timestamp) -> Result<(), Refusal> {
+        patch.check_sizes()?;
         // A finished task, or one awaiting approval, takes no reports.
         check_move(self.phase, self.phase)?;
         let mut next = self.clone();
@@ -495,6 +552,7 @@ impl Task {
         decision: &Decision,
         now: types::Timestamp,
     ) -> Result<(), Refusal> {
+        decision.check_sizes()?;
         if self.phase != Phase::AwaitingApproval {
             return Err(Refusal::Conflict(format!(
                 "the task is {}, not awaiting approval",
@@ -529,6 +587,7 @@ impl Task {
 
     /// Cancel a task that has not finished.
     pub fn cancel(&mut self, decision: &Decision, now: types::Timestamp) -> Result<(), Refusal> {
+        decision.check_sizes()?;
         if finished(self.phase) {
             return Err(Refusal::Conflict(format!(
                 "the task has {}; a finished task cannot be cancelled",
