@@ -736,14 +736,32 @@ async fn reload_plugins(State(state): State<AppState>) -> Result<Json<ReloadRepo
 struct TaskQuery {
     app: Option<String>,
     phase: Option<String>,
+    /// At most this many, [`TASK_PAGE`] by default and at most.
+    limit: Option<usize>,
+    /// Where the previous page ended (its `continue`).
+    #[serde(rename = "continue")]
+    after: Option<String>,
 }
+
+/// The largest page of tasks.
+const TASK_PAGE: usize = 1000;
 
 #[derive(Serialize, utoipa::ToSchema)]
 struct TaskList {
     tasks: Vec<Task>,
+    /// Present when more tasks follow: pass it as `continue` for the next
+    /// page.
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    after: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(("app" = Option<String>, Query, description = "namespace/name"), ("phase" = Option<String>, Query)), responses((status = 200, description = "Tasks, newest first", body = TaskList), (status = 422, description = "A bad filter, named")))]
+/// Where a page ends: the last task's creation time and id (the order of
+/// the list), opaque to clients.
+fn page_mark(task: &Task) -> String {
+    format!("{}.{}", task.created_at, task.id)
+}
+
+#[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(("app" = Option<String>, Query, description = "namespace/name"), ("phase" = Option<String>, Query), ("limit" = Option<usize>, Query, description = "At most this many (1000 by default and at most)"), ("continue" = Option<String>, Query, description = "The previous page's `continue`")), responses((status = 200, description = "Tasks, newest first", body = TaskList), (status = 422, description = "A bad filter, named")))]
 async fn list_tasks(
     State(state): State<AppState>,
     Query(query): Query<TaskQuery>,
@@ -770,9 +788,26 @@ async fn list_tasks(
         ),
         None => None,
     };
-    Ok(Json(TaskList {
-        tasks: state.tasks.list(&Filter { app, phase }),
-    }))
+    let limit = match query.limit {
+        Some(0) => return Err(ApiError::invalid("limit", "limit: must be at least 1")),
+        Some(n) => n.min(TASK_PAGE),
+        None => TASK_PAGE,
+    };
+    let mut tasks = state.tasks.list(&Filter { app, phase });
+    if let Some(after) = &query.after {
+        let (at, id) = after
+            .split_once('.')
+            .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id)))
+            .ok_or_else(|| {
+                ApiError::invalid("continue", "continue: not a mark this server gave")
+            })?;
+        // Newest first: what follows the mark is older, or as old with a
+        // smaller id.
+        tasks.retain(|t| (t.created_at, t.id.as_str()) < (at, id));
+    }
+    let after = (tasks.len() > limit).then(|| page_mark(&tasks[limit - 1]));
+    tasks.truncate(limit);
+    Ok(Json(TaskList { tasks, after }))
 }
 
 #[utoipa::path(post, path = "/v1/tasks", tag = "tasks", request_body = NewTask, responses((status = 201, description = "Admitted", body = Task), (status = 202, description = "Held for approval", body = Task), (status = 403, description = "Denied, with the reason"), (status = 422, description = "A bad field, named"), (status = 503, description = "The admission policy failed and the failure mode is closed")))]

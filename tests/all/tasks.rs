@@ -735,3 +735,44 @@ fn task_fields_are_bounded() {
     );
     assert_eq!(code, 200);
 }
+
+#[test]
+fn task_lists_come_in_pages() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = host(&cluster, data.path(), "sqlite");
+    for n in 0..5 {
+        let body = json!({"app": format!("shop/page-{n}"), "action": "restart"}).to_string();
+        assert_eq!(server.send("POST", "/v1/tasks", Some(&body)).0, 201);
+    }
+    let all = server.get("/v1/tasks").1;
+    assert!(all["continue"].is_null(), "one page holds them all: {all}");
+    let ids = |list: &Value| -> Vec<String> {
+        list["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut paged = Vec::new();
+    let mut path = "/v1/tasks?limit=2".to_string();
+    let mut pages = 0;
+    loop {
+        let (code, page) = server.get(&path);
+        assert_eq!(code, 200, "{page}");
+        assert!(page["tasks"].as_array().unwrap().len() <= 2);
+        paged.extend(ids(&page));
+        pages += 1;
+        match page["continue"].as_str() {
+            Some(mark) => path = format!("/v1/tasks?limit=2&continue={mark}"),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(paged, ids(&all));
+    for bad in ["/v1/tasks?limit=0", "/v1/tasks?continue=nonsense"] {
+        let (code, error) = server.get(bad);
+        assert_eq!(code, 422, "{bad}: {error}");
+    }
+}
