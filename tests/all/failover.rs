@@ -731,14 +731,7 @@ fn the_scale_down_remedy_shrinks_a_stateful_workload_on_approval() {
 #[test]
 fn without_a_failover_policy_nothing_is_done_and_the_answer_says_why() {
     let cluster = cluster();
-    let plugins = tempfile::tempdir().unwrap();
-    for name in ["status", "admission"] {
-        std::fs::copy(
-            crate::support::default_plugin(name),
-            plugins.path().join(format!("{name}.wasm")),
-        )
-        .unwrap();
-    }
+    let plugins = crate::support::plugin_folder(&["status", "admission"]);
     let data = tempfile::tempdir().unwrap();
     let url = cluster.sim().url();
     let server = Server::start_with(

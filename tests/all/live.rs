@@ -397,14 +397,7 @@ fn pod_usage_from_the_metrics_api_enters_the_verdict() {
 #[test]
 fn verdicts_that_are_not_derived_again_turn_stale() {
     let cluster = Cluster::start();
-    let plugins = tempfile::tempdir().unwrap();
-    for name in ["status", "failover", "admission"] {
-        std::fs::copy(
-            crate::support::default_plugin(name),
-            plugins.path().join(format!("{name}.wasm")),
-        )
-        .unwrap();
-    }
+    let plugins = crate::support::plugin_folder(&["status", "failover", "admission"]);
     let data = tempfile::tempdir().unwrap();
     let url = cluster.sim().url();
     let server = Server::start_with(

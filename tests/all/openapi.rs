@@ -140,6 +140,16 @@ fn the_document_is_verdicts_own_and_documents_errors_and_tokens() {
             );
         }
     }
+    // The task request's constraints are in the schema, as the server
+    // checks them: an empty or malformed app is refused.
+    let app = &document["components"]["schemas"]["NewTask"]["properties"]["app"];
+    assert_eq!(app["minLength"], 3, "{app}");
+    assert!(app["pattern"].is_string(), "{app}");
+    for bad in ["", "Shop/Web"] {
+        let body = serde_json::json!({"app": bad, "action": "restart"}).to_string();
+        let (code, error) = server.send("POST", "/v1/tasks", Some(&body));
+        assert_eq!(code, 422, "{bad}: {error}");
+    }
     // An error answer has the documented shape.
     let (code, error) = server.get("/v1/failover/history?limit=abc");
     assert_eq!(code, 400);

@@ -84,10 +84,12 @@ impl Server {
 }
 
 fn install_defaults(dir: &Path) {
-    for name in ["status", "failover", "admission"] {
+    for name in DEFAULTS {
         std::fs::copy(default_plugin(name), dir.join(format!("{name}.wasm"))).unwrap();
     }
 }
+
+const DEFAULTS: [&str; 3] = ["status", "failover", "admission"];
 
 fn code_sources(server: &Server) -> Vec<String> {
     let (status, body) = server.get("/v1/plugins");
@@ -201,8 +203,7 @@ fn bad_configuration_exits_with_a_message_naming_the_key() {
 
 #[test]
 fn two_hosts_on_one_data_folder_do_not_both_start() {
-    let plugins = tempfile::tempdir().unwrap();
-    install_defaults(plugins.path());
+    let plugins = crate::support::plugin_folder(&DEFAULTS);
     let data = tempfile::tempdir().unwrap();
     let first = Server::start_with(plugins.path(), data.path(), &["--demo"]);
     let output = Command::new(env!("CARGO_BIN_EXE_verdict"))
@@ -229,8 +230,7 @@ fn two_hosts_on_one_data_folder_do_not_both_start() {
 #[test]
 fn not_ready_is_an_answer_not_an_error_in_the_log() {
     use std::io::{BufRead, BufReader};
-    let plugins = tempfile::tempdir().unwrap();
-    install_defaults(plugins.path());
+    let plugins = crate::support::plugin_folder(&DEFAULTS);
     let data = tempfile::tempdir().unwrap();
     // A cluster that is not there: the host serves, and is not ready.
     let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
@@ -276,8 +276,7 @@ fn not_ready_is_an_answer_not_an_error_in_the_log() {
 
 #[test]
 fn every_error_is_the_apis_json_error() {
-    let plugins = tempfile::tempdir().unwrap();
-    install_defaults(plugins.path());
+    let plugins = crate::support::plugin_folder(&DEFAULTS);
     let data = tempfile::tempdir().unwrap();
     let server = Server::start_with(plugins.path(), data.path(), &["--demo"]);
     let client = reqwest::blocking::Client::new();
@@ -344,8 +343,7 @@ fn closed_within(stream: &mut std::net::TcpStream, limit: std::time::Duration) -
 fn slow_silent_and_idle_connections_are_closed_and_connections_are_capped() {
     use std::io::Write;
     use std::time::Duration;
-    let plugins = tempfile::tempdir().unwrap();
-    install_defaults(plugins.path());
+    let plugins = crate::support::plugin_folder(&DEFAULTS);
     let data = tempfile::tempdir().unwrap();
     let server = Server::start_with(
         plugins.path(),

@@ -36,6 +36,19 @@ pub fn default_plugin(name: &str) -> PathBuf {
     component("plugins", name)
 }
 
+/// A plugin folder of its own holding the default plugins named.
+pub fn plugin_folder(names: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in names {
+        std::fs::copy(
+            default_plugin(name),
+            dir.path().join(format!("{name}.wasm")),
+        )
+        .unwrap();
+    }
+    dir
+}
+
 /// An example plugin component (see `examples/`).
 pub fn example_plugin(name: &str) -> PathBuf {
     component("example-plugins", name)

@@ -131,6 +131,13 @@ pub struct Task {
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct NewTask {
+    /// `namespace/name`, each a Kubernetes name.
+    #[schema(
+        pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        min_length = 3,
+        max_length = 127,
+        example = "shop/web"
+    )]
     pub app: String,
     #[serde(with = "wit_name")]
     #[schema(value_type = String, example = "restart")]
@@ -139,6 +146,7 @@ pub struct NewTask {
     #[schema(value_type = Object)]
     pub params: Map<String, Value>,
     #[serde(default)]
+    #[schema(max_length = 256)]
     pub requested_by: Option<String>,
 }
 
