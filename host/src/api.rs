@@ -527,6 +527,13 @@ async fn failover_history(
     Query(query): Query<HistoryQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    // Sequence numbers are 63-bit, as the document says.
+    if query.before.is_some_and(|b| i64::try_from(b).is_err()) {
+        return Err(ApiError::invalid(
+            "before",
+            format!("before: at most {}", i64::MAX),
+        ));
+    }
     let records = failover(&state)?
         .history(query.node.as_deref(), query.before, limit)
         .await?;
