@@ -150,6 +150,22 @@ fn the_document_is_verdicts_own_and_documents_errors_and_tokens() {
         let (code, error) = server.send("POST", "/v1/tasks", Some(&body));
         assert_eq!(code, 422, "{bad}: {error}");
     }
+    // The actions and phases the schema lists are exactly those the host
+    // knows.
+    use verdict::plugins::bindings::types::{TaskAction, TaskPhase};
+    use verdict::verdicts::view::WitName;
+    for (schema, names) in [
+        ("ActionName", <TaskAction as WitName>::NAMES),
+        ("PhaseName", <TaskPhase as WitName>::NAMES),
+    ] {
+        let listed: Vec<&str> = document["components"]["schemas"][schema]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{schema} lists no values"))
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, names, "{schema}");
+    }
     // An error answer has the documented shape.
     let (code, error) = server.get("/v1/failover/history?limit=abc");
     assert_eq!(code, 400);

@@ -53,7 +53,7 @@ pub struct Step {
     #[serde(default)]
     pub description: String,
     #[serde(with = "wit_name")]
-    #[schema(value_type = String, example = "running")]
+    #[schema(value_type = PhaseName, example = "running")]
     pub phase: Phase,
     #[serde(default)]
     pub message: Option<String>,
@@ -99,14 +99,14 @@ pub struct Task {
     /// `namespace/name`.
     pub app: String,
     #[serde(with = "wit_name")]
-    #[schema(value_type = String, example = "restart")]
+    #[schema(value_type = ActionName, example = "restart")]
     pub action: Action,
     #[schema(value_type = Object)]
     pub params: Map<String, Value>,
     #[serde(default)]
     pub requested_by: Option<String>,
     #[serde(with = "wit_name")]
-    #[schema(value_type = String, example = "running")]
+    #[schema(value_type = PhaseName, example = "running")]
     pub phase: Phase,
     pub progress: u8,
     #[serde(default)]
@@ -127,6 +127,35 @@ pub struct Task {
     pub revision: u64,
 }
 
+/// The actions a task may ask for, as the OpenAPI document lists them
+/// (the WIT `task-action`).
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[allow(dead_code)]
+pub enum ActionName {
+    Create,
+    Start,
+    Stop,
+    Restart,
+    Update,
+    Scale,
+    Delete,
+}
+
+/// The phases of a task, as the OpenAPI document lists them (the WIT
+/// `task-phase`).
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[allow(dead_code)]
+pub enum PhaseName {
+    Pending,
+    AwaitingApproval,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
 /// A task request as `POST /v1/tasks` takes it.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
@@ -140,7 +169,7 @@ pub struct NewTask {
     )]
     pub app: String,
     #[serde(with = "wit_name")]
-    #[schema(value_type = String, example = "restart")]
+    #[schema(value_type = ActionName, example = "restart")]
     pub action: Action,
     #[serde(default)]
     #[schema(value_type = Object)]
@@ -156,7 +185,7 @@ pub struct NewTask {
 pub struct StepReport {
     pub name: String,
     #[serde(with = "wit_name")]
-    #[schema(value_type = String, example = "running")]
+    #[schema(value_type = PhaseName, example = "running")]
     pub phase: Phase,
     #[serde(default)]
     pub message: Option<String>,
@@ -167,7 +196,7 @@ pub struct StepReport {
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TaskPatch {
     #[serde(default, with = "option_phase")]
-    #[schema(value_type = Option<String>, example = "running")]
+    #[schema(value_type = Option<PhaseName>, example = "running")]
     pub phase: Option<Phase>,
     /// Percent of the task, or of the running step when the task has a plan.
     #[serde(default)]
