@@ -326,7 +326,8 @@ fn describe(api: &mut utoipa::openapi::OpenApi) {
         "ApiErrorBody".into(),
         utoipa::openapi::RefOr::T(error_schema()),
     );
-    for item in api.paths.paths.values_mut() {
+    for (path, item) in api.paths.paths.iter_mut() {
+        let named = path.contains('{');
         for operation in [
             &mut item.get,
             &mut item.post,
@@ -337,21 +338,29 @@ fn describe(api: &mut utoipa::openapi::OpenApi) {
         .into_iter()
         .flatten()
         {
+            let with_body = operation.request_body.is_some();
             let responses = &mut operation.responses.responses;
-            for (code, description) in [
+            for (code, description, applies) in [
                 (
                     "400",
                     "The request does not parse (query, path, header or body)",
+                    true,
                 ),
-                ("401", "A token is needed"),
+                ("401", "A token is needed", true),
                 (
                     "403",
                     "The token does not allow it, or a change came from another origin",
+                    true,
                 ),
+                ("404", "Nothing of that name", named),
+                ("415", "The body is not JSON", with_body),
+                ("422", "A field is out of bounds or unknown, named", true),
             ] {
-                responses
-                    .entry(code.into())
-                    .or_insert_with(|| error(description).into());
+                if applies {
+                    responses
+                        .entry(code.into())
+                        .or_insert_with(|| error(description).into());
+                }
             }
         }
     }
