@@ -233,7 +233,7 @@ fn not_ready_is_an_answer_not_an_error_in_the_log() {
     let plugins = crate::support::plugin_folder(&DEFAULTS);
     let data = tempfile::tempdir().unwrap();
     // A cluster that is not there: the host serves, and is not ready.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+    let child = Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args([
             "serve",
             "--listen",
@@ -250,8 +250,10 @@ fn not_ready_is_an_answer_not_an_error_in_the_log() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Stopped even when an assertion fails.
+    let mut child = KillOnDrop(child);
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
+    BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let base = line
@@ -263,10 +265,9 @@ fn not_ready_is_an_answer_not_an_error_in_the_log() {
         let response = reqwest::blocking::get(format!("{base}/readyz")).unwrap();
         assert_eq!(response.status(), 503);
     }
-    let _ = child.kill();
+    let _ = child.0.kill();
     let mut log = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
-    let _ = child.wait();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut log).unwrap();
     let failures: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("ERROR") && l.contains("/readyz"))
