@@ -747,45 +747,26 @@ impl ServeArgs {
                         message: format!("{kib} is out of range"),
                     })?;
         }
-        match self.request_timeout_ms.or(file.request_timeout_ms) {
-            Some(0) => {
-                return Err(Error::Config {
-                    key: "request-timeout-ms",
-                    message: "must be at least 1".into(),
-                });
-            }
-            Some(ms) => config.request_timeout = Duration::from_millis(ms),
-            None => {}
+        if let Some(ms) = at_least_one(
+            "request-timeout-ms",
+            self.request_timeout_ms.or(file.request_timeout_ms),
+        )? {
+            config.request_timeout = Duration::from_millis(ms);
         }
-        match self.header_timeout_ms.or(file.header_timeout_ms) {
-            Some(0) => {
-                return Err(Error::Config {
-                    key: "header-timeout-ms",
-                    message: "must be at least 1".into(),
-                });
-            }
-            Some(ms) => config.header_timeout = Duration::from_millis(ms),
-            None => {}
+        if let Some(ms) = at_least_one(
+            "header-timeout-ms",
+            self.header_timeout_ms.or(file.header_timeout_ms),
+        )? {
+            config.header_timeout = Duration::from_millis(ms);
         }
-        match self.max_connections.or(file.max_connections) {
-            Some(0) => {
-                return Err(Error::Config {
-                    key: "max-connections",
-                    message: "must be at least 1".into(),
-                });
-            }
-            Some(n) => config.max_connections = n,
-            None => {}
+        if let Some(n) = at_least_one(
+            "max-connections",
+            self.max_connections.or(file.max_connections),
+        )? {
+            config.max_connections = n;
         }
-        match self.heartbeat_ms.or(file.heartbeat_ms) {
-            Some(0) => {
-                return Err(Error::Config {
-                    key: "heartbeat-ms",
-                    message: "must be at least 1".into(),
-                });
-            }
-            Some(ms) => config.heartbeat = Duration::from_millis(ms),
-            None => {}
+        if let Some(ms) = at_least_one("heartbeat-ms", self.heartbeat_ms.or(file.heartbeat_ms))? {
+            config.heartbeat = Duration::from_millis(ms);
         }
         if let Some(mode) = self.admission_failure.or(file.admission_failure) {
             config.admission_failure = mode;
@@ -818,6 +799,20 @@ impl ServeArgs {
             })
             .collect();
         Ok(config)
+    }
+}
+
+/// A setting that must be at least 1, when it is given.
+fn at_least_one<T: Copy + PartialEq + From<u8>>(
+    key: &'static str,
+    value: Option<T>,
+) -> Result<Option<T>> {
+    match value {
+        Some(v) if v == T::from(0) => Err(Error::Config {
+            key,
+            message: "must be at least 1".into(),
+        }),
+        other => Ok(other),
     }
 }
 

@@ -496,24 +496,12 @@ pub async fn serve(config: Config) -> Result<()> {
     listener.set_nonblocking(true).map_err(listen_error)?;
     let addr = listener.local_addr().map_err(listen_error)?;
     let router = host.router();
-    // The first line on standard output says where to connect (port 0 picks
-    // a free port; tests read it from here).
-    // On Ctrl-C or SIGTERM: stop taking connections, end the event
-    // streams, let requests in flight finish — for at most `DRAIN`.
-    let signalled = tokio::sync::watch::Sender::new(false);
-    let mut on_signal = signalled.subscribe();
-    let signal = async move {
-        let _ = on_signal.wait_for(|s| *s).await;
-    };
     let handle = axum_server::Handle::new();
-    let stopping = handle.clone();
-    tokio::spawn(async move {
-        signal.await;
-        stopping.graceful_shutdown(Some(DRAIN));
-    });
     let bounded = connections::Bounded::new(config.max_connections, config.header_timeout);
     let serving = async {
         let mut reloading = None;
+        // The first line on standard output says where to connect (port 0
+        // picks a free port; tests read it from here).
         let mut server = match &config.tls {
             None => {
                 println!("verdict listening on http://{addr}");
@@ -538,7 +526,7 @@ pub async fn serve(config: Config) -> Result<()> {
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(config.header_timeout);
         let served = server
-            .handle(handle)
+            .handle(handle.clone())
             .serve(router.into_make_service())
             .await
             .map_err(listen_error);
@@ -550,8 +538,10 @@ pub async fn serve(config: Config) -> Result<()> {
         result = &mut serving => return result,
         () = shutdown() => {}
     }
+    // Ctrl-C or SIGTERM: stop taking connections, end the event streams,
+    // let requests in flight finish — for at most `DRAIN`.
     host.stop();
-    signalled.send_replace(true);
+    handle.graceful_shutdown(Some(DRAIN));
     match tokio::time::timeout(DRAIN, serving).await {
         Ok(result) => result,
         Err(_) => {

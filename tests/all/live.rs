@@ -98,23 +98,10 @@ impl Cluster {
     }
 }
 
-fn app(server: &Server) -> Value {
-    server.get("/v1/apps/shop/web").1
-}
-
 /// Wait until the app's verdict satisfies `check`; panics with the last
 /// verdict seen when it never does.
 fn until(server: &Server, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    let took = wait_until(PATIENCE, || {
-        last = app(server);
-        check(&last)
-    });
-    assert!(
-        took.is_some(),
-        "{what}: never happened; last verdict {last}"
-    );
-    last
+    server.app_until("shop/web", what, PATIENCE, check)
 }
 
 /// The host following the cluster, with more flags.

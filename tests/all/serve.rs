@@ -49,6 +49,28 @@ impl Server {
         (status, response.json().unwrap_or(Value::Null))
     }
 
+    /// Wait, for at most `limit`, until the verdict of `app`
+    /// (`namespace/name`) satisfies `check`; panics with the last verdict
+    /// seen when it never does.
+    pub fn app_until(
+        &self,
+        app: &str,
+        what: &str,
+        limit: std::time::Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let mut last = Value::Null;
+        let took = crate::support::wait_until(limit, || {
+            last = self.get(&format!("/v1/apps/{app}")).1;
+            check(&last)
+        });
+        assert!(
+            took.is_some(),
+            "{what}: never happened; last verdict {last}"
+        );
+        last
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.process.0.id()

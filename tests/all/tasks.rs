@@ -93,20 +93,6 @@ fn act(server: &Server, id: &str, verb: &str, body: Value) -> (u16, Value) {
     )
 }
 
-/// Wait until an app's verdict satisfies `check`.
-fn app_until(server: &Server, app: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    let took = wait_until(PATIENCE, || {
-        last = server.get(&format!("/v1/apps/{app}")).1;
-        check(&last)
-    });
-    assert!(
-        took.is_some(),
-        "{what}: never happened; last verdict {last}"
-    );
-    last
-}
-
 fn id(task: &Value) -> String {
     task["id"].as_str().unwrap().to_string()
 }
@@ -128,7 +114,7 @@ fn life_cycle(server: &Server) -> Vec<String> {
             .starts_with("default-admission@")
     );
     let restart_id = id(&restart);
-    app_until(server, "shop/web", "restart shown", |v| {
+    server.app_until("shop/web", "restart shown", PATIENCE, |v| {
         v["transitional"]["status"] == "restarting" && v["transitional"]["task"] == restart_id
     });
 
@@ -150,7 +136,7 @@ fn life_cycle(server: &Server) -> Vec<String> {
     );
     assert_eq!(code, 200, "{running}");
     assert_eq!(running["revision"], 2);
-    app_until(server, "shop/web", "progress shown", |v| {
+    server.app_until("shop/web", "progress shown", PATIENCE, |v| {
         v["display"]["progress"] == 40
     });
     // Illegal transitions are conflicts that say why.
@@ -170,7 +156,7 @@ fn life_cycle(server: &Server) -> Vec<String> {
     );
     let (code, again) = patch(server, &restart_id, json!({"progress": 10}));
     assert_eq!(code, 409, "{again}");
-    app_until(server, "shop/web", "restart over", |v| {
+    server.app_until("shop/web", "restart over", PATIENCE, |v| {
         v["transitional"].is_null()
     });
 
@@ -193,7 +179,7 @@ fn life_cycle(server: &Server) -> Vec<String> {
     assert_eq!(stop["phase"], "awaiting-approval");
     assert_eq!(stop["admission"]["decision"], "require-approval");
     let stop_id = id(&stop);
-    app_until(server, "prod/db", "approval shown", |v| {
+    server.app_until("prod/db", "approval shown", PATIENCE, |v| {
         v["transitional"]["phase"] == "awaiting-approval"
     });
     let (code, early) = patch(server, &stop_id, json!({"phase": "running"}));
@@ -291,7 +277,7 @@ fn life_cycle(server: &Server) -> Vec<String> {
         half["progress"], 37,
         "one step of four done, half of the second"
     );
-    app_until(server, "shop/new", "creating shown", |v| {
+    server.app_until("shop/new", "creating shown", PATIENCE, |v| {
         v["transitional"]["status"] == "creating" && v["display"]["progress"] == 37
     });
     let (code, failed) = patch(
@@ -580,7 +566,7 @@ fn the_executor_carries_out_tasks_on_the_cluster() {
             v["stable"] == "running" && v["ready_replicas"] == want && v["transitional"].is_null()
         }
     };
-    app_until(&server, "shop/cart", "cart running", running(2));
+    server.app_until("shop/cart", "cart running", PATIENCE, running(2));
     let run = |body: Value| -> Value {
         let (code, task) = create(&server, body);
         assert_eq!(code, 201, "{task}");
@@ -593,16 +579,16 @@ fn the_executor_carries_out_tasks_on_the_cluster() {
     // Stop, and start again at the count it had.
     let stop = run(json!({"app": "shop/cart", "action": "stop"}));
     assert_eq!(stop["message"], "0 of 2 pods left");
-    app_until(&server, "shop/cart", "cart stopped", |v| {
+    server.app_until("shop/cart", "cart stopped", PATIENCE, |v| {
         v["stable"] == "stopped"
     });
     assert!(pod_names(&cluster, "cart").is_empty());
     run(json!({"app": "shop/cart", "action": "start"}));
-    app_until(&server, "shop/cart", "cart started", running(2));
+    server.app_until("shop/cart", "cart started", PATIENCE, running(2));
 
     // Scale, restart (every pod replaced), update (every pod on the image).
     run(json!({"app": "shop/cart", "action": "scale", "params": {"replicas": 3}}));
-    app_until(&server, "shop/cart", "cart scaled", running(3));
+    server.app_until("shop/cart", "cart scaled", PATIENCE, running(3));
     let before = pod_names(&cluster, "cart");
     run(json!({"app": "shop/cart", "action": "restart"}));
     let after = pod_names(&cluster, "cart");
@@ -632,7 +618,7 @@ fn the_executor_carries_out_tasks_on_the_cluster() {
             .all(|s| s["phase"] == "succeeded"),
         "{created}"
     );
-    app_until(&server, "shop/fresh", "fresh running", running(1));
+    server.app_until("shop/fresh", "fresh running", PATIENCE, running(1));
     run(json!({"app": "shop/fresh", "action": "delete"}));
     assert!(pod_names(&cluster, "fresh").is_empty());
 

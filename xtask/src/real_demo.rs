@@ -62,6 +62,20 @@ fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<String> {
     cluster.kubectl_run(args, None)
 }
 
+fn scale(cluster: &Cluster, namespace: &str, deployment: &str, replicas: u32) -> Result<String> {
+    kubectl(
+        cluster,
+        &[
+            "scale",
+            "deployment",
+            deployment,
+            "-n",
+            namespace,
+            &format!("--replicas={replicas}"),
+        ],
+    )
+}
+
 fn chaos(cluster: &Cluster, selector: &str, kind: Option<&str>) -> Result<String> {
     cluster
         .chaos("shop", selector, kind)
@@ -87,12 +101,7 @@ const STEPS: [Step; 11] = [
     Step {
         at: Duration::from_secs(6),
         what: "shop/web scales to 4 (new pods start in 3 s)",
-        run: |c, _| {
-            kubectl(
-                c,
-                &["scale", "deployment", "web", "-n", "shop", "--replicas=4"],
-            )
-        },
+        run: |c, _| scale(c, "shop", "web", 4),
     },
     Step {
         at: Duration::from_secs(10),
@@ -107,19 +116,7 @@ const STEPS: [Step; 11] = [
     Step {
         at: Duration::from_secs(18),
         what: "batch/report starts from zero",
-        run: |c, _| {
-            kubectl(
-                c,
-                &[
-                    "scale",
-                    "deployment",
-                    "report",
-                    "-n",
-                    "batch",
-                    "--replicas=1",
-                ],
-            )
-        },
+        run: |c, _| scale(c, "batch", "report", 1),
     },
     Step {
         at: Duration::from_secs(20),
@@ -150,21 +147,8 @@ const STEPS: [Step; 11] = [
         at: Duration::from_secs(56),
         what: "shop/web and batch/report back to their start",
         run: |c, _| {
-            kubectl(
-                c,
-                &["scale", "deployment", "web", "-n", "shop", "--replicas=3"],
-            )?;
-            kubectl(
-                c,
-                &[
-                    "scale",
-                    "deployment",
-                    "report",
-                    "-n",
-                    "batch",
-                    "--replicas=0",
-                ],
-            )
+            scale(c, "shop", "web", 3)?;
+            scale(c, "batch", "report", 0)
         },
     },
 ];

@@ -92,16 +92,7 @@ pub fn follow(kubeconfig: &Path, data: &Path, extra: &[&str]) -> Server {
 /// Wait until the app's verdict satisfies `check`; panics with the last
 /// verdict seen when it never does.
 pub fn until(server: &Server, app: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    let took = wait_until(PATIENCE, || {
-        last = server.get(&format!("/v1/apps/{app}")).1;
-        check(&last)
-    });
-    assert!(
-        took.is_some(),
-        "{what}: never happened; last verdict {last}"
-    );
-    last
+    server.app_until(app, what, PATIENCE, check)
 }
 
 /// Wait until `kubectl ARGS` prints what `check` accepts; its last output.
