@@ -326,6 +326,42 @@ fn describe(api: &mut utoipa::openapi::OpenApi) {
         "ApiErrorBody".into(),
         utoipa::openapi::RefOr::T(error_schema()),
     );
+    components.schemas.insert(
+        "AdmissionReview".into(),
+        utoipa::openapi::RefOr::T(admission_review_schema()),
+    );
+    if let Some(body) = api
+        .paths
+        .paths
+        .get_mut("/v1/admission/review")
+        .and_then(|item| item.post.as_mut())
+        .and_then(|operation| operation.request_body.as_mut())
+    {
+        body.required = Some(utoipa::openapi::Required::True);
+
+        body.content.insert(
+            "application/json".into(),
+            ContentBuilder::new()
+                .schema(Some(utoipa::openapi::Ref::from_schema_name(
+                    "AdmissionReview",
+                )))
+                .build(),
+        );
+    }
+    // Any 64-bit id is taken (one never issued gets a `resync`), not only
+    // the 63 bits the generator's `int64` would say.
+    if let Some(parameter) = api
+        .paths
+        .paths
+        .get_mut("/v1/events")
+        .and_then(|item| item.get.as_mut())
+        .and_then(|operation| operation.parameters.as_mut())
+        .and_then(|parameters| parameters.iter_mut().find(|p| p.name == "last-event-id"))
+    {
+        parameter.schema =
+            serde_json::from_value(json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}))
+                .ok();
+    }
     for (path, item) in api.paths.paths.iter_mut() {
         let named = path.contains('{');
         for operation in [
@@ -364,6 +400,71 @@ fn describe(api: &mut utoipa::openapi::OpenApi) {
             }
         }
     }
+}
+
+/// What the webhook takes: an `admission.k8s.io` AdmissionReview with a
+/// request, in the parts the host reads (the API server sends more).
+fn admission_review_schema() -> utoipa::openapi::schema::Schema {
+    let text = json!({"type": "string"});
+    let optional = json!({"type": ["string", "null"]});
+    let names = json!({
+        "type": ["object", "null"],
+        "additionalProperties": {"type": "string"},
+    });
+    let object = json!({
+        "type": ["object", "null"],
+        "properties": {
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": optional,
+                    "namespace": optional,
+                    "labels": names,
+                    "annotations": names,
+                },
+            },
+        },
+    });
+    let triple = |last: &str| {
+        json!({
+            "type": "object",
+            "required": ["group", "version", last],
+            "properties": {"group": text, "version": text, last: text},
+        })
+    };
+    let schema = json!({
+        "type": "object",
+        "required": ["apiVersion", "kind", "request"],
+        "properties": {
+            "apiVersion": {"type": "string", "enum": ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]},
+            "kind": {"type": "string", "enum": ["AdmissionReview"]},
+            "request": {
+                "type": "object",
+                "required": ["uid", "kind", "resource", "operation", "userInfo"],
+                "properties": {
+                    "uid": text,
+                    "kind": triple("kind"),
+                    "resource": triple("resource"),
+                    "subResource": optional,
+                    "name": text,
+                    "namespace": optional,
+                    "operation": {"type": "string", "enum": ["CREATE", "UPDATE", "DELETE", "CONNECT"]},
+                    "userInfo": {
+                        "type": "object",
+                        "properties": {
+                            "username": optional,
+                            "uid": optional,
+                            "groups": {"type": ["array", "null"], "items": text},
+                        },
+                    },
+                    "object": object,
+                    "oldObject": object,
+                    "dryRun": {"type": "boolean"},
+                },
+            },
+        },
+    });
+    serde_json::from_value(schema).expect("the AdmissionReview schema is a schema")
 }
 
 /// The JSON error document every error answer is.
@@ -530,12 +631,28 @@ struct HistoryQuery {
     limit: Option<usize>,
 }
 
-#[utoipa::path(get, path = "/v1/failover/history", tag = "failover", params(("node" = Option<String>, Query), ("before" = Option<u64>, Query, description = "Records before this sequence number (paging)"), ("limit" = Option<usize>, Query, description = "At most this many, 100 by default, 1000 at most")), responses((status = 200, description = "Audit records, newest first: each decision change with the inputs that mattered, the rule and the brakes that fired; overrides and approvals with who", body = Object)))]
+/// The longest page of a list.
+const MAX_PAGE: usize = 1000;
+
+/// A list's `limit`: `default` when absent, refused outside 1 to
+/// [`MAX_PAGE`] as the document says.
+fn page_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(default),
+        Some(n @ 1..=MAX_PAGE) => Ok(n),
+        Some(n) => Err(ApiError::invalid(
+            "limit",
+            format!("limit: {n} is not from 1 to {MAX_PAGE}"),
+        )),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/failover/history", tag = "failover", params(("node" = Option<String>, Query), ("before" = Option<u64>, Query, maximum = 9_223_372_036_854_775_807_u64, description = "Records before this sequence number (paging)"), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "At most this many, 100 by default")), responses((status = 200, description = "Audit records, newest first: each decision change with the inputs that mattered, the rule and the brakes that fired; overrides and approvals with who", body = Object)))]
 async fn failover_history(
     State(state): State<AppState>,
     Query(query): Query<HistoryQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = page_limit(query.limit, 100)?;
     // Sequence numbers are 63-bit, as the document says.
     if query.before.is_some_and(|b| i64::try_from(b).is_err()) {
         return Err(ApiError::invalid(
@@ -567,7 +684,7 @@ struct ByQuery {
     by: Option<String>,
 }
 
-#[utoipa::path(delete, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path), ("by" = String, Query, description = "Who lifts it")), responses((status = 200, description = "The override lifted", body = Object), (status = 404, description = "No override on the node")))]
+#[utoipa::path(delete, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path), ("by" = String, Query, min_length = 1, max_length = 256, pattern = r"\S", description = "Who lifts it")), responses((status = 200, description = "The override lifted", body = Object), (status = 404, description = "No override on the node")))]
 async fn delete_override(
     State(state): State<AppState>,
     Path(node): Path<String>,
@@ -752,15 +869,12 @@ async fn reload_plugins(State(state): State<AppState>) -> Result<Json<ReloadRepo
 struct TaskQuery {
     app: Option<String>,
     phase: Option<String>,
-    /// At most this many, [`TASK_PAGE`] by default and at most.
+    /// At most this many, [`MAX_PAGE`] by default.
     limit: Option<usize>,
     /// Where the previous page ended (its `continue`).
     #[serde(rename = "continue")]
     after: Option<String>,
 }
-
-/// The largest page of tasks.
-const TASK_PAGE: usize = 1000;
 
 #[derive(Serialize, utoipa::ToSchema)]
 struct TaskList {
@@ -777,7 +891,7 @@ fn page_mark(task: &Task) -> String {
     format!("{}.{}", task.created_at, task.id)
 }
 
-#[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(("app" = Option<String>, Query, description = "namespace/name"), ("phase" = Option<String>, Query), ("limit" = Option<usize>, Query, description = "At most this many (1000 by default and at most)"), ("continue" = Option<String>, Query, description = "The previous page's `continue`")), responses((status = 200, description = "Tasks, newest first", body = TaskList), (status = 422, description = "A bad filter, named")))]
+#[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(("app" = Option<String>, Query, pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", min_length = 3, max_length = 127, description = "namespace/name"), ("phase" = Option<crate::tasks::model::PhaseName>, Query), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "At most this many, 1000 by default"), ("continue" = Option<String>, Query, pattern = r"^([0-9]{1,18}\.[0-9a-f-]{1,64})?$", description = "The previous page's `continue` (empty: the first page)")), responses((status = 200, description = "Tasks, newest first", body = TaskList), (status = 422, description = "A bad filter, named")))]
 async fn list_tasks(
     State(state): State<AppState>,
     Query(query): Query<TaskQuery>,
@@ -804,13 +918,9 @@ async fn list_tasks(
         ),
         None => None,
     };
-    let limit = match query.limit {
-        Some(0) => return Err(ApiError::invalid("limit", "limit: must be at least 1")),
-        Some(n) => n.min(TASK_PAGE),
-        None => TASK_PAGE,
-    };
+    let limit = page_limit(query.limit, MAX_PAGE)?;
     let mut tasks = state.tasks.list(&Filter { app, phase });
-    if let Some(after) = &query.after {
+    if let Some(after) = query.after.as_deref().filter(|a| !a.is_empty()) {
         let (at, id) = after
             .split_once('.')
             .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id)))
@@ -941,7 +1051,7 @@ fn resync(reason: String, next: u64) -> axum::response::sse::Event {
         .data(json!({"type": "resync", "reason": reason, "next-id": next}).to_string())
 }
 
-#[utoipa::path(get, path = "/v1/events", tag = "events", params(("namespace" = Option<String>, Query), ("app" = Option<String>, Query, description = "namespace/name"), ("last-event-id" = Option<u64>, Query, description = "Replay after this id (or the Last-Event-ID header)")), responses((status = 200, description = "Server-Sent Events: verdict, task, plugin and resync events", content_type = "text/event-stream")))]
+#[utoipa::path(get, path = "/v1/events", tag = "events", params(("namespace" = Option<String>, Query), ("app" = Option<String>, Query, pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", min_length = 3, max_length = 127, description = "namespace/name"), ("last-event-id" = Option<u64>, Query, description = "Replay after this id (or the Last-Event-ID header)")), responses((status = 200, description = "Server-Sent Events: verdict, task, plugin and resync events", content_type = "text/event-stream")))]
 /// `GET /v1/events`: every verdict, task and plugin change as Server-Sent
 /// Events, from after `Last-Event-ID` when the buffer still holds it (else
 /// a `resync` first), filtered by namespace or app, with heartbeats. A

@@ -784,7 +784,7 @@ fn numbers_from_outside_are_range_checked() {
         error["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("expires-in-s must be at most"),
+            .contains("expires-in-s must be from 1 to"),
         "{error}"
     );
     let (code, error) = send(
@@ -813,5 +813,63 @@ fn numbers_from_outside_are_range_checked() {
     let (code, last) = server.get("/v1/failover/history?node=n1&before=9223372036854775807");
     assert_eq!(code, 200);
     assert_eq!(last["records"], all["records"]);
+    // A page is 1 to 1000 records, as the document says.
+    for limit in ["0", "1001"] {
+        let (code, error) = server.get(&format!("/v1/failover/history?limit={limit}"));
+        assert_eq!(code, 422, "{limit}: {error}");
+        assert_eq!(error["error"]["field"], "limit");
+    }
+    assert_eq!(server.get("/v1/failover/history?limit=1000").0, 200);
     assert_eq!(server.get("/healthz").0, 200);
+}
+
+#[test]
+fn override_expiries_and_names_are_bounded() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = host(&cluster, data.path(), &[]);
+    let path = "/v1/failover/overrides/n1";
+    let refused = |body: Value, says: &str| {
+        let (code, error) = send(&server, "PUT", path, body.clone());
+        assert_eq!(code, 422, "{body}: {error}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{body}: {message}");
+    };
+    // No time at all is not an expiry in the past.
+    refused(
+        json!({"kind": "pause", "by": "x", "expires-in-s": 0}),
+        "expires-in-s must be from 1 to",
+    );
+    // A date is held to the same ten years as a duration.
+    refused(
+        json!({"kind": "pause", "by": "x", "expires-at": "2999-01-01T00:00:00Z"}),
+        "more than ten years away",
+    );
+    refused(
+        json!({"kind": "pause", "by": "x", "expires-at": "2001-01-01T00:00:00Z"}),
+        "in the past",
+    );
+    // Who and why are bounded like a task's fields.
+    refused(
+        json!({"kind": "pause", "by": "x".repeat(257)}),
+        "by is 257 characters long; at most 256",
+    );
+    refused(
+        json!({"kind": "pause", "by": "x", "reason": "y".repeat(4097)}),
+        "reason is 4097 characters long",
+    );
+    refused(
+        json!({"kind": "pause", "by": "  "}),
+        "by must say who decides",
+    );
+    let (code, set) = send(
+        &server,
+        "PUT",
+        path,
+        json!({"kind": "pause", "by": "x".repeat(256), "reason": "y".repeat(4096)}),
+    );
+    assert_eq!(code, 200, "{set}");
+    let (code, error) = server.send("DELETE", &format!("{path}?by={}", "z".repeat(300)), None);
+    assert_eq!(code, 422, "{error}");
+    assert_eq!(server.get("/v1/failover").0, 200);
 }

@@ -18,6 +18,7 @@ mod openapi;
 mod real;
 mod reload;
 mod rules;
+mod schemathesis;
 mod serve;
 mod simulator;
 mod support;

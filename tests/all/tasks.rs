@@ -139,6 +139,13 @@ fn life_cycle(server: &Server) -> Vec<String> {
     server.app_until("shop/web", "progress shown", PATIENCE, |v| {
         v["display"]["progress"] == 40
     });
+    // A null phase is no change of phase.
+    let (code, same) = patch(server, &restart_id, json!({"phase": null, "progress": 45}));
+    assert_eq!(
+        (code, same["phase"].clone(), same["progress"].clone()),
+        (200, json!("running"), json!(45)),
+        "{same}"
+    );
     // Illegal transitions are conflicts that say why.
     let (code, illegal) = patch(server, &restart_id, json!({"phase": "pending"}));
     assert_eq!(code, 409, "{illegal}");
@@ -757,8 +764,16 @@ fn task_lists_come_in_pages() {
     }
     assert_eq!(pages, 3);
     assert_eq!(paged, ids(&all));
-    for bad in ["/v1/tasks?limit=0", "/v1/tasks?continue=nonsense"] {
+    for bad in [
+        "/v1/tasks?limit=0",
+        "/v1/tasks?limit=1001",
+        "/v1/tasks?continue=nonsense",
+    ] {
         let (code, error) = server.get(bad);
         assert_eq!(code, 422, "{bad}: {error}");
     }
+    // An empty mark is the first page, as in Kubernetes' lists.
+    let (code, first) = server.get("/v1/tasks?limit=2&continue=");
+    assert_eq!(code, 200, "{first}");
+    assert_eq!(ids(&first), ids(&all)[..2]);
 }

@@ -42,7 +42,8 @@ verbs:
             installs Debian's chromium and chromium-driver for the
             dashboard test when missing; builds the control plane with Go
             and runs the real-server suite against it, or says loudly that
-            it skipped it where no Go 1.26 is on the PATH)
+            it skipped it where no Go 1.26 is on the PATH; installs the
+            pinned schemathesis with pip and fuzzes the HTTP API with it)
   cluster   a real control plane on loopback (kube-apiserver, controller
             manager, scheduler, etcd, KWOK; built from testcluster/ with Go):
               cluster build          build its programs into target/cluster/bin
@@ -240,6 +241,51 @@ fn ensure_browser() -> Result<()> {
         bail!("chromium or chromedriver is still missing after installing them");
     }
     Ok(())
+}
+
+/// schemathesis, at the versions `tests/schemathesis/requirements.txt` pins,
+/// in a virtual environment under the target folder (made again only when
+/// the pins or the Python change); the path of its `st` program.
+fn ensure_schemathesis() -> Result<PathBuf> {
+    let requirements = root().join("tests/schemathesis/requirements.txt");
+    let pins = std::fs::read_to_string(&requirements)
+        .with_context(|| format!("reading {}", requirements.display()))?;
+    let python = probe("python3", &["--version"])
+        .context("the test command runs schemathesis, and python3 is not on the PATH")?;
+    let venv = cargo_target_dir().join("schemathesis");
+    let st = venv.join("bin/st");
+    let stamp = venv.join("installed");
+    let wanted = format!("{python}\n{pins}");
+    if st.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(st);
+    }
+    eprintln!(
+        "xtask: installing schemathesis ({python}) into {}",
+        venv.display()
+    );
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv)?;
+    }
+    let make = |venv: &Path| {
+        run(
+            Command::new("python3").arg("-m").arg("venv").arg(venv),
+            INSTALL,
+        )
+    };
+    if make(&venv).is_err() {
+        // Debian's Python keeps venv in a package of its own.
+        apt_install(&["python3-venv"])?;
+        make(&venv)?;
+    }
+    run(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(&requirements),
+        INSTALL,
+    )
+    .context("installing schemathesis from PyPI")?;
+    std::fs::write(&stamp, wanted)?;
+    Ok(st)
 }
 
 /// A guest crate found in the plugin workspace.
@@ -473,12 +519,14 @@ fn lint() -> Result<()> {
 
 fn test() -> Result<()> {
     ensure_browser()?;
+    let schemathesis = ensure_schemathesis()?;
     // The real-server suite's control plane: built (when Go is here) and
     // started once for the whole run, stopped when the run ends.
     let real = real_cluster()?;
     let mut command = cargo();
     command
         .args(["test", "--workspace", "--no-fail-fast"])
+        .env("VERDICT_SCHEMATHESIS", schemathesis)
         .current_dir(root());
     if let Some(cluster) = &real {
         command

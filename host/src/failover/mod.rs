@@ -123,14 +123,19 @@ pub const MAX_OVERRIDE_S: u64 = 10 * 365 * 24 * 3600;
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct OverrideRequest {
     pub kind: OverrideKind,
+    /// Who decides: not blank.
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
     pub by: String,
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub reason: Option<String>,
     /// When it stops applying, RFC 3339.
     #[serde(default)]
+    #[schema(format = DateTime)]
     pub expires_at: Option<String>,
     /// Or: for how long, in seconds.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 315_360_000)]
     pub expires_in_s: Option<u64>,
 }
 
@@ -140,8 +145,11 @@ pub struct OverrideRequest {
 pub struct ApprovalRequest {
     /// The action's key, as `/v1/failover` shows it (`release:StatefulSet/shop/db`).
     pub action: String,
+    /// Who decides: not blank.
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
     pub by: String,
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub reason: Option<String>,
 }
 
@@ -149,11 +157,20 @@ fn rfc3339(t: types::Timestamp) -> String {
     crate::observe::objects::rfc3339(t)
 }
 
-fn nonempty(field: &str, text: &str) -> Result<(), FailoverError> {
-    if text.trim().is_empty() {
-        return Err(FailoverError::Invalid(format!(
-            "{field} must say who decides"
-        )));
+/// Who decides and why: a name that is not blank, and text of bounded
+/// length (the task records' bounds).
+fn decider(by: &str, reason: Option<&str>) -> Result<(), FailoverError> {
+    use crate::tasks::model::{MAX_NAME, MAX_TEXT};
+    if by.trim().is_empty() {
+        return Err(FailoverError::Invalid("by must say who decides".into()));
+    }
+    for (field, text, max) in [("by", Some(by), MAX_NAME), ("reason", reason, MAX_TEXT)] {
+        let length = text.map_or(0, |t| t.chars().count());
+        if length > max {
+            return Err(FailoverError::Invalid(format!(
+                "{field} is {length} characters long; at most {max}"
+            )));
+        }
     }
     Ok(())
 }
@@ -827,7 +844,7 @@ impl Failover {
         node: &str,
         request: OverrideRequest,
     ) -> Result<Override, FailoverError> {
-        nonempty("by", &request.by)?;
+        decider(&request.by, request.reason.as_deref())?;
         let at = now();
         let expires_at = match (&request.expires_at, request.expires_in_s) {
             (Some(_), Some(_)) => {
@@ -839,16 +856,25 @@ impl Failover {
                 crate::observe::objects::parse_time(text)
                     .map_err(|e| FailoverError::Invalid(format!("expires-at: {e}")))?,
             ),
-            (None, Some(s)) if s <= MAX_OVERRIDE_S => Some(at + (s as types::Timestamp) * 1000),
+            (None, Some(s)) if (1..=MAX_OVERRIDE_S).contains(&s) => {
+                Some(at + (s as types::Timestamp) * 1000)
+            }
             (None, Some(_)) => {
                 return Err(FailoverError::Invalid(format!(
-                    "expires-in-s must be at most {MAX_OVERRIDE_S} (ten years)"
+                    "expires-in-s must be from 1 to {MAX_OVERRIDE_S} (ten years)"
                 )));
             }
             (None, None) => None,
         };
         if expires_at.is_some_and(|e| e <= at) {
             return Err(FailoverError::Invalid("expires-at is in the past".into()));
+        }
+        if expires_at
+            .is_some_and(|e| e.saturating_sub(at) > (MAX_OVERRIDE_S as types::Timestamp) * 1000)
+        {
+            return Err(FailoverError::Invalid(
+                "expires-at is more than ten years away".into(),
+            ));
         }
         if !self.observed.read().nodes.contains_key(node) {
             return Err(FailoverError::NotFound(
@@ -890,7 +916,7 @@ impl Failover {
 
     /// Lift a node's override.
     pub async fn clear_override(&self, node: &str, by: &str) -> Result<Override, FailoverError> {
-        nonempty("by", by)?;
+        decider(by, None)?;
         let at = now();
         let mut inner = self.inner.lock().await;
         let o = inner.memory.overrides.remove(node).ok_or_else(|| {
@@ -931,7 +957,7 @@ impl Failover {
         node: &str,
         request: ApprovalRequest,
     ) -> Result<Approval, FailoverError> {
-        nonempty("by", &request.by)?;
+        decider(&request.by, request.reason.as_deref())?;
         let at = now();
         let mut inner = self.inner.lock().await;
         let report = inner.latest.reports.get(node).ok_or_else(|| {

@@ -183,11 +183,13 @@ pub struct NewTask {
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct StepReport {
+    #[schema(max_length = 256)]
     pub name: String,
     #[serde(with = "wit_name")]
     #[schema(value_type = PhaseName, example = "running")]
     pub phase: Phase,
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub message: Option<String>,
 }
 
@@ -200,18 +202,24 @@ pub struct TaskPatch {
     pub phase: Option<Phase>,
     /// Percent of the task, or of the running step when the task has a plan.
     #[serde(default)]
+    #[schema(maximum = 100)]
     pub progress: Option<u8>,
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub message: Option<String>,
     #[serde(default)]
     pub steps: Vec<StepReport>,
 }
 
+/// An absent or `null` phase leaves the phase as it is.
 mod option_phase {
-    use super::Phase;
+    use super::{Deserialize, Phase, wit_name};
+
+    #[derive(Deserialize)]
+    struct Named(#[serde(with = "wit_name")] Phase);
 
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Phase>, D::Error> {
-        super::wit_name::deserialize(d).map(Some)
+        Ok(Option::<Named>::deserialize(d)?.map(|Named(phase)| phase))
     }
 }
 
@@ -220,8 +228,10 @@ mod option_phase {
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Decision {
     #[serde(default)]
+    #[schema(max_length = 256)]
     pub by: Option<String>,
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub reason: Option<String>,
 }
 
