@@ -308,6 +308,7 @@ impl Host {
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let (published, counted) = (Arc::clone(&events), Arc::clone(&metrics));
         registry.on_reload(move |report| {
+            counted.scans.inc();
             counted.reloads.inc_by(report.loaded.len() as u64);
             counted.rejections.inc_by(report.rejected.len() as u64);
             publish_reload(&published, report);

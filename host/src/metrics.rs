@@ -60,6 +60,8 @@ pub struct Metrics {
     http: Family<HttpLabels, Counter>,
     pub reloads: Counter,
     pub rejections: Counter,
+    /// Readings of the plugin folder: at start, after each change, on request.
+    pub scans: Counter,
 }
 
 impl Metrics {
@@ -164,6 +166,11 @@ pub fn render(state: &AppState) -> String {
         "plugin_reloads",
         "Plugin versions swapped in",
         state.metrics.reloads.clone(),
+    );
+    registry.register(
+        "plugin_folder_scans",
+        "Readings of the plugin folder (at start, after a change, on request)",
+        state.metrics.scans.clone(),
     );
     registry.register(
         "plugin_rejections",

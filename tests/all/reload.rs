@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use verdict::plugins::{Watcher, World, watch};
+use verdict::plugins::{Watcher, World, watch, watch_folder};
 
 use crate::support::{Fixture, NOW, app_input, install_by_rename, test_plugin, wait_until};
 
@@ -166,6 +166,48 @@ fn plugins_swap_under_load_without_a_failed_call() {
         tally.torn.load(Ordering::Relaxed),
         0,
         "answers mixing two versions"
+    );
+}
+
+#[test]
+fn reading_the_folder_is_not_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.wasm"), b"one").unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&calls);
+    let folder = dir.path().to_path_buf();
+    // As a reload does: list the folder and read every file.
+    let _watcher = watch_folder(
+        dir.path(),
+        Duration::from_millis(50),
+        "test-watch",
+        move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            for entry in std::fs::read_dir(&folder).unwrap() {
+                let _ = std::fs::read(entry.unwrap().path());
+            }
+        },
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("b.wasm"), b"two").unwrap();
+    assert!(
+        wait_until(PATIENCE, || calls.load(Ordering::SeqCst) >= 1).is_some(),
+        "a new file was not noticed"
+    );
+    // Its own reading, and anyone else's, sets off nothing more: ten
+    // debounce periods pass without another call.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::read(entry.unwrap().path()).unwrap();
+    }
+    let again = wait_until(Duration::from_millis(500), || {
+        calls.load(Ordering::SeqCst) >= 2
+    });
+    assert_eq!(again, None, "reading the folder was taken for a change");
+    // A change after that is still one.
+    std::fs::write(dir.path().join("a.wasm"), b"three").unwrap();
+    assert!(
+        wait_until(PATIENCE, || calls.load(Ordering::SeqCst) >= 2).is_some(),
+        "a rewritten file was not noticed"
     );
 }
 

@@ -5,6 +5,10 @@
 //! save by writing a temporary file and renaming it over the old one. A file
 //! caught half-written fails to load and is recorded as rejected; the event
 //! of the write's completion triggers the next reload, which loads it.
+//!
+//! Reading the folder is not a change: the watch reports opens and reads
+//! too (inotify's `IN_OPEN`), and a reload reads every file, so a reload
+//! that followed them would set off the next one, forever.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -62,14 +66,23 @@ pub fn watch_folder(
         .spawn(move || {
             // Ends when the debouncer, and so the sender, is dropped.
             while let Ok(first) = rx.recv() {
-                if let Err(errors) = &first {
-                    for error in errors {
-                        tracing::warn!(%error, %folder, "folder watch reported an error");
-                    }
+                // Fold a burst of batches into one call, made when any of
+                // them is a change (an error may hide one: it counts).
+                let changed = std::iter::once(first).chain(rx.try_iter()).fold(
+                    false,
+                    |changed, batch| match batch {
+                        Ok(events) => changed || events.iter().any(|e| !e.kind.is_access()),
+                        Err(errors) => {
+                            for error in &errors {
+                                tracing::warn!(%error, %folder, "folder watch reported an error");
+                            }
+                            true
+                        }
+                    },
+                );
+                if changed {
+                    on_change();
                 }
-                // Fold a burst of batches into one call.
-                while rx.try_recv().is_ok() {}
-                on_change();
             }
         })
         .map_err(|e| Error::Runtime(format!("starting the {thread} thread: {e}")))?;
