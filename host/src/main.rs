@@ -9,6 +9,7 @@ use tracing_subscriber::EnvFilter;
 
 /// jemalloc returns freed memory to the system over time, where the system
 /// allocator keeps what a watch's full list once needed.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
