@@ -777,3 +777,48 @@ fn task_lists_come_in_pages() {
     assert_eq!(code, 200, "{first}");
     assert_eq!(ids(&first), ids(&all)[..2]);
 }
+
+#[test]
+fn applications_known_only_from_tasks_are_bounded() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = host(&cluster, data.path(), "sqlite");
+    let limit = verdict::tasks::MAX_APPS_WITHOUT_WORKLOAD;
+    // As many names that exist nowhere as are kept, each with a task in
+    // flight.
+    let mut ids = Vec::new();
+    for n in 0..limit {
+        let (code, task) = create(
+            &server,
+            json!({"app": format!("ghost/app-{n}"), "action": "create", "params": {"image": "web:1"}}),
+        );
+        assert_eq!(code, 201, "{n}: {task}");
+        ids.push(id(&task));
+    }
+    // One more is refused, saying why; an application with a workload is
+    // not held back by them.
+    let (code, refused) = create(
+        &server,
+        json!({"app": "ghost/one-more", "action": "create", "params": {"image": "web:1"}}),
+    );
+    assert_eq!(code, 403, "{refused}");
+    let reason = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        reason.contains("no workload have tasks in flight"),
+        "{reason}"
+    );
+    let (code, real) = create(&server, json!({"app": "prod/db", "action": "restart"}));
+    assert!(code == 201 || code == 202, "{real}");
+    // Once one of them has finished, it makes room: its tasks go.
+    let (code, done) = act(&server, &ids[7], "cancel", json!({"by": "ana"}));
+    assert_eq!(code, 200, "{done}");
+    let (code, admitted) = create(
+        &server,
+        json!({"app": "ghost/one-more", "action": "create", "params": {"image": "web:1"}}),
+    );
+    assert_eq!(code, 201, "{admitted}");
+    assert_eq!(server.get(&format!("/v1/tasks/{}", ids[7])).0, 404);
+    assert_eq!(server.get(&format!("/v1/tasks/{}", ids[8])).0, 200);
+    let (_, listed) = server.get("/v1/tasks?app=ghost/app-7");
+    assert_eq!(listed["tasks"], json!([]), "{listed}");
+}

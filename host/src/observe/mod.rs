@@ -287,6 +287,11 @@ impl Snapshot {
         self.index.keys()
     }
 
+    /// Whether an app has a workload or a pod.
+    pub fn has_app(&self, key: &AppKey) -> bool {
+        self.index.contains_key(key)
+    }
+
     /// The app a pod (namespace, name) belongs to.
     pub fn app_of_pod_key(&self, key: &(String, String)) -> Option<AppKey> {
         let pod = self.pods.get(key)?;

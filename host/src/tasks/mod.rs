@@ -78,6 +78,9 @@ impl From<StoreError> for TaskError {
     }
 }
 
+/// Applications without a workload or pod that may have tasks at once.
+pub const MAX_APPS_WITHOUT_WORKLOAD: usize = 1000;
+
 /// Which tasks a listing wants.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -192,6 +195,11 @@ impl Tasks {
         let key = by_app
             .iter_mut()
             .find_map(|(key, tasks)| tasks.remove(id).map(|_| key.clone()));
+        if let Some(key) = &key
+            && by_app.get(key).is_some_and(BTreeMap::is_empty)
+        {
+            by_app.remove(key);
+        }
         drop(by_app);
         if let Some(key) = key {
             self.touched(key);
@@ -282,6 +290,7 @@ impl Tasks {
         request.check_sizes()?;
         let key = (key.namespace, key.name);
         let _write = self.writes.lock().await;
+        self.make_room_for(&key).await?;
         let admitted = admit(self.for_app(&key)).await.map_err(TaskError::Denied)?;
         for (name, value) in admitted.defaults {
             request.params.entry(name).or_insert(value);
@@ -301,6 +310,57 @@ impl Tasks {
         self.store.insert(&task).await?;
         self.remember(task.clone());
         Ok(task)
+    }
+
+    /// Keep at most [`MAX_APPS_WITHOUT_WORKLOAD`] applications that have
+    /// tasks but no workload or pod (names that exist nowhere, deleted
+    /// applications' histories): before a task for one more, the finished
+    /// tasks of the one idle the longest are removed; when every such
+    /// application has a task in flight, the task is refused. Each is kept
+    /// with its tasks and verdict, so names must not grow them without
+    /// bound. An application with tasks already, or with a workload, always
+    /// has room.
+    async fn make_room_for(&self, key: &AppKey) -> Result<(), TaskError> {
+        let (without, idlest) = {
+            let by_app = self.read();
+            if by_app.get(key).is_some_and(|tasks| !tasks.is_empty()) {
+                return Ok(());
+            }
+            let snapshot = self.observed.as_ref().map(|o| o.read());
+            let observed = |key: &AppKey| snapshot.as_ref().is_some_and(|s| s.has_app(key));
+            if observed(key) {
+                return Ok(());
+            }
+            let without: Vec<(&AppKey, &BTreeMap<String, Task>)> = by_app
+                .iter()
+                .filter(|(key, tasks)| !tasks.is_empty() && !observed(key))
+                .collect();
+            if without.len() < MAX_APPS_WITHOUT_WORKLOAD {
+                return Ok(());
+            }
+            let idlest = without
+                .iter()
+                .filter(|(_, tasks)| tasks.values().all(|t| model::finished(t.phase)))
+                .min_by_key(|(_, tasks)| tasks.values().map(|t| t.updated_at).max())
+                .map(|(_, tasks)| tasks.keys().cloned().collect::<Vec<_>>());
+            (without.len(), idlest)
+        };
+        let Some(ids) = idlest else {
+            return Err(TaskError::Denied(Denial::Denied {
+                reason: format!(
+                    "{without} applications with no workload have tasks in flight, the most kept; \
+                     a task for {}/{} must wait for one of them to finish",
+                    key.0, key.1
+                ),
+                warnings: Vec::new(),
+                policy: None,
+            }));
+        };
+        self.store.delete(ids.clone()).await?;
+        for id in &ids {
+            self.forget(id);
+        }
+        Ok(())
     }
 
     /// Change a task by `change`, store it over its revision, and apply
