@@ -34,9 +34,15 @@ pub struct Objects {
     pub skipped: BTreeMap<String, usize>,
 }
 
-/// Time as RFC 3339 text.
+/// The latest time that both RFC 3339 text and Kubernetes' time type hold
+/// (9999-12-30T22:00:00Z).
+const LAST_RFC3339_MS: types::Timestamp = 253_402_207_200_000;
+
+/// Time as RFC 3339 text; times outside what it can write are written as
+/// its first or last one.
 pub fn rfc3339(at: types::Timestamp) -> String {
-    let time = SystemTime::UNIX_EPOCH + Duration::from_millis(at.max(0) as u64);
+    let at = at.clamp(0, LAST_RFC3339_MS);
+    let time = SystemTime::UNIX_EPOCH + Duration::from_millis(at as u64);
     humantime::format_rfc3339_millis(time).to_string()
 }
 
@@ -57,9 +63,9 @@ fn placeholder(text: &str, now: types::Timestamp) -> Option<types::Timestamp> {
     if rest.is_empty() {
         return Some(now);
     }
-    let (sign, amount) = match rest.split_at(1) {
-        ("-", amount) => (-1, amount),
-        ("+", amount) => (1, amount),
+    let (sign, amount) = match (rest.strip_prefix('-'), rest.strip_prefix('+')) {
+        (Some(amount), _) => (-1, amount),
+        (_, Some(amount)) => (1, amount),
         _ => return None,
     };
     let digits = amount.trim_end_matches(|c: char| c.is_ascii_alphabetic());
@@ -72,7 +78,8 @@ fn placeholder(text: &str, now: types::Timestamp) -> Option<types::Timestamp> {
         _ => return None,
     };
     let n: i64 = digits.parse().ok()?;
-    Some(now + sign * n * unit)
+    // Out of range is not a placeholder: the text stays as written.
+    n.checked_mul(unit)?.checked_mul(sign)?.checked_add(now)
 }
 
 /// Replace every `@now…` placeholder string in `value` by the time it names.
@@ -126,12 +133,23 @@ impl Objects {
                 place: String::new(),
                 message: e.to_string(),
             })?;
-            for (i, mut document) in documents(path, &text)?.into_iter().enumerate() {
-                substitute_now(&mut document, now);
-                objects.add(path, &format!("document {}", i + 1), document)?;
-            }
+            objects.add_text(path, &text, now)?;
         }
         Ok(objects)
+    }
+
+    /// Add the objects of one file's text, substituting `@now` placeholders.
+    pub fn add_text(
+        &mut self,
+        file: &Path,
+        text: &str,
+        now: types::Timestamp,
+    ) -> Result<(), ObjectError> {
+        for (i, mut document) in documents(file, text)?.into_iter().enumerate() {
+            substitute_now(&mut document, now);
+            self.add(file, &format!("document {}", i + 1), document)?;
+        }
+        Ok(())
     }
 
     /// Add one object (or a `List` of them); `place` says where it came from.
@@ -305,6 +323,27 @@ mod tests {
         assert_eq!(placeholder("@nowhere", NOW), None);
         assert_eq!(placeholder("@now-5y", NOW), None);
         assert_eq!(parse_time(&rfc3339(NOW)), Ok(NOW));
+    }
+
+    #[test]
+    fn placeholders_out_of_range_stay_text_and_far_times_are_written() {
+        // Each of these panicked: an amount whose milliseconds overflow, a
+        // character of more than one byte after `@now`, a time past 9999.
+        assert_eq!(placeholder("@now+9223372036854775807d", NOW), None);
+        assert_eq!(placeholder("@now-9223372036854775807ms", i64::MIN), None);
+        assert_eq!(placeholder("@now€5m", NOW), None);
+        let far = placeholder("@now+3000000d", NOW).unwrap();
+        assert_eq!(rfc3339(far), "9999-12-30T22:00:00.000Z");
+        assert_eq!(rfc3339(-5), "1970-01-01T00:00:00.000Z");
+        let mut objects = Objects::default();
+        objects
+            .add_text(
+                Path::new("far.yaml"),
+                "kind: Namespace\napiVersion: v1\nmetadata:\n  name: x\n  creationTimestamp: \"@now+3000000d\"\n",
+                NOW,
+            )
+            .unwrap();
+        assert!(objects.snapshot.namespaces.contains_key("x"));
     }
 
     #[test]
