@@ -167,35 +167,7 @@ impl Admission {
     /// Answer an `AdmissionReview` body. Only a body that is not a review
     /// is an error; a policy failure answers by the failure mode.
     pub async fn review(&self, body: &[u8]) -> Result<Value, BadReview> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| BadReview(format!("the body is not JSON: {e}")))?;
-        let review: AdmissionReview<DynamicObject> = serde_path_to_error::deserialize(&value)
-            .map_err(|e| {
-                BadReview(format!(
-                    "not an AdmissionReview: {}: {}",
-                    e.path(),
-                    e.inner()
-                ))
-            })?;
-        if review.types.kind != "AdmissionReview" {
-            return Err(BadReview(format!(
-                "kind is `{}`, not AdmissionReview",
-                review.types.kind
-            )));
-        }
-        // The versions an API server sends (the webhook configurations ask
-        // for v1); the answer mirrors the request's.
-        if !["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
-            .contains(&review.types.api_version.as_str())
-        {
-            return Err(BadReview(format!(
-                "apiVersion is `{}`, not admission.k8s.io/v1",
-                review.types.api_version
-            )));
-        }
-        let request: AdmissionRequest<DynamicObject> = review
-            .try_into()
-            .map_err(|_| BadReview("the AdmissionReview has no request".into()))?;
+        let (value, request) = read_review(body)?;
         let namespace_labels = request.namespace.as_ref().and_then(|ns| {
             let live = self.live.as_ref()?;
             live.observed.read().namespaces.get(ns).cloned()
@@ -242,6 +214,42 @@ impl Admission {
         };
         Ok(wire_form(&response.into_review()))
     }
+}
+
+/// An `AdmissionReview` body read: the whole of it as JSON and its request;
+/// an error that says what is wrong for anything else (not JSON, another
+/// kind or version, no request).
+pub fn read_review(body: &[u8]) -> Result<(Value, AdmissionRequest<DynamicObject>), BadReview> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| BadReview(format!("the body is not JSON: {e}")))?;
+    let review: AdmissionReview<DynamicObject> =
+        serde_path_to_error::deserialize(&value).map_err(|e| {
+            BadReview(format!(
+                "not an AdmissionReview: {}: {}",
+                e.path(),
+                e.inner()
+            ))
+        })?;
+    if review.types.kind != "AdmissionReview" {
+        return Err(BadReview(format!(
+            "kind is `{}`, not AdmissionReview",
+            review.types.kind
+        )));
+    }
+    // The versions an API server sends (the webhook configurations ask
+    // for v1); the answer mirrors the request's.
+    if !["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
+        .contains(&review.types.api_version.as_str())
+    {
+        return Err(BadReview(format!(
+            "apiVersion is `{}`, not admission.k8s.io/v1",
+            review.types.api_version
+        )));
+    }
+    let request: AdmissionRequest<DynamicObject> = review
+        .try_into()
+        .map_err(|_| BadReview("the AdmissionReview has no request".into()))?;
+    Ok((value, request))
 }
 
 /// A review as the API server reads it: the patch as base64 text (the

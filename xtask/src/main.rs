@@ -38,7 +38,8 @@ verbs:
             host on the built-in demo cluster; `demo --real` plays the demo
             on the real control plane (`cluster up`), KWOK running the pods
   lint      cargo fmt --check and clippy with warnings denied
-  test      plugins, lint, then every test of the workspace (what CI runs;
+  test      plugins, lint, then every test of the workspace and a short
+            run of each fuzzer (what CI runs;
             installs Debian's chromium and chromium-driver for the
             dashboard test when missing; builds the control plane with Go
             and runs the real-server suite against it, or says loudly that
@@ -53,6 +54,12 @@ verbs:
                                      ServiceAccount, the chart's roles)
               cluster status         say whether it runs, and where
               cluster down           stop it
+  fuzz      the coverage-guided fuzzers of fuzz/ (cargo-fuzz, installed
+            when missing): object files, task bodies, AdmissionReviews and
+            status plugins' encoded answers, 5 minutes each by default
+            (`fuzz --time SECONDS`, `fuzz TARGET…` for some of them;
+            `fuzz --smoke` is the test command's short run); what they
+            find is saved under target/fuzz-artifacts/
   bench     plugins, then the benchmarks in the release profile: the plugin
             runtime, the status rules native / Wasm / Lua (BENCHMARKS.md),
             a cluster of 100 000 pods followed through the simulator,
@@ -69,9 +76,13 @@ fn main() -> ExitCode {
         "plugins" => build_plugins().map(|_| ()),
         "demo" => build_plugins().and_then(|_| demo(rest)),
         "lint" => lint(),
-        "test" => build_plugins().and_then(|_| lint()).and_then(|()| test()),
+        "test" => build_plugins()
+            .and_then(|_| lint())
+            .and_then(|()| test())
+            .and_then(|()| fuzz(&["--smoke".to_string()])),
         "bench" => build_plugins().and_then(|_| bench(rest)),
         "cluster" => cluster(rest),
+        "fuzz" => fuzz(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())
@@ -490,7 +501,12 @@ fn ensure_lint_tools() -> Result<()> {
 fn lint() -> Result<()> {
     ensure_lint_tools()?;
     let root = root();
-    for dir in [root.clone(), root.join("plugins"), root.join("examples")] {
+    for dir in [
+        root.clone(),
+        root.join("plugins"),
+        root.join("examples"),
+        root.join("fuzz"),
+    ] {
         run(
             cargo().args(["fmt", "--all", "--check"]).current_dir(&dir),
             BUILD,
@@ -563,6 +579,128 @@ fn real_cluster() -> Result<Option<verdict_testcluster::Cluster>> {
         cluster.server()
     );
     Ok(Some(cluster))
+}
+
+/// The fuzz targets of `fuzz/`, each with the folders of examples it
+/// starts from.
+const FUZZ_TARGETS: [(&str, &[&str]); 4] = [
+    ("objects", &["plugins/status/tests/fixtures"]),
+    ("task_bodies", &[]),
+    ("admission_reviews", &["tests/all/reviews"]),
+    ("encoded_answers", &[]),
+];
+
+/// cargo-fuzz, installed under the target folder when `cargo fuzz` is
+/// missing; the folder to put first on the PATH for it, if any.
+fn ensure_cargo_fuzz() -> Result<Option<PathBuf>> {
+    let present = |path: Option<&Path>| {
+        let mut command = cargo();
+        if let Some(dir) = path {
+            command.env("PATH", search_path_with(dir));
+        }
+        command
+            .args(["fuzz", "--version"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if present(None) {
+        return Ok(None);
+    }
+    let root = cargo_target_dir().join("tools");
+    let bin = root.join("bin");
+    if present(Some(&bin)) {
+        return Ok(Some(bin));
+    }
+    eprintln!("xtask: installing cargo-fuzz into {}", root.display());
+    run(
+        cargo()
+            .args([
+                "install",
+                "cargo-fuzz",
+                "--locked",
+                "--version",
+                "0.13.2",
+                "--root",
+            ])
+            .arg(&root),
+        INSTALL,
+    )
+    .context("installing cargo-fuzz from crates.io")?;
+    Ok(Some(bin))
+}
+
+/// The PATH with `dir` first.
+fn search_path_with(dir: &Path) -> std::ffi::OsString {
+    let mut dirs = vec![dir.to_path_buf()];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
+/// Run the fuzz targets (all, or those named) for `--time` seconds each
+/// (`--smoke`: 20), in the dev profile so that overflow checks are on.
+/// Coverage instrumentation takes the compiler's unstable flags, which the
+/// stable toolchain accepts with `RUSTC_BOOTSTRAP`. Each keeps its corpus
+/// under the target folder between runs.
+fn fuzz(rest: &[String]) -> Result<()> {
+    let mut seconds = 300;
+    let mut wanted = Vec::new();
+    let mut args = rest.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--smoke" => seconds = 20,
+            "--time" => {
+                seconds = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .context("--time takes a number of seconds")?;
+            }
+            name => {
+                if !FUZZ_TARGETS.iter().any(|(t, _)| *t == name) {
+                    let known: Vec<&str> = FUZZ_TARGETS.iter().map(|(t, _)| *t).collect();
+                    bail!("no fuzz target `{name}`; there are {}", known.join(", "));
+                }
+                wanted.push(name.to_string());
+            }
+        }
+    }
+    let path = ensure_cargo_fuzz()?;
+    let target = cargo_target_dir();
+    for (name, seeds) in FUZZ_TARGETS {
+        if !wanted.is_empty() && !wanted.iter().any(|w| w == name) {
+            continue;
+        }
+        let corpus = target.join("fuzz-corpus").join(name);
+        let artifacts = target.join("fuzz-artifacts").join(name);
+        std::fs::create_dir_all(&corpus)?;
+        std::fs::create_dir_all(&artifacts)?;
+        let mut command = cargo();
+        if let Some(dir) = &path {
+            command.env("PATH", search_path_with(dir));
+        }
+        command
+            .env("RUSTC_BOOTSTRAP", "1")
+            .env("CARGO_TARGET_DIR", target.join("fuzz"))
+            .args(["fuzz", "run", "--dev", "--sanitizer", "none", name])
+            .arg(&corpus)
+            .args(seeds.iter().map(|s| root().join(s)))
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .args(["-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1"])
+            .arg(format!("-artifact_prefix={}/", artifacts.display()))
+            .current_dir(root().join("fuzz"));
+        eprintln!("xtask: fuzzing {name} for {seconds} s");
+        run(&mut command, BUILD).with_context(|| {
+            format!(
+                "the {name} fuzzer found a failing input; it is in {}",
+                artifacts.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn bench(rest: &[String]) -> Result<()> {

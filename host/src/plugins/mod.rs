@@ -21,7 +21,7 @@ use serde::Serialize;
 pub use error::{CallError, LoadError, PolicyError};
 pub use registry::{Answer, ErrorRecord, PluginStatus, Registry, ReloadReport, Slot};
 pub use runtime::{CodeSource, Runtime};
-pub use version::{Version, VersionInfo};
+pub use version::{Version, VersionInfo, checked_answers, decode_answers};
 pub use watch::{Watcher, watch, watch_folder};
 
 /// The three kinds of policy a plugin can implement.

@@ -125,6 +125,26 @@ fn check_answers<'a>(
     Ok(answers)
 }
 
+/// A status plugin's encoded answer (`status-encoded`): one result per
+/// application, or an error that says it does not decode. The bytes come
+/// from the plugin, so they may be anything: a length that claims more than
+/// the buffer holds fails without allocating what it claims.
+pub fn decode_answers(bytes: &[u8]) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
+    postcard::from_bytes(bytes)
+        .map_err(|e| CallError::Malformed(format!("the encoded answer does not decode: {e}")))
+}
+
+/// The answers of a batch checked against the applications asked, in order.
+pub fn checked_answers(
+    answers: Vec<Result<types::AppVerdict, String>>,
+    asked: &[(String, String)],
+) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
+    check_answers(
+        answers,
+        asked.iter().map(|(ns, name)| (ns.as_str(), name.as_str())),
+    )
+}
+
 /// An encoded answer: its size is the buffer's.
 struct Encoded(Result<Vec<u8>, String>);
 
@@ -395,11 +415,7 @@ impl Version {
         encoded: Vec<u8>,
         asked: &[(String, String)],
     ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
-        let answers = self.call_encoded(ctx, encoded)?;
-        check_answers(
-            answers,
-            asked.iter().map(|(ns, name)| (ns.as_str(), name.as_str())),
-        )
+        checked_answers(self.call_encoded(ctx, encoded)?, asked)
     }
 
     fn call_encoded(
@@ -414,8 +430,7 @@ impl Version {
             _ => None,
         })?;
         let bytes = answer.0.map_err(CallError::Refused)?;
-        postcard::from_bytes(&bytes)
-            .map_err(|e| CallError::Malformed(format!("the encoded answer does not decode: {e}")))
+        decode_answers(&bytes)
     }
 
     /// The failover decisions over the given nodes.
