@@ -390,7 +390,9 @@ fn describe(api: &mut utoipa::openapi::OpenApi) {
                 ),
                 ("404", "Nothing of that name", named),
                 ("415", "The body is not JSON", with_body),
+                ("414", "The URI is longer than 8 KiB", true),
                 ("422", "A field is out of bounds or unknown, named", true),
+                ("431", "The header fields are larger than 64 KiB", true),
             ] {
                 if applies {
                     responses
@@ -494,6 +496,43 @@ fn error_schema() -> utoipa::openapi::schema::Schema {
         .into()
 }
 
+/// The longest URI taken, in bytes.
+const MAX_URI: usize = 8 * 1024;
+/// The most bytes of header fields taken (names and values).
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Refuse, with the JSON error, a URI or header fields longer than the
+/// host takes. (Far longer ones, past what the HTTP parser buffers, are
+/// refused by it before they get here, with no body.)
+async fn request_size(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let uri = request
+        .uri()
+        .path_and_query()
+        .map_or(0, |p| p.as_str().len());
+    if uri > MAX_URI {
+        return ApiError::new(
+            StatusCode::URI_TOO_LONG,
+            "uri-too-long",
+            format!("the URI is {uri} bytes long; at most {MAX_URI}"),
+        )
+        .into_response();
+    }
+    let headers: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if headers > MAX_HEADER_BYTES {
+        return ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers-too-large",
+            format!("the header fields are {headers} bytes; at most {MAX_HEADER_BYTES}"),
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
 /// The router, without a socket: tests call it directly. Every request gets
 /// an `x-request-id` (kept when the client sent one) that its log lines
 /// carry, a body limit and a time limit; tokens are checked when
@@ -563,6 +602,7 @@ pub fn router(state: AppState) -> Router {
             crate::access::guard,
         ))
         .layer(axum::middleware::from_fn(crate::access::same_origin))
+        .layer(axum::middleware::from_fn(request_size))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(tower_http::limit::RequestBodyLimitLayer::new(
             state.body_limit,

@@ -303,6 +303,8 @@ fn every_error_is_the_apis_json_error() {
     let data = tempfile::tempdir().unwrap();
     let server = Server::start_with(plugins.path(), data.path(), &["--demo"]);
     let client = reqwest::blocking::Client::new();
+    let long_uri = format!("/v1/apps?namespace={}", "a".repeat(9 * 1024));
+    let big_header = "b".repeat(70 * 1024);
     for (method, path, status, code) in [
         (
             "GET",
@@ -310,6 +312,8 @@ fn every_error_is_the_apis_json_error() {
             400,
             "invalid-request",
         ),
+        ("GET", long_uri.as_str(), 414, "uri-too-long"),
+        ("GET", "/v1/apps?big-header", 431, "headers-too-large"),
         (
             "GET",
             "/v1/failover/history?before=-1",
@@ -320,11 +324,17 @@ fn every_error_is_the_apis_json_error() {
         ("GET", "/v1/nothing-here", 404, "not-found"),
         ("DELETE", "/v1/apps", 405, "method-not-allowed"),
     ] {
-        let response = client
-            .request(method.parse().unwrap(), format!("{}{path}", server.base))
-            .send()
-            .unwrap();
-        assert_eq!(response.status().as_u16(), status, "{method} {path}");
+        let mut request = client.request(method.parse().unwrap(), format!("{}{path}", server.base));
+        if path.ends_with("big-header") {
+            request = request.header("x-big", big_header.as_str());
+        }
+        let response = request.send().unwrap();
+        assert_eq!(
+            response.status().as_u16(),
+            status,
+            "{method} {}",
+            &path[..path.len().min(80)]
+        );
         let content_type = response.headers()["content-type"]
             .to_str()
             .unwrap()
