@@ -65,7 +65,9 @@ verbs:
             a cluster of 100 000 pods followed through the simulator,
             admission latency, and HTTP load with wrk (installed when
             missing) (`bench --quick` for a short run; `bench --smoke` for
-            the policy benchmark's short run in the dev profile, as CI does)
+            the policy benchmark's short run in the dev profile, as CI does;
+            `bench --soak [--minutes N]`: the demo left running for 30
+            minutes, memory at the start, middle and end)
 ";
 
 fn main() -> ExitCode {
@@ -723,6 +725,21 @@ fn bench(rest: &[String]) -> Result<()> {
                 ])
                 .current_dir(root()),
             BUILD,
+        );
+    }
+    // `--soak`: the demo left running for 30 minutes, its memory read.
+    if rest.iter().any(|a| a == "--soak") {
+        let minutes: Vec<&String> = rest
+            .iter()
+            .skip_while(|a| *a != "--minutes")
+            .take(2)
+            .collect();
+        return run(
+            cargo()
+                .args(["bench", "--package", "verdict", "--bench", "soak", "--"])
+                .args(minutes)
+                .current_dir(root()),
+            Duration::from_secs(24 * 3600),
         );
     }
     // The HTTP benchmark drives load with wrk (Debian's package).
