@@ -77,8 +77,12 @@ async fn demo(scenario: Option<&std::path::Path>) -> Result<Demo> {
         key: "scenario",
         message,
     })?;
+    // A thousand changes are some twelve minutes of the demo: enough for a
+    // watch to resume from, and a bound on what a host that runs for days
+    // keeps (the default ten thousand took hours to fill, ~80 MB).
     let options = verdict_sim::Options {
         controller: Some(verdict_sim::CONTROLLER_TICK),
+        log_capacity: 1_000,
         ..verdict_sim::Options::default()
     };
     let simulator = verdict_sim::Simulator::start(options)

@@ -185,7 +185,11 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 
 impl Store {
     pub fn new(log_capacity: usize) -> Self {
-        let (events, _) = broadcast::channel(4096);
+        // The channel keeps the last events it sent until they are
+        // overwritten, so it is sized to the log: more would hold memory the
+        // log has let go of. A watch that falls further behind ends, and
+        // resumes from the log, as from a real API server.
+        let (events, _) = broadcast::channel(log_capacity.clamp(1024, 4096));
         Self {
             inner: Mutex::new(Inner {
                 rv: 1,
