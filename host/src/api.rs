@@ -1075,7 +1075,7 @@ fn sse(event: &crate::events::Event) -> axum::response::sse::Event {
     axum::response::sse::Event::default()
         .id(event.id.to_string())
         .event(event.kind)
-        .data(serde_json::to_string(event).unwrap_or_default())
+        .data(&*event.json)
 }
 
 /// Tell a client to re-list: what it missed is no longer held.

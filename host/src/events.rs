@@ -17,19 +17,31 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 /// One event as the stream carries it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Event {
     /// Increases by one per event, from the process's first id.
     pub id: u64,
     /// `verdict`, `task`, `plugin` or `resync`.
-    #[serde(rename = "type")]
     pub kind: &'static str,
-    /// When it was published, RFC 3339.
-    pub at: String,
     /// The app it concerns (`namespace/name`), for filtering.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub app: Option<String>,
-    pub data: Value,
+    /// The event as JSON (its id, type, time, app and data), written once
+    /// when it is published: every subscriber sends the same text, and the
+    /// replay buffer holds text, a third of what the parsed data takes.
+    pub json: Box<str>,
+}
+
+/// What [`Event::json`] holds.
+#[derive(Serialize)]
+struct Wire<'a> {
+    id: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// When it was published, RFC 3339.
+    at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    app: Option<&'a str>,
+    data: &'a Value,
 }
 
 impl Event {
@@ -107,12 +119,19 @@ impl Events {
     /// Publish an event; returns its id.
     pub fn publish(&self, kind: &'static str, app: Option<String>, data: Value) -> u64 {
         let mut inner = self.lock();
-        let event = Arc::new(Event {
+        let wire = Wire {
             id: inner.next,
             kind,
             at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            app: app.as_deref(),
+            data: &data,
+        };
+        let json = serde_json::to_string(&wire).unwrap_or_default().into();
+        let event = Arc::new(Event {
+            id: inner.next,
+            kind,
             app,
-            data,
+            json,
         });
         inner.next = inner.next.saturating_add(1);
         if inner.buffer.len() == self.capacity {
@@ -211,5 +230,24 @@ mod tests {
         let (mut live, _) = events.subscribe(None);
         events.publish("plugin", None, Value::Null);
         assert_eq!(live.try_recv().unwrap().id, 6);
+    }
+
+    #[test]
+    fn an_event_is_written_once_as_the_stream_sends_it() {
+        let events = Events::starting_at(7, 3);
+        events.publish(
+            "verdict",
+            Some("shop/web".into()),
+            serde_json::json!({"ok": 1}),
+        );
+        let (_, replay) = events.subscribe(Some(6));
+        let event = &replay.unwrap()[0];
+        let sent: Value = serde_json::from_str(&event.json).unwrap();
+        assert_eq!(sent["id"], 7);
+        assert_eq!(sent["type"], "verdict");
+        assert_eq!(sent["app"], "shop/web");
+        assert_eq!(sent["data"], serde_json::json!({"ok": 1}));
+        assert!(sent["at"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(event.namespace(), Some("shop"));
     }
 }
