@@ -41,7 +41,7 @@ async fn call<R: Send + 'static>(
     tokio::task::spawn_blocking(move || {
         let slot = registry.policy(World::Admission)?;
         let answer = slot.call(|version| {
-            let ctx = version.context(crate::tasks::now());
+            let ctx = version.context(crate::time::now());
             f(version, &ctx)
         })?;
         let info = answer.version.info();
@@ -67,7 +67,7 @@ impl Admission {
         let app = live
             .observed
             .read()
-            .inputs_for([&key], crate::tasks::now())
+            .inputs_for([&key], crate::time::now())
             .pop()
             .map(|input| input.app);
         let verdict = live

@@ -689,7 +689,7 @@ impl ServeArgs {
         }
         for (i, window) in config.failover.maintenance.iter().enumerate() {
             for time in [&window.from, &window.until] {
-                crate::observe::objects::parse_time(time).map_err(|e| Error::Config {
+                crate::time::parse_time(time).map_err(|e| Error::Config {
                     key: "failover.maintenance",
                     message: format!("window {}: `{time}`: {e}", i + 1),
                 })?;

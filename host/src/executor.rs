@@ -29,7 +29,8 @@ use crate::observe::cluster::Observed;
 use crate::plugins::bindings::types::{self, TaskAction as Action, TaskPhase as Phase};
 use crate::tasks::TaskError;
 use crate::tasks::model::{StepReport, TaskPatch};
-use crate::tasks::{Task, Tasks, now};
+use crate::tasks::{Task, Tasks};
+use crate::time::now;
 
 /// The annotation that remembers the replica count of a stopped workload.
 pub const REPLICAS_BEFORE_STOP: &str = "verdict.dev/replicas-before-stop";
@@ -325,7 +326,7 @@ impl Executor {
                 // The stamp is the task's own time, so that making the
                 // change again (after this process restarted) changes
                 // nothing; pods count from that second on.
-                let at = crate::observe::objects::rfc3339(task.created_at);
+                let at = crate::time::rfc3339(task.created_at);
                 job.pods_since = Some(task.created_at - task.created_at.rem_euclid(1000));
                 json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": at}}}}})
             }

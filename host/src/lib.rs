@@ -1,6 +1,7 @@
 //! verdict: a host for hot-swappable WebAssembly policies over a Kubernetes
 //! cluster.
 //!
+//! - [`time`]: the present, and times as milliseconds and RFC 3339 text;
 //! - [`plugins`]: the Wasm runtime, registry and hot reload;
 //! - [`tasks`]: task records, their life cycle and storage;
 //! - [`admission`]: task admission and the Kubernetes admission webhook;
@@ -30,6 +31,7 @@ pub mod observe;
 pub mod offline;
 pub mod plugins;
 pub mod tasks;
+pub mod time;
 pub mod tls;
 pub mod verdicts;
 

@@ -97,7 +97,7 @@ pub struct Maintenance {
 
 impl Maintenance {
     fn covers(&self, node: &str, labels: &[KeyValue], now: Timestamp) -> Option<Timestamp> {
-        let parse = |t: &str| crate::observe::objects::parse_time(t).ok();
+        let parse = |t: &str| crate::time::parse_time(t).ok();
         let (from, until) = (parse(&self.from)?, parse(&self.until)?);
         let selected = self.nodes.is_empty()
             || self.nodes.iter().any(|n| match n.split_once('=') {
@@ -222,7 +222,7 @@ pub fn check(config: &FailoverConfig, gauges: &Gauges, c: &Candidate<'_>) -> Opt
             "maintenance",
             format!(
                 "in a maintenance window until {}{}",
-                crate::observe::objects::rfc3339(until),
+                crate::time::rfc3339(until),
                 m.reason
                     .as_deref()
                     .map(|r| format!(" ({r})"))
@@ -269,7 +269,7 @@ pub fn check(config: &FailoverConfig, gauges: &Gauges, c: &Candidate<'_>) -> Opt
                 format!(
                     "failed {} times ({error}); retried at {}",
                     a.attempts,
-                    crate::observe::objects::rfc3339(at)
+                    crate::time::rfc3339(at)
                 ),
             );
         }

@@ -27,8 +27,9 @@ use crate::events::Events;
 use crate::observe::cluster::Observed;
 use crate::plugins::bindings::{failover as wit, types};
 use crate::plugins::{Registry, World};
+use crate::tasks::Tasks;
 use crate::tasks::model::NewTask;
-use crate::tasks::{Tasks, now};
+use crate::time::{now, rfc3339};
 pub use brakes::FailoverConfig;
 use brakes::{Candidate, Gauges};
 use journal::{Journal, Memory};
@@ -151,10 +152,6 @@ pub struct ApprovalRequest {
     #[serde(default)]
     #[schema(max_length = 4096)]
     pub reason: Option<String>,
-}
-
-fn rfc3339(t: types::Timestamp) -> String {
-    crate::observe::objects::rfc3339(t)
 }
 
 /// Who decides and why: a name that is not blank, and text of bounded
@@ -853,7 +850,7 @@ impl Failover {
                 ));
             }
             (Some(text), None) => Some(
-                crate::observe::objects::parse_time(text)
+                crate::time::parse_time(text)
                     .map_err(|e| FailoverError::Invalid(format!("expires-at: {e}")))?,
             ),
             (None, Some(s)) if (1..=MAX_OVERRIDE_S).contains(&s) => {

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -15,6 +14,7 @@ use serde_json::Value;
 
 use super::{Snapshot, reduce};
 use crate::plugins::bindings::types;
+use crate::time::rfc3339;
 
 /// A file that could not be read or understood.
 #[derive(Debug, thiserror::Error)]
@@ -32,28 +32,6 @@ pub struct Objects {
     pub snapshot: Snapshot,
     /// Kinds the host does not observe (Services, Jobs …), with counts.
     pub skipped: BTreeMap<String, usize>,
-}
-
-/// The latest time that both RFC 3339 text and Kubernetes' time type hold
-/// (9999-12-30T22:00:00Z).
-const LAST_RFC3339_MS: types::Timestamp = 253_402_207_200_000;
-
-/// Time as RFC 3339 text; times outside what it can write are written as
-/// its first or last one.
-pub fn rfc3339(at: types::Timestamp) -> String {
-    let at = at.clamp(0, LAST_RFC3339_MS);
-    let time = SystemTime::UNIX_EPOCH + Duration::from_millis(at as u64);
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
-/// Parse RFC 3339 text (`2026-01-01T00:00:00Z`) into milliseconds.
-pub fn parse_time(text: &str) -> Result<types::Timestamp, String> {
-    let time = humantime::parse_rfc3339_weak(text.trim())
-        .map_err(|e| format!("`{text}` is not an RFC 3339 time: {e}"))?;
-    let since = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_err(|_| format!("`{text}` is before 1970"))?;
-    Ok(since.as_millis() as types::Timestamp)
 }
 
 /// The value of an `@now`, `@now-5m` or `@now+1h` placeholder at `now`
@@ -311,6 +289,7 @@ fn parse<T: DeserializeOwned>(file: &Path, place: &str, object: Value) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::parse_time;
 
     const NOW: types::Timestamp = 1_780_000_000_000;
 

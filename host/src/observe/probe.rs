@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use super::AppKey;
 use super::cluster::Observed;
 use crate::plugins::bindings::types;
+use crate::time::millis;
 
 /// The workload annotation that names an app's health URL.
 pub const ANNOTATION: &str = "verdict.dev/health-url";
@@ -63,11 +64,6 @@ async fn request(client: &reqwest::Client, url: &str) -> Found {
             (types::ProbeOutcome::Unreachable, None, Some(what))
         }
     }
-}
-
-fn millis(time: SystemTime) -> types::Timestamp {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as types::Timestamp)
 }
 
 /// Record one round's results; apps whose outcome changed, or that no

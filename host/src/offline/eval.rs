@@ -3,16 +3,16 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::SystemTime;
 
 use serde_json::Value;
 
 use super::PolicyArgs;
 use crate::error::{Error, Result};
 use crate::observe::Grouping;
-use crate::observe::objects::{Objects, documents, parse_time, substitute_now};
+use crate::observe::objects::{Objects, documents, substitute_now};
 use crate::plugins::bindings::types;
 use crate::tasks::TaskRecord;
+use crate::time::parse_time;
 use crate::verdicts::{self, view::AppView};
 
 /// Output formats.
@@ -91,9 +91,7 @@ pub fn read_tasks(path: &PathBuf, now: types::Timestamp) -> Result<Vec<types::Ta
 pub fn run(args: &EvalArgs) -> Result<String> {
     let now = match &args.now {
         Some(text) => parse_time(text).map_err(|e| Error::Input(format!("--now: {e}")))?,
-        None => SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as types::Timestamp),
+        None => crate::time::now(),
     };
     if let Some(settings) = &args.settings {
         let parsed: Value = serde_json::from_str(settings)

@@ -28,9 +28,10 @@ use serde_json::Value;
 use super::PolicyArgs;
 use crate::error::{Error, Result};
 use crate::observe::Grouping;
-use crate::observe::objects::{Objects, documents, parse_time, substitute_now};
+use crate::observe::objects::{Objects, documents, substitute_now};
 use crate::plugins::Slot;
 use crate::tasks::TaskRecord;
+use crate::time::parse_time;
 use crate::verdicts::{self, view::AppView};
 
 /// The default evaluation time of a case.

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
 use crate::plugins::bindings::types;
+use crate::time::now;
 use model::{Decision, NewTask, TaskPatch};
 pub use model::{Refusal, Task};
 pub use record::{TaskRecord, parse_app};
@@ -109,12 +110,6 @@ fn app_key(app: &str) -> AppKey {
         Some((ns, name)) => (ns.to_string(), name.to_string()),
         None => (String::new(), app.to_string()),
     }
-}
-
-pub(crate) fn now() -> types::Timestamp {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as types::Timestamp)
 }
 
 impl Tasks {

@@ -13,12 +13,12 @@ pub mod time {
     use crate::plugins::bindings::types::Timestamp;
 
     pub fn serialize<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&crate::observe::objects::rfc3339(*t))
+        s.serialize_str(&crate::time::rfc3339(*t))
     }
 
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
         let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
-        crate::observe::objects::parse_time(&text).map_err(serde::de::Error::custom)
+        crate::time::parse_time(&text).map_err(serde::de::Error::custom)
     }
 
     /// An optional time, `null` when absent.
@@ -39,7 +39,7 @@ pub mod time {
             d: D,
         ) -> Result<Option<Timestamp>, D::Error> {
             let text = <Option<std::borrow::Cow<'de, str>> as serde::Deserialize>::deserialize(d)?;
-            text.map(|t| crate::observe::objects::parse_time(&t).map_err(serde::de::Error::custom))
+            text.map(|t| crate::time::parse_time(&t).map_err(serde::de::Error::custom))
                 .transpose()
         }
     }

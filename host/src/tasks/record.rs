@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::observe::objects::parse_time;
 use crate::plugins::bindings::types;
+use crate::time::parse_time;
 use crate::verdicts::view::WitName;
 
 /// A task as written in a file or request: times as RFC 3339 text (or

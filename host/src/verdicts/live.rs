@@ -16,11 +16,7 @@ use crate::observe::cluster::Observed;
 use crate::plugins::bindings::types;
 use crate::plugins::{Registry, World};
 use crate::tasks::Tasks;
-
-fn millis(time: SystemTime) -> types::Timestamp {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as types::Timestamp)
-}
+use crate::time::millis;
 
 /// The latest verdict of one application.
 #[derive(Debug, Clone)]

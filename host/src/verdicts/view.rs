@@ -4,8 +4,8 @@
 
 use serde::Serialize;
 
-use crate::observe::objects::rfc3339;
 use crate::plugins::bindings::types;
+use crate::time::rfc3339;
 
 /// The WIT name of an enumeration case, both ways.
 pub trait WitName: Sized {

@@ -1,0 +1,39 @@
+//! Time as the host and its plugins count it — milliseconds since the Unix
+//! epoch ([`Timestamp`]) — and as RFC 3339 text.
+
+use std::time::{Duration, SystemTime};
+
+use crate::plugins::bindings::types::Timestamp;
+
+/// The present.
+pub fn now() -> Timestamp {
+    millis(SystemTime::now())
+}
+
+/// A time in milliseconds since the epoch (0 before it).
+pub fn millis(time: SystemTime) -> Timestamp {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as Timestamp)
+}
+
+/// The latest time that both RFC 3339 text and Kubernetes' time type hold
+/// (9999-12-30T22:00:00Z).
+const LAST_RFC3339_MS: Timestamp = 253_402_207_200_000;
+
+/// Time as RFC 3339 text; times outside what it can write are written as
+/// its first or last one.
+pub fn rfc3339(at: Timestamp) -> String {
+    let at = at.clamp(0, LAST_RFC3339_MS);
+    let time = SystemTime::UNIX_EPOCH + Duration::from_millis(at as u64);
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// Parse RFC 3339 text (`2026-01-01T00:00:00Z`) into milliseconds.
+pub fn parse_time(text: &str) -> Result<Timestamp, String> {
+    let time = humantime::parse_rfc3339_weak(text.trim())
+        .map_err(|e| format!("`{text}` is not an RFC 3339 time: {e}"))?;
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_err(|_| format!("`{text}` is before 1970"))?;
+    Ok(since.as_millis() as Timestamp)
+}
