@@ -338,7 +338,6 @@ fn describe(api: &mut utoipa::openapi::OpenApi) {
         .and_then(|operation| operation.request_body.as_mut())
     {
         body.required = Some(utoipa::openapi::Required::True);
-
         body.content.insert(
             "application/json".into(),
             ContentBuilder::new()
@@ -1078,11 +1077,11 @@ fn sse(event: &crate::events::Event) -> axum::response::sse::Event {
         .data(&*event.json)
 }
 
-/// Tell a client to re-list: what it missed is no longer held.
 /// How long a client whose stream ended at shutdown waits to reconnect.
 const RECONNECT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A `resync` event; its id is the last one issued, so that a client that
+/// Tell a client to re-list: what it missed is no longer held. The
+/// `resync` event's id is the last one issued, so that a client that
 /// reconnects after it resumes from the present.
 fn resync(reason: String, next: u64) -> axum::response::sse::Event {
     axum::response::sse::Event::default()

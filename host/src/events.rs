@@ -122,7 +122,7 @@ impl Events {
         let wire = Wire {
             id: inner.next,
             kind,
-            at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            at: crate::time::rfc3339(crate::time::now()),
             app: app.as_deref(),
             data: &data,
         };

@@ -337,10 +337,10 @@ impl Tasks {
                 .iter()
                 .filter(|(_, tasks)| tasks.values().all(|t| model::finished(t.phase)))
                 .min_by_key(|(_, tasks)| tasks.values().map(|t| t.updated_at).max())
-                .map(|(_, tasks)| tasks.keys().cloned().collect::<Vec<_>>());
+                .map(|(key, tasks)| ((*key).clone(), tasks.keys().cloned().collect::<Vec<_>>()));
             (without.len(), idlest)
         };
-        let Some(ids) = idlest else {
+        let Some((idle, ids)) = idlest else {
             return Err(TaskError::Denied(Denial::Denied {
                 reason: format!(
                     "{without} applications with no workload have tasks in flight, the most kept; \
@@ -351,10 +351,12 @@ impl Tasks {
                 policy: None,
             }));
         };
-        self.store.delete(ids.clone()).await?;
-        for id in &ids {
-            self.forget(id);
-        }
+        self.store.delete(ids).await?;
+        self.by_app
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&idle);
+        self.touched(idle);
         Ok(())
     }
 

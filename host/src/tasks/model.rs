@@ -244,10 +244,10 @@ pub const MAX_PARAMS: usize = 64 * 1024;
 
 /// Refuse text longer than `max` characters.
 fn bounded(field: &str, value: Option<&str>, max: usize) -> Result<(), Refusal> {
-    match value {
-        Some(text) if text.chars().count() > max => Err(invalid(
+    match value.map_or(0, |text| text.chars().count()) {
+        length if length > max => Err(invalid(
             field,
-            format!("is {} characters long; at most {max}", text.chars().count()),
+            format!("is {length} characters long; at most {max}"),
         )),
         _ => Ok(()),
     }
