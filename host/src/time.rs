@@ -3,7 +3,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::plugins::bindings::types::Timestamp;
+/// Milliseconds since the Unix epoch: the WIT `timestamp` (an `s64`), which
+/// the plugin bindings name the same.
+pub type Timestamp = i64;
 
 /// The present.
 pub fn now() -> Timestamp {
