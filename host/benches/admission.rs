@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use verdict::admission::Admission;
-use verdict::config::{FailureMode, Limits};
+use verdict::admission::FailureMode;
+use verdict::plugins::Limits;
 use verdict::plugins::{Registry, Runtime};
 use verdict::tasks::model::NewTask;
 

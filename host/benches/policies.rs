@@ -15,11 +15,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use verdict::config::Limits;
 use verdict::observe::cluster::Observed;
-use verdict::plugins::bindings::status;
+use verdict::plugins::Limits;
 use verdict::plugins::{Registry, Runtime, World};
 use verdict::verdicts::live::{self, Verdicts};
+use verdict::wit::status;
 
 #[allow(dead_code)]
 #[path = "../../tests/all/support.rs"]

@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use verdict::config::Limits;
-use verdict::plugins::bindings::status;
+use verdict::plugins::Limits;
 use verdict::plugins::{CodeSource, Registry, Runtime, World, watch};
+use verdict::wit::status;
 
 // The tests' helpers: where the built components are, and inputs.
 #[allow(dead_code)]

@@ -10,12 +10,22 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::{Map, Value};
 
-use crate::api::Live;
-use crate::config::FailureMode;
-use crate::plugins::bindings::{admission, types};
 use crate::plugins::{PolicyError, Registry, World};
 use crate::tasks::model::NewTask;
-use crate::tasks::{Admitted, Denial};
+use crate::tasks::{Admitted, Denial, Task, TaskError, Tasks};
+use crate::verdicts::live::Live;
+use crate::wit::{admission, types};
+
+/// What admission answers when its policy fails (a trap, a timeout, no
+/// policy loaded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureMode {
+    /// Allow, with a warning saying the policy failed.
+    Open,
+    /// Refuse.
+    Closed,
+}
 
 /// The admission side of the host.
 #[derive(Debug, Clone)]
@@ -75,6 +85,18 @@ impl Admission {
             .get(&id.namespace, &id.name)
             .map(|v| v.verdict);
         (app, verdict)
+    }
+
+    /// The one way a task is asked for: admitted by the admission policy
+    /// (given the app's tasks) and, when it is, stored in `tasks`. Users'
+    /// requests, the demo's scripted ones and failover's all come here.
+    pub async fn ask(&self, tasks: &Tasks, request: NewTask) -> Result<Task, TaskError> {
+        let asked = request.clone();
+        tasks
+            .create(request, async move |app_tasks| {
+                self.admit_task(&asked, app_tasks).await
+            })
+            .await
     }
 
     /// Decide on a task request, given the app's tasks (newest first).

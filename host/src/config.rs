@@ -9,31 +9,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::access::Secret;
+use crate::admission::FailureMode;
 use crate::error::{Error, Result};
+use crate::http::access::Secret;
+use crate::http::tls::TlsFiles;
 use crate::observe::Grouping;
 use crate::observe::probe::ProbeConfig;
-
-/// Limits applied to every plugin call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Wall-clock time one call may take before it is interrupted.
-    pub call_timeout: Duration,
-    /// Linear memory one plugin instance may grow to, in bytes.
-    pub memory_bytes: usize,
-    /// Size of what one call may return (strings and list items), in bytes.
-    pub output_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            call_timeout: Duration::from_millis(100),
-            memory_bytes: 64 << 20,
-            output_bytes: 1 << 20,
-        }
-    }
-}
+use crate::plugins::Limits;
 
 /// Everything the host is built from.
 #[derive(Debug, Clone)]
@@ -108,24 +90,6 @@ pub enum TaskStoreKind {
     Kubernetes,
 }
 
-/// What admission answers when its policy fails (a trap, a timeout, no
-/// policy loaded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FailureMode {
-    /// Allow, with a warning saying the policy failed.
-    Open,
-    /// Refuse.
-    Closed,
-}
-
-/// A certificate chain and its private key, PEM.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
 /// Where the cluster comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterSource {
@@ -171,8 +135,8 @@ impl Config {
             write_tokens: Vec::new(),
             body_limit: 1 << 20,
             request_timeout: Duration::from_secs(30),
-            header_timeout: crate::connections::HEADER_READ,
-            max_connections: crate::connections::MAX_CONNECTIONS,
+            header_timeout: crate::http::connections::HEADER_READ,
+            max_connections: crate::http::connections::MAX_CONNECTIONS,
         }
     }
 

@@ -1,8 +1,12 @@
-//! The host's error type: what can go wrong starting the host and loading its
-//! configuration. Plugin failures are values of their own
-//! ([`crate::plugins::PolicyError`]), never panics.
+//! The host's error type: what can go wrong starting the host, loading its
+//! configuration and reading a user's files. Each wraps the error it comes
+//! from as its source, so the whole chain reaches the log. Plugin failures
+//! are values of their own ([`crate::plugins::PolicyError`]), never panics.
 
 use std::path::PathBuf;
+
+/// Any error, as a source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Errors of the host library.
 #[derive(Debug, thiserror::Error)]
@@ -17,14 +21,52 @@ pub enum Error {
     #[error("configuration file {path}: {message}")]
     ConfigFile { path: PathBuf, message: String },
 
+    /// A setting that is wrong, in the host's words.
     #[error("configuration: {key}: {message}")]
     Config { key: &'static str, message: String },
 
-    #[error("{0}")]
-    Input(String),
+    /// A setting whose value does not work, and why.
+    #[error("configuration: {key}: {value}: {source}")]
+    Setting {
+        key: &'static str,
+        value: String,
+        #[source]
+        source: BoxError,
+    },
 
-    #[error("plugin runtime: {0}")]
-    Runtime(String),
+    /// A user's input (a file, a flag) that does not read; `what` says
+    /// where.
+    #[error("{what}: {source}")]
+    Input {
+        what: String,
+        #[source]
+        source: BoxError,
+    },
+
+    /// A user's input that reads but is wrong, in the host's words.
+    #[error("{0}")]
+    Invalid(String),
+
+    #[error("the plugin runtime: {0}")]
+    Plugins(#[from] crate::plugins::LoadError),
+
+    #[error("the status policy: {0}")]
+    Policy(#[from] crate::plugins::PolicyError),
+
+    #[error("{0}")]
+    Tasks(#[from] crate::tasks::StoreError),
+
+    #[error("{0}")]
+    Storage(#[from] crate::storage::StorageError),
+
+    #[error("the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+
+    #[error("starting the demo cluster: {0}")]
+    Demo(#[source] BoxError),
+
+    #[error("starting the async runtime: {0}")]
+    AsyncRuntime(#[source] std::io::Error),
 
     #[error("listening on {addr}: {source}")]
     Listen {
@@ -33,12 +75,8 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    #[error("watching {path}: {source}")]
-    Watch {
-        path: PathBuf,
-        #[source]
-        source: notify::Error,
-    },
+    #[error("{0}")]
+    Watch(#[from] crate::watch::WatchError),
 }
 
 /// The host's result type.
@@ -48,5 +86,39 @@ impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| Self::Io { path, source }
+    }
+
+    /// A user's input that does not read, for `map_err`.
+    pub(crate) fn input<E: Into<BoxError>>(what: impl Into<String>) -> impl FnOnce(E) -> Self {
+        let what = what.into();
+        move |source| Self::Input {
+            what,
+            source: source.into(),
+        }
+    }
+
+    /// A setting's value that does not work, for `map_err`.
+    pub(crate) fn setting<E: Into<BoxError>>(
+        key: &'static str,
+        value: impl Into<String>,
+    ) -> impl FnOnce(E) -> Self {
+        let value = value.into();
+        move |source| Self::Setting {
+            key,
+            value,
+            source: source.into(),
+        }
+    }
+
+    /// Whether the error is the user's to fix (exit code 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            Self::Config { .. }
+                | Self::ConfigFile { .. }
+                | Self::Setting { .. }
+                | Self::Input { .. }
+                | Self::Invalid(_)
+        )
     }
 }

@@ -25,12 +25,13 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use crate::failover::{BoxFuture, NodeActions, OUT_OF_SERVICE};
 use crate::observe::cluster::Observed;
-use crate::plugins::bindings::types::{self, TaskAction as Action, TaskPhase as Phase};
 use crate::tasks::TaskError;
 use crate::tasks::model::{StepReport, TaskPatch};
 use crate::tasks::{Task, Tasks};
 use crate::time::now;
+use crate::wit::types::{self, TaskAction as Action, TaskPhase as Phase};
 
 /// The annotation that remembers the replica count of a stopped workload.
 pub const REPLICAS_BEFORE_STOP: &str = "verdict.dev/replicas-before-stop";
@@ -73,6 +74,57 @@ struct Job {
     started: types::Timestamp,
     /// Pods to take off a node.
     moving: Option<Move>,
+}
+
+/// Failover's node actions, written to the cluster.
+#[derive(Debug, Clone)]
+pub struct Nodes {
+    api: Api<Node>,
+}
+
+impl Nodes {
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            api: Api::all(client),
+        }
+    }
+}
+
+impl NodeActions for Nodes {
+    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), kube::Error>> {
+        Box::pin(async move {
+            self.api
+                .patch(
+                    node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+                )
+                .await
+                .map(drop)
+        })
+    }
+
+    fn uncordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), kube::Error>> {
+        Box::pin(async move {
+            let current = self.api.get(node).await?;
+            let taints: Vec<Value> = current
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| t.key != OUT_OF_SERVICE)
+                .map(|t| serde_json::to_value(t).unwrap_or_default())
+                .collect();
+            self.api
+                .patch(
+                    node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"unschedulable": false, "taints": taints}})),
+                )
+                .await
+                .map(drop)
+        })
+    }
 }
 
 pub struct Executor {
@@ -455,14 +507,11 @@ impl Executor {
         let fail = |e: kube::Error| format!("could not fence node {node}: {e}");
         let current = nodes.get(node).await.map_err(fail)?;
         let mut taints = current.spec.and_then(|s| s.taints).unwrap_or_default();
-        if taints
-            .iter()
-            .any(|t| t.key == crate::failover::OUT_OF_SERVICE)
-        {
+        if taints.iter().any(|t| t.key == OUT_OF_SERVICE) {
             return Ok(());
         }
         taints.push(Taint {
-            key: crate::failover::OUT_OF_SERVICE.into(),
+            key: OUT_OF_SERVICE.into(),
             value: Some("nodeshutdown".into()),
             effect: "NoExecute".into(),
             time_added: None,

@@ -4,14 +4,16 @@
 use std::sync::Arc;
 
 use crate::admission::Admission;
-use crate::api::{self, AppState, Live};
 use crate::config::{ClusterSource, Config, TaskStoreKind};
-use crate::connections;
 use crate::error::{Error, Result};
+use crate::http::connections;
+use crate::http::{self, AppState};
 use crate::observe::cluster::{self, Following, Observed};
-use crate::plugins::{Registry, Runtime, Watcher, watch};
+use crate::plugins::{Registry, Runtime, watch};
 use crate::tasks::{Store, Tasks};
+use crate::verdicts::live::Live;
 use crate::verdicts::live::{self as live, Verdicts};
+use crate::watch::Watcher;
 
 /// The failover policy's settings on the demo cluster.
 const DEMO_FAILOVER: &str =
@@ -26,8 +28,8 @@ pub struct Host {
     pub events: Arc<crate::events::Events>,
     pub failover: Option<Arc<crate::failover::Failover>>,
     heartbeat: std::time::Duration,
-    tokens: Arc<crate::access::Tokens>,
-    metrics: Arc<crate::metrics::Metrics>,
+    tokens: Arc<http::access::Tokens>,
+    metrics: Arc<http::metrics::Metrics>,
     body_limit: usize,
     request_timeout: std::time::Duration,
     admission: Admission,
@@ -87,7 +89,7 @@ async fn demo(scenario: Option<&std::path::Path>) -> Result<Demo> {
     };
     let simulator = verdict_sim::Simulator::start(options)
         .await
-        .map_err(|e| Error::Runtime(format!("starting the demo cluster: {e}")))?;
+        .map_err(|e| Error::Demo(e.into()))?;
     scenario.bind(&simulator.url());
     let tasks = scenario
         .steps
@@ -152,14 +154,7 @@ async fn play_tasks(
                         continue;
                     }
                 };
-                let asked = request.clone();
-                let admission = admission.clone();
-                match tasks
-                    .create(request, async move |tasks| {
-                        admission.admit_task(&asked, tasks).await
-                    })
-                    .await
-                {
+                match admission.ask(&tasks, request).await {
                     Ok(task) => {
                         tracing::info!(app = %task.app, action = task.action_name(), id = %task.id, "demo: task asked for")
                     }
@@ -188,33 +183,26 @@ async fn client(
             let uri = started
                 .simulator
                 .url()
-                .parse()
-                .map_err(|e| Error::Runtime(format!("{e}")))?;
+                .parse::<axum::http::Uri>()
+                .map_err(|e| Error::Demo(e.into()))?;
             *demo_cluster = Some(started);
             kube::Config::new(uri)
         }
         ClusterSource::Url(url) => {
-            let uri = url.parse().map_err(|e| Error::Config {
-                key: "cluster-url",
-                message: format!("`{url}` is not a URL: {e}"),
-            })?;
+            let uri = url
+                .parse()
+                .map_err(Error::setting("cluster-url", format!("`{url}`")))?;
             kube::Config::new(uri)
         }
         ClusterSource::Kubeconfig(path) => {
-            let kubeconfig =
-                kube::config::Kubeconfig::read_from(path).map_err(|e| Error::Config {
-                    key: "kubeconfig",
-                    message: format!("{}: {e}", path.display()),
-                })?;
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(Error::setting("kubeconfig", path.display().to_string()))?;
             kube::Config::from_custom_kubeconfig(
                 kubeconfig,
                 &kube::config::KubeConfigOptions::default(),
             )
             .await
-            .map_err(|e| Error::Config {
-                key: "kubeconfig",
-                message: format!("{}: {e}", path.display()),
-            })?
+            .map_err(Error::setting("kubeconfig", path.display().to_string()))?
         }
         ClusterSource::Infer => match kube::Config::infer().await {
             Ok(config) => config,
@@ -236,7 +224,7 @@ async fn client(
     config.default_retry = false;
     kube::Client::try_from(config)
         .map(Some)
-        .map_err(|e| Error::Runtime(format!("building the Kubernetes client: {e}")))
+        .map_err(Error::Client)
 }
 
 /// Take the data folder for this process alone: an exclusive lock on its
@@ -286,8 +274,7 @@ impl Host {
     /// it, and follow the cluster when one is configured.
     pub async fn start(config: &Config) -> Result<Self> {
         let data_lock = lock_data_dir(&config.data_dir)?;
-        let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.limits)
-            .map_err(|e| Error::Runtime(e.to_string()))?;
+        let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.limits)?;
         let mut demo_cluster = None;
         let client = client(&config.cluster, &mut demo_cluster).await?;
         let mut settings: std::collections::BTreeMap<String, String> = config
@@ -309,7 +296,7 @@ impl Host {
             settings,
         ));
         let events = Arc::new(crate::events::Events::new(config.event_buffer));
-        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let metrics = Arc::new(http::metrics::Metrics::default());
         let (published, counted) = (Arc::clone(&events), Arc::clone(&metrics));
         registry.on_reload(move |report| {
             counted.scans.inc();
@@ -336,10 +323,7 @@ impl Host {
         let store = match (config.task_store, &client) {
             (TaskStoreKind::Sqlite, _) => {
                 let path = config.data_dir.join("tasks.db");
-                Store::Sqlite(Arc::new(
-                    crate::tasks::sqlite::SqliteStore::open(&path)
-                        .map_err(|e| Error::Runtime(e.to_string()))?,
-                ))
+                Store::Sqlite(Arc::new(crate::tasks::sqlite::SqliteStore::open(&path)?))
             }
             (TaskStoreKind::Kubernetes, Some(client)) => Store::Kube(Box::new(
                 crate::tasks::kube::KubeStore::new(client.clone(), &config.tasks_namespace),
@@ -358,8 +342,7 @@ impl Host {
                 observed.clone(),
                 Some(Arc::clone(&events)),
             )
-            .await
-            .map_err(|e| Error::Runtime(format!("opening the task store: {e}")))?,
+            .await?,
         );
         let mut loops = Vec::new();
         if let Store::Kube(kube_store) = store {
@@ -414,9 +397,8 @@ impl Host {
                     admission.clone(),
                     Arc::clone(&events),
                 ),
-                client.clone(),
-            )
-            .map_err(|e| Error::Runtime(format!("opening the failover state: {e}")))?;
+                Arc::new(crate::executor::Nodes::new(client.clone())),
+            )?;
             let opened = Arc::new(opened);
             loops.push(tokio::spawn(Arc::clone(&opened).run()));
             failover = Some(opened);
@@ -448,7 +430,7 @@ impl Host {
             events,
             failover,
             heartbeat: config.heartbeat,
-            tokens: Arc::new(crate::access::Tokens::new(
+            tokens: Arc::new(http::access::Tokens::new(
                 &config.read_tokens,
                 &config.write_tokens,
             )),
@@ -467,7 +449,7 @@ impl Host {
 
     /// The HTTP router over this host.
     pub fn router(&self) -> axum::Router {
-        api::router(AppState {
+        http::router(AppState {
             registry: Arc::clone(&self.registry),
             live: self.live.clone(),
             tasks: Arc::clone(&self.tasks),
@@ -514,7 +496,7 @@ pub async fn serve(config: Config) -> Result<()> {
                 axum_server::from_tcp(listener).acceptor(connections::Acceptor::Plain(bounded))
             }
             Some(files) => {
-                let (tls, watcher) = crate::tls::serve_config(files).await?;
+                let (tls, watcher) = http::tls::serve_config(files).await?;
                 reloading = Some(watcher);
                 println!("verdict listening on https://{addr}");
                 tracing::info!(%addr, "serving HTTPS");

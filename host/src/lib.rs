@@ -1,38 +1,59 @@
 //! verdict: a host for hot-swappable WebAssembly policies over a Kubernetes
 //! cluster.
 //!
+//! Its modules in flow order — cluster + tasks → observations → policy calls
+//! → verdicts → actions → HTTP. Each uses only those above it in this list
+//! (`cargo xtask lint` checks it, reading this list); HTTP and start-up are
+//! the outer edge, and nothing inside imports them.
+//!
+//! Small helpers:
 //! - [`time`]: the present, and times as milliseconds and RFC 3339 text;
-//! - [`plugins`]: the Wasm runtime, registry and hot reload;
-//! - [`tasks`]: task records, their life cycle and storage;
-//! - [`admission`]: task admission and the Kubernetes admission webhook;
-//! - [`failover`]: node health decisions, brakes, overrides and actions;
-//! - [`api`]: the HTTP surface;
-//! - [`connections`]: bounds on the connections the server keeps;
-//! - [`observe`]: Kubernetes objects reduced to observations and grouped into apps;
-//! - [`verdicts`]: status evaluation and the JSON form of verdicts;
+//! - [`wit`]: the WIT contract's bindings, and its enumerations' names;
+//!
+//! Storage, folders, events (each with its own error type):
+//! - [`storage`]: the host's SQLite databases, opened and migrated;
+//! - [`watch`]: a debounced folder watch;
+//! - [`events`]: typed events with ids, a replay buffer and subscribers;
+//!
+//! The domain:
+//! - [`observe`]: Kubernetes objects watched, reduced to observations and
+//!   grouped into apps;
+//! - [`tasks`]: task records, their life cycle and stores;
+//! - [`plugins`]: the Wasm runtime, its limits and call metrics, the
+//!   registry and hot reload;
+//! - [`verdicts`]: status evaluation, the live verdicts and their JSON form;
 //! - [`native`]: the default status rules compiled natively, for comparison;
-//! - [`offline`]: `verdict eval` and `verdict test` for policy authors;
+//! - [`admission`]: the one way a task is admitted and stored, and the
+//!   Kubernetes admission webhook;
+//! - [`failover`]: node health decisions, brakes, overrides and approvals;
+//! - [`executor`]: the one actuator that writes to the cluster;
+//!
+//! The edge:
+//! - [`error`]: the host's error type — start-up, configuration and users'
+//!   files — wrapping the domain's errors as its sources;
+//! - [`http`]: the route table, its state and errors, one file of handlers
+//!   per resource;
 //! - [`config`]: flags, environment and file into one [`config::Config`];
-//! - [`host`]: the parts assembled and served.
+//! - [`offline`]: `verdict eval` and `verdict test` for policy authors;
+//! - [`host`]: the parts assembled, in flow order, and served.
 
-pub mod access;
 pub mod admission;
-pub mod api;
 pub mod config;
-pub mod connections;
 pub mod error;
 pub mod events;
 pub mod executor;
 pub mod failover;
 pub mod host;
-pub mod metrics;
+pub mod http;
 pub mod native;
 pub mod observe;
 pub mod offline;
 pub mod plugins;
+pub mod storage;
 pub mod tasks;
 pub mod time;
-pub mod tls;
 pub mod verdicts;
+pub mod watch;
+pub mod wit;
 
 pub use error::{Error, Result};

@@ -55,8 +55,7 @@ fn main() -> ExitCode {
             print!("{}", config.effective());
         }),
         Command::Serve(args) => args.into_config().and_then(|config| {
-            let runtime = tokio::runtime::Runtime::new()
-                .map_err(|e| verdict::Error::Runtime(e.to_string()))?;
+            let runtime = tokio::runtime::Runtime::new().map_err(verdict::Error::AsyncRuntime)?;
             runtime.block_on(verdict::host::serve(config))
         }),
         Command::Eval(args) => verdict::offline::eval::run(&args).map(|out| print!("{out}")),
@@ -75,11 +74,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("verdict: {error}");
-            match error {
-                verdict::Error::Config { .. }
-                | verdict::Error::ConfigFile { .. }
-                | verdict::Error::Input(_) => ExitCode::from(2),
-                _ => ExitCode::FAILURE,
+            if error.is_usage() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
             }
         }
     }

@@ -6,8 +6,8 @@
 
 /// The types the rules are written against.
 mod bindings {
-    pub use crate::plugins::bindings::status::AppInput;
-    pub use crate::plugins::bindings::types::*;
+    pub use crate::wit::status::AppInput;
+    pub use crate::wit::types::*;
 }
 
 #[allow(dead_code)]
@@ -16,7 +16,7 @@ mod rules;
 
 pub use rules::Settings;
 
-use crate::plugins::bindings::{status, types};
+use crate::wit::{status, types};
 
 /// The default rules' verdict on one application, with the settings given
 /// as the plugin takes them (a JSON object text).

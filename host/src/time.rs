@@ -39,3 +39,12 @@ pub fn parse_time(text: &str) -> Result<Timestamp, String> {
         .map_err(|_| format!("`{text}` is before 1970"))?;
     Ok(since.as_millis() as Timestamp)
 }
+
+/// Times in JSON as RFC 3339 text with milliseconds
+/// (`#[serde(serialize_with = "crate::time::serialize_time")]`).
+pub(crate) fn serialize_time<S: serde::Serializer>(
+    time: &SystemTime,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&humantime::format_rfc3339_millis(*time))
+}

@@ -4,8 +4,8 @@
 //! benchmark.
 
 use mlua::{Function, Lua, Table};
-use verdict::plugins::bindings::{status, types};
-use verdict::verdicts::view::WitName;
+use verdict::wit::WitName;
+use verdict::wit::{status, types};
 
 /// A Lua state with the rules loaded.
 pub struct LuaRules {

@@ -1,8 +1,8 @@
 //! Loading and calling plugins that are broken or misbehave: every failure is
 //! contained, reported with its reason, and the last good version serves.
 
-use verdict::plugins::bindings::types::StableStatus;
 use verdict::plugins::{PolicyError, World};
+use verdict::wit::types::StableStatus;
 
 use crate::support::{Fixture, NOW, app_input, default_plugin, test_plugin};
 

@@ -5,7 +5,7 @@
 //! overloaded; some apps with tasks in flight or failed, some with failing
 //! health checks. Deterministic: the same arguments give the same cluster.
 
-use verdict::plugins::bindings::{status, types};
+use verdict::wit::{status, types};
 
 /// The evaluation time the generated observations are relative to.
 pub const NOW: types::Timestamp = 1_780_000_000_000;

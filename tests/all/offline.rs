@@ -9,8 +9,8 @@ use std::process::{Command, Output};
 use verdict::observe::Grouping;
 use verdict::observe::objects::Objects;
 use verdict::plugins::World;
-use verdict::plugins::bindings::types;
 use verdict::verdicts::{self, view::AppView};
+use verdict::wit::types;
 
 use crate::support::{Fixture, default_plugin, example_plugin};
 
@@ -262,7 +262,7 @@ fn eval_names_the_file_and_place_of_bad_input() {
 
 fn views_of_fixtures(
     fixture: &Fixture,
-    inputs: &[verdict::plugins::bindings::status::AppInput],
+    inputs: &[verdict::wit::status::AppInput],
     now: types::Timestamp,
 ) -> Vec<serde_json::Value> {
     let slot = fixture.registry.policy(World::Status).unwrap();

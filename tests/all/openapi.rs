@@ -152,8 +152,8 @@ fn the_document_is_verdicts_own_and_documents_errors_and_tokens() {
     }
     // The actions and phases the schema lists are exactly those the host
     // knows.
-    use verdict::plugins::bindings::types::{TaskAction, TaskPhase};
-    use verdict::verdicts::view::WitName;
+    use verdict::wit::WitName;
+    use verdict::wit::types::{TaskAction, TaskPhase};
     for (schema, names) in [
         ("ActionName", <TaskAction as WitName>::NAMES),
         ("PhaseName", <TaskPhase as WitName>::NAMES),

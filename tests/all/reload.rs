@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use verdict::plugins::{Watcher, World, watch, watch_folder};
+use verdict::plugins::{World, watch};
+use verdict::watch::{Watcher, watch_folder};
 
 use crate::support::{Fixture, NOW, app_input, install_by_rename, test_plugin, wait_until};
 

@@ -5,15 +5,13 @@
 //! state of the mix.
 
 use verdict::plugins::World;
-use verdict::plugins::bindings::types;
+use verdict::wit::types;
 
 use crate::lua_rules::{LuaRules, summary_of, summary_of_lua};
 use crate::mix;
 use crate::support::{Fixture, default_plugin};
 
-fn component_verdicts(
-    inputs: &[verdict::plugins::bindings::status::AppInput],
-) -> Vec<types::AppVerdict> {
+fn component_verdicts(inputs: &[verdict::wit::status::AppInput]) -> Vec<types::AppVerdict> {
     let fixture = Fixture::new();
     fixture.install("status", &default_plugin("status"));
     fixture.registry.reload();

@@ -7,9 +7,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use verdict::config::Limits;
-use verdict::plugins::bindings::{status, types};
+use verdict::plugins::Limits;
 use verdict::plugins::{Registry, Runtime};
+use verdict::wit::{status, types};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+mod layers;
 mod real_demo;
 
 use anyhow::{Context, Result, bail};
@@ -37,7 +38,9 @@ verbs:
   demo      build the plugins and run `verdict serve --demo` with them: the
             host on the built-in demo cluster; `demo --real` plays the demo
             on the real control plane (`cluster up`), KWOK running the pods
-  lint      cargo fmt --check and clippy with warnings denied
+  lint      cargo fmt --check, the host's layer order (a module uses only
+            those above it in host/src/lib.rs's list) and clippy with
+            warnings denied
   test      plugins, lint, then every test of the workspace and a short
             run of each fuzzer (what CI runs;
             installs Debian's chromium and chromium-driver for the
@@ -519,6 +522,22 @@ fn lint() -> Result<()> {
                 dir.display()
             )
         })?;
+    }
+    let violations = layers::check(&root.join("host/src"))?;
+    if !violations.is_empty() {
+        for v in &violations {
+            eprintln!(
+                "host/src/{}:{}: `{}` uses `crate::{}`, a layer below it",
+                v.file.display(),
+                v.line,
+                v.module,
+                v.uses
+            );
+        }
+        bail!(
+            "{} uses of a lower layer: a module may use only those above it in host/src/lib.rs's order",
+            violations.len()
+        );
     }
     run(
         cargo()

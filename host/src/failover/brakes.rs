@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::model::{Attempt, Outcome};
-use crate::plugins::bindings::types::{KeyValue, Timestamp};
+use crate::wit::types::{KeyValue, Timestamp};
 
 /// A cap on unhealthy nodes: a count, or a share of all nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

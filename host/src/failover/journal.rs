@@ -5,15 +5,15 @@
 //! taken, flap times and action start times.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use super::model::{Approval, Attempt, Decided, Override, Record};
-use crate::plugins::bindings::types::Timestamp;
-use crate::tasks::StoreError;
+use crate::storage::StorageError;
+use crate::wit::types::Timestamp;
 
 const MIGRATIONS: &[&str] = &[
     // 1: audit records by sequence; the state as one JSON document.
@@ -49,20 +49,18 @@ pub struct Memory {
 
 #[derive(Debug, Clone)]
 pub struct Journal {
+    path: PathBuf,
     connection: Arc<Mutex<Connection>>,
     keep: usize,
-}
-
-fn failed(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Failed(format!("failover database: {e}"))
 }
 
 impl Journal {
     /// Open (creating when missing) the database, keeping the last `keep`
     /// audit records.
-    pub fn open(path: &Path, keep: usize) -> Result<Self, StoreError> {
-        let connection = crate::tasks::sqlite::open(path, "failover", MIGRATIONS)?;
+    pub fn open(path: &Path, keep: usize) -> Result<Self, StorageError> {
+        let connection = crate::storage::open(path, "failover", MIGRATIONS)?;
         Ok(Self {
+            path: path.to_path_buf(),
             connection: Arc::new(Mutex::new(connection)),
             keep: keep.max(1),
         })
@@ -75,38 +73,40 @@ impl Journal {
     }
 
     /// The state as last saved (empty for a new database).
-    pub fn memory(&self) -> Result<Memory, StoreError> {
+    pub fn memory(&self) -> Result<Memory, StorageError> {
         let body: Option<String> = self
             .lock()
             .query_row("SELECT body FROM state WHERE id = 1", [], |r| r.get(0))
             .optional()
-            .map_err(failed)?;
+            .map_err(StorageError::database(&self.path))?;
         body.map_or(Ok(Memory::default()), |b| {
-            serde_json::from_str(&b).map_err(failed)
+            serde_json::from_str(&b).map_err(StorageError::record(&self.path))
         })
     }
 
     /// The next sequence number of an audit record.
-    pub fn next_seq(&self) -> Result<u64, StoreError> {
+    pub fn next_seq(&self) -> Result<u64, StorageError> {
         let last: Option<i64> = self
             .lock()
             .query_row("SELECT MAX(seq) FROM history", [], |r| r.get(0))
-            .map_err(failed)?;
+            .map_err(StorageError::database(&self.path))?;
         Ok(last.map_or(1, |s| s as u64 + 1))
     }
 
     /// Save the state and append records, in one transaction; the oldest
     /// records beyond the limit go.
-    pub fn save(&self, memory: &Memory, records: &[Record]) -> Result<(), StoreError> {
-        let body = serde_json::to_string(memory).map_err(failed)?;
+    pub fn save(&self, memory: &Memory, records: &[Record]) -> Result<(), StorageError> {
+        let body = serde_json::to_string(memory).map_err(StorageError::record(&self.path))?;
         let mut connection = self.lock();
-        let tx = connection.transaction().map_err(failed)?;
+        let tx = connection
+            .transaction()
+            .map_err(StorageError::database(&self.path))?;
         tx.execute(
             "INSERT INTO state (id, body) VALUES (1, ?1)
              ON CONFLICT (id) DO UPDATE SET body = excluded.body",
             params![body],
         )
-        .map_err(failed)?;
+        .map_err(StorageError::database(&self.path))?;
         for record in records {
             tx.execute(
                 "INSERT INTO history (seq, at, node, body) VALUES (?1, ?2, ?3, ?4)",
@@ -114,19 +114,19 @@ impl Journal {
                     record.seq as i64,
                     record.at,
                     record.node,
-                    serde_json::to_string(record).map_err(failed)?
+                    serde_json::to_string(record).map_err(StorageError::record(&self.path))?
                 ],
             )
-            .map_err(failed)?;
+            .map_err(StorageError::database(&self.path))?;
         }
         if !records.is_empty() {
             tx.execute(
                 "DELETE FROM history WHERE seq <= (SELECT MAX(seq) FROM history) - ?1",
                 params![self.keep as i64],
             )
-            .map_err(failed)?;
+            .map_err(StorageError::database(&self.path))?;
         }
-        tx.commit().map_err(failed)
+        tx.commit().map_err(StorageError::database(&self.path))
     }
 
     /// Audit records, newest first: of one node or all, before a sequence
@@ -136,7 +136,7 @@ impl Journal {
         node: Option<&str>,
         before: Option<u64>,
         limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
+    ) -> Result<Vec<Record>, StorageError> {
         let connection = self.lock();
         let mut statement = connection
             .prepare_cached(
@@ -144,7 +144,7 @@ impl Journal {
                  WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR seq < ?2)
                  ORDER BY seq DESC LIMIT ?3",
             )
-            .map_err(failed)?;
+            .map_err(StorageError::database(&self.path))?;
         let rows = statement
             .query_map(
                 params![
@@ -155,10 +155,10 @@ impl Journal {
                 ],
                 |r| r.get::<_, String>(0),
             )
-            .map_err(failed)?;
+            .map_err(StorageError::database(&self.path))?;
         rows.map(|body| {
-            let body = body.map_err(failed)?;
-            serde_json::from_str(&body).map_err(failed)
+            let body = body.map_err(StorageError::database(&self.path))?;
+            serde_json::from_str(&body).map_err(StorageError::record(&self.path))
         })
         .collect()
     }

@@ -17,19 +17,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify};
 
 use crate::admission::Admission;
 use crate::events::Events;
 use crate::observe::cluster::Observed;
-use crate::plugins::bindings::{failover as wit, types};
 use crate::plugins::{Registry, World};
+use crate::storage::StorageError;
 use crate::tasks::Tasks;
 use crate::tasks::model::NewTask;
 use crate::time::{now, rfc3339};
+use crate::wit::{failover as wit, types};
 pub use brakes::FailoverConfig;
 use brakes::{Candidate, Gauges};
 use journal::{Journal, Memory};
@@ -56,9 +55,22 @@ pub enum FailoverError {
     Invalid(String),
     #[error("{0}")]
     Conflict(String),
-    #[error("{0}")]
-    Store(String),
+    #[error("failover state: {0}")]
+    Storage(#[from] StorageError),
 }
+
+/// The node actions failover asks of the cluster. Failover decides; the
+/// one actuator, the executor ([`crate::executor::Nodes`]), writes them.
+pub trait NodeActions: Send + Sync + std::fmt::Debug {
+    /// Mark the node unschedulable.
+    fn cordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), kube::Error>>;
+    /// Mark the node schedulable again and take off the out-of-service
+    /// taint ([`OUT_OF_SERVICE`]).
+    fn uncordon<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<(), kube::Error>>;
+}
+
+/// A boxed future of a trait object's method.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The latest evaluation, as served.
 #[derive(Debug, Clone, Default)]
@@ -89,7 +101,8 @@ pub struct Failover {
     tasks: Arc<Tasks>,
     admission: Admission,
     events: Arc<Events>,
-    client: kube::Client,
+    /// Who writes failover's node actions to the cluster (the executor).
+    nodes: Arc<dyn NodeActions>,
     journal: Journal,
     inner: Mutex<Inner>,
     wake: Notify,
@@ -184,8 +197,8 @@ impl Failover {
             Admission,
             Arc<Events>,
         ),
-        client: kube::Client,
-    ) -> Result<Self, crate::tasks::StoreError> {
+        nodes: Arc<dyn NodeActions>,
+    ) -> Result<Self, StorageError> {
         let (registry, observed, tasks, admission, events) = parts;
         let journal = Journal::open(&data_dir.join("failover.db"), config.history)?;
         let memory = journal.memory()?;
@@ -197,7 +210,7 @@ impl Failover {
             tasks,
             admission,
             events,
-            client,
+            nodes,
             journal,
             inner: Mutex::new(Inner {
                 saved: memory.clone(),
@@ -567,7 +580,7 @@ impl Failover {
         let saving = (memory.clone(), records.clone());
         let result = tokio::task::spawn_blocking(move || journal.save(&saving.0, &saving.1))
             .await
-            .unwrap_or_else(|e| Err(crate::tasks::StoreError::Failed(e.to_string())));
+            .unwrap_or_else(|e| Err(StorageError::Worker(e)));
         match result {
             Ok(()) => inner.saved = memory,
             Err(error) => {
@@ -722,7 +735,6 @@ impl Failover {
 
     /// Carry out one action: `Ok(Some(task id))` when a task carries it.
     async fn act(&self, node: &str, action: &Action) -> Result<Option<String>, Refused> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
         let refused = |e: kube::Error| Refused::Failed(format!("the Kubernetes API refused: {e}"));
         match action {
             Action::Wait { .. } => Ok(None),
@@ -745,35 +757,18 @@ impl Failover {
                 );
                 Ok(None)
             }
-            Action::Cordon => nodes
-                .patch(
-                    node,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-                )
+            Action::Cordon => self
+                .nodes
+                .cordon(node)
                 .await
-                .map(|_| None)
+                .map(|()| None)
                 .map_err(refused),
-            Action::Uncordon => {
-                let current = nodes.get(node).await.map_err(refused)?;
-                let taints: Vec<Value> = current
-                    .spec
-                    .and_then(|s| s.taints)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|t| t.key != OUT_OF_SERVICE)
-                    .map(|t| serde_json::to_value(t).unwrap_or_default())
-                    .collect();
-                nodes
-                    .patch(
-                        node,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"spec": {"unschedulable": false, "taints": taints}})),
-                    )
-                    .await
-                    .map(|_| None)
-                    .map_err(refused)
-            }
+            Action::Uncordon => self
+                .nodes
+                .uncordon(node)
+                .await
+                .map(|()| None)
+                .map_err(refused),
             Action::Evict { workload } | Action::Release { workload } => {
                 let verb = if matches!(action, Action::Evict { .. }) {
                     "evict"
@@ -816,12 +811,8 @@ impl Failover {
             },
             requested_by: Some(REQUESTER.into()),
         };
-        let asked = request.clone();
-        let admission = self.admission.clone();
-        self.tasks
-            .create(request, async move |tasks| {
-                admission.admit_task(&asked, tasks).await
-            })
+        self.admission
+            .ask(&self.tasks, request)
             .await
             .map(|t| t.id)
             .map_err(|e| match e {
@@ -1085,8 +1076,8 @@ impl Failover {
         let node = node.map(String::from);
         tokio::task::spawn_blocking(move || journal.history(node.as_deref(), before, limit))
             .await
-            .map_err(|e| FailoverError::Store(e.to_string()))?
-            .map_err(|e| FailoverError::Store(e.to_string()))
+            .map_err(StorageError::Worker)?
+            .map_err(FailoverError::from)
     }
 }
 

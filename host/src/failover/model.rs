@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::observe::{workload_kind, workload_kind_named};
-use crate::plugins::bindings::failover as wit;
-use crate::plugins::bindings::types::{Timestamp, WorkloadKind};
 use crate::tasks::model::time;
+use crate::wit::failover as wit;
+use crate::wit::types::{Timestamp, WorkloadKind};
 
 /// A node's health as the policy judged it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{AppKey, Grouping, Snapshot, reduce};
-use crate::plugins::bindings::types;
+use crate::wit::types;
 
 /// How one kind's watch is doing.
 #[derive(Debug, Clone, Serialize)]
@@ -32,7 +32,7 @@ pub struct KindHealth {
     /// Whether the watch is working now.
     pub healthy: bool,
     /// Since when it has been in its current state.
-    #[serde(serialize_with = "crate::plugins::serialize_time")]
+    #[serde(serialize_with = "crate::time::serialize_time")]
     pub since: SystemTime,
     pub last_error: Option<String>,
     /// Events applied since the start.

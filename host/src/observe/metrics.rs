@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::cluster::Observed;
 use super::reduce::parse_quantity;
-use crate::plugins::bindings::types;
+use crate::wit::types;
 
 const PATH: &str = "/apis/metrics.k8s.io/v1beta1/pods";
 

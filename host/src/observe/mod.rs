@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::plugins::bindings::{status, types};
+use crate::wit::{status, types};
 
 /// How pods and workloads are grouped into applications.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

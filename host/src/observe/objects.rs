@@ -13,8 +13,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{Snapshot, reduce};
-use crate::plugins::bindings::types;
 use crate::time::rfc3339;
+use crate::wit::types;
 
 /// A file that could not be read or understood.
 #[derive(Debug, thiserror::Error)]

@@ -13,8 +13,8 @@ use tokio::task::JoinSet;
 
 use super::AppKey;
 use super::cluster::Observed;
-use crate::plugins::bindings::types;
 use crate::time::millis;
+use crate::wit::types;
 
 /// The workload annotation that names an app's health URL.
 pub const ANNOTATION: &str = "verdict.dev/health-url";

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use crate::plugins::bindings::types;
+use crate::wit::types;
 
 /// Milliseconds since the epoch of a Kubernetes time.
 pub fn millis(time: &Time) -> types::Timestamp {

@@ -10,10 +10,10 @@ use super::PolicyArgs;
 use crate::error::{Error, Result};
 use crate::observe::Grouping;
 use crate::observe::objects::{Objects, documents, substitute_now};
-use crate::plugins::bindings::types;
 use crate::tasks::TaskRecord;
 use crate::time::parse_time;
 use crate::verdicts::{self, view::AppView};
+use crate::wit::types;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -62,7 +62,7 @@ pub struct EvalArgs {
 pub fn read_tasks(path: &PathBuf, now: types::Timestamp) -> Result<Vec<types::Task>> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     let mut tasks = Vec::new();
-    for mut document in documents(path, &text).map_err(|e| Error::Input(e.to_string()))? {
+    for mut document in documents(path, &text).map_err(Error::input(path.display().to_string()))? {
         substitute_now(&mut document, now);
         let items = match document {
             Value::Array(items) => items,
@@ -70,17 +70,13 @@ pub fn read_tasks(path: &PathBuf, now: types::Timestamp) -> Result<Vec<types::Ta
         };
         for (i, item) in items.into_iter().enumerate() {
             let record: TaskRecord = serde_path_to_error::deserialize(item).map_err(|e| {
-                Error::Input(format!(
-                    "{}: task {i}: {}: {}",
-                    path.display(),
-                    e.path(),
-                    e.inner()
-                ))
+                let what = format!("{}: task {i}: {}", path.display(), e.path());
+                Error::input(what)(e.into_inner())
             })?;
             tasks.push(
                 record
                     .to_task()
-                    .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?,
+                    .map_err(Error::input(path.display().to_string()))?,
             );
         }
     }
@@ -90,25 +86,24 @@ pub fn read_tasks(path: &PathBuf, now: types::Timestamp) -> Result<Vec<types::Ta
 /// Run `verdict eval`, returning what to print.
 pub fn run(args: &EvalArgs) -> Result<String> {
     let now = match &args.now {
-        Some(text) => parse_time(text).map_err(|e| Error::Input(format!("--now: {e}")))?,
+        Some(text) => parse_time(text).map_err(Error::input("--now"))?,
         None => crate::time::now(),
     };
     if let Some(settings) = &args.settings {
-        let parsed: Value = serde_json::from_str(settings)
-            .map_err(|e| Error::Input(format!("--settings is not JSON: {e}")))?;
+        let parsed: Value =
+            serde_json::from_str(settings).map_err(Error::input("--settings is not JSON"))?;
         if !parsed.is_object() {
-            return Err(Error::Input("--settings must be a JSON object".into()));
+            return Err(Error::Invalid("--settings must be a JSON object".into()));
         }
     }
-    let objects = Objects::read(&args.objects, now).map_err(|e| Error::Input(e.to_string()))?;
+    let objects = Objects::read(&args.objects, now).map_err(|e| Error::Invalid(e.to_string()))?;
     let tasks = match &args.tasks {
         Some(path) => read_tasks(path, now)?,
         None => Vec::new(),
     };
     let inputs = objects.snapshot.apps(&args.group_by, &tasks, &[], now);
     let slot = args.policy.status_policy()?;
-    let verdicts = verdicts::evaluate(&slot, &inputs, now, args.settings.as_deref())
-        .map_err(|e| Error::Input(e.to_string()))?;
+    let verdicts = verdicts::evaluate(&slot, &inputs, now, args.settings.as_deref())?;
 
     let mut views = Vec::new();
     let mut refused = Vec::new();

@@ -8,8 +8,8 @@ pub mod test;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::Limits;
 use crate::error::{Error, Result};
+use crate::plugins::Limits;
 use crate::plugins::{Registry, Runtime, Slot, World};
 
 /// Which status plugin to use.
@@ -44,13 +44,12 @@ impl PolicyArgs {
     /// asked for by name and did not load is an error with the reason.
     pub fn status_policy(&self) -> Result<Arc<Slot>> {
         if !self.plugins.is_dir() {
-            return Err(Error::Input(format!(
+            return Err(Error::Invalid(format!(
                 "plugin folder {} does not exist (build it with `cargo xtask plugins`)",
                 self.plugins.display()
             )));
         }
-        let runtime = Runtime::new(&self.data_dir.join("code-cache"), Limits::default())
-            .map_err(|e| Error::Runtime(e.to_string()))?;
+        let runtime = Runtime::new(&self.data_dir.join("code-cache"), Limits::default())?;
         let registry = Registry::new(
             Arc::new(runtime),
             Some(self.plugins.clone()),
@@ -60,28 +59,28 @@ impl PolicyArgs {
         let slot = match &self.policy {
             Some(name) => {
                 if let Some(rejected) = report.rejected.iter().find(|r| &r.plugin == name) {
-                    return Err(Error::Input(format!(
+                    return Err(Error::Invalid(format!(
                         "plugin {name} did not load: {}",
                         rejected.error
                     )));
                 }
                 registry.get(name).ok_or_else(|| {
-                    Error::Input(format!("no plugin {name} in {}", self.plugins.display()))
+                    Error::Invalid(format!("no plugin {name} in {}", self.plugins.display()))
                 })?
             }
             None => registry
                 .policy(World::Status)
-                .map_err(|e| Error::Input(format!("{e} in {}", self.plugins.display())))?,
+                .map_err(Error::input(self.plugins.display().to_string()))?,
         };
         match slot.current() {
             Some(version) if version.world() == World::Status => Ok(slot),
-            Some(version) => Err(Error::Input(format!(
+            Some(version) => Err(Error::Invalid(format!(
                 "plugin {} implements {}, not {}",
                 slot.name(),
                 version.world(),
                 World::Status
             ))),
-            None => Err(Error::Input(format!(
+            None => Err(Error::Invalid(format!(
                 "plugin {} is not loaded",
                 slot.name()
             ))),

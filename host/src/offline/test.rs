@@ -97,7 +97,7 @@ fn case_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         } else if path.is_file() {
             files.push(path.clone());
         } else {
-            return Err(Error::Input(format!(
+            return Err(Error::Invalid(format!(
                 "{}: no such file or folder",
                 path.display()
             )));
@@ -130,12 +130,13 @@ pub fn run(args: &TestArgs) -> Result<Outcome> {
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(Error::io(&file))?;
         let document = documents(&file, &text)
-            .map_err(|e| Error::Input(e.to_string()))?
+            .map_err(Error::input(file.display().to_string()))?
             .into_iter()
             .next()
             .unwrap_or(Value::Null);
         let cases: CaseFile = serde_path_to_error::deserialize(document).map_err(|e| {
-            Error::Input(format!("{}: {}: {}", file.display(), e.path(), e.inner()))
+            let what = format!("{}: {}", file.display(), e.path());
+            Error::input(what)(e.into_inner())
         })?;
         for case in &cases.cases {
             let mismatches = match run_case(&slot, &file, case) {

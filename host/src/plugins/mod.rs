@@ -6,23 +6,22 @@
 //! [`Version`] is swapped into its [`registry::Slot`] → callers take the slot
 //! of a [`World`] and call the version serving it.
 
-pub mod bindings;
 mod error;
+mod metrics;
 mod registry;
 mod runtime;
 mod validate;
 mod version;
 mod watch;
 
-use std::time::SystemTime;
-
 use serde::Serialize;
 
 pub use error::{CallError, LoadError, PolicyError};
+pub use metrics::{CallHistograms, CallSeconds};
 pub use registry::{Answer, ErrorRecord, PluginStatus, Registry, ReloadReport, Slot};
-pub use runtime::{CodeSource, Runtime};
+pub use runtime::{CodeSource, Limits, Runtime};
 pub use version::{Version, VersionInfo, checked_answers, decode_answers};
-pub use watch::{Watcher, watch, watch_folder};
+pub use watch::watch;
 
 /// The three kinds of policy a plugin can implement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -70,12 +69,4 @@ impl std::fmt::Display for World {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// Times in JSON as RFC 3339 text with milliseconds.
-pub(crate) fn serialize_time<S: serde::Serializer>(
-    time: &SystemTime,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.collect_str(&humantime::format_rfc3339_millis(*time))
 }

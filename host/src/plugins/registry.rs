@@ -24,7 +24,7 @@ use super::version::{Version, VersionInfo};
 /// A failure recorded against a plugin: of loading a file, or of a call.
 #[derive(Debug, Clone, Serialize)]
 pub struct ErrorRecord {
-    #[serde(serialize_with = "super::serialize_time")]
+    #[serde(serialize_with = "crate::time::serialize_time")]
     pub at: SystemTime,
     /// `load` or `call`.
     pub during: &'static str,
@@ -293,7 +293,7 @@ impl Registry {
     }
 
     /// Call latency by policy and version.
-    pub fn call_seconds(&self) -> &crate::metrics::CallSeconds {
+    pub fn call_seconds(&self) -> &super::CallSeconds {
         &self.runtime.call_seconds
     }
 

@@ -11,9 +11,29 @@ use std::time::{Duration, Instant};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, ResourceLimiter, Store};
 
-use super::bindings::{host, types};
 use super::error::LoadError;
-use crate::config::Limits;
+use crate::wit::{host, types};
+
+/// Limits applied to every plugin call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time one call may take before it is interrupted.
+    pub call_timeout: Duration,
+    /// Linear memory one plugin instance may grow to, in bytes.
+    pub memory_bytes: usize,
+    /// Size of what one call may return (strings and list items), in bytes.
+    pub output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            call_timeout: Duration::from_millis(100),
+            memory_bytes: 64 << 20,
+            output_bytes: 1 << 20,
+        }
+    }
+}
 
 /// How often the epoch advances. Call deadlines are counted in these ticks.
 pub(crate) const TICK: Duration = Duration::from_millis(2);
@@ -41,7 +61,7 @@ pub struct Runtime {
     pub(crate) limits: Limits,
     ticker_stop: Arc<AtomicBool>,
     /// How long calls take, by plugin and version (`/metrics`).
-    pub call_seconds: crate::metrics::CallSeconds,
+    pub call_seconds: super::CallSeconds,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -97,7 +117,7 @@ impl Runtime {
             compat,
             limits,
             ticker_stop,
-            call_seconds: crate::metrics::CallSeconds::default(),
+            call_seconds: super::CallSeconds::default(),
         })
     }
 

@@ -1,8 +1,8 @@
 //! Checks on what plugins return — its size and its shape — and the made-up
 //! inputs of the smoke evaluation a new version must pass before it serves.
 
-use super::bindings::{admission, failover, status, types};
 use super::error::CallError;
+use crate::wit::{admission, failover, status, types};
 
 /// The `now` of smoke evaluations: a fixed instant, so they are repeatable.
 pub(crate) const SMOKE_NOW: types::Timestamp = 1_767_225_600_000;

@@ -13,13 +13,13 @@ use wasmtime::Store;
 use wasmtime::component::Component;
 
 use super::World;
-use super::bindings::{
-    AdmissionPolicy, AdmissionPolicyPre, FailoverPolicy, FailoverPolicyPre, StatusPolicy,
-    StatusPolicyPre, admission, failover, status, types,
-};
 use super::error::{CallError, LoadError};
 use super::runtime::{CodeSource, Runtime, StoreState};
 use super::validate::{self, OutputSize};
+use crate::wit::{
+    AdmissionPolicy, AdmissionPolicyPre, FailoverPolicy, FailoverPolicyPre, StatusPolicy,
+    StatusPolicyPre, admission, failover, status, types,
+};
 
 /// Instances kept ready per version; more concurrent callers make more, and
 /// the surplus is dropped when they return.
@@ -36,7 +36,7 @@ pub struct VersionInfo {
     /// SHA-256 of the component file, hex.
     pub hash: String,
     /// When this version was swapped in.
-    #[serde(serialize_with = "super::serialize_time")]
+    #[serde(serialize_with = "crate::time::serialize_time")]
     pub loaded_at: SystemTime,
     /// Whether the code was compiled or read from the cache.
     pub code: CodeSource,

@@ -39,7 +39,7 @@ pub struct KubeStore {
 fn failed(error: kube::Error) -> StoreError {
     match error {
         kube::Error::Api(status) if status.code == 409 => StoreError::Conflict(status.message),
-        other => StoreError::Failed(other.to_string()),
+        other => StoreError::Kube(other),
     }
 }
 
@@ -76,11 +76,10 @@ impl KubeStore {
         let mut params = ListParams::default().limit(500);
         loop {
             let page = self.api.list(&params).await.map_err(|e| match e {
-                kube::Error::Api(status) if status.code == 404 => StoreError::Failed(format!(
-                    "the cluster does not serve tasks.verdict.dev in namespace {}: \
-                     install deploy/chart/verdict/crds/task-crd.yaml ({})",
-                    self.namespace, status.message
-                )),
+                kube::Error::Api(status) if status.code == 404 => StoreError::NoTaskKind {
+                    namespace: self.namespace.clone(),
+                    source: kube::Error::Api(status),
+                },
                 other => failed(other),
             })?;
             for object in &page.items {

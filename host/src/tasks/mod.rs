@@ -19,8 +19,8 @@ use serde_json::{Map, Value};
 
 use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
-use crate::plugins::bindings::types;
 use crate::time::now;
+use crate::wit::types;
 use model::{Decision, NewTask, TaskPatch};
 pub use model::{Refusal, Task};
 pub use record::{TaskRecord, parse_app};
@@ -249,7 +249,7 @@ impl Tasks {
 
     /// How many tasks there are in each phase.
     pub fn count_by_phase(&self) -> BTreeMap<&'static str, usize> {
-        use crate::verdicts::view::WitName;
+        use crate::wit::WitName;
         let mut counts = BTreeMap::new();
         for task in self.read().values().flat_map(BTreeMap::values) {
             *counts.entry(task.phase.wit_name()).or_default() += 1;

@@ -5,12 +5,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::plugins::bindings::types::{self, TaskAction as Action, TaskPhase as Phase};
-use crate::verdicts::view::{WitName, wit_name};
+use crate::wit::types::{self, TaskAction as Action, TaskPhase as Phase};
+use crate::wit::{WitName, wit_name};
 
 /// Times as RFC 3339 text on the wire, milliseconds since the epoch inside.
 pub mod time {
-    use crate::plugins::bindings::types::Timestamp;
+    use crate::wit::types::Timestamp;
 
     pub fn serialize<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&crate::time::rfc3339(*t))
@@ -23,7 +23,7 @@ pub mod time {
 
     /// An optional time, `null` when absent.
     pub mod optional {
-        use crate::plugins::bindings::types::Timestamp;
+        use crate::wit::types::Timestamp;
 
         pub fn serialize<S: serde::Serializer>(
             t: &Option<Timestamp>,

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::plugins::bindings::types;
 use crate::time::parse_time;
-use crate::verdicts::view::WitName;
+use crate::wit::WitName;
+use crate::wit::types;
 
 /// A task as written in a file or request: times as RFC 3339 text (or
 /// `@now-5m` placeholders, substituted before this is read), the

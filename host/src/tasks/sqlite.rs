@@ -1,6 +1,5 @@
-//! Tasks in a SQLite database file: WAL journal, every acknowledged write
-//! synced (`synchronous = FULL`), the schema versioned with
-//! `PRAGMA user_version` and migrated on open.
+//! Tasks in a SQLite database file of the host's ([`crate::storage`]): one
+//! row a task, its JSON beside the columns queries need.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -9,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::model::{Task, finished};
 use super::store::StoreError;
+use crate::storage::{self, StorageError};
 
 /// The schema, one migration per version: the database at version `n` has
 /// had the first `n` applied.
@@ -36,13 +36,13 @@ pub struct SqliteStore {
 }
 
 fn failed(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-    move |e| StoreError::Failed(format!("{}: {e}", path.display()))
+    move |e| StorageError::database(path)(e).into()
 }
 
 impl SqliteStore {
     /// Open (creating when missing) and migrate the database.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let connection = open(path, "task", MIGRATIONS)?;
+        let connection = storage::open(path, "task", MIGRATIONS)?;
         Ok(Self {
             path: path.to_path_buf(),
             connection: Mutex::new(connection),
@@ -80,7 +80,7 @@ impl SqliteStore {
     }
 
     pub fn insert(&self, task: &Task) -> Result<(), StoreError> {
-        let body = serde_json::to_string(task).map_err(|e| StoreError::Failed(e.to_string()))?;
+        let body = serde_json::to_string(task).map_err(StorageError::record(&self.path))?;
         let inserted = self
             .connection()
             .execute(
@@ -107,7 +107,7 @@ impl SqliteStore {
 
     /// Write a changed task over the revision before it.
     pub fn update(&self, task: &Task) -> Result<(), StoreError> {
-        let body = serde_json::to_string(task).map_err(|e| StoreError::Failed(e.to_string()))?;
+        let body = serde_json::to_string(task).map_err(StorageError::record(&self.path))?;
         let fail = failed(&self.path);
         let connection = self.connection();
         let updated = connection
@@ -161,67 +161,6 @@ impl SqliteStore {
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .map_err(failed(&self.path))
     }
-}
-
-/// Bring the schema up to [`SCHEMA_VERSION`], one transaction a step. A
-/// database written by a newer build is refused, not touched.
-/// Open (creating when missing) a SQLite database of the host's with a WAL
-/// journal and every write synced, and migrate it: `migrations[n]` takes
-/// it from schema version `n` to `n + 1`. A database newer than this build
-/// is refused untouched. `what` names it in messages.
-pub(crate) fn open(path: &Path, what: &str, migrations: &[&str]) -> Result<Connection, StoreError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::Failed(format!("{}: {e}", dir.display())))?;
-    }
-    let fail = failed(path);
-    let mut connection = Connection::open(path).map_err(&fail)?;
-    connection
-        .busy_timeout(std::time::Duration::from_secs(5))
-        .map_err(&fail)?;
-    let mode: String = connection
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(&fail)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Failed(format!(
-            "{}: the database cannot use a WAL journal (it is in `{mode}` mode)",
-            path.display()
-        )));
-    }
-    connection
-        .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
-        .map_err(&fail)?;
-    migrate(&mut connection, what, migrations).map_err(|e| match e {
-        StoreError::Failed(m) => StoreError::Failed(format!("{}: {m}", path.display())),
-        other => other,
-    })?;
-    Ok(connection)
-}
-
-fn migrate(connection: &mut Connection, what: &str, migrations: &[&str]) -> Result<(), StoreError> {
-    let newest = migrations.len();
-    let fail = |e: rusqlite::Error| StoreError::Failed(e.to_string());
-    let version: usize = connection
-        .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
-        .map_err(fail)?
-        .try_into()
-        .unwrap_or(usize::MAX);
-    if version > newest {
-        return Err(StoreError::Failed(format!(
-            "the {what} database has schema version {version}, newer than this build's {newest}; \
-             run a newer verdict or another data directory"
-        )));
-    }
-    for (done, migration) in migrations.iter().enumerate().skip(version) {
-        let transaction = connection.transaction().map_err(fail)?;
-        transaction.execute_batch(migration).map_err(fail)?;
-        transaction
-            .pragma_update(None, "user_version", (done + 1) as i64)
-            .map_err(fail)?;
-        transaction.commit().map_err(fail)?;
-        tracing::info!(version = done + 1, database = what, "database migrated");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

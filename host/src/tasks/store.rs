@@ -2,6 +2,7 @@
 //! custom resources through the Kubernetes API (shared by replicas). Both
 //! answer the same operations with the same errors.
 
+use crate::storage::StorageError;
 use std::sync::Arc;
 
 use super::kube::KubeStore;
@@ -9,7 +10,7 @@ use super::model::Task;
 use super::sqlite::SqliteStore;
 
 /// A store operation's failure.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// Someone else wrote the task first.
     #[error("{0}")]
@@ -17,7 +18,18 @@ pub enum StoreError {
     #[error("task {0} is not stored")]
     NotFound(String),
     #[error("task store: {0}")]
-    Failed(String),
+    Storage(#[from] StorageError),
+    #[error("task store: the Kubernetes API: {0}")]
+    Kube(#[source] kube::Error),
+    #[error(
+        "task store: the cluster does not serve tasks.verdict.dev in namespace {namespace}: \
+         install deploy/chart/verdict/crds/task-crd.yaml ({source})"
+    )]
+    NoTaskKind {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// The task store in use.
@@ -35,7 +47,7 @@ async fn blocking<T: Send + 'static>(
     let store = Arc::clone(store);
     tokio::task::spawn_blocking(move || f(&store))
         .await
-        .map_err(|e| StoreError::Failed(format!("the store's worker stopped: {e}")))?
+        .map_err(|e| StoreError::Storage(StorageError::Worker(e)))?
 }
 
 impl Store {

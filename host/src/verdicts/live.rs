@@ -13,10 +13,18 @@ use super::view::AppView;
 use crate::events::Events;
 use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
-use crate::plugins::bindings::types;
 use crate::plugins::{Registry, World};
 use crate::tasks::Tasks;
 use crate::time::millis;
+use crate::wit::types;
+
+/// The live side of the host: the observed cluster and its verdicts.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub observed: Arc<Observed>,
+    pub verdicts: Arc<Verdicts>,
+    pub stale_after: Duration,
+}
 
 /// The latest verdict of one application.
 #[derive(Debug, Clone)]

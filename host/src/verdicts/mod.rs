@@ -4,8 +4,8 @@
 pub mod live;
 pub mod view;
 
-use crate::plugins::bindings::{status, types};
 use crate::plugins::{PolicyError, Slot};
+use crate::wit::{status, types};
 
 /// Applications per call of the status policy: large enough to amortise the
 /// call, small enough that one call's input and output stay far below the

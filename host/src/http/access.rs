@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::api::ApiError;
+use crate::http::ApiError;
 
 /// A secret that does not show in logs or `Debug`.
 #[derive(Clone, PartialEq, Eq)]

@@ -3,49 +3,20 @@
 //! health, tasks in the task store) are read at scrape time; what has no
 //! other home (call latency, HTTP requests, reloads) is kept here.
 
-use std::time::Duration;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
 use prometheus_client::registry::Registry;
 
-use crate::api::AppState;
-use crate::verdicts::view::WitName;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CallLabels {
-    policy: String,
-    version: String,
-}
-
-fn call_histogram() -> Histogram {
-    // 10 µs to about 160 ms.
-    Histogram::new(exponential_buckets(0.000_01, 2.0, 15))
-}
-
-/// Plugin call latency by policy and version.
-#[derive(Debug, Clone)]
-pub struct CallSeconds(Family<CallLabels, Histogram, fn() -> Histogram>);
-
-impl Default for CallSeconds {
-    fn default() -> Self {
-        Self(Family::new_with_constructor(call_histogram))
-    }
-}
-
-impl CallSeconds {
-    pub fn observe(&self, policy: &str, version: &str, took: Duration) {
-        self.0
-            .get_or_create(&CallLabels {
-                policy: policy.to_string(),
-                version: version.to_string(),
-            })
-            .observe(took.as_secs_f64());
-    }
-}
+use super::AppState;
+use crate::wit::WitName;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
@@ -160,7 +131,7 @@ pub fn render(state: &AppState) -> String {
     registry.register(
         "policy_call_seconds",
         "Time of one plugin call, by policy and version",
-        state.registry.call_seconds().0.clone(),
+        state.registry.call_seconds().family(),
     );
     registry.register(
         "plugin_reloads",
@@ -274,4 +245,20 @@ pub fn render(state: &AppState) -> String {
         tracing::error!(%error, "encoding the metrics failed");
     }
     text
+}
+/// The route of this file.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(metrics))
+}
+
+#[utoipa::path(get, path = "/metrics", tag = "metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render(&state),
+    )
+        .into_response()
 }

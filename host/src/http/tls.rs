@@ -7,9 +7,15 @@ use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
 
-use crate::config::TlsFiles;
 use crate::error::{Error, Result};
-use crate::plugins::{Watcher, watch_folder};
+use crate::watch::{Watcher, watch_folder};
+
+/// A certificate chain and its private key, PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+}
 
 /// The TLS configuration of the files, and the watch that reloads it.
 pub async fn serve_config(files: &TlsFiles) -> Result<(RustlsConfig, Watcher)> {
@@ -17,10 +23,10 @@ pub async fn serve_config(files: &TlsFiles) -> Result<(RustlsConfig, Watcher)> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = RustlsConfig::from_pem_file(&files.cert, &files.key)
         .await
-        .map_err(|e| Error::Config {
-            key: "tls-cert",
-            message: format!("{} / {}: {e}", files.cert.display(), files.key.display()),
-        })?;
+        .map_err(Error::setting(
+            "tls-cert",
+            format!("{} / {}", files.cert.display(), files.key.display()),
+        ))?;
     let folder = files
         .cert
         .parent()

@@ -1,0 +1,111 @@
+//! `/v1/apps` and `/v1/nodes`: the applications' verdicts and the observed
+//! nodes.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::Serialize;
+use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::{ApiError, AppState};
+use crate::verdicts::live::AppStatus;
+use crate::wit::WitName;
+
+/// The routes of this file.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_apps))
+        .routes(routes!(get_app))
+        .routes(routes!(list_nodes))
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct AppFilter {
+    namespace: Option<String>,
+    /// A stable status (`panic`) or a displayed one (`starting`).
+    status: Option<String>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+struct AppList {
+    apps: Vec<AppStatus>,
+}
+
+#[utoipa::path(get, path = "/v1/apps", tag = "apps", params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("status" = Option<String>, Query, description = "Only this stable or displayed status")), responses((status = 200, description = "Every application's verdict", body = AppList), (status = 404, description = "The host follows no cluster")))]
+async fn list_apps(
+    State(state): State<AppState>,
+    Query(filter): Query<AppFilter>,
+) -> Result<Json<AppList>, ApiError> {
+    let live = state.live()?;
+    let until = live
+        .verdicts
+        .current_until(live.observed.health.observed_until());
+    let apps =
+        live.verdicts
+            .all()
+            .into_iter()
+            .filter(|v| {
+                filter
+                    .namespace
+                    .as_ref()
+                    .is_none_or(|n| &v.verdict.app.namespace == n)
+            })
+            .filter(|v| {
+                filter.status.as_ref().is_none_or(|s| {
+                    v.verdict.stable.wit_name() == s || &v.verdict.display.status == s
+                })
+            })
+            .map(|v| v.status(live.stale_after, until))
+            .collect();
+    Ok(Json(AppList { apps }))
+}
+
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}", tag = "apps", params(("namespace" = String, Path), ("name" = String, Path)), responses((status = 200, description = "The application's verdict with its pods and the age of its observations", body = AppStatus), (status = 404, description = "No such application")))]
+async fn get_app(
+    State(state): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Result<Json<AppStatus>, ApiError> {
+    let live = state.live()?;
+    let until = live
+        .verdicts
+        .current_until(live.observed.health.observed_until());
+    live.verdicts
+        .get(&namespace, &name)
+        .map(|v| Json(v.status(live.stale_after, until)))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no-such-app",
+                format!("no app {namespace}/{name} is known"),
+            )
+        })
+}
+
+#[utoipa::path(get, path = "/v1/nodes", tag = "apps", responses((status = 200, description = "The observed nodes", body = Object)))]
+async fn list_nodes(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let live = state.live()?;
+    let nodes: Vec<Value> = live
+        .observed
+        .read()
+        .nodes
+        .values()
+        .map(|n| {
+            json!({
+                "name": n.name,
+                "ready": match n.ready {
+                    crate::wit::types::ConditionStatus::True => "True",
+                    crate::wit::types::ConditionStatus::False => "False",
+                    crate::wit::types::ConditionStatus::Unknown => "Unknown",
+                },
+                "ready_since": n.ready_since.map(crate::time::rfc3339),
+                "last_heartbeat": n.last_heartbeat.map(crate::time::rfc3339),
+                "unschedulable": n.unschedulable,
+                "taints": n.taints.iter().map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect})).collect::<Vec<_>>(),
+                "address": n.address,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "nodes": nodes })))
+}

@@ -1,0 +1,200 @@
+//! [`ApiError`]: every error answer, as JSON, with a `From` for each domain
+//! error. Internal failures reach clients as a generic text; their detail
+//! goes to the log under the request's id.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::failover::FailoverError;
+use crate::tasks::{Denial, Refusal, TaskError};
+
+/// An error answered as JSON.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// The request field at fault, when one is.
+    pub field: Option<String>,
+    /// More members of the error object.
+    pub details: serde_json::Map<String, Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+            details: serde_json::Map::new(),
+        }
+    }
+
+    /// A part of the host failed (`what`): the client is told so and
+    /// pointed at the log by its request id; the error, with its sources,
+    /// goes to the log (a database path, an API server's answer stay out of
+    /// the answer).
+    pub(super) fn internal(what: &str, error: &dyn std::error::Error) -> Self {
+        tracing::error!(error = %error, "{what} failed");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store-failed",
+            format!("{what} failed; the server's log has the detail under this request's id"),
+        )
+    }
+
+    pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut error = Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", message);
+        error.field = Some(field.into());
+        error
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut error = self.details;
+        error.insert("code".into(), self.code.into());
+        error.insert("message".into(), self.message.into());
+        if let Some(field) = self.field {
+            error.insert("field".into(), field.into());
+        }
+        (self.status, Json(json!({ "error": error }))).into_response()
+    }
+}
+
+/// A body that could not be read: over the limit, or cut off.
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::BytesRejection) -> Self {
+        match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => body_too_large(),
+            status => ApiError::new(status, "invalid-request", rejection.body_text()),
+        }
+    }
+}
+
+/// The answer to a body over the limit.
+fn body_too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body-too-large",
+        "the request body is over the limit (--body-limit-kib)",
+    )
+}
+
+impl From<TaskError> for ApiError {
+    fn from(error: TaskError) -> Self {
+        match error {
+            TaskError::Refused(Refusal::Invalid { field, message }) => {
+                ApiError::invalid(field.clone(), format!("{field}: {message}"))
+            }
+            TaskError::Refused(Refusal::Conflict(message)) => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+            }
+            TaskError::Denied(Denial::Denied {
+                reason,
+                warnings,
+                policy,
+            }) => {
+                let mut error = ApiError::new(StatusCode::FORBIDDEN, "denied", reason);
+                error.details.insert("warnings".into(), json!(warnings));
+                error.details.insert("policy".into(), json!(policy));
+                error
+            }
+            TaskError::Denied(Denial::Unavailable(message)) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "admission-unavailable",
+                message,
+            ),
+            TaskError::NotFound(id) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no-such-task",
+                format!("no task {id}"),
+            ),
+            // The detail (a database path, an API server's answer) goes to
+            // the log, under the request's id; the client gets the id.
+            TaskError::Store(error) => ApiError::internal("the task store", &error),
+        }
+    }
+}
+
+impl From<FailoverError> for ApiError {
+    fn from(error: FailoverError) -> Self {
+        use FailoverError as E;
+        match error {
+            E::NotFound(code, m) => ApiError::new(StatusCode::NOT_FOUND, code, m),
+            E::Invalid(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", m),
+            E::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            E::Storage(error) => ApiError::internal("the failover state", &error),
+        }
+    }
+}
+
+/// Errors the HTTP layers answer themselves (a body over the limit, a
+/// request past its time, a query or path that does not parse, a method
+/// not allowed) in the same JSON form as every other error.
+pub(super) async fn json_errors(response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let status = response.status();
+    if !json
+        && (status.is_client_error() || status.is_server_error())
+        && !matches!(
+            status,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+        )
+    {
+        // The extractors' rejections: a line of text that says what is wrong.
+        let text = axum::body::to_bytes(response.into_body(), 16 * 1024)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+            .unwrap_or_default();
+        let code = match status {
+            StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => "invalid-request",
+            StatusCode::NOT_FOUND => "not-found",
+            StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
+            _ => "error",
+        };
+        let message = if text.is_empty() {
+            status.canonical_reason().unwrap_or("error").to_string()
+        } else {
+            text
+        };
+        return ApiError::new(status, code, message).into_response();
+    }
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE if !json => body_too_large().into_response(),
+        StatusCode::REQUEST_TIMEOUT if !json => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "the request was not answered in time (--request-timeout-ms)",
+        )
+        .into_response(),
+        _ => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::StorageError;
+    use crate::tasks::store::StoreError;
+
+    #[test]
+    fn a_store_failure_reaches_the_client_without_its_detail() {
+        let detail = StorageError::Folder {
+            path: "/var/lib/verdict".into(),
+            source: std::io::Error::other("disk I/O error"),
+        };
+        let error = ApiError::from(TaskError::Store(StoreError::Storage(detail)));
+        assert_eq!(error.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(error.code, "store-failed");
+        assert!(!error.message.contains("/var/lib"), "{}", error.message);
+        assert!(error.message.contains("request's id"), "{}", error.message);
+    }
+}

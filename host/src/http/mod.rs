@@ -1,0 +1,203 @@
+//! The HTTP surface, the host's outer edge: versioned JSON under `/v1`,
+//! `/healthz` and `/readyz`, the event stream, `/metrics`, the dashboard and
+//! the OpenAPI document. Errors are JSON (`{"error": {"code", "message"}}`)
+//! with the right status; internals never leak into them. Nothing else in
+//! the host imports from here.
+//!
+//! - [`AppState`] and [`router`] (here): what the handlers share, and the
+//!   route table with its layers;
+//! - `error`: [`ApiError`], with a `From` for each domain error;
+//! - `json`: the JSON body extractor, whose rejection is an [`ApiError`];
+//! - `middleware`: request size bounds, request counting, the log's
+//!   classifier;
+//! - `openapi`: the document's own parts;
+//! - one file of handlers per resource: `health`, `apps`, `plugins`,
+//!   `tasks`, `admission`, `failover`, `events`, `metrics`;
+//! - [`access`], [`connections`], [`tls`]: tokens and origins, connection
+//!   bounds, HTTPS.
+
+pub mod access;
+mod admission;
+mod apps;
+pub mod connections;
+mod error;
+mod events;
+mod failover;
+mod health;
+mod json;
+pub mod metrics;
+mod middleware;
+mod openapi;
+mod plugins;
+mod tasks;
+pub mod tls;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+
+pub use error::ApiError;
+
+use crate::admission::Admission;
+use crate::events::Events;
+use crate::failover::Failover;
+use crate::plugins::Registry;
+use crate::tasks::Tasks;
+use crate::verdicts::live::Live;
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub registry: Arc<Registry>,
+    /// `None` when the host follows no cluster.
+    pub live: Option<Live>,
+    pub tasks: Arc<Tasks>,
+    pub admission: Admission,
+    pub events: Arc<Events>,
+    /// `None` when the host follows no cluster.
+    pub failover: Option<Arc<Failover>>,
+    /// How often an idle event stream gets a heartbeat.
+    pub heartbeat: Duration,
+    pub tokens: Arc<access::Tokens>,
+    pub metrics: Arc<metrics::Metrics>,
+    /// The largest request body taken.
+    pub body_limit: usize,
+    /// How long a request may take to be answered.
+    pub request_timeout: Duration,
+    /// Turns true when the host shuts down: event streams end then.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// The live verdicts, or a 404 when the host follows no cluster.
+    fn live(&self) -> Result<&Live, ApiError> {
+        self.live.as_ref().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no-cluster",
+                "the host follows no cluster (--cluster-url, --kubeconfig)",
+            )
+        })
+    }
+
+    /// Failover, or a 404 when the host follows no cluster.
+    fn failover(&self) -> Result<&Arc<Failover>, ApiError> {
+        self.live()?;
+        self.failover.as_ref().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no-cluster",
+                "failover needs a cluster (--cluster-url, --kubeconfig)",
+            )
+        })
+    }
+}
+
+/// The longest page of a list.
+const MAX_PAGE: usize = 1000;
+
+/// A list's `limit`: `default` when absent, refused outside 1 to
+/// [`MAX_PAGE`] as the document says.
+fn page_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(default),
+        Some(n @ 1..=MAX_PAGE) => Ok(n),
+        Some(n) => Err(ApiError::invalid(
+            "limit",
+            format!("limit: {n} is not from 1 to {MAX_PAGE}"),
+        )),
+    }
+}
+
+/// The router, without a socket: tests call it directly. Every request gets
+/// an `x-request-id` (kept when the client sent one) that its log lines
+/// carry, a body limit and a time limit; tokens are checked when
+/// configured.
+pub fn router(state: AppState) -> Router {
+    use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+    let request_id = axum::http::HeaderName::from_static("x-request-id");
+    let trace = tower_http::trace::TraceLayer::new(middleware::NotReadyIsAnAnswer).make_span_with(
+        |request: &axum::http::Request<axum::body::Body>| {
+            let id = request
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+        },
+    );
+    let (router, mut api) = utoipa_axum::router::OpenApiRouter::<AppState>::new()
+        .merge(health::routes())
+        .merge(apps::routes())
+        .merge(plugins::routes())
+        .merge(tasks::routes())
+        .merge(admission::routes())
+        .merge(failover::routes())
+        .merge(events::routes())
+        .merge(metrics::routes())
+        .split_for_parts();
+    openapi::describe(&mut api);
+    let document = Arc::new(api.to_pretty_json().unwrap_or_default());
+    router
+        .route("/", get(dashboard))
+        .route(
+            "/openapi.json",
+            get(move || {
+                let document = Arc::clone(&document);
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        document.as_str().to_owned(),
+                    )
+                }
+            }),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state.metrics),
+            middleware::count_request,
+        ))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state.clone())
+        // Innermost first: the token check, the body limit and the time
+        // limit, JSON for the errors of those, the request's span, its id.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state.tokens),
+            access::guard,
+        ))
+        .layer(axum::middleware::from_fn(access::same_origin))
+        .layer(axum::middleware::from_fn(middleware::request_size))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(
+            state.body_limit,
+        ))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            state.request_timeout,
+        ))
+        .layer(axum::middleware::map_response(error::json_errors))
+        .layer(trace)
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+}
+
+/// The dashboard: one page, no build step; it reads the API and the event
+/// stream like any other client.
+async fn dashboard() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("dashboard.html"))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not-found", "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "this route does not take that method",
+    )
+}

@@ -1,0 +1,133 @@
+//! The WIT contract in Rust: host bindings generated from the package in
+//! `wit/` (one set per world, sharing the `types` and `host` interfaces of
+//! the status world; only what the host needs is re-exported), and the WIT
+//! names of its enumerations both ways ([`WitName`]).
+
+mod generated {
+    pub mod status {
+        wasmtime::component::bindgen!({
+            world: "status-policy",
+            path: "../wit",
+            // Verdicts are compared to publish only real changes; batches
+            // cross encoded to plugins that take them so (`status-encoded`).
+            additional_derives: [PartialEq, serde::Serialize, serde::Deserialize],
+        });
+    }
+
+    pub mod failover {
+        wasmtime::component::bindgen!({
+            world: "failover-policy",
+            path: "../wit",
+            with: {
+                "verdict:policy/types": super::status::verdict::policy::types,
+                "verdict:policy/host": super::status::verdict::policy::host,
+            },
+        });
+    }
+
+    pub mod admission {
+        wasmtime::component::bindgen!({
+            world: "admission-policy",
+            path: "../wit",
+            with: {
+                "verdict:policy/types": super::status::verdict::policy::types,
+                "verdict:policy/host": super::status::verdict::policy::host,
+            },
+        });
+    }
+}
+
+pub use generated::admission::exports::verdict::policy::admission;
+pub use generated::failover::exports::verdict::policy::failover;
+pub use generated::status::exports::verdict::policy::status;
+pub use generated::status::verdict::policy::host;
+pub use generated::status::verdict::policy::types;
+
+pub(crate) use generated::admission::{AdmissionPolicy, AdmissionPolicyPre};
+pub(crate) use generated::failover::{FailoverPolicy, FailoverPolicyPre};
+pub(crate) use generated::status::{StatusPolicy, StatusPolicyPre};
+
+/// The WIT name of an enumeration case, both ways.
+pub trait WitName: Sized {
+    /// Every name, in declaration order.
+    const NAMES: &'static [&'static str];
+    fn wit_name(&self) -> &'static str;
+    fn from_wit_name(name: &str) -> Option<Self>;
+}
+
+/// Serde by WIT name (`#[serde(with = "wit_name")]`); an unknown name is an
+/// error listing the known ones.
+pub mod wit_name {
+    use super::WitName;
+
+    pub fn serialize<T: WitName, S: serde::Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(value.wit_name())
+    }
+
+    pub fn deserialize<'de, T: WitName, D: serde::Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        let name = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+        T::from_wit_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown value `{name}`, expected one of: {}",
+                T::NAMES.join(", ")
+            ))
+        })
+    }
+}
+
+macro_rules! wit_names {
+    ($($ty:ident { $($variant:ident => $name:literal),* $(,)? })*) => {$(
+        impl WitName for types::$ty {
+            const NAMES: &'static [&'static str] = &[$($name),*];
+
+            fn wit_name(&self) -> &'static str {
+                match self {
+                    $(types::$ty::$variant => $name),*
+                }
+            }
+
+            fn from_wit_name(name: &str) -> Option<Self> {
+                match name {
+                    $($name => Some(types::$ty::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+wit_names! {
+    InstanceStatus {
+        Pending => "pending", RunningHealthy => "running-healthy",
+        RunningNotReady => "running-not-ready", RunningRestarting => "running-restarting",
+        RunningUnhealthy => "running-unhealthy", Succeeded => "succeeded", Failed => "failed",
+        Unknown => "unknown",
+    }
+    GroupStatus {
+        Pending => "pending", RunningHealthy => "running-healthy",
+        RunningNotReady => "running-not-ready", RunningRestarting => "running-restarting",
+        RunningOverloaded => "running-overloaded", RunningUnhealthy => "running-unhealthy",
+        Succeeded => "succeeded", Failed => "failed", Unknown => "unknown",
+        Terminating => "terminating",
+    }
+    StableStatus {
+        Running => "running", Degraded => "degraded", Stopped => "stopped", Panic => "panic",
+        NotExisted => "not-existed",
+    }
+    Transition {
+        Creating => "creating", Starting => "starting", Stopping => "stopping",
+        Restarting => "restarting", Updating => "updating", Scaling => "scaling",
+        Deleting => "deleting",
+    }
+    TaskPhase {
+        Pending => "pending", AwaitingApproval => "awaiting-approval", Running => "running",
+        Succeeded => "succeeded", Failed => "failed", Cancelled => "cancelled",
+    }
+    TaskAction {
+        Create => "create", Start => "start", Stop => "stop", Restart => "restart",
+        Update => "update", Scale => "scale", Delete => "delete",
+    }
+    Severity {
+        Ok => "ok", Progressing => "progressing", Warning => "warning", Error => "error",
+    }
+}
