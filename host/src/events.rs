@@ -21,8 +21,8 @@ use tokio::sync::broadcast;
 pub struct Event {
     /// Increases by one per event, from the process's first id.
     pub id: u64,
-    /// `verdict`, `task`, `plugin` or `resync`.
-    pub kind: &'static str,
+    /// What changed.
+    pub kind: Kind,
     /// The app it concerns (`namespace/name`), for filtering.
     pub app: Option<String>,
     /// The event as JSON (its id, type, time, app and data), written once
@@ -31,12 +31,38 @@ pub struct Event {
     pub json: Box<str>,
 }
 
+/// What an event is about; its SSE event type and the JSON's `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// An application's verdict changed.
+    Verdict,
+    /// A task record changed.
+    Task,
+    /// A plugin was loaded, rejected or unloaded.
+    Plugin,
+    /// Failover decided, acted or was overridden.
+    Failover,
+}
+
+impl Kind {
+    /// The name clients see.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Verdict => "verdict",
+            Kind::Task => "task",
+            Kind::Plugin => "plugin",
+            Kind::Failover => "failover",
+        }
+    }
+}
+
 /// What [`Event::json`] holds.
 #[derive(Serialize)]
 struct Wire<'a> {
     id: u64,
     #[serde(rename = "type")]
-    kind: &'static str,
+    kind: Kind,
     /// When it was published, RFC 3339.
     at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -117,7 +143,7 @@ impl Events {
     }
 
     /// Publish an event; returns its id.
-    pub fn publish(&self, kind: &'static str, app: Option<String>, data: Value) -> u64 {
+    pub fn publish(&self, kind: Kind, app: Option<String>, data: Value) -> u64 {
         let mut inner = self.lock();
         let wire = Wire {
             id: inner.next,
@@ -193,7 +219,7 @@ mod tests {
     #[test]
     fn ids_of_another_run_or_not_issued_are_gone() {
         let before = Events::new(8);
-        before.publish("task", None, Value::Null);
+        before.publish(Kind::Task, None, Value::Null);
         let last_of_before = before.next_id() - 1;
         let events = Events::new(8);
         assert!(
@@ -204,7 +230,7 @@ mod tests {
         // where a fresh client stands.
         assert!(events.subscribe(Some(events.next_id() - 1)).1.is_ok());
         for n in 0..3 {
-            events.publish("task", None, serde_json::json!(n));
+            events.publish(Kind::Task, None, serde_json::json!(n));
         }
         for id in [1, 5, last_of_before, events.next_id(), u64::MAX] {
             assert!(events.subscribe(Some(id)).1.is_err(), "{id}");
@@ -218,7 +244,7 @@ mod tests {
     fn replay_after_an_id_and_gone_past_the_buffer() {
         let events = Events::starting_at(1, 3);
         for n in 0..5 {
-            events.publish("task", None, serde_json::json!(n));
+            events.publish(Kind::Task, None, serde_json::json!(n));
         }
         let (_, replay) = events.subscribe(Some(3));
         let ids: Vec<u64> = replay.unwrap().iter().map(|e| e.id).collect();
@@ -228,7 +254,7 @@ mod tests {
         let (_, replay) = events.subscribe(Some(1));
         assert_eq!(replay.unwrap_err(), Gone { oldest: 3 });
         let (mut live, _) = events.subscribe(None);
-        events.publish("plugin", None, Value::Null);
+        events.publish(Kind::Plugin, None, Value::Null);
         assert_eq!(live.try_recv().unwrap().id, 6);
     }
 
@@ -236,7 +262,7 @@ mod tests {
     fn an_event_is_written_once_as_the_stream_sends_it() {
         let events = Events::starting_at(7, 3);
         events.publish(
-            "verdict",
+            Kind::Verdict,
             Some("shop/web".into()),
             serde_json::json!({"ok": 1}),
         );

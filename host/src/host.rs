@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::admission::Admission;
 use crate::config::{ClusterSource, Config, TaskStoreKind};
 use crate::error::{Error, Result};
+use crate::events::Kind;
 use crate::http::connections;
 use crate::http::{self, AppState};
 use crate::observe::cluster::{self, Following, Observed};
@@ -112,21 +113,21 @@ async fn demo(scenario: Option<&std::path::Path>) -> Result<Demo> {
 fn publish_reload(events: &crate::events::Events, report: &crate::plugins::ReloadReport) {
     for loaded in &report.loaded {
         events.publish(
-            "plugin",
+            Kind::Plugin,
             None,
             serde_json::json!({"event": "loaded", "plugin": loaded}),
         );
     }
     for rejected in &report.rejected {
         events.publish(
-            "plugin",
+            Kind::Plugin,
             None,
             serde_json::json!({"event": "rejected", "plugin": rejected}),
         );
     }
     for name in &report.unloaded {
         events.publish(
-            "plugin",
+            Kind::Plugin,
             None,
             serde_json::json!({"event": "unloaded", "plugin": {"plugin": name}}),
         );

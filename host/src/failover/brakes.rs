@@ -82,7 +82,7 @@ impl<'de> Deserialize<'de> for Cap {
 }
 
 /// A time when a set of nodes is expected to go down.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Maintenance {
     /// Node names, or `key=value` label selectors; empty for every node.

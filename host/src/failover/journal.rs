@@ -164,6 +164,30 @@ impl Journal {
     }
 }
 
+impl super::Failover {
+    /// Save what changed; a failed write is logged and tried again next
+    /// time, the state kept in memory meanwhile.
+    pub(super) async fn save(&self, inner: &mut super::Inner) {
+        if inner.pending.is_empty() && inner.memory == inner.saved {
+            return;
+        }
+        let journal = self.journal.clone();
+        let memory = inner.memory.clone();
+        let records = std::mem::take(&mut inner.pending);
+        let saving = (memory.clone(), records.clone());
+        let result = tokio::task::spawn_blocking(move || journal.save(&saving.0, &saving.1))
+            .await
+            .unwrap_or_else(|e| Err(StorageError::Worker(e)));
+        match result {
+            Ok(()) => inner.saved = memory,
+            Err(error) => {
+                tracing::error!(%error, "could not save the failover state; retrying");
+                inner.pending = records;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

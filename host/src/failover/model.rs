@@ -12,7 +12,7 @@ use crate::wit::failover as wit;
 use crate::wit::types::{Timestamp, WorkloadKind};
 
 /// A node's health as the policy judged it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Health {
     Healthy,
@@ -61,7 +61,9 @@ impl Health {
 }
 
 /// A workload by kind, namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 pub struct Workload {
     /// `Deployment`, `StatefulSet` or `DaemonSet`.
     pub kind: String,
@@ -94,11 +96,12 @@ impl std::fmt::Display for Workload {
 }
 
 /// One thing a policy proposes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Action {
     Wait {
         #[serde(with = "time")]
+        #[schema(value_type = String, format = DateTime)]
         until: Timestamp,
     },
     MarkUnknown,
@@ -191,7 +194,7 @@ impl Action {
 }
 
 /// An action as the policy proposed it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Proposed {
     #[serde(flatten)]
@@ -201,12 +204,13 @@ pub struct Proposed {
 }
 
 /// A policy's decision on one node, as it answered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Decided {
     pub node: String,
     pub health: Health,
     #[serde(with = "time")]
+    #[schema(value_type = String, format = DateTime)]
     pub since: Timestamp,
     pub reason: String,
     pub rule: String,
@@ -266,7 +270,7 @@ pub enum OverrideKind {
 }
 
 /// A manual override of one node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Override {
     pub node: String,
@@ -274,8 +278,10 @@ pub struct Override {
     pub by: String,
     pub reason: String,
     #[serde(with = "time")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: Timestamp,
     #[serde(with = "time::optional", default)]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub expires_at: Option<Timestamp>,
 }
 
@@ -301,17 +307,18 @@ impl Override {
 }
 
 /// A person's approval of one proposed action.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Approval {
     pub by: String,
     pub reason: Option<String>,
     #[serde(with = "time")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: Timestamp,
 }
 
 /// Where an action the host took stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     /// Carried out (or, for a task, the task succeeded).
@@ -325,16 +332,18 @@ pub enum Outcome {
 }
 
 /// What the host did about one action on one node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Attempt {
     pub outcome: Outcome,
     /// Attempts made so far.
     pub attempts: u32,
     #[serde(with = "time")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: Timestamp,
     /// When a failed action may be tried again.
     #[serde(with = "time::optional", default)]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub retry_at: Option<Timestamp>,
     /// The task carrying it out, when it is one.
     pub task: Option<String>,
@@ -343,7 +352,7 @@ pub struct Attempt {
 }
 
 /// The state an action was given in the latest evaluation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum State {
     /// A wait: nothing to do until its time.
@@ -363,7 +372,7 @@ pub enum State {
 }
 
 /// An action with the state the host gave it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct ActionReport {
     pub key: String,
@@ -392,12 +401,13 @@ fn is_zero(n: &u32) -> bool {
 
 /// The host's decision on one node: the policy's, with overrides applied
 /// and each action's state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct NodeReport {
     pub node: String,
     pub health: Health,
     #[serde(with = "time")]
+    #[schema(value_type = String, format = DateTime)]
     pub since: Timestamp,
     pub reason: String,
     pub rule: String,
@@ -413,11 +423,12 @@ pub struct NodeReport {
 }
 
 /// One audit record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Record {
     pub seq: u64,
     #[serde(with = "time")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: Timestamp,
     pub node: String,
     /// `decision`, `override`, `override-cleared`, `override-expired`,
@@ -433,6 +444,7 @@ pub struct Record {
     /// What the decision rested on: the node's readiness and heartbeat,
     /// its pods, the override in force.
     #[serde(skip_serializing_if = "serde_json::Value::is_null", default)]
+    #[schema(value_type = Object)]
     pub inputs: serde_json::Value,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub actions: Vec<ActionReport>,

@@ -33,7 +33,7 @@ struct EventFilter {
 fn sse(event: &crate::events::Event) -> axum::response::sse::Event {
     axum::response::sse::Event::default()
         .id(event.id.to_string())
-        .event(event.kind)
+        .event(event.kind.name())
         .data(&*event.json)
 }
 

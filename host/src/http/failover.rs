@@ -3,12 +3,39 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use serde_json::{Value, json};
+use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::json::JsonBody;
 use super::{ApiError, AppState, page_limit};
+use crate::failover::model::{Approval, Override, Record};
+use crate::failover::{ApprovalRequest, FailoverView, OverrideRequest};
+
+/// A page of audit records.
+#[derive(Serialize, utoipa::ToSchema)]
+struct History {
+    records: Vec<Record>,
+}
+
+/// The override now in force.
+#[derive(Serialize, utoipa::ToSchema)]
+struct OverrideSet {
+    #[serde(rename = "override")]
+    set: Override,
+}
+
+/// The override lifted.
+#[derive(Serialize, utoipa::ToSchema)]
+struct OverrideLifted {
+    lifted: Override,
+}
+
+/// A person's approval, recorded.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Approved {
+    approval: Approval,
+}
 
 /// The routes of this file.
 pub(super) fn routes() -> OpenApiRouter<AppState> {
@@ -19,8 +46,8 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(approve_action))
 }
 
-#[utoipa::path(get, path = "/v1/failover", tag = "failover", responses((status = 200, description = "The decision on every node (health, since, reason, rule, override, and each proposed action with its state: waiting, done, dry-run, in-flight, awaiting-approval, held by a named brake, failed), the brakes in force and the overrides", body = Object), (status = 404, description = "No cluster")))]
-async fn get_failover(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/v1/failover", tag = "failover", responses((status = 200, description = "The decision on every node (health, since, reason, rule, override, and each proposed action with its state: waiting, done, dry-run, in-flight, awaiting-approval, held by a named brake, failed), the brakes in force and the overrides", body = FailoverView), (status = 404, description = "No cluster")))]
+async fn get_failover(State(state): State<AppState>) -> Result<Json<FailoverView>, ApiError> {
     Ok(Json(state.failover()?.view().await))
 }
 
@@ -32,11 +59,11 @@ struct HistoryQuery {
     limit: Option<usize>,
 }
 
-#[utoipa::path(get, path = "/v1/failover/history", tag = "failover", params(("node" = Option<String>, Query), ("before" = Option<u64>, Query, maximum = 9_223_372_036_854_775_807_u64, description = "Records before this sequence number (paging)"), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "At most this many, 100 by default")), responses((status = 200, description = "Audit records, newest first: each decision change with the inputs that mattered, the rule and the brakes that fired; overrides and approvals with who", body = Object)))]
+#[utoipa::path(get, path = "/v1/failover/history", tag = "failover", params(("node" = Option<String>, Query), ("before" = Option<u64>, Query, maximum = 9_223_372_036_854_775_807_u64, description = "Records before this sequence number (paging)"), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "At most this many, 100 by default")), responses((status = 200, description = "Audit records, newest first: each decision change with the inputs that mattered, the rule and the brakes that fired; overrides and approvals with who", body = History)))]
 async fn failover_history(
     State(state): State<AppState>,
     Query(query): Query<HistoryQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<History>, ApiError> {
     let limit = page_limit(query.limit, 100)?;
     // Sequence numbers are 63-bit, as the document says.
     if query.before.is_some_and(|b| i64::try_from(b).is_err()) {
@@ -49,18 +76,18 @@ async fn failover_history(
         .failover()?
         .history(query.node.as_deref(), query.before, limit)
         .await?;
-    Ok(Json(json!({ "records": records })))
+    Ok(Json(History { records }))
 }
 
-#[utoipa::path(put, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path)), request_body = crate::failover::OverrideRequest, responses((status = 200, description = "The override in force", body = Object), (status = 404, description = "No such node"), (status = 422, description = "A bad field, named")))]
+#[utoipa::path(put, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path)), request_body = OverrideRequest, responses((status = 200, description = "The override in force", body = OverrideSet), (status = 404, description = "No such node"), (status = 422, description = "A bad field, named")))]
 async fn put_override(
     State(state): State<AppState>,
     Path(node): Path<String>,
-    JsonBody(request): JsonBody<crate::failover::OverrideRequest>,
-) -> Result<Json<Value>, ApiError> {
+    JsonBody(request): JsonBody<OverrideRequest>,
+) -> Result<Json<OverrideSet>, ApiError> {
     let failover = state.failover()?;
     let set = failover.set_override(&node, request).await?;
-    Ok(Json(json!({ "override": set })))
+    Ok(Json(OverrideSet { set }))
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -69,25 +96,25 @@ struct ByQuery {
     by: Option<String>,
 }
 
-#[utoipa::path(delete, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path), ("by" = String, Query, min_length = 1, max_length = 256, pattern = r"\S", description = "Who lifts it")), responses((status = 200, description = "The override lifted", body = Object), (status = 404, description = "No override on the node")))]
+#[utoipa::path(delete, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path), ("by" = String, Query, min_length = 1, max_length = 256, pattern = r"\S", description = "Who lifts it")), responses((status = 200, description = "The override lifted", body = OverrideLifted), (status = 404, description = "No override on the node")))]
 async fn delete_override(
     State(state): State<AppState>,
     Path(node): Path<String>,
     Query(query): Query<ByQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OverrideLifted>, ApiError> {
     let failover = state.failover()?;
     let by = query.by.unwrap_or_default();
     let lifted = failover.clear_override(&node, &by).await?;
-    Ok(Json(json!({ "lifted": lifted })))
+    Ok(Json(OverrideLifted { lifted }))
 }
 
-#[utoipa::path(post, path = "/v1/failover/nodes/{node}/approve", tag = "failover", params(("node" = String, Path)), request_body = crate::failover::ApprovalRequest, responses((status = 200, description = "The approval", body = Object), (status = 404, description = "No such decision or action"), (status = 409, description = "The action needs no approval, or has one")))]
+#[utoipa::path(post, path = "/v1/failover/nodes/{node}/approve", tag = "failover", params(("node" = String, Path)), request_body = ApprovalRequest, responses((status = 200, description = "The approval", body = Approved), (status = 404, description = "No such decision or action"), (status = 409, description = "The action needs no approval, or has one")))]
 async fn approve_action(
     State(state): State<AppState>,
     Path(node): Path<String>,
-    JsonBody(request): JsonBody<crate::failover::ApprovalRequest>,
-) -> Result<Json<Value>, ApiError> {
+    JsonBody(request): JsonBody<ApprovalRequest>,
+) -> Result<Json<Approved>, ApiError> {
     let failover = state.failover()?;
     let approval = failover.approve(&node, request).await?;
-    Ok(Json(json!({ "approval": approval })))
+    Ok(Json(Approved { approval }))
 }

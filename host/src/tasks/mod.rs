@@ -17,6 +17,7 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::{Map, Value};
 
+use crate::events::Kind;
 use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
 use crate::time::now;
@@ -170,7 +171,7 @@ impl Tasks {
             }
             if let Some(events) = &self.events {
                 events.publish(
-                    "task",
+                    Kind::Task,
                     Some(task.app.clone()),
                     serde_json::to_value(&task).unwrap_or_default(),
                 );

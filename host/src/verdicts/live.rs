@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use super::view::AppView;
-use crate::events::Events;
+use crate::events::{Events, Kind};
 use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
 use crate::plugins::{Registry, World};
@@ -292,7 +292,7 @@ pub fn derive(
         for view in changed {
             let app = format!("{}/{}", view.namespace, view.name);
             events.publish(
-                "verdict",
+                Kind::Verdict,
                 Some(app),
                 serde_json::to_value(&view).unwrap_or_default(),
             );

@@ -1,0 +1,513 @@
+//! One evaluation: the policy's decisions, overrides over them, the brakes
+//! on the actions they propose, the state machine of each action (waiting,
+//! awaiting approval, held, in flight, done, failed) and the audit records
+//! of every change.
+
+use super::act::Refused;
+use super::*;
+use crate::events::Kind;
+
+impl Failover {
+    pub(super) fn record(inner: &mut Inner, mut record: Record) {
+        record.seq = inner.next_seq;
+        inner.next_seq += 1;
+        inner.pending.push(record);
+    }
+
+    /// One evaluation: decide, apply overrides and brakes, act, record.
+    pub async fn evaluate(&self, at: types::Timestamp) {
+        // Until the nodes are listed, an empty cluster is no news: judging
+        // it would forget the previous decisions and their clocks.
+        if !self.observed.health.synced("nodes") {
+            return;
+        }
+        let mut inner = self.inner.lock().await;
+        let inner = &mut *inner;
+
+        // Overrides that ran out.
+        let expired: Vec<Override> = inner
+            .memory
+            .overrides
+            .values()
+            .filter(|o| !o.active(at))
+            .cloned()
+            .collect();
+        for o in expired {
+            inner.memory.overrides.remove(&o.node);
+            Self::record(
+                inner,
+                Record {
+                    kind: "override-expired".into(),
+                    reason: format!("the {:?} override by {} ran out", o.kind, o.by).to_lowercase(),
+                    by: Some(o.by.clone()),
+                    ..blank(&o.node, at)
+                },
+            );
+        }
+
+        let input = Arc::new(self.input(&inner.memory, at));
+        let (nodes, placements) = (&input.nodes, &input.placements);
+        let (decisions, policy) = match self.decide(Arc::clone(&input), at).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                if inner.latest.error.as_deref() != Some(error.as_str()) {
+                    tracing::warn!(%error, "the failover policy could not decide; nothing is done until it can");
+                    self.events.publish(
+                        Kind::Failover,
+                        None,
+                        json!({"event": "policy-failed", "error": error}),
+                    );
+                }
+                inner.latest.error = Some(error);
+                inner.latest.at = Some(at);
+                self.save(inner).await;
+                return;
+            }
+        };
+        inner.latest.error = None;
+        inner.latest.policy = Some(policy);
+
+        // Tasks under way: did they finish?
+        for attempts in inner.memory.ledger.values_mut() {
+            for attempt in attempts.values_mut() {
+                self.follow_task(attempt, at);
+            }
+        }
+        brakes::recent_flaps(&mut inner.memory.flaps, &self.config, at);
+        let window_start = at - self.config.window_ms as types::Timestamp;
+        inner.memory.started.retain(|t| *t >= window_start);
+
+        // Nodes that are gone take what was kept about them along.
+        let known = |name: &String| nodes.iter().any(|n| &n.name == name);
+        inner.memory.ledger.retain(|name, _| known(name));
+        inner.memory.approvals.retain(|name, _| known(name));
+        inner.memory.flaps.retain(|name, _| known(name));
+        let decided: Vec<Decided> = decisions.iter().map(Decided::from_wit).collect();
+        let mut gauges = Gauges {
+            now: at,
+            nodes: nodes.len(),
+            unhealthy: decided.iter().filter(|d| d.health.unhealthy()).count(),
+            in_flight: inner
+                .memory
+                .ledger
+                .values()
+                .flat_map(BTreeMap::values)
+                .filter(|a| a.outcome == Outcome::InFlight)
+                .count(),
+            started: inner.memory.started.len(),
+            observing: self.observed.health.healthy("nodes"),
+        };
+
+        let mut reports = BTreeMap::new();
+        for decision in &decided {
+            let node = nodes.iter().find(|n| n.name == decision.node);
+            let labels = node.map(|n| n.labels.as_slice()).unwrap_or_default();
+            let overridden = inner
+                .memory
+                .overrides
+                .get(&decision.node)
+                .filter(|o| o.active(at))
+                .cloned();
+            let mut report = overridden_report(decision, overridden);
+            let before = inner.latest.reports.get(&report.node).map(|r| r.health);
+            let was_down = before
+                .or_else(|| inner.memory.previous.get(&report.node).map(|d| d.health))
+                .is_some_and(Health::unhealthy);
+            if report.health.unhealthy() && !was_down {
+                inner
+                    .memory
+                    .flaps
+                    .entry(report.node.clone())
+                    .or_default()
+                    .push(at);
+            }
+            // Trusted again: what was done is forgotten, so that a new
+            // outage is acted on afresh.
+            if report.health == Health::Healthy
+                && at - report.since >= self.config.trust_after_ms as types::Timestamp
+            {
+                inner.memory.ledger.remove(&report.node);
+                inner.memory.approvals.remove(&report.node);
+            }
+            let paused = report
+                .overridden
+                .as_ref()
+                .is_some_and(|o| o.kind == OverrideKind::Pause);
+            let flaps = inner.memory.flaps.get(&report.node).map_or(0, Vec::len);
+            for action in &mut report.actions {
+                let attempt = inner
+                    .memory
+                    .ledger
+                    .get(&report.node)
+                    .and_then(|l| l.get(&action.key))
+                    .cloned();
+                action.approval = inner
+                    .memory
+                    .approvals
+                    .get(&report.node)
+                    .and_then(|a| a.get(&action.key))
+                    .cloned();
+                let facts = Facts {
+                    node: &report.node,
+                    labels,
+                    paused,
+                    flaps,
+                };
+                let next = self.settle(&facts, action, attempt, &mut gauges).await;
+                if let Some(attempt) = next {
+                    toggle(&mut inner.memory, &report.node, &action.action);
+                    inner
+                        .memory
+                        .ledger
+                        .entry(report.node.clone())
+                        .or_default()
+                        .insert(action.key.clone(), attempt);
+                }
+            }
+            report.taken = inner
+                .memory
+                .ledger
+                .get(&report.node)
+                .cloned()
+                .unwrap_or_default();
+            reports.insert(report.node.clone(), report);
+        }
+        inner.memory.started.extend(std::iter::repeat_n(
+            at,
+            gauges.started.saturating_sub(inner.memory.started.len()),
+        ));
+
+        // Records and events for what changed.
+        for report in reports.values() {
+            let old = inner.latest.reports.get(&report.node);
+            if old == Some(report) {
+                continue;
+            }
+            let node = nodes.iter().find(|n| n.name == report.node);
+            let on_node: Vec<&wit::Placement> = placements
+                .iter()
+                .filter(|p| p.node == report.node)
+                .collect();
+            let brakes: Vec<String> = report
+                .actions
+                .iter()
+                .filter_map(|a| a.brake.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let record = Record {
+                kind: "decision".into(),
+                health: Some(report.health),
+                previous_health: old.map(|o| o.health),
+                rule: Some(report.rule.clone()),
+                reason: report.reason.clone(),
+                inputs: inputs(
+                    node,
+                    &on_node,
+                    report.overridden.as_ref(),
+                    &gauges,
+                    &self.config,
+                ),
+                actions: report.actions.clone(),
+                brakes,
+                by: report.overridden.as_ref().map(|o| o.by.clone()),
+                ..blank(&report.node, at)
+            };
+            Self::record(inner, record);
+            self.events.publish(
+                Kind::Failover,
+                None,
+                json!({"event": "decision", "node": report}),
+            );
+        }
+        let mut counts = Counts {
+            storm: gauges.storm(&self.config),
+            ..Counts::default()
+        };
+        for report in reports.values() {
+            *counts.health.entry(report.health.name()).or_default() += 1;
+            for action in &report.actions {
+                match action.state {
+                    State::Held => {
+                        let brake = action.brake.clone().unwrap_or_default();
+                        *counts.held.entry(brake).or_default() += 1;
+                    }
+                    State::AwaitingApproval => counts.awaiting_approval += 1,
+                    _ => {}
+                }
+            }
+        }
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = counts;
+        inner.memory.previous = decided.into_iter().map(|d| (d.node.clone(), d)).collect();
+        inner.latest.reports = reports;
+        inner.latest.at = Some(at);
+        inner.latest.gauges = gauges;
+        self.save(inner).await;
+    }
+
+    /// Update an action under way from its task.
+    pub(super) fn follow_task(&self, attempt: &mut Attempt, at: types::Timestamp) {
+        if attempt.outcome != Outcome::InFlight {
+            return;
+        }
+        let Some(id) = &attempt.task else { return };
+        let phase = self.tasks.get(id).map(|t| (t.phase, t.message));
+        match phase {
+            Some((types::TaskPhase::Succeeded, _)) => attempt.outcome = Outcome::Done,
+            Some((types::TaskPhase::Failed | types::TaskPhase::Cancelled, message)) => {
+                attempt.outcome = Outcome::Failed;
+                attempt.error = Some(format!(
+                    "task {id} did not succeed: {}",
+                    message.unwrap_or_else(|| "no message".into())
+                ));
+                attempt.retry_at = Some(brakes::retry_at(&self.config, at, attempt.attempts));
+            }
+            Some(_) => {}
+            None => {
+                attempt.outcome = Outcome::Failed;
+                attempt.error = Some(format!("task {id} is gone"));
+                attempt.retry_at = Some(brakes::retry_at(&self.config, at, attempt.attempts));
+            }
+        }
+    }
+
+    /// Give one action its state: carry it out when nothing holds it back.
+    /// Returns the new ledger entry when something was done (or would be).
+    pub(super) async fn settle(
+        &self,
+        facts: &Facts<'_>,
+        action: &mut ActionReport,
+        attempt: Option<Attempt>,
+        gauges: &mut Gauges,
+    ) -> Option<Attempt> {
+        let node = facts.node;
+        if let Action::Wait { until } = action.action {
+            action.state = State::Waiting;
+            action.detail = Some(format!("until {}", rfc3339(until)));
+            return None;
+        }
+        if let Some(a) = &attempt {
+            action.attempts = a.attempts;
+            action.task.clone_from(&a.task);
+            let done = match a.outcome {
+                Outcome::Done => Some((State::Done, format!("done at {}", rfc3339(a.at)))),
+                Outcome::DryRun => Some((
+                    State::DryRun,
+                    format!("would have been done at {} (dry run)", rfc3339(a.at)),
+                )),
+                Outcome::InFlight => Some((
+                    State::InFlight,
+                    format!("under way since {}", rfc3339(a.at)),
+                )),
+                Outcome::Failed => None,
+            };
+            if let Some((state, detail)) = done {
+                action.state = state;
+                action.detail = Some(detail);
+                return None;
+            }
+        }
+        let candidate = Candidate {
+            node,
+            labels: facts.labels,
+            disruptive: action.action.disruptive(),
+            paused: facts.paused,
+            flaps: facts.flaps,
+            attempt: attempt.as_ref(),
+        };
+        if let Some(held) = brakes::check(&self.config, gauges, &candidate) {
+            action.state = State::Held;
+            action.brake = Some(held.brake.into());
+            action.detail = Some(held.why);
+            return None;
+        }
+        if action.needs_approval && action.approval.is_none() {
+            action.state = State::AwaitingApproval;
+            action.detail = Some(format!(
+                "approve with POST /v1/failover/nodes/{node}/approve {{\"action\": \"{}\", \"by\": …}}",
+                action.key
+            ));
+            return None;
+        }
+        let attempts = attempt.as_ref().map_or(0, |a| a.attempts) + 1;
+        let mut next = Attempt {
+            outcome: Outcome::Done,
+            attempts,
+            at: gauges.now,
+            retry_at: None,
+            task: None,
+            error: None,
+        };
+        let disruptive = action.action.disruptive();
+        if disruptive {
+            gauges.started += 1;
+        }
+        if !self.config.enforce
+            && !matches!(action.action, Action::Notify { .. } | Action::MarkUnknown)
+        {
+            next.outcome = Outcome::DryRun;
+            action.state = State::DryRun;
+            action.detail = Some("would be done now (dry run)".into());
+            return Some(next);
+        }
+        match self.act(node, &action.action).await {
+            // Admission said not now (another task of the app is under
+            // way, a policy rule): held, and asked again next time; no
+            // attempt is spent.
+            Err(Refused::Admission(reason)) => {
+                if disruptive {
+                    gauges.started -= 1;
+                }
+                action.state = State::Held;
+                action.brake = Some("admission".into());
+                action.detail = Some(reason);
+                return None;
+            }
+            Ok(None) => {
+                action.state = State::Done;
+                action.detail = Some(format!("done at {}", rfc3339(gauges.now)));
+            }
+            Ok(Some(task)) => {
+                next.outcome = Outcome::InFlight;
+                next.task = Some(task.clone());
+                action.state = State::InFlight;
+                action.detail = Some(format!("task {task} under way"));
+                action.task = Some(task);
+                gauges.in_flight += 1;
+            }
+            Err(Refused::Failed(error)) => {
+                tracing::warn!(node, action = %action.key, %error, "a failover action failed");
+                next.outcome = Outcome::Failed;
+                next.retry_at = Some(brakes::retry_at(&self.config, gauges.now, attempts));
+                action.state = State::Failed;
+                action.detail = Some(error.clone());
+                next.error = Some(error);
+            }
+        }
+        action.attempts = attempts;
+        Some(next)
+    }
+}
+
+/// What the brakes need to know of a node.
+pub(super) struct Facts<'a> {
+    node: &'a str,
+    labels: &'a [types::KeyValue],
+    paused: bool,
+    flaps: usize,
+}
+
+/// A record with only its node and time.
+pub(super) fn blank(node: &str, at: types::Timestamp) -> Record {
+    Record {
+        seq: 0,
+        at,
+        node: node.to_string(),
+        kind: String::new(),
+        health: None,
+        previous_health: None,
+        rule: None,
+        reason: String::new(),
+        inputs: Value::Null,
+        actions: Vec::new(),
+        brakes: Vec::new(),
+        by: None,
+    }
+}
+
+/// Cordoning undoes an uncordon and the other way round: once one is done,
+/// the other may be done again.
+pub(super) fn toggle(memory: &mut Memory, node: &str, action: &Action) {
+    let opposite = match action {
+        Action::Cordon => "uncordon",
+        Action::Uncordon => "cordon",
+        _ => return,
+    };
+    if let Some(ledger) = memory.ledger.get_mut(node) {
+        ledger.remove(opposite);
+    }
+}
+
+/// The decision as the host serves it: overrides win over the policy.
+pub(super) fn overridden_report(decision: &Decided, overridden: Option<Override>) -> NodeReport {
+    let mut health = decision.health;
+    let mut reason = decision.reason.clone();
+    let mut actions: Vec<&model::Proposed> = decision.actions.iter().collect();
+    if let Some(o) = &overridden {
+        match o.kind {
+            OverrideKind::Healthy => {
+                if health != Health::Healthy {
+                    reason = format!(
+                        "confirmed healthy by {} ({}); the policy said: {reason}",
+                        o.by, o.reason
+                    );
+                }
+                health = Health::Healthy;
+                actions.retain(|a| matches!(a.action, Action::Uncordon | Action::Notify { .. }));
+            }
+            OverrideKind::Offline => {
+                if health != Health::Offline {
+                    reason = format!(
+                        "forced offline by {} ({}); the policy said: {reason}",
+                        o.by, o.reason
+                    );
+                }
+                health = Health::Offline;
+            }
+            OverrideKind::Pause => {}
+        }
+    }
+    NodeReport {
+        node: decision.node.clone(),
+        health,
+        since: decision.since,
+        reason,
+        rule: decision.rule.clone(),
+        overridden,
+        actions: actions
+            .into_iter()
+            .map(|p| ActionReport {
+                key: p.action.key(),
+                action: p.action.clone(),
+                reason: p.reason.clone(),
+                needs_approval: p.needs_approval,
+                state: State::Waiting,
+                brake: None,
+                detail: None,
+                approval: None,
+                task: None,
+                attempts: 0,
+            })
+            .collect(),
+        taken: BTreeMap::new(),
+    }
+}
+
+/// What a decision rested on, for its audit record.
+pub(super) fn inputs(
+    node: Option<&types::Node>,
+    on_node: &[&wit::Placement],
+    overridden: Option<&Override>,
+    gauges: &Gauges,
+    config: &FailoverConfig,
+) -> Value {
+    let ready = node.map(|n| match n.ready {
+        types::ConditionStatus::True => "True",
+        types::ConditionStatus::False => "False",
+        types::ConditionStatus::Unknown => "Unknown",
+    });
+    json!({
+        "ready": ready,
+        "ready-since": node.and_then(|n| n.ready_since).map(rfc3339),
+        "last-heartbeat": node.and_then(|n| n.last_heartbeat).map(rfc3339),
+        "unschedulable": node.map(|n| n.unschedulable),
+        "taints": node.map(|n| n.taints.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect::<Vec<_>>()),
+        "pods": on_node.len(),
+        "stateful-pods": on_node.iter().filter(|p| p.stateful).count(),
+        "override": overridden,
+        "unhealthy-nodes": format!("{} of {} (cap {})", gauges.unhealthy, gauges.nodes, config.max_unhealthy),
+    })
+}

@@ -1,0 +1,94 @@
+//! What the failover policy is asked: every node, the pods on the nodes
+//! that may need a decision, the previous decisions and the overrides in
+//! force; and the call itself, off the async threads.
+
+use super::*;
+
+impl Failover {
+    /// The policy's input: every node, the pods on the nodes that may need
+    /// a decision about their pods (not ready, overridden, or not healthy
+    /// last time), the previous decisions and the overrides in force.
+    pub(super) fn input(&self, memory: &Memory, at: types::Timestamp) -> wit::FailoverInput {
+        let snapshot = self.observed.read();
+        let nodes: Vec<types::Node> = snapshot.nodes.values().cloned().collect();
+        let watched: Vec<&str> = nodes
+            .iter()
+            .filter(|n| {
+                n.ready != types::ConditionStatus::True
+                    || memory.overrides.contains_key(&n.name)
+                    || memory
+                        .previous
+                        .get(&n.name)
+                        .is_some_and(|d| d.health != Health::Healthy)
+            })
+            .map(|n| n.name.as_str())
+            .collect();
+        // With every node ready and nothing overridden (the usual case), no
+        // pod needs looking at.
+        let pods = if watched.is_empty() {
+            None
+        } else {
+            Some(snapshot.pods.values())
+        };
+        let placements = pods
+            .into_iter()
+            .flatten()
+            .filter(|p| p.deleting_since.is_none())
+            .filter_map(|p| {
+                let node = p.node.as_deref().filter(|n| watched.contains(n))?;
+                let workload = p.owner.as_ref().and_then(|o| {
+                    Some(wit::WorkloadRef {
+                        kind: crate::observe::workload_kind_named(&o.kind)?,
+                        namespace: p.namespace.clone(),
+                        name: o.name.clone(),
+                    })
+                });
+                let workload_replicas = workload.as_ref().and_then(|w| {
+                    snapshot
+                        .workload(w.kind, &w.namespace, &w.name)
+                        .map(|w| w.desired_replicas)
+                });
+                Some(wit::Placement {
+                    namespace: p.namespace.clone(),
+                    pod: p.name.clone(),
+                    node: node.to_string(),
+                    stateful: p.owner.as_ref().is_some_and(|o| o.kind == "StatefulSet"),
+                    workload,
+                    workload_replicas,
+                })
+            })
+            .collect();
+        wit::FailoverInput {
+            nodes,
+            placements,
+            previous: memory.previous.values().map(Decided::to_wit).collect(),
+            overrides: memory
+                .overrides
+                .values()
+                .filter(|o| o.active(at))
+                .map(Override::to_wit)
+                .collect(),
+        }
+    }
+
+    /// Ask the failover policy, off the async threads.
+    pub(super) async fn decide(
+        &self,
+        input: Arc<wit::FailoverInput>,
+        at: types::Timestamp,
+    ) -> Result<(Vec<wit::NodeDecision>, String), String> {
+        let registry = Arc::clone(&self.registry);
+        tokio::task::spawn_blocking(move || {
+            let slot = registry
+                .policy(World::Failover)
+                .map_err(|e| e.to_string())?;
+            let answer = slot
+                .call(|version| version.decide(&version.context(at), &input))
+                .map_err(|e| e.to_string())?;
+            let info = answer.version.info();
+            Ok((answer.value, format!("{}@{}", info.name, info.version)))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the failover call panicked: {e}")))
+    }
+}

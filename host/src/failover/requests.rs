@@ -1,0 +1,255 @@
+//! What people ask of failover: overrides of a node's state, and approvals
+//! of actions that need one, each recorded with who and why.
+
+use super::evaluate::blank;
+use super::*;
+use crate::events::Kind;
+
+/// The longest override expiry that `expires-in-s` may ask for.
+pub const MAX_OVERRIDE_S: u64 = 10 * 365 * 24 * 3600;
+
+/// A request to override a node.
+#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct OverrideRequest {
+    pub kind: OverrideKind,
+    /// Who decides: not blank.
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
+    pub by: String,
+    #[serde(default)]
+    #[schema(max_length = 4096)]
+    pub reason: Option<String>,
+    /// When it stops applying, RFC 3339.
+    #[serde(default)]
+    #[schema(format = DateTime)]
+    pub expires_at: Option<String>,
+    /// Or: for how long, in seconds.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 315_360_000)]
+    pub expires_in_s: Option<u64>,
+}
+
+/// A person's approval of an action on a node.
+#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ApprovalRequest {
+    /// The action's key, as `/v1/failover` shows it (`release:StatefulSet/shop/db`).
+    pub action: String,
+    /// Who decides: not blank.
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
+    pub by: String,
+    #[serde(default)]
+    #[schema(max_length = 4096)]
+    pub reason: Option<String>,
+}
+
+/// Who decides and why: a name that is not blank, and text of bounded
+/// length (the task records' bounds).
+pub(super) fn decider(by: &str, reason: Option<&str>) -> Result<(), FailoverError> {
+    use crate::tasks::model::{MAX_NAME, MAX_TEXT};
+    if by.trim().is_empty() {
+        return Err(FailoverError::Invalid("by must say who decides".into()));
+    }
+    for (field, text, max) in [("by", Some(by), MAX_NAME), ("reason", reason, MAX_TEXT)] {
+        let length = text.map_or(0, |t| t.chars().count());
+        if length > max {
+            return Err(FailoverError::Invalid(format!(
+                "{field} is {length} characters long; at most {max}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Failover {
+    /// Force a node's state, or pause it.
+    ///
+    /// An expiry further than ten years away is refused: it is a mistake,
+    /// and an unbounded one would overflow the time arithmetic.
+    pub async fn set_override(
+        &self,
+        node: &str,
+        request: OverrideRequest,
+    ) -> Result<Override, FailoverError> {
+        decider(&request.by, request.reason.as_deref())?;
+        let at = now();
+        let expires_at = match (&request.expires_at, request.expires_in_s) {
+            (Some(_), Some(_)) => {
+                return Err(FailoverError::Invalid(
+                    "give expires-at or expires-in-s, not both".into(),
+                ));
+            }
+            (Some(text), None) => Some(
+                crate::time::parse_time(text)
+                    .map_err(|e| FailoverError::Invalid(format!("expires-at: {e}")))?,
+            ),
+            (None, Some(s)) if (1..=MAX_OVERRIDE_S).contains(&s) => {
+                Some(at + (s as types::Timestamp) * 1000)
+            }
+            (None, Some(_)) => {
+                return Err(FailoverError::Invalid(format!(
+                    "expires-in-s must be from 1 to {MAX_OVERRIDE_S} (ten years)"
+                )));
+            }
+            (None, None) => None,
+        };
+        if expires_at.is_some_and(|e| e <= at) {
+            return Err(FailoverError::Invalid("expires-at is in the past".into()));
+        }
+        if expires_at
+            .is_some_and(|e| e.saturating_sub(at) > (MAX_OVERRIDE_S as types::Timestamp) * 1000)
+        {
+            return Err(FailoverError::Invalid(
+                "expires-at is more than ten years away".into(),
+            ));
+        }
+        if !self.observed.read().nodes.contains_key(node) {
+            return Err(FailoverError::NotFound(
+                "no-such-node",
+                format!("no node {node} is observed"),
+            ));
+        }
+        let o = Override {
+            node: node.to_string(),
+            kind: request.kind,
+            by: request.by.trim().to_string(),
+            reason: request.reason.unwrap_or_default(),
+            at,
+            expires_at,
+        };
+        let mut inner = self.inner.lock().await;
+        inner.memory.overrides.insert(node.to_string(), o.clone());
+        let record = Record {
+            kind: "override".into(),
+            reason: format!(
+                "{} forced {}{}: {}",
+                o.by,
+                serde_json::to_value(o.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default(),
+                o.expires_at
+                    .map(|e| format!(" until {}", rfc3339(e)))
+                    .unwrap_or_default(),
+                o.reason
+            ),
+            by: Some(o.by.clone()),
+            ..blank(node, at)
+        };
+        self.recorded(inner, record, json!({"event": "override", "override": o}))
+            .await;
+        Ok(o)
+    }
+
+    /// Lift a node's override.
+    pub async fn clear_override(&self, node: &str, by: &str) -> Result<Override, FailoverError> {
+        decider(by, None)?;
+        let at = now();
+        let mut inner = self.inner.lock().await;
+        let o = inner.memory.overrides.remove(node).ok_or_else(|| {
+            FailoverError::NotFound("no-override", format!("node {node} has no override"))
+        })?;
+        let record = Record {
+            kind: "override-cleared".into(),
+            reason: format!("{by} lifted the override set by {}", o.by),
+            by: Some(by.to_string()),
+            ..blank(node, at)
+        };
+        self.recorded(
+            inner,
+            record,
+            json!({"event": "override-cleared", "node": node, "by": by}),
+        )
+        .await;
+        Ok(o)
+    }
+
+    /// Keep a person's record, tell the event stream, and judge again now.
+    pub(super) async fn recorded(
+        &self,
+        mut inner: tokio::sync::MutexGuard<'_, Inner>,
+        record: Record,
+        event: Value,
+    ) {
+        Self::record(&mut inner, record);
+        self.save(&mut inner).await;
+        drop(inner);
+        self.events.publish(Kind::Failover, None, event);
+        self.wake.notify_one();
+    }
+
+    /// Approve an action the latest decision on a node proposes.
+    pub async fn approve(
+        &self,
+        node: &str,
+        request: ApprovalRequest,
+    ) -> Result<Approval, FailoverError> {
+        decider(&request.by, request.reason.as_deref())?;
+        let at = now();
+        let mut inner = self.inner.lock().await;
+        let report = inner.latest.reports.get(node).ok_or_else(|| {
+            FailoverError::NotFound("no-such-node", format!("no decision on node {node}"))
+        })?;
+        let action = report
+            .actions
+            .iter()
+            .find(|a| a.key == request.action)
+            .ok_or_else(|| {
+                let keys: Vec<&str> = report.actions.iter().map(|a| a.key.as_str()).collect();
+                FailoverError::NotFound(
+                    "no-such-action",
+                    format!(
+                        "the decision on node {node} proposes no `{}` (it proposes: {})",
+                        request.action,
+                        keys.join(", ")
+                    ),
+                )
+            })?;
+        if !action.needs_approval {
+            return Err(FailoverError::Conflict(format!(
+                "`{}` on node {node} needs no approval",
+                request.action
+            )));
+        }
+        let given = inner
+            .memory
+            .approvals
+            .get(node)
+            .and_then(|a| a.get(&request.action));
+        if let Some(given) = given {
+            return Err(FailoverError::Conflict(format!(
+                "`{}` on node {node} was approved by {} already",
+                request.action, given.by
+            )));
+        }
+        let approval = Approval {
+            by: request.by.trim().to_string(),
+            reason: request.reason,
+            at,
+        };
+        inner
+            .memory
+            .approvals
+            .entry(node.to_string())
+            .or_default()
+            .insert(request.action.clone(), approval.clone());
+        let record = Record {
+            kind: "approval".into(),
+            reason: format!(
+                "{} approved `{}`{}",
+                approval.by,
+                request.action,
+                approval
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+            by: Some(approval.by.clone()),
+            ..blank(node, at)
+        };
+        self.recorded(inner, record, json!({"event": "approval", "node": node, "action": request.action, "approval": approval}))
+            .await;
+        Ok(approval)
+    }
+}
