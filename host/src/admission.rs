@@ -18,13 +18,32 @@ use crate::wit::{admission, types};
 
 /// What admission answers when its policy fails (a trap, a timeout, no
 /// policy loaded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FailureMode {
     /// Allow, with a warning saying the policy failed.
     Open,
     /// Refuse.
     Closed,
+}
+
+/// What admission is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[group(skip)]
+pub struct Settings {
+    /// What admission answers when its policy fails (a trap, a timeout,
+    /// none loaded): `closed` refuses, `open` allows with a warning.
+    #[arg(
+        long = "admission-failure",
+        value_name = "MODE",
+        default_value = "closed"
+    )]
+    pub failure: FailureMode,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        crate::settings::defaults()
+    }
 }
 
 /// The admission side of the host.

@@ -1,93 +1,56 @@
-//! Configuration flows one way: command-line flags (each with an environment
-//! variable) over an optional TOML file over defaults, into one plain
-//! [`Config`] that the host is built from. Tests build a `Config` directly.
+//! Configuration flows one way: command-line flags over `VERDICT_*`
+//! environment variables over an optional TOML (or YAML) file over the
+//! defaults, into one plain [`Config`] that the host is built from. Tests
+//! build a `Config` directly.
+//!
+//! Each module owns its settings ([`crate::settings`] says how one is
+//! declared); `verdict serve` is their composition ([`ServeArgs`]). The file
+//! takes the same names: its values become the command's defaults, beneath
+//! the flags and the environment, so that one parser reads all three. The
+//! printout of `--print-config` and the README's table are made from the
+//! same declarations.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use serde::Deserialize;
+use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
-use crate::admission::FailureMode;
 use crate::error::{Error, Result};
+use crate::failover::FailoverConfig;
+use crate::failover::brakes::Maintenance;
 use crate::http::access::Secret;
 use crate::http::tls::TlsFiles;
-use crate::observe::Grouping;
-use crate::observe::probe::ProbeConfig;
-use crate::plugins::Limits;
+use crate::{admission, events, executor, http, observe, plugins, tasks, verdicts};
 
 /// Everything the host is built from.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Address of the HTTP server.
-    pub listen: SocketAddr,
-    /// The folder of plugin components, watched for changes; `None` runs
-    /// without plugins.
-    pub plugins_dir: Option<PathBuf>,
     /// Where the host keeps its state (the compiled-code cache among it).
     pub data_dir: PathBuf,
-    pub limits: Limits,
-    /// How long the plugin folder must be quiet before a change is loaded.
-    pub reload_debounce: Duration,
-    /// Settings handed to each plugin as JSON text, by plugin name.
-    pub settings: BTreeMap<String, serde_json::Value>,
     /// Which cluster to follow.
     pub cluster: ClusterSource,
-    /// How pods and workloads are grouped into applications.
-    pub group_by: Grouping,
-    /// Verdicts whose observations are older than this are stale.
-    pub stale_after: Duration,
-    /// How apps' own health checks are probed.
-    pub probes: ProbeConfig,
-    /// How often pod metrics are read, where the cluster serves them.
-    pub metrics_every: Duration,
-    /// Where task records are kept.
-    pub task_store: TaskStoreKind,
-    /// The namespace of `Task` objects, with the Kubernetes task store.
-    pub tasks_namespace: String,
-    /// Finished tasks kept per app.
-    pub task_history: usize,
-    /// What admission answers when the admission policy fails.
-    pub admission_failure: FailureMode,
+    /// The plugin folder (`None` runs without plugins), its watch and the
+    /// limits of each call.
+    pub plugins: plugins::Settings,
+    /// Settings handed to each plugin as JSON text, by plugin name.
+    pub settings: BTreeMap<String, serde_json::Value>,
+    pub observe: observe::Settings,
+    pub tasks: tasks::Settings,
+    pub verdicts: verdicts::Settings,
+    pub events: events::Settings,
+    pub admission: admission::Settings,
+    pub failover: FailoverConfig,
+    pub executor: executor::Settings,
+    pub http: http::Settings,
     /// Serve HTTPS with this certificate and key (PEM files, reloaded when
     /// they change).
     pub tls: Option<TlsFiles>,
-    /// Carry out admitted tasks on the cluster (the demo cluster always
-    /// does).
-    pub execute_tasks: bool,
-    /// Failover: enforcement and the brakes (the `[failover]` table).
-    pub failover: crate::failover::FailoverConfig,
-    /// Threads a derivation evaluates on; 0 for one per core.
-    pub derive_threads: usize,
-    /// Events kept for clients that reconnect to the event stream.
-    pub event_buffer: usize,
-    /// How often an idle event stream gets a heartbeat comment.
-    pub heartbeat: Duration,
     /// Bearer tokens that may read; with any, reads need one.
     pub read_tokens: Vec<Secret>,
     /// Bearer tokens that may read and write; with any token configured,
-    /// mutations need one of these.
+    /// changes need one of these.
     pub write_tokens: Vec<Secret>,
-    /// The largest request body taken.
-    pub body_limit: usize,
-    /// How long a request may take to be answered.
-    pub request_timeout: Duration,
-    /// How long a connection may take to send a request head (and may stay
-    /// idle between requests, or silent at first).
-    pub header_timeout: Duration,
-    /// Connections served at once.
-    pub max_connections: usize,
-}
-
-/// Where task records are kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TaskStoreKind {
-    /// A SQLite file in the data directory.
-    Sqlite,
-    /// `Task` custom resources through the Kubernetes API.
-    Kubernetes,
 }
 
 /// Where the cluster comes from.
@@ -110,147 +73,25 @@ impl Config {
     /// A configuration with defaults, for a plugin folder and data folder.
     pub fn new(plugins_dir: Option<PathBuf>, data_dir: PathBuf) -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            plugins_dir,
             data_dir,
-            limits: Limits::default(),
-            reload_debounce: Duration::from_millis(150),
-            settings: BTreeMap::new(),
             cluster: ClusterSource::None,
-            group_by: Grouping::default(),
-            stale_after: Duration::from_secs(30),
-            probes: ProbeConfig::default(),
-            metrics_every: Duration::from_secs(15),
-            task_store: TaskStoreKind::Sqlite,
-            tasks_namespace: "verdict-system".into(),
-            task_history: 100,
-            admission_failure: FailureMode::Closed,
+            plugins: plugins::Settings {
+                dir: plugins_dir,
+                ..plugins::Settings::default()
+            },
+            settings: BTreeMap::new(),
+            observe: observe::Settings::default(),
+            tasks: tasks::Settings::default(),
+            verdicts: verdicts::Settings::default(),
+            events: events::Settings::default(),
+            admission: admission::Settings::default(),
+            failover: FailoverConfig::default(),
+            executor: executor::Settings::default(),
+            http: http::Settings::default(),
             tls: None,
-            execute_tasks: false,
-            failover: crate::failover::FailoverConfig::default(),
-            derive_threads: 0,
-            event_buffer: 10_000,
-            heartbeat: Duration::from_secs(15),
             read_tokens: Vec::new(),
             write_tokens: Vec::new(),
-            body_limit: 1 << 20,
-            request_timeout: Duration::from_secs(30),
-            header_timeout: crate::http::connections::HEADER_READ,
-            max_connections: crate::http::connections::MAX_CONNECTIONS,
         }
-    }
-
-    /// The effective configuration in the configuration file's form (TOML,
-    /// durations in milliseconds, paths absolute); tokens are counted, not
-    /// shown.
-    pub fn effective(&self) -> String {
-        use toml::Value as V;
-        let ms = |d: Duration| V::Integer(d.as_millis() as i64);
-        // Absolute, so that the printout reads back the same from anywhere.
-        let path = |p: &Path| {
-            V::String(
-                std::path::absolute(p)
-                    .unwrap_or_else(|_| p.to_path_buf())
-                    .display()
-                    .to_string(),
-            )
-        };
-        let mut t = toml::Table::new();
-        t.insert("listen".into(), V::String(self.listen.to_string()));
-        if let Some(dir) = &self.plugins_dir {
-            t.insert("plugins".into(), path(dir));
-        }
-        t.insert("data-dir".into(), path(&self.data_dir));
-        t.insert("call-timeout-ms".into(), ms(self.limits.call_timeout));
-        t.insert(
-            "memory-limit-mib".into(),
-            V::Integer((self.limits.memory_bytes >> 20) as i64),
-        );
-        t.insert(
-            "output-limit-kib".into(),
-            V::Integer((self.limits.output_bytes >> 10) as i64),
-        );
-        t.insert("reload-debounce-ms".into(), ms(self.reload_debounce));
-        match &self.cluster {
-            ClusterSource::Kubeconfig(p) => {
-                t.insert("kubeconfig".into(), path(p));
-            }
-            ClusterSource::Url(url) => {
-                t.insert("cluster-url".into(), V::String(url.clone()));
-            }
-            // Not file keys: said as a comment-like marker.
-            ClusterSource::Demo { .. } | ClusterSource::Infer | ClusterSource::None => {}
-        }
-        t.insert("group-by".into(), V::String(self.group_by.to_string()));
-        t.insert("stale-after-ms".into(), ms(self.stale_after));
-        t.insert("probe-interval-ms".into(), ms(self.probes.every));
-        t.insert("probe-timeout-ms".into(), ms(self.probes.timeout));
-        t.insert("metrics-interval-ms".into(), ms(self.metrics_every));
-        let store = match self.task_store {
-            TaskStoreKind::Sqlite => "sqlite",
-            TaskStoreKind::Kubernetes => "kubernetes",
-        };
-        t.insert("task-store".into(), V::String(store.into()));
-        t.insert(
-            "tasks-namespace".into(),
-            V::String(self.tasks_namespace.clone()),
-        );
-        t.insert("task-history".into(), V::Integer(self.task_history as i64));
-        let mode = match self.admission_failure {
-            FailureMode::Open => "open",
-            FailureMode::Closed => "closed",
-        };
-        t.insert("admission-failure".into(), V::String(mode.into()));
-        if let Some(tls) = &self.tls {
-            t.insert("tls-cert".into(), path(&tls.cert));
-            t.insert("tls-key".into(), path(&tls.key));
-        }
-        t.insert("execute-tasks".into(), V::Boolean(self.execute_tasks));
-        if let Ok(failover) = V::try_from(&self.failover) {
-            t.insert("failover".into(), failover);
-        }
-        t.insert(
-            "derive-threads".into(),
-            V::Integer(self.derive_threads as i64),
-        );
-        t.insert("event-buffer".into(), V::Integer(self.event_buffer as i64));
-        t.insert("heartbeat-ms".into(), ms(self.heartbeat));
-        t.insert(
-            "body-limit-kib".into(),
-            V::Integer((self.body_limit >> 10) as i64),
-        );
-        t.insert("request-timeout-ms".into(), ms(self.request_timeout));
-        t.insert("header-timeout-ms".into(), ms(self.header_timeout));
-        t.insert(
-            "max-connections".into(),
-            V::Integer(i64::try_from(self.max_connections).unwrap_or(i64::MAX)),
-        );
-        let settings: toml::Table = self
-            .settings
-            .iter()
-            .filter_map(|(name, value)| {
-                toml::Value::try_from(value).ok().map(|v| (name.clone(), v))
-            })
-            .collect();
-        t.insert("settings".into(), V::Table(settings));
-        let cluster = match &self.cluster {
-            ClusterSource::Demo { .. } => "# cluster: the built-in demo (--demo)\n",
-            ClusterSource::Infer => {
-                "# cluster: as kubectl finds it (in-cluster, KUBECONFIG, ~/.kube/config), else the demo\n"
-            }
-            ClusterSource::None => "# cluster: none\n",
-            _ => "",
-        };
-        // Tokens are secrets: only how many there are is shown.
-        let tokens = format!(
-            "# read-tokens: {} configured (not shown)\n# write-tokens: {} configured (not shown)\n",
-            self.read_tokens.len(),
-            self.write_tokens.len()
-        );
-        format!(
-            "{cluster}{tokens}{}",
-            toml::to_string(&t).unwrap_or_default()
-        )
     }
 
     /// The settings text for one plugin (`{}` when none are configured).
@@ -261,279 +102,277 @@ impl Config {
     }
 }
 
-/// The flags of `verdict serve`. Each also reads an environment variable and
-/// a key of the configuration file; a flag wins over the variable, which wins
-/// over the file, which wins over the default.
-#[derive(Debug, Default, Clone, clap::Args)]
-pub struct ServeArgs {
-    /// Address to listen on [default: 127.0.0.1:8080].
-    #[arg(long, env = "VERDICT_LISTEN", value_name = "ADDR")]
-    pub listen: Option<SocketAddr>,
-
-    /// Folder of plugin components [default: target/plugins when it exists].
-    #[arg(long, env = "VERDICT_PLUGINS", value_name = "DIR")]
-    pub plugins: Option<PathBuf>,
-
-    /// Folder for the host's state [default: verdict-data].
-    #[arg(long, env = "VERDICT_DATA_DIR", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-
-    /// Configuration file: TOML, or YAML when named `*.yaml`/`*.yml`.
-    #[arg(long, env = "VERDICT_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-
-    /// Print the effective configuration (flags over environment over file
-    /// over defaults) as a configuration file, with secrets masked, and
-    /// exit.
-    #[arg(long)]
-    pub print_config: bool,
-
-    /// Time one plugin call may take, in milliseconds [default: 100].
-    #[arg(long, env = "VERDICT_CALL_TIMEOUT_MS", value_name = "MS")]
-    pub call_timeout_ms: Option<u64>,
-
-    /// Memory one plugin instance may use, in MiB [default: 64].
-    #[arg(long, env = "VERDICT_MEMORY_LIMIT_MIB", value_name = "MIB")]
-    pub memory_limit_mib: Option<usize>,
-
-    /// How long the plugin folder must be quiet before a change is loaded,
-    /// in milliseconds [default: 150].
-    #[arg(long, env = "VERDICT_RELOAD_DEBOUNCE_MS", value_name = "MS")]
-    pub reload_debounce_ms: Option<u64>,
-
-    /// Size of one plugin call's output, in KiB [default: 1024].
-    #[arg(long, env = "VERDICT_OUTPUT_LIMIT_KIB", value_name = "KIB")]
-    pub output_limit_kib: Option<usize>,
-
-    /// Follow the cluster of this kubeconfig file.
+/// Which cluster to follow.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[group(skip)]
+pub struct ClusterArgs {
+    /// Follow the cluster of this kubeconfig file. Without it or
+    /// --cluster-url the cluster is found as kubectl finds it (in-cluster,
+    /// `KUBECONFIG`, `~/.kube/config`); none found, the demo cluster.
     #[arg(
-        long,
-        env = "VERDICT_KUBECONFIG",
+        long = "kubeconfig",
         value_name = "FILE",
         conflicts_with = "cluster_url"
     )]
     pub kubeconfig: Option<PathBuf>,
-
     /// Follow the API server at this URL, without authentication (the
-    /// simulator, `kubectl proxy`). Without this or --kubeconfig the cluster
-    /// is found as kubectl finds it (in-cluster, KUBECONFIG, ~/.kube/config).
-    #[arg(long, env = "VERDICT_CLUSTER_URL", value_name = "URL")]
+    /// simulator, `kubectl proxy`).
+    #[arg(long = "cluster-url", value_name = "URL")]
     pub cluster_url: Option<String>,
-
     /// Follow the built-in demo cluster: the simulator in-process, playing
-    /// a looping scenario. Also what runs when no cluster is found.
-    #[arg(long, env = "VERDICT_DEMO", conflicts_with_all = ["kubeconfig", "cluster_url"])]
+    /// a looping scenario (also what runs when no cluster is found).
+    #[arg(long = "demo", conflicts_with_all = ["kubeconfig", "cluster_url"])]
     pub demo: bool,
-
-    /// Play this scenario file in the demo cluster (implies --demo).
-    #[arg(long, env = "VERDICT_SCENARIO", value_name = "FILE", conflicts_with_all = ["kubeconfig", "cluster_url"])]
+    /// Play this scenario file in the demo cluster (implies --demo; without
+    /// it, the built-in `sim/scenarios/demo.yaml`).
+    #[arg(long = "scenario", value_name = "FILE", conflicts_with_all = ["kubeconfig", "cluster_url"])]
     pub scenario: Option<PathBuf>,
-
-    /// Group pods into apps by `label=KEY`, `owner` or `namespace`
-    /// [default: label=app.kubernetes.io/instance].
-    #[arg(long, env = "VERDICT_GROUP_BY", value_name = "RULE")]
-    pub group_by: Option<Grouping>,
-
-    /// Verdicts are stale when the cluster could not be watched for this
-    /// long, in milliseconds [default: 30000].
-    #[arg(long, env = "VERDICT_STALE_AFTER_MS", value_name = "MS")]
-    pub stale_after_ms: Option<u64>,
-
-    /// How often apps' health URLs (`verdict.dev/health-url`) are probed,
-    /// in milliseconds [default: 10000].
-    #[arg(long, env = "VERDICT_PROBE_INTERVAL_MS", value_name = "MS")]
-    pub probe_interval_ms: Option<u64>,
-
-    /// How long one health probe may take, in milliseconds [default: 2000].
-    #[arg(long, env = "VERDICT_PROBE_TIMEOUT_MS", value_name = "MS")]
-    pub probe_timeout_ms: Option<u64>,
-
-    /// How often pod metrics (`metrics.k8s.io`) are read, in milliseconds
-    /// [default: 15000].
-    #[arg(long, env = "VERDICT_METRICS_INTERVAL_MS", value_name = "MS")]
-    pub metrics_interval_ms: Option<u64>,
-
-    /// Where task records are kept: a SQLite file in the data directory, or
-    /// `Task` custom resources in the cluster [default: sqlite].
-    #[arg(long, env = "VERDICT_TASK_STORE", value_name = "STORE")]
-    pub task_store: Option<TaskStoreKind>,
-
-    /// The namespace of `Task` objects with `--task-store kubernetes`
-    /// [default: verdict-system].
-    #[arg(long, env = "VERDICT_TASKS_NAMESPACE", value_name = "NAMESPACE")]
-    pub tasks_namespace: Option<String>,
-
-    /// Finished tasks kept per app [default: 100].
-    #[arg(long, env = "VERDICT_TASK_HISTORY", value_name = "N")]
-    pub task_history: Option<usize>,
-
-    /// When the admission policy fails: `open` allows with a warning,
-    /// `closed` refuses [default: closed].
-    #[arg(long, env = "VERDICT_ADMISSION_FAILURE", value_name = "MODE")]
-    pub admission_failure: Option<FailureMode>,
-
-    /// Serve HTTPS with this PEM certificate chain (reloaded when it
-    /// changes); needs --tls-key.
-    #[arg(
-        long,
-        env = "VERDICT_TLS_CERT",
-        value_name = "FILE",
-        requires = "tls_key"
-    )]
-    pub tls_cert: Option<PathBuf>,
-
-    /// Carry out admitted tasks on the cluster: scale, restart, update,
-    /// create and delete the apps' workloads, reporting progress [default:
-    /// on with the demo cluster, else off].
-    #[arg(long, env = "VERDICT_EXECUTE_TASKS")]
-    pub execute_tasks: bool,
-
-    /// Carry out the failover actions that pass the brakes and approval
-    /// (cordon, evict, release, scale) instead of only showing them (dry
-    /// run) [default: off].
-    #[arg(long, env = "VERDICT_FAILOVER_ENFORCE")]
-    pub failover_enforce: bool,
-
-    /// Above this many unhealthy nodes, or share of nodes (`40%`), failover
-    /// only waits and notifies [default: 40%].
-    #[arg(long, env = "VERDICT_FAILOVER_MAX_UNHEALTHY", value_name = "N|PERCENT")]
-    pub failover_max_unhealthy: Option<crate::failover::brakes::Cap>,
-
-    /// Threads that evaluate verdicts when many apps are derived at once
-    /// (0: one per core) [default: 0].
-    #[arg(long, env = "VERDICT_DERIVE_THREADS", value_name = "N")]
-    pub derive_threads: Option<usize>,
-
-    /// Events kept for event-stream clients that reconnect with
-    /// `Last-Event-ID` [default: 10000].
-    #[arg(long, env = "VERDICT_EVENT_BUFFER", value_name = "N")]
-    pub event_buffer: Option<usize>,
-
-    /// How often an idle event stream gets a heartbeat, in milliseconds
-    /// [default: 15000].
-    #[arg(long, env = "VERDICT_HEARTBEAT_MS", value_name = "MS")]
-    pub heartbeat_ms: Option<u64>,
-
-    /// A file of bearer tokens that may read, one a line (`#` comments);
-    /// with any, reads need a token.
-    #[arg(long, env = "VERDICT_READ_TOKENS_FILE", value_name = "FILE")]
-    pub read_tokens_file: Option<PathBuf>,
-
-    /// A file of bearer tokens that may read and write, one a line; with any
-    /// token configured, mutations need one of these.
-    #[arg(long, env = "VERDICT_WRITE_TOKENS_FILE", value_name = "FILE")]
-    pub write_tokens_file: Option<PathBuf>,
-
-    /// The largest request body taken, in KiB [default: 1024].
-    #[arg(long, env = "VERDICT_BODY_LIMIT_KIB", value_name = "KIB")]
-    pub body_limit_kib: Option<usize>,
-
-    /// How long a request may take to be answered, in milliseconds
-    /// [default: 30000].
-    #[arg(long, env = "VERDICT_REQUEST_TIMEOUT_MS", value_name = "MS")]
-    pub request_timeout_ms: Option<u64>,
-
-    /// How long a connection may take to send a request head, stay silent
-    /// when new or idle between requests, in milliseconds [default: 10000].
-    #[arg(long, env = "VERDICT_HEADER_TIMEOUT_MS", value_name = "MS")]
-    pub header_timeout_ms: Option<u64>,
-
-    /// Connections served at once; one more is closed at once
-    /// [default: 4096].
-    #[arg(long, env = "VERDICT_MAX_CONNECTIONS", value_name = "N")]
-    pub max_connections: Option<usize>,
-
-    /// The PEM private key of --tls-cert.
-    #[arg(
-        long,
-        env = "VERDICT_TLS_KEY",
-        value_name = "FILE",
-        requires = "tls_cert"
-    )]
-    pub tls_key: Option<PathBuf>,
 }
 
-/// The configuration file's keys (all optional).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct FileConfig {
-    listen: Option<SocketAddr>,
-    plugins: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    call_timeout_ms: Option<u64>,
-    memory_limit_mib: Option<usize>,
-    output_limit_kib: Option<usize>,
-    reload_debounce_ms: Option<u64>,
-    kubeconfig: Option<PathBuf>,
-    cluster_url: Option<String>,
-    group_by: Option<String>,
-    stale_after_ms: Option<u64>,
-    probe_interval_ms: Option<u64>,
-    probe_timeout_ms: Option<u64>,
-    metrics_interval_ms: Option<u64>,
-    task_store: Option<TaskStoreKind>,
-    tasks_namespace: Option<String>,
-    task_history: Option<usize>,
-    admission_failure: Option<FailureMode>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    execute_tasks: Option<bool>,
-    failover: Option<crate::failover::FailoverConfig>,
-    derive_threads: Option<usize>,
-    event_buffer: Option<usize>,
-    heartbeat_ms: Option<u64>,
-    #[serde(default)]
-    read_tokens: Vec<String>,
-    #[serde(default)]
-    write_tokens: Vec<String>,
-    read_tokens_file: Option<PathBuf>,
-    write_tokens_file: Option<PathBuf>,
-    body_limit_kib: Option<usize>,
-    request_timeout_ms: Option<u64>,
-    header_timeout_ms: Option<u64>,
-    max_connections: Option<usize>,
+/// The flags of `verdict serve`: every module's settings. Each also reads
+/// the environment variable `VERDICT_<KEY>` and the file key `<KEY>`; a flag
+/// wins over the variable, which wins over the file, which wins over the
+/// default.
+#[derive(Debug, Clone, clap::Args)]
+#[group(skip)]
+pub struct ServeArgs {
+    /// The configuration file: TOML, or YAML when named `*.yaml`/`*.yml`,
+    /// with the flags' names as keys; paths in it are relative to it.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration (flags over environment over file
+    /// over defaults) as a configuration file, with secrets masked, and
+    /// exit.
+    #[arg(long = "print-config")]
+    pub print_config: bool,
+    /// The folder of the host's state: the task database, failover's
+    /// journal, the compiled-code cache (one host per folder: a second host
+    /// on it stops, naming the first's process).
+    #[arg(long = "data-dir", value_name = "DIR", default_value = "verdict-data")]
+    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub plugins: plugins::Settings,
+    #[command(flatten)]
+    pub observe: observe::Settings,
+    #[command(flatten)]
+    pub verdicts: verdicts::Settings,
+    #[command(flatten)]
+    pub tasks: tasks::Settings,
+    #[command(flatten)]
+    pub events: events::Settings,
+    #[command(flatten)]
+    pub admission: admission::Settings,
+    #[command(flatten)]
+    pub executor: executor::Settings,
+    #[command(flatten)]
+    pub failover: FailoverConfig,
+    #[command(flatten)]
+    pub http: http::Settings,
+}
+
+/// The flags that are not settings: no variable, no file key.
+const NOT_SETTINGS: [&str; 3] = ["print-config", "help", "version"];
+
+/// The environment variable of a setting.
+fn variable(key: &str) -> String {
+    format!("VERDICT_{}", key.to_uppercase().replace('-', "_"))
+}
+
+/// Settings with a path as their value: relative paths in the file are
+/// relative to the file, and printed paths absolute.
+fn is_path(arg: &Arg) -> bool {
+    arg.get_value_names()
+        .is_some_and(|names| names.iter().any(|n| n == "FILE" || n == "DIR"))
+}
+
+/// The file key of a setting: `failover-max-retries` is `max-retries` of
+/// the `[failover]` table.
+fn file_key(key: &str) -> (Option<&'static str>, &str) {
+    match key.strip_prefix("failover-") {
+        Some(rest) => (Some("failover"), rest),
+        None => (None, key),
+    }
+}
+
+/// A configuration file, read: its settings as text by flag name, and what
+/// only a file can say.
+#[derive(Debug, Default, Clone)]
+pub struct FileConfig {
+    path: PathBuf,
+    values: BTreeMap<String, String>,
     /// `[settings.<plugin>]` tables.
-    #[serde(default)]
-    settings: BTreeMap<String, toml::Table>,
+    settings: BTreeMap<String, serde_json::Value>,
+    read_tokens: Vec<String>,
+    write_tokens: Vec<String>,
+    maintenance: Vec<Maintenance>,
 }
 
 impl FileConfig {
     /// Read a TOML file, or YAML when its name ends in `.yaml` or `.yml`.
-    fn read(path: &Path) -> Result<Self> {
+    pub fn read(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
         let yaml = path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
-        let parsed = if yaml {
-            serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(&text))
-                .map_err(|e| format!("{}: {}", e.path(), e.inner()))
-        } else {
-            toml::from_str(&text).map_err(|e| e.to_string())
-        };
-        parsed.map_err(|message| Error::ConfigFile {
+        let fail = |message: String| Error::ConfigFile {
             path: path.to_path_buf(),
             message,
-        })
+        };
+        let table: toml::Table = if yaml {
+            serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(&text))
+                .map_err(|e| fail(format!("{}: {}", e.path(), e.inner())))?
+        } else {
+            toml::from_str(&text).map_err(|e| fail(e.to_string()))?
+        };
+        let mut file = FileConfig {
+            path: path.to_path_buf(),
+            ..FileConfig::default()
+        };
+        for (key, value) in table {
+            match (key.as_str(), value) {
+                ("settings", toml::Value::Table(plugins)) => {
+                    for (plugin, settings) in plugins {
+                        let json = serde_json::to_value(&settings)
+                            .map_err(|e| fail(format!("settings.{plugin}: {e}")))?;
+                        if !json.is_object() {
+                            return Err(fail(format!("settings.{plugin}: must be a table")));
+                        }
+                        file.settings.insert(plugin, json);
+                    }
+                }
+                (tokens @ ("read-tokens" | "write-tokens"), value) => {
+                    let list: Vec<String> = value
+                        .try_into()
+                        .map_err(|e| fail(format!("{tokens}: {e}")))?;
+                    if tokens == "read-tokens" {
+                        file.read_tokens = list;
+                    } else {
+                        file.write_tokens = list;
+                    }
+                }
+                ("failover", toml::Value::Table(failover)) => {
+                    for (key, value) in failover {
+                        if key == "maintenance" {
+                            file.maintenance = value
+                                .try_into()
+                                .map_err(|e| fail(format!("failover.maintenance: {e}")))?;
+                        } else {
+                            let text = scalar(&value)
+                                .ok_or_else(|| fail(format!("failover.{key}: takes one value")))?;
+                            file.values.insert(format!("failover-{key}"), text);
+                        }
+                    }
+                }
+                (key, value) => {
+                    let text =
+                        scalar(&value).ok_or_else(|| fail(format!("{key}: takes one value")))?;
+                    file.values.insert(key.to_string(), text);
+                }
+            }
+        }
+        Ok(file)
+    }
+
+    /// The file named by `--config FILE` (or `--config=FILE`) among a
+    /// command line's arguments, else by `VERDICT_CONFIG`.
+    pub fn named_by<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Result<Option<Self>> {
+        let mut path = None;
+        for (i, arg) in args.iter().enumerate() {
+            let arg = arg.as_ref().to_string_lossy();
+            if arg == "--config" {
+                path = args.get(i + 1).map(|p| PathBuf::from(p.as_ref()));
+            } else if let Some(value) = arg.strip_prefix("--config=") {
+                path = Some(PathBuf::from(value));
+            }
+        }
+        let path = path.or_else(|| std::env::var_os("VERDICT_CONFIG").map(PathBuf::from));
+        path.map(|p| Self::read(&p)).transpose()
+    }
+
+    /// The folder paths in the file are relative to.
+    fn folder(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new(""))
     }
 }
 
-impl ServeArgs {
-    /// Merge flags, environment, file and defaults into a [`Config`].
-    pub fn into_config(self) -> Result<Config> {
-        let file = match &self.config {
-            Some(path) => FileConfig::read(path)?,
-            None => FileConfig::default(),
-        };
-        // Paths in the file are relative to the file's folder.
-        let base = self
-            .config
-            .as_deref()
-            .and_then(Path::parent)
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let from_file = |p: Option<PathBuf>| p.map(|p| base.join(p));
+/// A file value as the text a flag would take.
+fn scalar(value: &toml::Value) -> Option<String> {
+    match value {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(n) => Some(n.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        toml::Value::Datetime(d) => Some(d.to_string()),
+        toml::Value::Array(_) | toml::Value::Table(_) => None,
+    }
+}
 
-        let plugins_dir = match self.plugins.or_else(|| from_file(file.plugins)) {
+/// `verdict serve`'s command: every setting with its variable, and the
+/// file's values (checked, and named when wrong) as the defaults.
+pub fn serve_command(command: Command, file: Option<&FileConfig>) -> Result<Command> {
+    let mut command = command;
+    let keys: Vec<(clap::Id, String)> = command
+        .get_arguments()
+        .filter_map(|arg| Some((arg.get_id().clone(), arg.get_long()?.to_string())))
+        .filter(|(_, long)| !NOT_SETTINGS.contains(&long.as_str()))
+        .collect();
+    for (id, key) in &keys {
+        command = command.mut_arg(id, |arg| arg.env(variable(key)));
+    }
+    let Some(file) = file else {
+        return Ok(command);
+    };
+    let fail = |message: String| Error::ConfigFile {
+        path: file.path.clone(),
+        message,
+    };
+    for (key, text) in &file.values {
+        let Some((id, _)) = keys
+            .iter()
+            .find(|(_, long)| long == key && long != "config")
+        else {
+            let (table, name) = file_key(key);
+            let named = table.map_or_else(|| name.to_string(), |t| format!("{t}.{name}"));
+            return Err(fail(format!("unknown key `{named}`")));
+        };
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .expect("the key's argument");
+        let text = if is_path(arg) {
+            file.folder().join(text).display().to_string()
+        } else {
+            text.clone()
+        };
+        // The value is read as the flag would read it.
+        Command::new("check")
+            .no_binary_name(true)
+            .arg(
+                Arg::new("value")
+                    .long("value")
+                    .action(ArgAction::Set)
+                    .value_parser(arg.get_value_parser().clone()),
+            )
+            .try_get_matches_from([format!("--value={text}")])
+            .map_err(|e| fail(format!("{key}: {}", first_line(&e))))?;
+        command = command.mut_arg(id, |arg| arg.default_value(text));
+    }
+    Ok(command)
+}
+
+/// A clap error's message, without its `error:` prefix and usage.
+fn first_line(error: &clap::Error) -> String {
+    let text = error.to_string();
+    let line = text.lines().next().unwrap_or_default();
+    line.strip_prefix("error: ").unwrap_or(line).to_string()
+}
+
+impl ServeArgs {
+    /// Merge the parsed flags and the file's own parts into a [`Config`].
+    pub fn into_config(self, file: Option<&FileConfig>) -> Result<Config> {
+        let plugins_dir = match self.plugins.dir {
             Some(dir) if !dir.is_dir() => {
                 return Err(Error::Config {
                     key: "plugins",
@@ -543,115 +382,26 @@ impl ServeArgs {
             Some(dir) => Some(dir),
             None => Some(PathBuf::from("target/plugins")).filter(|d| d.is_dir()),
         };
-        let data_dir = self
-            .data_dir
-            .or_else(|| from_file(file.data_dir))
-            .unwrap_or_else(|| PathBuf::from("verdict-data"));
-
-        let mut config = Config::new(plugins_dir, data_dir);
-        if let Some(listen) = self.listen.or(file.listen) {
-            config.listen = listen;
-        }
-        if let Some(ms) = self.call_timeout_ms.or(file.call_timeout_ms) {
-            if ms == 0 {
-                return Err(Error::Config {
-                    key: "call-timeout-ms",
-                    message: "must be at least 1".into(),
-                });
-            }
-            config.limits.call_timeout = Duration::from_millis(ms);
-        }
-        if let Some(mib) = self.memory_limit_mib.or(file.memory_limit_mib) {
-            config.limits.memory_bytes =
-                mib.checked_mul(1 << 20)
-                    .filter(|b| *b > 0)
-                    .ok_or(Error::Config {
-                        key: "memory-limit-mib",
-                        message: format!("{mib} is out of range"),
-                    })?;
-        }
-        if let Some(kib) = self.output_limit_kib.or(file.output_limit_kib) {
-            config.limits.output_bytes =
-                kib.checked_mul(1 << 10)
-                    .filter(|b| *b > 0)
-                    .ok_or(Error::Config {
-                        key: "output-limit-kib",
-                        message: format!("{kib} is out of range"),
-                    })?;
-        }
-        if let Some(ms) = self.reload_debounce_ms.or(file.reload_debounce_ms) {
-            config.reload_debounce = Duration::from_millis(ms);
-        }
-        let kubeconfig = self.kubeconfig.or_else(|| from_file(file.kubeconfig));
-        let url = self.cluster_url.or(file.cluster_url);
-        config.cluster = if self.demo || self.scenario.is_some() {
-            ClusterSource::Demo {
-                scenario: self.scenario,
-            }
+        let ClusterArgs {
+            kubeconfig,
+            cluster_url,
+            demo,
+            scenario,
+        } = self.cluster;
+        let cluster = if demo || scenario.is_some() {
+            ClusterSource::Demo { scenario }
         } else {
-            match (kubeconfig, url) {
+            match (kubeconfig, cluster_url) {
                 (Some(path), _) => ClusterSource::Kubeconfig(path),
                 (None, Some(url)) => ClusterSource::Url(url),
                 (None, None) => ClusterSource::Infer,
             }
         };
-        let group_by = match file.group_by {
-            Some(text) => Some(text.parse().map_err(|message| Error::Config {
-                key: "group-by",
-                message,
-            })?),
-            None => None,
-        };
-        if let Some(grouping) = self.group_by.or(group_by) {
-            config.group_by = grouping;
+        let mut failover = self.failover;
+        if let Some(file) = file {
+            failover.maintenance = file.maintenance.clone();
         }
-        if let Some(ms) = self.stale_after_ms.or(file.stale_after_ms) {
-            config.stale_after = Duration::from_millis(ms);
-        }
-        for (key, value, field) in [
-            (
-                "probe-interval-ms",
-                self.probe_interval_ms.or(file.probe_interval_ms),
-                &mut config.probes.every,
-            ),
-            (
-                "probe-timeout-ms",
-                self.probe_timeout_ms.or(file.probe_timeout_ms),
-                &mut config.probes.timeout,
-            ),
-            (
-                "metrics-interval-ms",
-                self.metrics_interval_ms.or(file.metrics_interval_ms),
-                &mut config.metrics_every,
-            ),
-        ] {
-            match value {
-                Some(0) => {
-                    return Err(Error::Config {
-                        key,
-                        message: "must be at least 1".into(),
-                    });
-                }
-                Some(ms) => *field = Duration::from_millis(ms),
-                None => {}
-            }
-        }
-        if let Some(store) = self.task_store.or(file.task_store) {
-            config.task_store = store;
-        }
-        if let Some(namespace) = self.tasks_namespace.or(file.tasks_namespace) {
-            config.tasks_namespace = namespace;
-        }
-        if let Some(n) = self.task_history.or(file.task_history) {
-            config.task_history = n;
-        }
-        config.execute_tasks = self.execute_tasks || file.execute_tasks.unwrap_or(false);
-        config.failover = file.failover.unwrap_or_default();
-        config.failover.enforce |= self.failover_enforce;
-        if let Some(cap) = self.failover_max_unhealthy {
-            config.failover.max_unhealthy = cap;
-        }
-        for (i, window) in config.failover.maintenance.iter().enumerate() {
+        for (i, window) in failover.maintenance.iter().enumerate() {
             for time in [&window.from, &window.until] {
                 crate::time::parse_time(time).map_err(|e| Error::Config {
                     key: "failover.maintenance",
@@ -659,87 +409,12 @@ impl ServeArgs {
                 })?;
             }
         }
-        if let Some(n) = self.derive_threads.or(file.derive_threads) {
-            config.derive_threads = n;
-        }
-        match self.event_buffer.or(file.event_buffer) {
-            Some(0) => {
-                return Err(Error::Config {
-                    key: "event-buffer",
-                    message: "must be at least 1".into(),
-                });
-            }
-            Some(n) => config.event_buffer = n,
-            None => {}
-        }
-        for (key, inline, path, tokens) in [
-            (
-                "read-tokens-file",
-                &file.read_tokens,
-                self.read_tokens_file
-                    .or_else(|| from_file(file.read_tokens_file)),
-                &mut config.read_tokens,
-            ),
-            (
-                "write-tokens-file",
-                &file.write_tokens,
-                self.write_tokens_file
-                    .or_else(|| from_file(file.write_tokens_file)),
-                &mut config.write_tokens,
-            ),
-        ] {
-            tokens.extend(inline.iter().cloned().map(Secret));
-            if let Some(path) = path {
-                let text = std::fs::read_to_string(&path).map_err(|e| Error::Config {
-                    key,
-                    message: format!("{}: {e}", path.display()),
-                })?;
-                tokens.extend(
-                    text.lines()
-                        .map(str::trim)
-                        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                        .map(|l| Secret(l.to_string())),
-                );
-            }
-        }
-        if let Some(kib) = self.body_limit_kib.or(file.body_limit_kib) {
-            config.body_limit =
-                kib.checked_mul(1 << 10)
-                    .filter(|b| *b > 0)
-                    .ok_or(Error::Config {
-                        key: "body-limit-kib",
-                        message: format!("{kib} is out of range"),
-                    })?;
-        }
-        if let Some(ms) = at_least_one(
-            "request-timeout-ms",
-            self.request_timeout_ms.or(file.request_timeout_ms),
-        )? {
-            config.request_timeout = Duration::from_millis(ms);
-        }
-        if let Some(ms) = at_least_one(
-            "header-timeout-ms",
-            self.header_timeout_ms.or(file.header_timeout_ms),
-        )? {
-            config.header_timeout = Duration::from_millis(ms);
-        }
-        if let Some(n) = at_least_one(
-            "max-connections",
-            self.max_connections.or(file.max_connections),
-        )? {
-            config.max_connections = n;
-        }
-        if let Some(ms) = at_least_one("heartbeat-ms", self.heartbeat_ms.or(file.heartbeat_ms))? {
-            config.heartbeat = Duration::from_millis(ms);
-        }
-        if let Some(mode) = self.admission_failure.or(file.admission_failure) {
-            config.admission_failure = mode;
-        }
-        config.tls = match (
-            self.tls_cert.or_else(|| from_file(file.tls_cert)),
-            self.tls_key.or_else(|| from_file(file.tls_key)),
-        ) {
-            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        let http = self.http;
+        let tls = match (&http.tls_cert, &http.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
             (None, None) => None,
             (Some(_), None) => {
                 return Err(Error::Config {
@@ -754,40 +429,260 @@ impl ServeArgs {
                 });
             }
         };
-        config.settings = file
-            .settings
-            .into_iter()
-            .map(|(name, table)| {
-                let json = serde_json::to_value(table).unwrap_or_default();
-                (name, json)
-            })
-            .collect();
-        Ok(config)
+        let inline = |tokens: fn(&FileConfig) -> &Vec<String>| {
+            file.map(tokens)
+                .into_iter()
+                .flatten()
+                .cloned()
+                .map(Secret)
+                .collect::<Vec<_>>()
+        };
+        let mut read_tokens = inline(|f| &f.read_tokens);
+        let mut write_tokens = inline(|f| &f.write_tokens);
+        for (key, path, tokens) in [
+            ("read-tokens-file", &http.read_tokens_file, &mut read_tokens),
+            (
+                "write-tokens-file",
+                &http.write_tokens_file,
+                &mut write_tokens,
+            ),
+        ] {
+            if let Some(path) = path {
+                let text = std::fs::read_to_string(path)
+                    .map_err(Error::setting(key, path.display().to_string()))?;
+                tokens.extend(
+                    text.lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                        .map(|l| Secret(l.to_string())),
+                );
+            }
+        }
+        Ok(Config {
+            data_dir: self.data_dir,
+            cluster,
+            plugins: plugins::Settings {
+                dir: plugins_dir,
+                ..self.plugins
+            },
+            settings: file.map(|f| f.settings.clone()).unwrap_or_default(),
+            observe: self.observe,
+            tasks: self.tasks,
+            verdicts: self.verdicts,
+            events: self.events,
+            admission: self.admission,
+            failover,
+            executor: self.executor,
+            http,
+            tls,
+            read_tokens,
+            write_tokens,
+        })
     }
 }
 
-/// A setting that must be at least 1, when it is given.
-fn at_least_one<T: Copy + PartialEq + From<u8>>(
-    key: &'static str,
-    value: Option<T>,
-) -> Result<Option<T>> {
-    match value {
-        Some(v) if v == T::from(0) => Err(Error::Config {
-            key,
-            message: "must be at least 1".into(),
-        }),
-        other => Ok(other),
+/// `verdict serve`, parsed: the configuration, and what `--print-config`
+/// prints.
+#[derive(Debug)]
+pub struct Serve {
+    pub config: Config,
+    pub print_config: bool,
+    /// The effective configuration in the file's form.
+    pub effective: String,
+}
+
+impl Serve {
+    /// Build from the serve command's matches (the command from
+    /// [`serve_command`], the file it was given).
+    pub fn from_matches(
+        command: &Command,
+        matches: &ArgMatches,
+        file: Option<&FileConfig>,
+    ) -> Result<Self> {
+        let args = ServeArgs::from_arg_matches(matches).map_err(|e| Error::Config {
+            key: "serve",
+            message: first_line(&e),
+        })?;
+        let print_config = args.print_config;
+        let config = args.into_config(file)?;
+        let effective = effective(command, matches, &config);
+        Ok(Self {
+            config,
+            print_config,
+            effective,
+        })
     }
+
+    /// Parse `verdict serve` from its arguments (without the program and
+    /// subcommand names).
+    pub fn parse<S: Into<OsString> + Clone>(args: &[S]) -> Result<Self> {
+        let args: Vec<OsString> = args.iter().cloned().map(Into::into).collect();
+        let file = FileConfig::named_by(&args)?;
+        let command = serve_command(
+            ServeArgs::augment_args(Command::new("serve").no_binary_name(true)),
+            file.as_ref(),
+        )?;
+        let matches = command
+            .clone()
+            .try_get_matches_from(&args)
+            .map_err(|e| Error::Config {
+                key: "serve",
+                message: first_line(&e),
+            })?;
+        Self::from_matches(&command, &matches, file.as_ref())
+    }
+}
+
+/// The effective configuration in the configuration file's form (TOML,
+/// paths absolute); tokens are counted, not shown.
+fn effective(command: &Command, matches: &ArgMatches, config: &Config) -> String {
+    use toml::Value as V;
+    let absolute = |text: &str| {
+        let path = Path::new(text);
+        std::path::absolute(path)
+            .unwrap_or_else(|_| path.to_path_buf())
+            .display()
+            .to_string()
+    };
+    let mut top = toml::Table::new();
+    let mut failover = toml::Table::new();
+    for arg in command.get_arguments() {
+        let Some(key) = arg.get_long() else { continue };
+        if NOT_SETTINGS.contains(&key) || key == "config" {
+            continue;
+        }
+        let Some(text) = matches
+            .get_raw(arg.get_id().as_str())
+            .and_then(|mut values| values.next())
+            .map(|v| v.to_string_lossy().into_owned())
+        else {
+            continue;
+        };
+        let value = if is_path(arg) {
+            V::String(absolute(&text))
+        } else if matches!(arg.get_action(), ArgAction::SetTrue) {
+            V::Boolean(text == "true")
+        } else if let Ok(n) = text.parse::<i64>() {
+            V::Integer(n)
+        } else {
+            V::String(text)
+        };
+        match file_key(key) {
+            (Some(_), name) => failover.insert(name.to_string(), value),
+            (None, name) => top.insert(name.to_string(), value),
+        };
+    }
+    // The folder found without being named.
+    if let Some(dir) = &config.plugins.dir {
+        top.insert(
+            "plugins".into(),
+            V::String(absolute(&dir.display().to_string())),
+        );
+    }
+    if !config.failover.maintenance.is_empty()
+        && let Ok(windows) = V::try_from(&config.failover.maintenance)
+    {
+        failover.insert("maintenance".into(), windows);
+    }
+    top.insert("failover".into(), V::Table(failover));
+    let settings: toml::Table = config
+        .settings
+        .iter()
+        .filter_map(|(name, value)| V::try_from(value).ok().map(|v| (name.clone(), v)))
+        .collect();
+    top.insert("settings".into(), V::Table(settings));
+    let cluster = match &config.cluster {
+        ClusterSource::Demo { .. } => "# cluster: the built-in demo (--demo)\n",
+        ClusterSource::Infer => {
+            "# cluster: as kubectl finds it (in-cluster, KUBECONFIG, ~/.kube/config), else the demo\n"
+        }
+        ClusterSource::None => "# cluster: none\n",
+        _ => "",
+    };
+    // Tokens are secrets: only how many there are is shown.
+    let tokens = format!(
+        "# read-tokens: {} configured (not shown)\n# write-tokens: {} configured (not shown)\n",
+        config.read_tokens.len(),
+        config.write_tokens.len()
+    );
+    format!(
+        "{cluster}{tokens}{}",
+        toml::to_string(&top).unwrap_or_default()
+    )
+}
+
+/// The settings as a Markdown table: flag, variable, file key, default and
+/// what each does, from their declarations (the README holds it).
+pub fn settings_table() -> String {
+    let command = ServeArgs::augment_args(Command::new("serve"));
+    let mut table = String::from(
+        "| flag | environment | file key | default | what it does |\n|---|---|---|---|---|\n",
+    );
+    let cell = |text: &str| text.replace('|', "\\|").replace('\n', " ");
+    for arg in command.get_arguments() {
+        let Some(key) = arg.get_long() else { continue };
+        if NOT_SETTINGS.contains(&key) {
+            continue;
+        }
+        let flag = match arg.get_value_names() {
+            Some(names) if !matches!(arg.get_action(), ArgAction::SetTrue) => {
+                format!("`--{key} {}`", names.join(" "))
+            }
+            _ => format!("`--{key}`"),
+        };
+        let in_file = match (key, file_key(key)) {
+            ("config", _) => "—".to_string(),
+            (_, (Some(table), name)) => format!("`[{table}] {name}`"),
+            (_, (None, name)) => format!("`{name}`"),
+        };
+        let switch = matches!(arg.get_action(), ArgAction::SetTrue);
+        let default = match arg.get_default_values() {
+            [] if switch => "off".to_string(),
+            [] => "—".to_string(),
+            [value] if switch => if value == "true" { "on" } else { "off" }.to_string(),
+            values => values
+                .iter()
+                .map(|v| format!("`{}`", v.to_string_lossy()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let help = arg
+            .get_long_help()
+            .or_else(|| arg.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        table.push_str(&format!(
+            "| {} | `{}` | {} | {} | {} |\n",
+            cell(&flag),
+            variable(key),
+            in_file,
+            cell(&default),
+            cell(&help)
+        ));
+    }
+    table.push_str(
+        "| — | — | `read-tokens = [...]`, `write-tokens = [...]` | — | tokens written in the file itself, beside those of the token files |\n\
+         | — | — | `[[failover.maintenance]]` | — | times when nodes are expected to go down: `nodes` (names or `key=value` selectors), `from`, `until` (RFC 3339), `reason`; disruptive actions on them wait |\n\
+         | — | — | `[settings.<plugin>]` | — | settings handed to that plugin as JSON |\n",
+    );
+    table
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::observe::Grouping;
 
     fn write(dir: &Path, text: &str) -> PathBuf {
         let path = dir.join("verdict.toml");
         std::fs::write(&path, text).unwrap();
         path
+    }
+
+    fn parse(args: &[&str]) -> Result<Config> {
+        Serve::parse(args).map(|s| s.config)
     }
 
     #[test]
@@ -797,16 +692,20 @@ mod tests {
             dir.path(),
             "listen = \"127.0.0.1:9000\"\ncall-timeout-ms = 250\nderive-threads = 1\n[settings.status]\nrestart-window-ms = 1000\n",
         );
-        let args = ServeArgs {
-            config: Some(path),
-            call_timeout_ms: Some(40),
-            ..ServeArgs::default()
-        };
-        let config = args.into_config().unwrap();
-        assert_eq!(config.listen, "127.0.0.1:9000".parse().unwrap());
-        assert_eq!(config.limits.call_timeout, Duration::from_millis(40));
-        assert_eq!(config.derive_threads, 1);
-        assert_eq!(config.limits.memory_bytes, 64 << 20);
+        let config = parse(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--call-timeout-ms",
+            "40",
+        ])
+        .unwrap();
+        assert_eq!(config.http.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(
+            config.plugins.limits.call_timeout,
+            Duration::from_millis(40)
+        );
+        assert_eq!(config.verdicts.derive_threads, 1);
+        assert_eq!(config.plugins.limits.memory_bytes, 64 << 20);
         assert_eq!(config.data_dir, PathBuf::from("verdict-data"));
         assert_eq!(
             config.settings_for("status"),
@@ -819,8 +718,13 @@ mod tests {
     fn the_example_configuration_parses() {
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/verdict.toml");
         let file = FileConfig::read(&example).unwrap();
-        assert_eq!(file.call_timeout_ms, Some(100));
+        assert_eq!(
+            file.values.get("call-timeout-ms").map(String::as_str),
+            Some("100")
+        );
         assert!(file.settings.contains_key("status"));
+        // Every key of it is a setting, and every value reads.
+        serve_command(ServeArgs::augment_args(Command::new("serve")), Some(&file)).unwrap();
     }
 
     #[test]
@@ -830,13 +734,8 @@ mod tests {
             dir.path(),
             "[failover]\nmax-unhealthy = 3\nmax-retries = 5\n[[failover.maintenance]]\nnodes = [\"n1\"]\nfrom = \"2026-12-01T02:00:00Z\"\nuntil = \"2026-12-01T04:00:00Z\"\n",
         );
-        let config = ServeArgs {
-            config: Some(path.clone()),
-            failover_enforce: true,
-            ..ServeArgs::default()
-        }
-        .into_config()
-        .unwrap();
+        let file = path.to_str().unwrap();
+        let config = parse(&["--config", file, "--failover-enforce"]).unwrap();
         assert!(config.failover.enforce);
         assert_eq!(config.failover.max_retries, 5);
         assert_eq!(
@@ -844,13 +743,7 @@ mod tests {
             crate::failover::brakes::Cap::Nodes(3)
         );
         assert_eq!(config.failover.maintenance.len(), 1);
-        let flagged = ServeArgs {
-            config: Some(path),
-            failover_max_unhealthy: Some("25%".parse().unwrap()),
-            ..ServeArgs::default()
-        }
-        .into_config()
-        .unwrap();
+        let flagged = parse(&["--config", file, "--failover-max-unhealthy", "25%"]).unwrap();
         assert!(!flagged.failover.enforce, "a dry run by default");
         assert_eq!(
             flagged.failover.max_unhealthy,
@@ -861,12 +754,7 @@ mod tests {
             dir.path(),
             "[[failover.maintenance]]\nfrom = \"tomorrow\"\nuntil = \"2026-12-01T04:00:00Z\"\n",
         );
-        let error = ServeArgs {
-            config: Some(bad),
-            ..ServeArgs::default()
-        }
-        .into_config()
-        .unwrap_err();
+        let error = parse(&["--config", bad.to_str().unwrap()]).unwrap_err();
         assert!(
             error.to_string().contains("failover.maintenance"),
             "{error}"
@@ -875,16 +763,32 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_key_names_the_key() {
+    fn an_unknown_key_or_a_bad_value_names_the_key_and_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), "listn = \"127.0.0.1:9000\"\n");
-        let error = ServeArgs {
-            config: Some(path),
-            ..ServeArgs::default()
-        }
-        .into_config()
-        .unwrap_err();
+        let error = parse(&["--config", path.to_str().unwrap()]).unwrap_err();
         assert!(error.to_string().contains("listn"), "{error}");
+        let path = write(dir.path(), "[failover]\nmax-retrys = 3\n");
+        let error = parse(&["--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(error.to_string().contains("failover.max-retrys"), "{error}");
+        let path = write(dir.path(), "call-timeout-ms = \"soon\"\n");
+        let error = parse(&["--config", path.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("verdict.toml")
+                && error.contains("call-timeout-ms")
+                && error.contains("soon"),
+            "{error}"
+        );
+        let path = write(dir.path(), "event-buffer = 0\n");
+        let error = parse(&["--config", path.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("event-buffer") && error.contains("at least 1"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -896,26 +800,20 @@ mod tests {
             "listen: 127.0.0.1:9100\ncall-timeout-ms: 250\nwrite-tokens: [sesame]\nsettings:\n  status: {restart-window-ms: 1000}\n",
         )
         .unwrap();
-        let config = ServeArgs {
-            config: Some(path.clone()),
-            ..ServeArgs::default()
-        }
-        .into_config()
-        .unwrap();
-        assert_eq!(config.listen, "127.0.0.1:9100".parse().unwrap());
-        assert_eq!(config.limits.call_timeout, Duration::from_millis(250));
+        let file = path.to_str().unwrap();
+        let config = parse(&["--config", file]).unwrap();
+        assert_eq!(config.http.listen, "127.0.0.1:9100".parse().unwrap());
+        assert_eq!(
+            config.plugins.limits.call_timeout,
+            Duration::from_millis(250)
+        );
         assert_eq!(config.write_tokens, [Secret("sesame".into())]);
         assert_eq!(
             config.settings_for("status"),
             r#"{"restart-window-ms":1000}"#
         );
         std::fs::write(&path, "listen: 127.0.0.1:9100\ntask-histroy: 5\n").unwrap();
-        let error = ServeArgs {
-            config: Some(path),
-            ..ServeArgs::default()
-        }
-        .into_config()
-        .unwrap_err();
+        let error = parse(&["--config", file]).unwrap_err();
         assert!(error.to_string().contains("task-histroy"), "{error}");
     }
 
@@ -924,55 +822,84 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tokens = dir.path().join("tokens");
         std::fs::write(&tokens, "open-sesame\n").unwrap();
-        let config = ServeArgs {
-            listen: Some("127.0.0.1:9200".parse().unwrap()),
-            write_tokens_file: Some(tokens),
-            task_history: Some(7),
-            heartbeat_ms: Some(2500),
-            group_by: Some(Grouping::Owner),
-            ..ServeArgs::default()
-        }
-        .into_config()
+        let served = Serve::parse(&[
+            "--listen",
+            "127.0.0.1:9200",
+            "--write-tokens-file",
+            tokens.to_str().unwrap(),
+            "--task-history",
+            "7",
+            "--heartbeat-ms",
+            "2500",
+            "--group-by",
+            "owner",
+            "--failover-max-retries",
+            "9",
+        ])
         .unwrap();
-        let printed = config.effective();
+        let printed = served.effective;
         assert!(!printed.contains("open-sesame"), "{printed}");
         assert!(
             printed.contains("# write-tokens: 1 configured (not shown)"),
             "{printed}"
         );
+        // The token file is a setting like the others; its secrets are not
+        // in the printout, and reading it back reads the same file.
         let path = write(dir.path(), &printed);
-        let again = ServeArgs {
-            config: Some(path),
-            ..ServeArgs::default()
-        }
-        .into_config()
-        .unwrap();
-        assert_eq!(again.listen, config.listen);
-        assert_eq!(again.task_history, 7);
-        assert_eq!(again.heartbeat, Duration::from_millis(2500));
-        assert_eq!(again.group_by.to_string(), "owner");
-        assert_eq!(again.limits, config.limits);
-        assert!(
-            again.write_tokens.is_empty(),
-            "a printout configures no token"
-        );
-        let without_tokens = |text: &str| {
-            text.lines()
-                .filter(|l| !l.contains("-tokens:"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        assert_eq!(without_tokens(&again.effective()), without_tokens(&printed));
+        let again = Serve::parse(&["--config", path.to_str().unwrap()]).unwrap();
+        let config = served.config;
+        assert_eq!(again.config.http.listen, config.http.listen);
+        assert_eq!(again.config.tasks.finished_kept, 7);
+        assert_eq!(again.config.http.heartbeat, Duration::from_millis(2500));
+        assert_eq!(again.config.observe.group_by, Grouping::Owner);
+        assert_eq!(again.config.failover.max_retries, 9);
+        assert_eq!(again.config.plugins.limits, config.plugins.limits);
+        assert_eq!(again.effective, printed);
     }
 
     #[test]
     fn a_missing_plugin_folder_is_an_error() {
-        let error = ServeArgs {
-            plugins: Some(PathBuf::from("/nonexistent/plugins")),
-            ..ServeArgs::default()
-        }
-        .into_config()
-        .unwrap_err();
+        let error = parse(&["--plugins", "/nonexistent/plugins"]).unwrap_err();
         assert!(error.to_string().contains("plugins"), "{error}");
+    }
+
+    #[test]
+    fn defaults_come_from_the_declarations() {
+        let config = Config::new(None, PathBuf::from("data"));
+        assert_eq!(
+            config.plugins.limits.call_timeout,
+            Duration::from_millis(100)
+        );
+        assert_eq!(config.plugins.limits.output_bytes, 1 << 20);
+        assert_eq!(config.http.max_connections, 4096);
+        assert_eq!(config.failover.max_unhealthy.to_string(), "40%");
+        assert_eq!(config.observe.group_by, Grouping::default());
+        assert_eq!(config.events.buffer, 10_000);
+    }
+
+    /// The README's table of settings is the one the declarations make;
+    /// `VERDICT_BLESS=1` writes it there.
+    #[test]
+    fn the_readme_lists_every_setting_as_declared() {
+        let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+        let text = std::fs::read_to_string(&readme).unwrap();
+        let (begin, end) = ("<!-- settings:begin -->\n", "<!-- settings:end -->");
+        let start = text
+            .find(begin)
+            .expect("the README marks its settings table")
+            + begin.len();
+        let stop = start + text[start..].find(end).expect("the table's end mark");
+        let table = settings_table();
+        if text[start..stop] != table {
+            if std::env::var_os("VERDICT_BLESS").is_some() {
+                let updated = format!("{}{table}{}", &text[..start], &text[stop..]);
+                std::fs::write(&readme, updated).unwrap();
+            } else {
+                panic!(
+                    "the README's settings table differs from the declarations; \
+                     run `VERDICT_BLESS=1 cargo test -p verdict --lib readme` to write it"
+                );
+            }
+        }
     }
 }

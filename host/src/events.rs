@@ -31,6 +31,22 @@ pub struct Event {
     pub json: Box<str>,
 }
 
+/// How many events are kept for clients that reconnect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[group(skip)]
+pub struct Settings {
+    /// Events kept for event-stream clients that reconnect with
+    /// `Last-Event-ID`.
+    #[arg(long = "event-buffer", value_name = "N", default_value = "10000", value_parser = crate::settings::positive)]
+    pub buffer: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        crate::settings::defaults()
+    }
+}
+
 /// What an event is about; its SSE event type and the JSON's `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

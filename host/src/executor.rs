@@ -76,6 +76,18 @@ struct Job {
     moving: Option<Move>,
 }
 
+/// Whether users' tasks are carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::Args)]
+#[group(skip)]
+pub struct Settings {
+    /// Carry out admitted tasks on the cluster — scale, restart, update,
+    /// create and delete the apps' workloads, reporting progress (always on
+    /// with the demo cluster; failover's own tasks are carried out whenever
+    /// it enforces).
+    #[arg(long = "execute-tasks")]
+    pub execute_tasks: bool,
+}
+
 /// Failover's node actions, written to the cluster.
 #[derive(Debug, Clone)]
 pub struct Nodes {

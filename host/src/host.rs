@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use crate::admission::Admission;
-use crate::config::{ClusterSource, Config, TaskStoreKind};
+use crate::config::{ClusterSource, Config};
 use crate::error::{Error, Result};
 use crate::events::Kind;
 use crate::http::connections;
 use crate::http::{self, AppState};
 use crate::observe::cluster::{self, Following, Observed};
 use crate::plugins::{Registry, Runtime, watch};
-use crate::tasks::{Store, Tasks};
+use crate::tasks::{Store, StoreKind, Tasks};
 use crate::verdicts::live::Live;
 use crate::verdicts::live::{self as live, Verdicts};
 use crate::watch::Watcher;
@@ -275,7 +275,7 @@ impl Host {
     /// it, and follow the cluster when one is configured.
     pub async fn start(config: &Config) -> Result<Self> {
         let data_lock = lock_data_dir(&config.data_dir)?;
-        let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.limits)?;
+        let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.plugins.limits)?;
         let mut demo_cluster = None;
         let client = client(&config.cluster, &mut demo_cluster).await?;
         let mut settings: std::collections::BTreeMap<String, String> = config
@@ -293,10 +293,10 @@ impl Host {
         }
         let registry = Arc::new(Registry::new(
             Arc::new(runtime),
-            config.plugins_dir.clone(),
+            config.plugins.dir.clone(),
             settings,
         ));
-        let events = Arc::new(crate::events::Events::new(config.event_buffer));
+        let events = Arc::new(crate::events::Events::new(config.events.buffer));
         let metrics = Arc::new(http::metrics::Metrics::default());
         let (published, counted) = (Arc::clone(&events), Arc::clone(&metrics));
         registry.on_reload(move |report| {
@@ -311,8 +311,12 @@ impl Host {
             rejected = report.rejected.len(),
             "plugins loaded"
         );
-        let watcher = match &config.plugins_dir {
-            Some(dir) => Some(watch(Arc::clone(&registry), dir, config.reload_debounce)?),
+        let watcher = match &config.plugins.dir {
+            Some(dir) => Some(watch(
+                Arc::clone(&registry),
+                dir,
+                config.plugins.reload_debounce,
+            )?),
             None => {
                 tracing::warn!("no plugin folder: running without policies");
                 None
@@ -320,16 +324,16 @@ impl Host {
         };
         let observed = client
             .as_ref()
-            .map(|_| Arc::new(Observed::new(config.group_by.clone())));
-        let store = match (config.task_store, &client) {
-            (TaskStoreKind::Sqlite, _) => {
+            .map(|_| Arc::new(Observed::new(config.observe.group_by.clone())));
+        let store = match (config.tasks.store, &client) {
+            (StoreKind::Sqlite, _) => {
                 let path = config.data_dir.join("tasks.db");
                 Store::Sqlite(Arc::new(crate::tasks::sqlite::SqliteStore::open(&path)?))
             }
-            (TaskStoreKind::Kubernetes, Some(client)) => Store::Kube(Box::new(
-                crate::tasks::kube::KubeStore::new(client.clone(), &config.tasks_namespace),
+            (StoreKind::Kubernetes, Some(client)) => Store::Kube(Box::new(
+                crate::tasks::kube::KubeStore::new(client.clone(), &config.tasks.namespace),
             )),
-            (TaskStoreKind::Kubernetes, None) => {
+            (StoreKind::Kubernetes, None) => {
                 return Err(Error::Config {
                     key: "task-store",
                     message: "the kubernetes task store needs a cluster".into(),
@@ -339,7 +343,7 @@ impl Host {
         let tasks = Arc::new(
             Tasks::open(
                 store.clone(),
-                config.task_history,
+                config.tasks.finished_kept,
                 observed.clone(),
                 Some(Arc::clone(&events)),
             )
@@ -352,7 +356,7 @@ impl Host {
         let executor_client = client.clone();
         let (live, following) = match (client, observed) {
             (Some(client), Some(observed)) => {
-                let verdicts = Arc::new(Verdicts::with_threads(config.derive_threads));
+                let verdicts = Arc::new(Verdicts::with_threads(config.verdicts.derive_threads));
                 let following = cluster::follow(client.clone(), &observed);
                 loops.push(tokio::spawn(live::derive_forever(
                     Arc::clone(&observed),
@@ -363,17 +367,17 @@ impl Host {
                 )));
                 loops.push(tokio::spawn(crate::observe::probe::probe_forever(
                     Arc::clone(&observed),
-                    config.probes,
+                    config.observe.probes,
                 )));
                 loops.push(tokio::spawn(crate::observe::metrics::poll_forever(
                     client.clone(),
                     Arc::clone(&observed),
-                    config.metrics_every,
+                    config.observe.metrics_every,
                 )));
                 let live = Live {
                     observed,
                     verdicts,
-                    stale_after: config.stale_after,
+                    stale_after: config.verdicts.stale_after,
                 };
                 (Some(live), Some(following))
             }
@@ -381,7 +385,7 @@ impl Host {
         };
         let admission = Admission {
             registry: Arc::clone(&registry),
-            failure: config.admission_failure,
+            failure: config.admission.failure,
             live: live.clone(),
         };
         let mut failover = None;
@@ -405,7 +409,7 @@ impl Host {
             failover = Some(opened);
             // Users' tasks are carried out with --execute-tasks (always on
             // the demo cluster); failover's own whenever it enforces.
-            let users = config.execute_tasks || demo_cluster.is_some();
+            let users = config.executor.execute_tasks || demo_cluster.is_some();
             if users || config.failover.enforce {
                 let executor = crate::executor::Executor::new(
                     client.clone(),
@@ -430,14 +434,14 @@ impl Host {
             tasks,
             events,
             failover,
-            heartbeat: config.heartbeat,
+            heartbeat: config.http.heartbeat,
             tokens: Arc::new(http::access::Tokens::new(
                 &config.read_tokens,
                 &config.write_tokens,
             )),
             metrics,
-            body_limit: config.body_limit,
-            request_timeout: config.request_timeout,
+            body_limit: config.http.body_limit,
+            request_timeout: config.http.request_timeout,
             admission,
             _watcher: watcher,
             _following: following,
@@ -477,15 +481,16 @@ impl Host {
 pub async fn serve(config: Config) -> Result<()> {
     let host = Host::start(&config).await?;
     let listen_error = |source| Error::Listen {
-        addr: config.listen,
+        addr: config.http.listen,
         source,
     };
-    let listener = std::net::TcpListener::bind(config.listen).map_err(listen_error)?;
+    let listener = std::net::TcpListener::bind(config.http.listen).map_err(listen_error)?;
     listener.set_nonblocking(true).map_err(listen_error)?;
     let addr = listener.local_addr().map_err(listen_error)?;
     let router = host.router();
     let handle = axum_server::Handle::new();
-    let bounded = connections::Bounded::new(config.max_connections, config.header_timeout);
+    let bounded =
+        connections::Bounded::new(config.http.max_connections, config.http.header_timeout);
     let serving = async {
         let mut reloading = None;
         // The first line on standard output says where to connect (port 0
@@ -512,7 +517,7 @@ pub async fn serve(config: Config) -> Result<()> {
             .http_builder()
             .http1()
             .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(config.header_timeout);
+            .header_read_timeout(config.http.header_timeout);
         let served = server
             .handle(handle.clone())
             .serve(router.into_make_service())

@@ -9,6 +9,7 @@
 //! Small helpers:
 //! - [`time`]: the present, and times as milliseconds and RFC 3339 text;
 //! - [`wit`]: the WIT contract's bindings, and its enumerations' names;
+//! - [`settings`]: how a module declares its settings, once;
 //!
 //! Storage, folders, events (each with its own error type):
 //! - [`storage`]: the host's SQLite databases, opened and migrated;
@@ -49,6 +50,7 @@ pub mod native;
 pub mod observe;
 pub mod offline;
 pub mod plugins;
+pub mod settings;
 pub mod storage;
 pub mod tasks;
 pub mod time;

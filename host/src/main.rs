@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 /// jemalloc returns freed memory to the system over time, where the system
@@ -13,7 +13,7 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(
     name = "verdict",
     version,
@@ -35,7 +35,31 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `serve` reads its configuration file first: the file's values are
+    // the defaults beneath the flags and the environment.
+    let serving = args.get(1).is_some_and(|a| a == "serve");
+    let file = match serving
+        .then(|| verdict::config::FileConfig::named_by(&args[2..]))
+        .transpose()
+    {
+        Ok(file) => file.flatten(),
+        Err(error) => return fail(error),
+    };
+    let serve = match verdict::config::serve_command(
+        Cli::command()
+            .find_subcommand("serve")
+            .cloned()
+            .expect("serve is a subcommand"),
+        file.as_ref(),
+    ) {
+        Ok(serve) => serve,
+        Err(error) => return fail(error),
+    };
+    let matches = Cli::command()
+        .mut_subcommand("serve", |_| serve.clone())
+        .get_matches_from(&args);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The offline tools print their results on standard output; only
     // warnings belong beside them.
     let default_level = match cli.command {
@@ -51,13 +75,22 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let outcome = match cli.command {
-        Command::Serve(args) if args.print_config => args.into_config().map(|config| {
-            print!("{}", config.effective());
-        }),
-        Command::Serve(args) => args.into_config().and_then(|config| {
-            let runtime = tokio::runtime::Runtime::new().map_err(verdict::Error::AsyncRuntime)?;
-            runtime.block_on(verdict::host::serve(config))
-        }),
+        Command::Serve(_) => {
+            let serve_matches = matches
+                .subcommand_matches("serve")
+                .expect("the serve subcommand matched");
+            verdict::config::Serve::from_matches(&serve, serve_matches, file.as_ref()).and_then(
+                |served| {
+                    if served.print_config {
+                        print!("{}", served.effective);
+                        return Ok(());
+                    }
+                    let runtime =
+                        tokio::runtime::Runtime::new().map_err(verdict::Error::AsyncRuntime)?;
+                    runtime.block_on(verdict::host::serve(served.config))
+                },
+            )
+        }
         Command::Eval(args) => verdict::offline::eval::run(&args).map(|out| print!("{out}")),
         Command::Test(args) => match verdict::offline::test::run(&args) {
             Ok(outcome) => {
@@ -72,13 +105,16 @@ fn main() -> ExitCode {
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("verdict: {error}");
-            if error.is_usage() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::FAILURE
-            }
-        }
+        Err(error) => fail(error),
+    }
+}
+
+/// Say what went wrong; a mistake of the user's exits with 2.
+fn fail(error: verdict::Error) -> ExitCode {
+    eprintln!("verdict: {error}");
+    if error.is_usage() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::FAILURE
     }
 }

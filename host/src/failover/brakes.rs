@@ -108,56 +108,82 @@ impl Maintenance {
     }
 }
 
-/// The `[failover]` settings: enforcement and the brakes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+/// The `[failover]` settings: enforcement and the brakes. Each is also a
+/// flag, `--failover-KEY`.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+#[group(skip)]
 pub struct FailoverConfig {
-    /// Carry approved actions out through the Kubernetes API; off, every
-    /// action is only shown as what would be done (dry run).
+    /// Carry out the failover actions that pass the brakes and approval
+    /// (cordon, evict, release, scale) instead of only showing them: off,
+    /// a dry run shows what failover would do and does nothing.
+    #[arg(long = "failover-enforce")]
     pub enforce: bool,
     /// How often nodes are judged, in milliseconds.
+    #[arg(long = "failover-every-ms", value_name = "MS", default_value = "1000")]
     pub every_ms: u64,
-    /// Above this many unhealthy nodes (or share of nodes) it is a storm:
-    /// only waiting and notifying.
+    /// Above this many unhealthy nodes, or share of nodes (`40%`), it is a
+    /// storm: failover only waits and notifies.
+    #[arg(
+        long = "failover-max-unhealthy",
+        value_name = "N|PERCENT",
+        default_value = "40%"
+    )]
     pub max_unhealthy: Cap,
     /// Actions whose task is under way at once.
+    #[arg(long = "failover-max-in-flight", value_name = "N", default_value = "3")]
     pub max_in_flight: usize,
     /// Actions started per window.
+    #[arg(long = "failover-max-actions", value_name = "N", default_value = "20")]
     pub max_actions: usize,
+    /// The window of `max-actions`, in milliseconds.
+    #[arg(
+        long = "failover-window-ms",
+        value_name = "MS",
+        default_value = "600000"
+    )]
     pub window_ms: u64,
     /// Attempts of one action on one node before it is given up on.
+    #[arg(long = "failover-max-retries", value_name = "N", default_value = "3")]
     pub max_retries: u32,
-    /// The wait after a failed attempt, doubled after each.
+    /// The wait after a failed attempt, doubled after each, in
+    /// milliseconds.
+    #[arg(
+        long = "failover-backoff-ms",
+        value_name = "MS",
+        default_value = "10000"
+    )]
     pub backoff_ms: u64,
     /// A node that turns unhealthy this many times within the flap window
     /// is flapping: nothing new is done about it.
+    #[arg(long = "failover-flap-count", value_name = "N", default_value = "2")]
     pub flap_count: usize,
+    /// The flap window, in milliseconds.
+    #[arg(
+        long = "failover-flap-window-ms",
+        value_name = "MS",
+        default_value = "1800000"
+    )]
     pub flap_window_ms: u64,
     /// How long a node must be healthy before what was done about it is
-    /// forgotten, so that a new outage is acted on afresh.
+    /// forgotten, so that a new outage is acted on afresh, in milliseconds.
+    #[arg(
+        long = "failover-trust-after-ms",
+        value_name = "MS",
+        default_value = "300000"
+    )]
     pub trust_after_ms: u64,
     /// Audit records kept.
+    #[arg(long = "failover-history", value_name = "N", default_value = "10000")]
     pub history: usize,
+    /// Times when sets of nodes are expected to go down (in the file only:
+    /// `[[failover.maintenance]]` with `nodes`, `from`, `until`, `reason`).
+    #[arg(skip)]
     pub maintenance: Vec<Maintenance>,
 }
 
 impl Default for FailoverConfig {
     fn default() -> Self {
-        Self {
-            enforce: false,
-            every_ms: 1000,
-            max_unhealthy: Cap::Percent(40),
-            max_in_flight: 3,
-            max_actions: 20,
-            window_ms: 10 * 60_000,
-            max_retries: 3,
-            backoff_ms: 10_000,
-            flap_count: 2,
-            flap_window_ms: 30 * 60_000,
-            trust_after_ms: 5 * 60_000,
-            history: 10_000,
-            maintenance: Vec::new(),
-        }
+        crate::settings::defaults()
     }
 }
 
@@ -357,9 +383,15 @@ mod tests {
             "one node of two is no storm"
         );
         assert_eq!(Cap::Nodes(0).allowed(2), 0);
-        let c: FailoverConfig = toml::from_str("max-unhealthy = 2").unwrap();
+        let c = FailoverConfig {
+            max_unhealthy: "2".parse().unwrap(),
+            ..FailoverConfig::default()
+        };
         assert_eq!(c.max_unhealthy, Cap::Nodes(2));
-        let c: FailoverConfig = toml::from_str("max-unhealthy = '25%'").unwrap();
+        let c = FailoverConfig {
+            max_unhealthy: "25%".parse().unwrap(),
+            ..FailoverConfig::default()
+        };
         assert_eq!(c.max_unhealthy, Cap::Percent(25));
     }
 

@@ -16,15 +16,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Connections served at once, by default.
-pub const MAX_CONNECTIONS: usize = 4096;
-/// How long a request head may take once the connection waits for one
-/// (the first request, or the next on a kept-alive connection), and how
-/// long a new connection may stay silent, by default.
-pub const HEADER_READ: Duration = Duration::from_secs(10);
-
 /// An acceptor (for axum-server) that holds each connection to the bounds
-/// above; TLS wraps it.
+/// of the HTTP settings (`--max-connections`, `--header-timeout-ms`); TLS
+/// wraps it.
 #[derive(Debug, Clone)]
 pub struct Bounded {
     slots: Arc<Semaphore>,

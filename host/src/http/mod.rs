@@ -48,6 +48,56 @@ use crate::plugins::Registry;
 use crate::tasks::Tasks;
 use crate::verdicts::live::Live;
 
+/// The HTTP server's settings.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[group(skip)]
+pub struct Settings {
+    /// The address to listen on.
+    #[arg(long = "listen", value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// The largest request body taken, in KiB (larger bodies get a `413`).
+    #[arg(long = "body-limit-kib", value_name = "KIB", default_value = "1024", value_parser = crate::settings::kib)]
+    pub body_limit: usize,
+    /// How long a request may take to be answered, in milliseconds (then a
+    /// `408`; event streams are not cut).
+    #[arg(long = "request-timeout-ms", value_name = "MS", default_value = "30000", value_parser = crate::settings::positive_millis)]
+    pub request_timeout: Duration,
+    /// How long a connection may take to send a request head, or stay
+    /// silent when new or idle between requests, in milliseconds; then it
+    /// is closed (event streams are answers, not idle).
+    #[arg(long = "header-timeout-ms", value_name = "MS", default_value = "10000", value_parser = crate::settings::positive_millis)]
+    pub header_timeout: Duration,
+    /// Connections served at once; one more is closed at once.
+    #[arg(long = "max-connections", value_name = "N", default_value = "4096", value_parser = crate::settings::positive)]
+    pub max_connections: usize,
+    /// How often an idle event stream gets a heartbeat comment, in
+    /// milliseconds.
+    #[arg(long = "heartbeat-ms", value_name = "MS", default_value = "15000", value_parser = crate::settings::positive_millis)]
+    pub heartbeat: Duration,
+    /// Serve HTTPS with this PEM certificate chain, reloaded when it
+    /// changes; needs --tls-key (without both: plain HTTP).
+    #[arg(long = "tls-cert", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long = "tls-key", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// A file of bearer tokens that may read, one a line (`#` comments);
+    /// with any, reads need a token (in the file also `read-tokens = [...]`).
+    #[arg(long = "read-tokens-file", value_name = "FILE")]
+    pub read_tokens_file: Option<std::path::PathBuf>,
+    /// A file of bearer tokens that may read and write, one a line; with
+    /// any token configured, changes need one of these (in the file also
+    /// `write-tokens = [...]`; with no token at all, everything is open).
+    #[arg(long = "write-tokens-file", value_name = "FILE")]
+    pub write_tokens_file: Option<std::path::PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        crate::settings::defaults()
+    }
+}
+
 /// What the handlers share.
 #[derive(Debug, Clone)]
 pub struct AppState {

@@ -14,6 +14,31 @@ use serde::{Deserialize, Serialize};
 
 use crate::wit::{status, types};
 
+/// What observation is told: how apps are grouped, and how often their
+/// health and usage are read.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[group(skip)]
+pub struct Settings {
+    /// Group pods into apps by `label=KEY` (objects without the label fall
+    /// back to their owning workload's name), `owner` (the owning
+    /// Deployment, StatefulSet or DaemonSet) or `namespace` (one app per
+    /// namespace).
+    #[arg(long = "group-by", value_name = "RULE", default_value_t)]
+    pub group_by: Grouping,
+    #[command(flatten)]
+    pub probes: probe::ProbeConfig,
+    /// How often pod usage is read from `metrics.k8s.io`, where the cluster
+    /// serves it, in milliseconds.
+    #[arg(long = "metrics-interval-ms", value_name = "MS", default_value = "15000", value_parser = crate::settings::positive_millis)]
+    pub metrics_every: std::time::Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        crate::settings::defaults()
+    }
+}
+
 /// How pods and workloads are grouped into applications.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -20,20 +20,24 @@ use crate::wit::types;
 pub const ANNOTATION: &str = "verdict.dev/health-url";
 
 /// How probing is paced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[group(skip)]
 pub struct ProbeConfig {
+    /// How often apps' health URLs (`verdict.dev/health-url`) are probed,
+    /// in milliseconds.
+    #[arg(long = "probe-interval-ms", value_name = "MS", default_value = "10000", value_parser = crate::settings::positive_millis)]
     pub every: Duration,
+    /// How long one health probe may take, in milliseconds.
+    #[arg(long = "probe-timeout-ms", value_name = "MS", default_value = "2000", value_parser = crate::settings::positive_millis)]
     pub timeout: Duration,
+    /// Probes under way at once.
+    #[arg(skip = 16_usize)]
     pub in_flight: usize,
 }
 
 impl Default for ProbeConfig {
     fn default() -> Self {
-        Self {
-            every: Duration::from_secs(10),
-            timeout: Duration::from_secs(2),
-            in_flight: 16,
-        }
+        crate::settings::defaults()
     }
 }
 

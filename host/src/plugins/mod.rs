@@ -14,6 +14,9 @@ mod validate;
 mod version;
 mod watch;
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use serde::Serialize;
 
 pub use error::{CallError, LoadError, PolicyError};
@@ -22,6 +25,29 @@ pub use registry::{Answer, ErrorRecord, PluginStatus, Registry, ReloadReport, Sl
 pub use runtime::{CodeSource, Limits, Runtime};
 pub use version::{Version, VersionInfo, checked_answers, decode_answers};
 pub use watch::watch;
+
+/// The plugin folder, how it is watched, and the limits of each call.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[group(skip)]
+pub struct Settings {
+    /// The folder of plugin components, watched for changes; without one
+    /// the host runs without policies [default: target/plugins when it
+    /// exists].
+    #[arg(long = "plugins", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// How long the plugin folder must be quiet before a change is loaded,
+    /// in milliseconds.
+    #[arg(long = "reload-debounce-ms", value_name = "MS", default_value = "150", value_parser = crate::settings::millis)]
+    pub reload_debounce: Duration,
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        crate::settings::defaults()
+    }
+}
 
 /// The three kinds of policy a plugin can implement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

@@ -12,26 +12,29 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, ResourceLimiter, Store};
 
 use super::error::LoadError;
+use crate::settings;
 use crate::wit::{host, types};
 
 /// Limits applied to every plugin call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[group(skip)]
 pub struct Limits {
-    /// Wall-clock time one call may take before it is interrupted.
+    /// Wall-clock time one plugin call may take before it is interrupted,
+    /// in milliseconds.
+    #[arg(long = "call-timeout-ms", value_name = "MS", default_value = "100", value_parser = settings::positive_millis)]
     pub call_timeout: Duration,
-    /// Linear memory one plugin instance may grow to, in bytes.
+    /// Linear memory one plugin instance may grow to, in MiB.
+    #[arg(long = "memory-limit-mib", value_name = "MIB", default_value = "64", value_parser = settings::mib)]
     pub memory_bytes: usize,
-    /// Size of what one call may return (strings and list items), in bytes.
+    /// Size of what one plugin call may return (strings and list items), in
+    /// KiB.
+    #[arg(long = "output-limit-kib", value_name = "KIB", default_value = "1024", value_parser = settings::kib)]
     pub output_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            call_timeout: Duration::from_millis(100),
-            memory_bytes: 64 << 20,
-            output_bytes: 1 << 20,
-        }
+        settings::defaults()
     }
 }
 

@@ -27,6 +27,42 @@ pub use model::{Refusal, Task};
 pub use record::{TaskRecord, parse_app};
 pub use store::{Store, StoreError};
 
+/// Where task records are kept, and how many.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[group(skip)]
+pub struct Settings {
+    /// Where task records are kept: `sqlite`, a file in the data folder
+    /// (`tasks.db`), or `kubernetes`, `Task` objects in the cluster, shared
+    /// by replicas.
+    #[arg(long = "task-store", value_name = "STORE", default_value = "sqlite")]
+    pub store: StoreKind,
+    /// The namespace of `Task` objects, with the kubernetes task store.
+    #[arg(
+        long = "tasks-namespace",
+        value_name = "NAMESPACE",
+        default_value = "verdict-system"
+    )]
+    pub namespace: String,
+    /// Finished tasks kept per app.
+    #[arg(long = "task-history", value_name = "N", default_value = "100")]
+    pub finished_kept: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        crate::settings::defaults()
+    }
+}
+
+/// Where task records are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// A SQLite file in the data folder.
+    Sqlite,
+    /// `Task` custom resources through the Kubernetes API.
+    Kubernetes,
+}
+
 /// What admission let through.
 #[derive(Debug, Clone)]
 pub struct Admitted {

@@ -7,6 +7,27 @@ pub mod view;
 use crate::plugins::{PolicyError, Slot};
 use crate::wit::{status, types};
 
+/// How verdicts are derived and when they are stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[group(skip)]
+pub struct Settings {
+    /// Verdicts are stale when the cluster could not be watched, or the
+    /// status policy could not derive them again, for this long, in
+    /// milliseconds.
+    #[arg(long = "stale-after-ms", value_name = "MS", default_value = "30000", value_parser = crate::settings::millis)]
+    pub stale_after: std::time::Duration,
+    /// Threads that evaluate verdicts when many apps are derived at once
+    /// (0: one per core; fewer leave cores to the rest).
+    #[arg(long = "derive-threads", value_name = "N", default_value = "0")]
+    pub derive_threads: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        crate::settings::defaults()
+    }
+}
+
 /// Applications per call of the status policy: large enough to amortise the
 /// call, small enough that one call's input and output stay far below the
 /// per-call memory and output limits.
