@@ -10,7 +10,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::{Map, Value};
 
-use crate::plugins::{PolicyError, Registry, World};
+use crate::plugins::{CallError, PolicyError, Registry, World};
 use crate::tasks::model::NewTask;
 use crate::tasks::{Admitted, Denial, Task, TaskError, Tasks};
 use crate::verdicts::live::Live;
@@ -56,15 +56,27 @@ pub struct Admission {
 
 /// A review the webhook cannot read.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadReview(pub String);
+pub enum BadReview {
+    #[error("the body is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("not an AdmissionReview: {path}: {source}")]
+    Shape {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("kind is `{0}`, not AdmissionReview")]
+    Kind(String),
+    #[error("apiVersion is `{0}`, not admission.k8s.io/v1")]
+    Version(String),
+    #[error("the AdmissionReview has no request")]
+    NoRequest,
+}
 
 /// Call the admission policy off the async threads.
 async fn call<R: Send + 'static>(
     registry: &Arc<Registry>,
-    f: impl Fn(&crate::plugins::Version, &types::Context) -> Result<R, crate::plugins::CallError>
-    + Send
-    + 'static,
+    f: impl Fn(&crate::plugins::Version, &types::Context) -> Result<R, CallError> + Send + 'static,
 ) -> Result<(R, String), PolicyError> {
     let registry = Arc::clone(registry);
     tokio::task::spawn_blocking(move || {
@@ -78,10 +90,9 @@ async fn call<R: Send + 'static>(
     })
     .await
     .unwrap_or_else(|e| {
-        Err(PolicyError::Failed {
+        Err(PolicyError::Panicked {
             plugin: "admission".into(),
-            kind: "panic",
-            message: e.to_string(),
+            source: Arc::new(e),
         })
     })
 }
@@ -154,8 +165,10 @@ impl Admission {
             _ => {
                 let error = PolicyError::Failed {
                     plugin: policy,
-                    kind: "malformed",
-                    message: format!("defaults `{}` are not a JSON object", answer.defaults),
+                    error: CallError::Malformed(format!(
+                        "defaults `{}` are not a JSON object",
+                        answer.defaults
+                    )),
                 };
                 return self.task_failure(&request.app, &error);
             }
@@ -186,8 +199,8 @@ impl Admission {
     }
 
     fn task_failure(&self, app: &str, error: &PolicyError) -> Result<Admitted, Denial> {
-        tracing::warn!(%app, %error, mode = ?self.failure, "the admission policy failed on a task");
-        let error = first_line(error);
+        tracing::warn!(%app, error = error.detail(), mode = ?self.failure, "the admission policy failed on a task");
+        let error = error.to_string();
         match self.failure {
             FailureMode::Closed => Err(Denial::Unavailable(format!(
                 "the admission policy could not decide ({error}); tasks are refused until it can"
@@ -233,11 +246,8 @@ impl Admission {
         {
             Ok(response) => response,
             Err(error) => {
-                tracing::warn!(object = %what, %error, mode = ?self.failure, "the admission policy failed on a review");
-                let message = format!(
-                    "the admission policy could not decide ({})",
-                    first_line(&error)
-                );
+                tracing::warn!(object = %what, error = error.detail(), mode = ?self.failure, "the admission policy failed on a review");
+                let message = format!("the admission policy could not decide ({error})");
                 match self.failure {
                     FailureMode::Open => {
                         let mut response = response;
@@ -261,35 +271,24 @@ impl Admission {
 /// an error that says what is wrong for anything else (not JSON, another
 /// kind or version, no request).
 pub fn read_review(body: &[u8]) -> Result<(Value, AdmissionRequest<DynamicObject>), BadReview> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| BadReview(format!("the body is not JSON: {e}")))?;
+    let value: Value = serde_json::from_slice(body).map_err(BadReview::NotJson)?;
     let review: AdmissionReview<DynamicObject> =
-        serde_path_to_error::deserialize(&value).map_err(|e| {
-            BadReview(format!(
-                "not an AdmissionReview: {}: {}",
-                e.path(),
-                e.inner()
-            ))
+        serde_path_to_error::deserialize(&value).map_err(|e| BadReview::Shape {
+            path: e.path().to_string(),
+            source: e.into_inner(),
         })?;
     if review.types.kind != "AdmissionReview" {
-        return Err(BadReview(format!(
-            "kind is `{}`, not AdmissionReview",
-            review.types.kind
-        )));
+        return Err(BadReview::Kind(review.types.kind));
     }
     // The versions an API server sends (the webhook configurations ask
     // for v1); the answer mirrors the request's.
     if !["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
         .contains(&review.types.api_version.as_str())
     {
-        return Err(BadReview(format!(
-            "apiVersion is `{}`, not admission.k8s.io/v1",
-            review.types.api_version
-        )));
+        return Err(BadReview::Version(review.types.api_version));
     }
-    let request: AdmissionRequest<DynamicObject> = review
-        .try_into()
-        .map_err(|_| BadReview("the AdmissionReview has no request".into()))?;
+    let request: AdmissionRequest<DynamicObject> =
+        review.try_into().map_err(|_| BadReview::NoRequest)?;
     Ok((value, request))
 }
 
@@ -304,23 +303,6 @@ fn wire_form(review: &AdmissionReview<DynamicObject>) -> Value {
             .into();
     }
     value
-}
-
-/// What users are told of a policy failure: its first line (a trap's
-/// backtrace stays in the log).
-fn first_line(error: &PolicyError) -> String {
-    let text = error.to_string();
-    let first = text.lines().next().unwrap_or_default();
-    // A trap's first line introduces its backtrace; the reason ends it.
-    match (
-        first.split_once(" error while executing"),
-        text.lines()
-            .last()
-            .and_then(|l| l.split_once("wasm trap: ")),
-    ) {
-        (Some((before, _)), Some((_, reason))) => format!("{before} {reason}"),
-        _ => first.trim_end_matches(':').to_string(),
-    }
 }
 
 /// The webhook's response from the policy's answer; a patch that is not a
@@ -342,16 +324,20 @@ fn respond(
         return Ok(response);
     }
     if let Some(patch) = answer.patch {
-        let malformed = |message: String| PolicyError::Failed {
+        let malformed = |error: CallError| PolicyError::Failed {
             plugin: policy.to_string(),
-            kind: "malformed",
-            message,
+            error,
         };
-        let patch: json_patch::Patch = serde_json::from_str(&patch)
-            .map_err(|e| malformed(format!("the patch is not a JSON Patch: {e}")))?;
-        response = response
-            .with_patch(patch)
-            .map_err(|e| malformed(e.to_string()))?;
+        let patch: json_patch::Patch = serde_json::from_str(&patch).map_err(|e| {
+            malformed(CallError::undecodable("the patch is not a JSON Patch")(
+                e.into(),
+            ))
+        })?;
+        response = response.with_patch(patch).map_err(|e| {
+            malformed(CallError::undecodable("the patch does not encode")(
+                e.into(),
+            ))
+        })?;
     }
     Ok(response)
 }

@@ -1,12 +1,15 @@
 //! The host assembled from a [`Config`]: the plugin runtime and registry,
 //! the folder watch, and the HTTP server.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::admission::Admission;
 use crate::config::{ClusterSource, Config};
+use crate::demo::Demo;
 use crate::error::{Error, Result};
-use crate::events::Kind;
+use crate::events::{Events, Kind};
+use crate::failover::Failover;
 use crate::http::connections;
 use crate::http::{self, AppState};
 use crate::observe::cluster::{self, Following, Observed};
@@ -16,18 +19,14 @@ use crate::verdicts::live::Live;
 use crate::verdicts::live::{self as live, Verdicts};
 use crate::watch::Watcher;
 
-/// The failover policy's settings on the demo cluster.
-const DEMO_FAILOVER: &str =
-    r#"{"grace-ms": 3000, "offline-after-ms": 30000, "stabilize-ms": 10000}"#;
-
 /// A running host's parts.
 #[derive(Debug)]
 pub struct Host {
     pub registry: Arc<Registry>,
     pub live: Option<Live>,
     pub tasks: Arc<Tasks>,
-    pub events: Arc<crate::events::Events>,
-    pub failover: Option<Arc<crate::failover::Failover>>,
+    pub events: Arc<Events>,
+    pub failover: Option<Arc<Failover>>,
     heartbeat: std::time::Duration,
     tokens: Arc<http::access::Tokens>,
     metrics: Arc<http::metrics::Metrics>,
@@ -53,64 +52,8 @@ impl Drop for Host {
     }
 }
 
-/// The demo cluster: the simulator in-process with its controller, playing
-/// a scenario.
-#[derive(Debug)]
-struct Demo {
-    simulator: verdict_sim::Simulator,
-    player: tokio::task::JoinHandle<()>,
-    /// The scenario's user actions, played by the host: each step's time and
-    /// tasks, and the loop.
-    tasks: Vec<(std::time::Duration, Vec<serde_json::Value>)>,
-    loop_every: Option<std::time::Duration>,
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        self.player.abort();
-    }
-}
-
-async fn demo(scenario: Option<&std::path::Path>) -> Result<Demo> {
-    let text = match scenario {
-        Some(path) => std::fs::read_to_string(path).map_err(Error::io(path))?,
-        None => verdict_sim::DEMO.to_string(),
-    };
-    let mut scenario = verdict_sim::Scenario::parse(&text).map_err(|message| Error::Config {
-        key: "scenario",
-        message,
-    })?;
-    // A thousand changes are some twelve minutes of the demo: enough for a
-    // watch to resume from, and a bound on what a host that runs for days
-    // keeps (the default ten thousand took hours to fill, ~80 MB).
-    let options = verdict_sim::Options {
-        controller: Some(verdict_sim::CONTROLLER_TICK),
-        log_capacity: 1_000,
-        ..verdict_sim::Options::default()
-    };
-    let simulator = verdict_sim::Simulator::start(options)
-        .await
-        .map_err(|e| Error::Demo(e.into()))?;
-    scenario.bind(&simulator.url());
-    let tasks = scenario
-        .steps
-        .iter()
-        .filter(|s| !s.tasks.is_empty())
-        .map(|s| (s.at, s.tasks.clone()))
-        .collect();
-    let loop_every = scenario.loop_every;
-    let player = tokio::spawn(scenario.run(Arc::clone(simulator.store())));
-    tracing::info!(url = %simulator.url(), "demo cluster serving");
-    Ok(Demo {
-        simulator,
-        player,
-        tasks,
-        loop_every,
-    })
-}
-
 /// One plugin event per plugin a reload loaded, rejected or unloaded.
-fn publish_reload(events: &crate::events::Events, report: &crate::plugins::ReloadReport) {
+fn publish_reload(events: &Events, report: &crate::plugins::ReloadReport) {
     for loaded in &report.loaded {
         events.publish(
             Kind::Plugin,
@@ -134,42 +77,6 @@ fn publish_reload(events: &crate::events::Events, report: &crate::plugins::Reloa
     }
 }
 
-/// Ask for the demo scenario's tasks at their times, as users would.
-async fn play_tasks(
-    timeline: Vec<(std::time::Duration, Vec<serde_json::Value>)>,
-    loop_every: Option<std::time::Duration>,
-    tasks: Arc<Tasks>,
-    admission: Admission,
-) {
-    loop {
-        let started = tokio::time::Instant::now();
-        for (at, requests) in &timeline {
-            tokio::time::sleep_until(started + *at).await;
-            for request in requests {
-                let request: crate::tasks::model::NewTask = match serde_json::from_value(
-                    request.clone(),
-                ) {
-                    Ok(request) => request,
-                    Err(error) => {
-                        tracing::warn!(%error, %request, "demo: a scenario task is not a task request");
-                        continue;
-                    }
-                };
-                match admission.ask(&tasks, request).await {
-                    Ok(task) => {
-                        tracing::info!(app = %task.app, action = task.action_name(), id = %task.id, "demo: task asked for")
-                    }
-                    Err(error) => tracing::info!(%error, "demo: a task was not admitted"),
-                }
-            }
-        }
-        match loop_every {
-            Some(every) => tokio::time::sleep_until(started + every).await,
-            None => return,
-        }
-    }
-}
-
 /// A `kube` client for the configured cluster, or `None` without one.
 /// Without any configuration and no cluster to be found, the demo cluster
 /// starts.
@@ -180,9 +87,8 @@ async fn client(
     let config = match source {
         ClusterSource::None => return Ok(None),
         ClusterSource::Demo { scenario } => {
-            let started = demo(scenario.as_deref()).await?;
+            let started = Demo::start(scenario.as_deref()).await?;
             let uri = started
-                .simulator
                 .url()
                 .parse::<axum::http::Uri>()
                 .map_err(|e| Error::Demo(e.into()))?;
@@ -270,116 +176,189 @@ fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File> {
     Ok(file)
 }
 
+/// The plugin runtime and registry, every plugin of the folder loaded, and
+/// the folder's watch. Each reload is counted and published.
+fn plugins(
+    config: &Config,
+    demo: bool,
+    events: &Arc<Events>,
+    metrics: &Arc<http::metrics::Metrics>,
+) -> Result<(Arc<Registry>, Option<Watcher>)> {
+    let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.plugins.limits)?;
+    let mut settings: BTreeMap<String, String> = config
+        .settings
+        .keys()
+        .map(|name| (name.clone(), config.settings_for(name)))
+        .collect();
+    if demo {
+        settings
+            .entry("failover".into())
+            .or_insert_with(|| crate::demo::FAILOVER_SETTINGS.into());
+    }
+    let registry = Arc::new(Registry::new(
+        Arc::new(runtime),
+        config.plugins.dir.clone(),
+        settings,
+    ));
+    let (published, counted) = (Arc::clone(events), Arc::clone(metrics));
+    registry.on_reload(move |report| {
+        counted.scans.inc();
+        counted.reloads.inc_by(report.loaded.len() as u64);
+        counted.rejections.inc_by(report.rejected.len() as u64);
+        publish_reload(&published, report);
+    });
+    let report = registry.reload();
+    tracing::info!(
+        loaded = report.loaded.len(),
+        rejected = report.rejected.len(),
+        "plugins loaded"
+    );
+    let watcher = match &config.plugins.dir {
+        Some(dir) => Some(watch(
+            Arc::clone(&registry),
+            dir,
+            config.plugins.reload_debounce,
+        )?),
+        None => {
+            tracing::warn!("no plugin folder: running without policies");
+            None
+        }
+    };
+    Ok((registry, watcher))
+}
+
+/// The task records, from their store; the Kubernetes store is followed
+/// for other replicas' changes.
+async fn tasks(
+    config: &Config,
+    client: Option<&kube::Client>,
+    observed: &Option<Arc<Observed>>,
+    events: &Arc<Events>,
+    loops: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Result<Arc<Tasks>> {
+    let store = match (config.tasks.store, client) {
+        (StoreKind::Sqlite, _) => Store::Sqlite(Arc::new(crate::tasks::sqlite::SqliteStore::open(
+            &config.data_dir.join("tasks.db"),
+        )?)),
+        (StoreKind::Kubernetes, Some(client)) => Store::Kube(Box::new(
+            crate::tasks::kube::KubeStore::new(client.clone(), &config.tasks.namespace),
+        )),
+        (StoreKind::Kubernetes, None) => {
+            return Err(Error::Config {
+                key: "task-store",
+                message: "the kubernetes task store needs a cluster".into(),
+            });
+        }
+    };
+    let tasks = Arc::new(
+        Tasks::open(
+            store.clone(),
+            config.tasks.finished_kept,
+            observed.clone(),
+            Some(Arc::clone(events)),
+        )
+        .await?,
+    );
+    if let Store::Kube(kube_store) = store {
+        loops.push(tokio::spawn(kube_store.follow(Arc::clone(&tasks))));
+    }
+    Ok(tasks)
+}
+
+/// The cluster watched, and what follows from it: the verdicts derived,
+/// apps' health probed, pod usage read.
+fn observe(
+    config: &Config,
+    client: &kube::Client,
+    observed: Arc<Observed>,
+    (registry, tasks, events): (&Arc<Registry>, &Arc<Tasks>, &Arc<Events>),
+    loops: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> (Live, Following) {
+    let verdicts = Arc::new(Verdicts::with_threads(config.verdicts.derive_threads));
+    let following = cluster::follow(client.clone(), &observed);
+    loops.push(tokio::spawn(live::derive_forever(
+        Arc::clone(&observed),
+        Arc::clone(registry),
+        Arc::clone(&verdicts),
+        Some(Arc::clone(tasks)),
+        Some(Arc::clone(events)),
+    )));
+    loops.push(tokio::spawn(crate::observe::probe::probe_forever(
+        Arc::clone(&observed),
+        config.observe.probes,
+    )));
+    loops.push(tokio::spawn(crate::observe::metrics::poll_forever(
+        client.clone(),
+        Arc::clone(&observed),
+        config.observe.metrics_every,
+    )));
+    let live = Live {
+        observed,
+        verdicts,
+        stale_after: config.verdicts.stale_after,
+    };
+    (live, following)
+}
+
+/// Failover, judging the nodes, and the executor that carries out tasks:
+/// users' with --execute-tasks (always on the demo cluster), failover's
+/// own whenever it enforces.
+fn failover(
+    config: &Config,
+    live: &Live,
+    client: &kube::Client,
+    (registry, tasks, admission, events): (&Arc<Registry>, &Arc<Tasks>, &Admission, &Arc<Events>),
+    demo: bool,
+    loops: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Result<Option<Arc<Failover>>> {
+    let failover = Arc::new(Failover::open(
+        config.failover.clone(),
+        &config.data_dir,
+        (
+            Arc::clone(registry),
+            Arc::clone(&live.observed),
+            Arc::clone(tasks),
+            admission.clone(),
+            Arc::clone(events),
+        ),
+        Arc::new(crate::executor::Nodes::new(client.clone())),
+    )?);
+    loops.push(tokio::spawn(Arc::clone(&failover).run()));
+    let users = config.executor.execute_tasks || demo;
+    if users || config.failover.enforce {
+        let executor = crate::executor::Executor::new(
+            client.clone(),
+            Arc::clone(tasks),
+            Arc::clone(&live.observed),
+        )
+        .failover_only(!users);
+        loops.push(tokio::spawn(executor.run()));
+    }
+    Ok(Some(failover))
+}
+
 impl Host {
-    /// Build the runtime, load every plugin of the folder, start watching
-    /// it, and follow the cluster when one is configured.
+    /// Start the host in flow order: the cluster's client, the events, the
+    /// plugins and their watch, the task store, the watches of the cluster
+    /// and the deriver of verdicts, admission, failover with the executor,
+    /// and the demo's tasks.
     pub async fn start(config: &Config) -> Result<Self> {
         let data_lock = lock_data_dir(&config.data_dir)?;
-        let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.plugins.limits)?;
-        let mut demo_cluster = None;
-        let client = client(&config.cluster, &mut demo_cluster).await?;
-        let mut settings: std::collections::BTreeMap<String, String> = config
-            .settings
-            .keys()
-            .map(|name| (name.clone(), config.settings_for(name)))
-            .collect();
-        // The demo's node is lost for 8 s of each minute: short failover
-        // clocks let a loop show the whole course (suspect, unknown with
-        // evictions, recovering, healthy), unless configured otherwise.
-        if demo_cluster.is_some() {
-            settings
-                .entry("failover".into())
-                .or_insert_with(|| DEMO_FAILOVER.into());
-        }
-        let registry = Arc::new(Registry::new(
-            Arc::new(runtime),
-            config.plugins.dir.clone(),
-            settings,
-        ));
-        let events = Arc::new(crate::events::Events::new(config.events.buffer));
+        let mut demo = None;
+        let client = client(&config.cluster, &mut demo).await?;
+        let events = Arc::new(Events::new(config.events.buffer));
         let metrics = Arc::new(http::metrics::Metrics::default());
-        let (published, counted) = (Arc::clone(&events), Arc::clone(&metrics));
-        registry.on_reload(move |report| {
-            counted.scans.inc();
-            counted.reloads.inc_by(report.loaded.len() as u64);
-            counted.rejections.inc_by(report.rejected.len() as u64);
-            publish_reload(&published, report);
-        });
-        let report = registry.reload();
-        tracing::info!(
-            loaded = report.loaded.len(),
-            rejected = report.rejected.len(),
-            "plugins loaded"
-        );
-        let watcher = match &config.plugins.dir {
-            Some(dir) => Some(watch(
-                Arc::clone(&registry),
-                dir,
-                config.plugins.reload_debounce,
-            )?),
-            None => {
-                tracing::warn!("no plugin folder: running without policies");
-                None
-            }
-        };
+        let (registry, watcher) = plugins(config, demo.is_some(), &events, &metrics)?;
         let observed = client
             .as_ref()
             .map(|_| Arc::new(Observed::new(config.observe.group_by.clone())));
-        let store = match (config.tasks.store, &client) {
-            (StoreKind::Sqlite, _) => {
-                let path = config.data_dir.join("tasks.db");
-                Store::Sqlite(Arc::new(crate::tasks::sqlite::SqliteStore::open(&path)?))
-            }
-            (StoreKind::Kubernetes, Some(client)) => Store::Kube(Box::new(
-                crate::tasks::kube::KubeStore::new(client.clone(), &config.tasks.namespace),
-            )),
-            (StoreKind::Kubernetes, None) => {
-                return Err(Error::Config {
-                    key: "task-store",
-                    message: "the kubernetes task store needs a cluster".into(),
-                });
-            }
-        };
-        let tasks = Arc::new(
-            Tasks::open(
-                store.clone(),
-                config.tasks.finished_kept,
-                observed.clone(),
-                Some(Arc::clone(&events)),
-            )
-            .await?,
-        );
         let mut loops = Vec::new();
-        if let Store::Kube(kube_store) = store {
-            loops.push(tokio::spawn(kube_store.follow(Arc::clone(&tasks))));
-        }
-        let executor_client = client.clone();
-        let (live, following) = match (client, observed) {
+        let tasks = tasks(config, client.as_ref(), &observed, &events, &mut loops).await?;
+        let (live, following) = match (&client, observed) {
             (Some(client), Some(observed)) => {
-                let verdicts = Arc::new(Verdicts::with_threads(config.verdicts.derive_threads));
-                let following = cluster::follow(client.clone(), &observed);
-                loops.push(tokio::spawn(live::derive_forever(
-                    Arc::clone(&observed),
-                    Arc::clone(&registry),
-                    Arc::clone(&verdicts),
-                    Some(Arc::clone(&tasks)),
-                    Some(Arc::clone(&events)),
-                )));
-                loops.push(tokio::spawn(crate::observe::probe::probe_forever(
-                    Arc::clone(&observed),
-                    config.observe.probes,
-                )));
-                loops.push(tokio::spawn(crate::observe::metrics::poll_forever(
-                    client.clone(),
-                    Arc::clone(&observed),
-                    config.observe.metrics_every,
-                )));
-                let live = Live {
-                    observed,
-                    verdicts,
-                    stale_after: config.verdicts.stale_after,
-                };
-                (Some(live), Some(following))
+                let parts = (&registry, &tasks, &events);
+                let live = observe(config, client, observed, parts, &mut loops);
+                (Some(live.0), Some(live.1))
             }
             _ => (None, None),
         };
@@ -388,45 +367,15 @@ impl Host {
             failure: config.admission.failure,
             live: live.clone(),
         };
-        let mut failover = None;
-        if let Some(live) = &live
-            && let Some(client) = &executor_client
-        {
-            let opened = crate::failover::Failover::open(
-                config.failover.clone(),
-                &config.data_dir,
-                (
-                    Arc::clone(&registry),
-                    Arc::clone(&live.observed),
-                    Arc::clone(&tasks),
-                    admission.clone(),
-                    Arc::clone(&events),
-                ),
-                Arc::new(crate::executor::Nodes::new(client.clone())),
-            )?;
-            let opened = Arc::new(opened);
-            loops.push(tokio::spawn(Arc::clone(&opened).run()));
-            failover = Some(opened);
-            // Users' tasks are carried out with --execute-tasks (always on
-            // the demo cluster); failover's own whenever it enforces.
-            let users = config.executor.execute_tasks || demo_cluster.is_some();
-            if users || config.failover.enforce {
-                let executor = crate::executor::Executor::new(
-                    client.clone(),
-                    Arc::clone(&tasks),
-                    Arc::clone(&live.observed),
-                )
-                .failover_only(!users);
-                loops.push(tokio::spawn(executor.run()));
+        let failover = match (&live, &client) {
+            (Some(live), Some(client)) => {
+                let parts = (&registry, &tasks, &admission, &events);
+                failover(config, live, client, parts, demo.is_some(), &mut loops)?
             }
-        }
-        if let Some(demo) = &demo_cluster {
-            loops.push(tokio::spawn(play_tasks(
-                demo.tasks.clone(),
-                demo.loop_every,
-                Arc::clone(&tasks),
-                admission.clone(),
-            )));
+            _ => None,
+        };
+        if let Some(demo) = &demo {
+            loops.push(demo.play_tasks(Arc::clone(&tasks), admission.clone()));
         }
         Ok(Self {
             registry,
@@ -448,7 +397,7 @@ impl Host {
             _data_lock: data_lock,
             stopping: tokio::sync::watch::Sender::new(false),
             loops,
-            _demo: demo_cluster,
+            _demo: demo,
         })
     }
 

@@ -36,10 +36,12 @@
 //!   per resource;
 //! - [`config`]: flags, environment and file into one [`config::Config`];
 //! - [`offline`]: `verdict eval` and `verdict test` for policy authors;
+//! - [`demo`]: the built-in demo cluster (the cargo feature `demo`);
 //! - [`host`]: the parts assembled, in flow order, and served.
 
 pub mod admission;
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod events;
 pub mod executor;

@@ -198,7 +198,7 @@ fn without_a_good_version_a_failing_call_is_an_error_value() {
     let slot = fixture.registry.policy(World::Status).unwrap();
     for (way, kind) in [("trap", "trap"), ("spin", "timeout"), ("hog", "memory")] {
         match slot.call(|v| v.evaluate(&v.context(NOW), &app_input(way))) {
-            Err(PolicyError::Failed { kind: got, .. }) => assert_eq!(got, kind, "{way}"),
+            Err(error @ PolicyError::Failed { .. }) => assert_eq!(error.kind(), kind, "{way}"),
             other => panic!("{way}: expected a failure, got {other:?}"),
         }
         assert_eq!(stamp_of(&fixture, "web"), "a", "after {way}");

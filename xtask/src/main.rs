@@ -39,8 +39,8 @@ verbs:
             host on the built-in demo cluster; `demo --real` plays the demo
             on the real control plane (`cluster up`), KWOK running the pods
   lint      cargo fmt --check, the host's layer order (a module uses only
-            those above it in host/src/lib.rs's list) and clippy with
-            warnings denied
+            those above it in host/src/lib.rs's list), the build without
+            the demo cluster, and clippy with warnings denied
   test      plugins, lint, then every test of the workspace and a short
             run of each fuzzer (what CI runs;
             installs Debian's chromium and chromium-driver for the
@@ -539,6 +539,23 @@ fn lint() -> Result<()> {
             violations.len()
         );
     }
+    // The production build without the demo cluster must keep compiling.
+    run(
+        cargo()
+            .args([
+                "check",
+                "-p",
+                "verdict",
+                "--no-default-features",
+                "--features",
+                "jemalloc",
+            ])
+            .current_dir(&root),
+        BUILD,
+    )
+    .context(
+        "the build without the demo cluster (`--no-default-features --features jemalloc`) fails",
+    )?;
     run(
         cargo()
             .args([

@@ -284,53 +284,28 @@ impl Failover {
         gauges: &mut Gauges,
     ) -> Option<Attempt> {
         let node = facts.node;
-        if let Action::Wait { until } = action.action {
-            action.state = State::Waiting;
-            action.detail = Some(format!("until {}", rfc3339(until)));
-            return None;
-        }
         if let Some(a) = &attempt {
             action.attempts = a.attempts;
             action.task.clone_from(&a.task);
-            let done = match a.outcome {
-                Outcome::Done => Some((State::Done, format!("done at {}", rfc3339(a.at)))),
-                Outcome::DryRun => Some((
-                    State::DryRun,
-                    format!("would have been done at {} (dry run)", rfc3339(a.at)),
-                )),
-                Outcome::InFlight => Some((
-                    State::InFlight,
-                    format!("under way since {}", rfc3339(a.at)),
-                )),
-                Outcome::Failed => None,
-            };
-            if let Some((state, detail)) = done {
+        }
+        match gate(&self.config, gauges, facts, action, attempt.as_ref()) {
+            Gate::Go => {}
+            Gate::Stays { state, detail } => {
                 action.state = state;
                 action.detail = Some(detail);
                 return None;
             }
-        }
-        let candidate = Candidate {
-            node,
-            labels: facts.labels,
-            disruptive: action.action.disruptive(),
-            paused: facts.paused,
-            flaps: facts.flaps,
-            attempt: attempt.as_ref(),
-        };
-        if let Some(held) = brakes::check(&self.config, gauges, &candidate) {
-            action.state = State::Held;
-            action.brake = Some(held.brake.into());
-            action.detail = Some(held.why);
-            return None;
-        }
-        if action.needs_approval && action.approval.is_none() {
-            action.state = State::AwaitingApproval;
-            action.detail = Some(format!(
-                "approve with POST /v1/failover/nodes/{node}/approve {{\"action\": \"{}\", \"by\": …}}",
-                action.key
-            ));
-            return None;
+            Gate::Held { brake, why } => {
+                action.state = State::Held;
+                action.brake = Some(brake);
+                action.detail = Some(why);
+                return None;
+            }
+            Gate::AwaitingApproval { how } => {
+                action.state = State::AwaitingApproval;
+                action.detail = Some(how);
+                return None;
+            }
         }
         let attempts = attempt.as_ref().map_or(0, |a| a.attempts) + 1;
         let mut next = Attempt {
@@ -390,6 +365,78 @@ impl Failover {
         action.attempts = attempts;
         Some(next)
     }
+}
+
+/// What becomes of an action this evaluation, before anything is done
+/// about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Gate {
+    /// It stays as it is: waiting, or done, dry-run done or under way.
+    Stays { state: State, detail: String },
+    /// A brake holds it back.
+    Held { brake: String, why: String },
+    /// A person must approve it first; `how` says how.
+    AwaitingApproval { how: String },
+    /// It may be carried out now: a new attempt.
+    Go,
+}
+
+/// The state machine's guard: an action waits for its time, keeps the
+/// outcome of its last attempt unless that failed, passes the brakes, and
+/// has a person's approval where it needs one — in that order.
+pub(super) fn gate(
+    config: &FailoverConfig,
+    gauges: &Gauges,
+    facts: &Facts<'_>,
+    action: &ActionReport,
+    attempt: Option<&Attempt>,
+) -> Gate {
+    if let Action::Wait { until } = action.action {
+        return Gate::Stays {
+            state: State::Waiting,
+            detail: format!("until {}", rfc3339(until)),
+        };
+    }
+    if let Some(a) = attempt {
+        let (state, detail) = match a.outcome {
+            Outcome::Done => (State::Done, format!("done at {}", rfc3339(a.at))),
+            Outcome::DryRun => (
+                State::DryRun,
+                format!("would have been done at {} (dry run)", rfc3339(a.at)),
+            ),
+            Outcome::InFlight => (
+                State::InFlight,
+                format!("under way since {}", rfc3339(a.at)),
+            ),
+            Outcome::Failed => (State::Failed, String::new()),
+        };
+        if state != State::Failed {
+            return Gate::Stays { state, detail };
+        }
+    }
+    let candidate = Candidate {
+        node: facts.node,
+        labels: facts.labels,
+        disruptive: action.action.disruptive(),
+        paused: facts.paused,
+        flaps: facts.flaps,
+        attempt,
+    };
+    if let Some(held) = brakes::check(config, gauges, &candidate) {
+        return Gate::Held {
+            brake: held.brake.into(),
+            why: held.why,
+        };
+    }
+    if action.needs_approval && action.approval.is_none() {
+        return Gate::AwaitingApproval {
+            how: format!(
+                "approve with POST /v1/failover/nodes/{}/approve {{\"action\": \"{}\", \"by\": …}}",
+                facts.node, action.key
+            ),
+        };
+    }
+    Gate::Go
 }
 
 /// What the brakes need to know of a node.
@@ -510,4 +557,194 @@ pub(super) fn inputs(
         "override": overridden,
         "unhealthy-nodes": format!("{} of {} (cap {})", gauges.unhealthy, gauges.nodes, config.max_unhealthy),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: types::Timestamp = 1_780_000_000_000;
+
+    impl ActionReport {
+        /// An action as the policy proposes it, with no state yet.
+        fn fixture(action: Action) -> Self {
+            Self {
+                key: "cordon".into(),
+                action,
+                reason: "the node is gone".into(),
+                needs_approval: false,
+                state: State::Waiting,
+                brake: None,
+                detail: None,
+                approval: None,
+                task: None,
+                attempts: 0,
+            }
+        }
+
+        fn needing_approval(mut self) -> Self {
+            self.needs_approval = true;
+            self
+        }
+
+        fn approved(mut self) -> Self {
+            self.approval = Some(Approval {
+                by: "dana".into(),
+                reason: None,
+                at: NOW,
+            });
+            self
+        }
+    }
+
+    impl Attempt {
+        /// The last attempt at an action, ended as `outcome`.
+        fn fixture(outcome: Outcome) -> Self {
+            Self {
+                outcome,
+                attempts: 1,
+                at: NOW - 60_000,
+                retry_at: None,
+                task: None,
+                error: None,
+            }
+        }
+
+        fn failed(mut self, attempts: u32, retry_at: types::Timestamp) -> Self {
+            self.outcome = Outcome::Failed;
+            self.attempts = attempts;
+            self.retry_at = Some(retry_at);
+            self.error = Some("the API server said no".into());
+            self
+        }
+    }
+
+    /// Three nodes, one unhealthy, the watch working.
+    fn calm() -> Gauges {
+        Gauges {
+            now: NOW,
+            nodes: 3,
+            unhealthy: 1,
+            in_flight: 0,
+            started: 0,
+            observing: true,
+        }
+    }
+
+    fn facts() -> Facts<'static> {
+        Facts {
+            node: "n1",
+            labels: &[],
+            paused: false,
+            flaps: 0,
+        }
+    }
+
+    fn gate_of(action: &ActionReport, attempt: Option<&Attempt>, gauges: &Gauges) -> Gate {
+        gate(
+            &FailoverConfig::default(),
+            gauges,
+            &facts(),
+            action,
+            attempt,
+        )
+    }
+
+    #[test]
+    fn a_wait_waits_for_its_time() {
+        let wait = ActionReport::fixture(Action::Wait { until: NOW + 5_000 });
+        assert_eq!(
+            gate_of(&wait, None, &calm()),
+            Gate::Stays {
+                state: State::Waiting,
+                detail: format!("until {}", rfc3339(NOW + 5_000)),
+            }
+        );
+    }
+
+    #[test]
+    fn an_attempt_that_did_not_fail_keeps_its_outcome_and_a_failed_one_goes_on() {
+        let cordon = ActionReport::fixture(Action::Cordon);
+        for (outcome, state) in [
+            (Outcome::Done, State::Done),
+            (Outcome::DryRun, State::DryRun),
+            (Outcome::InFlight, State::InFlight),
+        ] {
+            let attempt = Attempt::fixture(outcome);
+            match gate_of(&cordon, Some(&attempt), &calm()) {
+                Gate::Stays { state: got, .. } => assert_eq!(got, state, "{outcome:?}"),
+                other => panic!("{outcome:?}: {other:?}"),
+            }
+        }
+        // Failed, its backoff over: tried again.
+        let failed = Attempt::fixture(Outcome::Failed).failed(1, NOW - 1);
+        assert_eq!(gate_of(&cordon, Some(&failed), &calm()), Gate::Go);
+        // Failed, within its backoff: held by it.
+        let backing_off = Attempt::fixture(Outcome::Failed).failed(1, NOW + 10_000);
+        match gate_of(&cordon, Some(&backing_off), &calm()) {
+            Gate::Held { brake, why } => {
+                assert_eq!(brake, "backoff");
+                assert!(why.contains("the API server said no"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Failed as often as allowed: given up on.
+        let spent = Attempt::fixture(Outcome::Failed).failed(3, NOW - 1);
+        assert!(matches!(
+            gate_of(&cordon, Some(&spent), &calm()),
+            Gate::Held { brake, .. } if brake == "retry-limit"
+        ));
+    }
+
+    #[test]
+    fn the_brakes_hold_before_a_person_is_asked() {
+        let cordon = ActionReport::fixture(Action::Cordon).needing_approval();
+        let storm = Gauges {
+            unhealthy: 2,
+            ..calm()
+        };
+        assert!(matches!(
+            gate_of(&cordon, None, &storm),
+            Gate::Held { brake, .. } if brake == "storm"
+        ));
+        let blind = Gauges {
+            observing: false,
+            ..calm()
+        };
+        assert!(matches!(
+            gate_of(&cordon, None, &blind),
+            Gate::Held { brake, .. } if brake == "stale-observations"
+        ));
+        // What does not disrupt passes a storm.
+        let notify = ActionReport::fixture(Action::Notify {
+            text: "n1 is gone".into(),
+        });
+        assert_eq!(gate_of(&notify, None, &storm), Gate::Go);
+    }
+
+    #[test]
+    fn approval_is_asked_for_then_taken() {
+        let cordon = ActionReport::fixture(Action::Cordon).needing_approval();
+        match gate_of(&cordon, None, &calm()) {
+            Gate::AwaitingApproval { how } => {
+                assert!(
+                    how.contains("/v1/failover/nodes/n1/approve") && how.contains("cordon"),
+                    "{how}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(gate_of(&cordon.approved(), None, &calm()), Gate::Go);
+    }
+
+    #[test]
+    fn a_paused_node_holds_everything() {
+        let notify = ActionReport::fixture(Action::Notify { text: "x".into() });
+        let paused = Facts {
+            paused: true,
+            ..facts()
+        };
+        let held = gate(&FailoverConfig::default(), &calm(), &paused, &notify, None);
+        assert!(matches!(held, Gate::Held { brake, .. } if brake == "paused"));
+    }
 }

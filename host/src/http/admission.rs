@@ -25,6 +25,6 @@ async fn admission_review(
         .admission
         .review(&bytes)
         .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid-review", e.0))?;
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid-review", e.to_string()))?;
     Ok(Json(review).into_response())
 }

@@ -420,7 +420,7 @@ impl Snapshot {
         keys: &[AppKey],
         observed_at: types::Timestamp,
         tasks: impl Fn(&AppKey) -> Vec<types::Task>,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, postcard::Error> {
         use std::borrow::Cow;
         // `status::AppInput` and `types::App`, field for field, borrowing.
         #[derive(Serialize)]
@@ -466,7 +466,7 @@ impl Snapshot {
                 }
             })
             .collect();
-        postcard::to_allocvec(&inputs).map_err(|e| format!("encoding the inputs: {e}"))
+        postcard::to_allocvec(&inputs)
     }
 
     fn input(

@@ -17,13 +17,36 @@ use crate::time::rfc3339;
 use crate::wit::types;
 
 /// A file that could not be read or understood.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}: {place}{message}")]
+#[derive(Debug)]
 pub struct ObjectError {
     pub file: PathBuf,
     /// Where in the file, ending in `: ` (empty for the whole file).
     pub place: String,
+    /// What is wrong, in the host's words (empty when the source says it).
     pub message: String,
+    /// The reader's or parser's error.
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl std::fmt::Display for ObjectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}{}", self.file.display(), self.place, self.message)?;
+        if let Some(source) = &self.source {
+            if !self.message.is_empty() {
+                f.write_str(": ")?;
+            }
+            write!(f, "{source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ObjectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
+    }
 }
 
 /// Objects read so far, and the kinds that were passed over.
@@ -76,24 +99,23 @@ pub fn substitute_now(value: &mut Value, now: types::Timestamp) {
 
 /// The documents of a file: JSON (one value) or YAML (one or more).
 pub fn documents(file: &Path, text: &str) -> Result<Vec<Value>, ObjectError> {
-    let error = |place: String, message: String| ObjectError {
-        file: file.to_path_buf(),
-        place,
-        message,
+    let error = |place: String, message: &str, source: Box<dyn std::error::Error + Send + Sync>| {
+        ObjectError {
+            file: file.to_path_buf(),
+            place,
+            message: message.into(),
+            source: Some(source),
+        }
     };
     if text.trim_start().starts_with(['{', '[']) {
         return serde_json::from_str(text)
             .map(|v| vec![v])
-            .map_err(|e| error(String::new(), format!("not valid JSON: {e}")));
+            .map_err(|e| error(String::new(), "not valid JSON", e.into()));
     }
     let mut values = Vec::new();
     for (i, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(document).map_err(|e| {
-            error(
-                format!("document {}: ", i + 1),
-                format!("not valid YAML: {e}"),
-            )
-        })?;
+        let value = Value::deserialize(document)
+            .map_err(|e| error(format!("document {}: ", i + 1), "not valid YAML", e.into()))?;
         if !value.is_null() {
             values.push(value);
         }
@@ -109,7 +131,8 @@ impl Objects {
             let text = std::fs::read_to_string(path).map_err(|e| ObjectError {
                 file: path.clone(),
                 place: String::new(),
-                message: e.to_string(),
+                message: String::new(),
+                source: Some(e.into()),
             })?;
             objects.add_text(path, &text, now)?;
         }
@@ -160,6 +183,7 @@ impl Objects {
             file: file.to_path_buf(),
             place: format!("{place}: "),
             message,
+            source: None,
         };
         if !object.is_object() {
             return Err(not_an_object(format!(
@@ -252,6 +276,7 @@ impl Objects {
                                 key_name(&key)
                             ),
                             message: format!("`{q}` is not a quantity"),
+                            source: None,
                         }),
                 }
             };
@@ -282,7 +307,8 @@ fn parse<T: DeserializeOwned>(file: &Path, place: &str, object: Value) -> Result
     serde_path_to_error::deserialize(object).map_err(|e| ObjectError {
         file: file.to_path_buf(),
         place: format!("{place}: {}: ", e.path()),
-        message: e.inner().to_string(),
+        message: String::new(),
+        source: Some(e.into_inner().into()),
     })
 }
 

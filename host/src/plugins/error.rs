@@ -1,27 +1,65 @@
 //! What can go wrong with a plugin: loading a file ([`LoadError`]), one call
 //! ([`CallError`]), and what a caller of a policy sees ([`PolicyError`]).
-//! All are values: a plugin never takes the host down.
+//! All are values: a plugin never takes the host down. Each keeps the error
+//! it comes from as its source (the runtime's whole chain, a trap's
+//! backtrace), shared, so that records and logs hold all of it while
+//! callers match on the kind.
 
-use serde::Serialize;
+use std::sync::Arc;
 
 use super::World;
+
+/// An error of the WebAssembly runtime, whole: printed with its chain of
+/// causes (a trap's backtrace among them).
+#[derive(Debug, Clone)]
+pub struct RuntimeError(Arc<wasmtime::Error>);
+
+impl From<wasmtime::Error> for RuntimeError {
+    fn from(error: wasmtime::Error) -> Self {
+        Self(Arc::new(error))
+    }
+}
+
+impl std::fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+/// Any other error, shared.
+pub type Shared = Arc<dyn std::error::Error + Send + Sync>;
 
 /// Why a plugin file was not swapped in. The old version keeps serving.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
     #[error("setting up the engine: {0}")]
-    Engine(String),
+    Engine(#[source] RuntimeError),
+
+    #[error("creating the code cache {}: {source}", path.display())]
+    CacheFolder {
+        path: std::path::PathBuf,
+        #[source]
+        source: Shared,
+    },
+
+    #[error("starting the epoch ticker: {0}")]
+    Ticker(#[source] Shared),
 
     #[error("reading the file: {0}")]
-    Read(String),
+    Read(#[source] Shared),
 
     #[error(
         "a core WebAssembly module, not a component: encode it with `wasm-tools component new` or `cargo xtask plugins`"
     )]
     NotAComponent,
 
+    #[error("does not compile: not a WebAssembly file (no `\\0asm` header)")]
+    NotWasm,
+
     #[error("does not compile: {0}")]
-    Compile(String),
+    Compile(#[source] RuntimeError),
 
     #[error(
         "implements no world of verdict:policy@0.1.0 (it exports {exports}); a plugin must export \
@@ -36,7 +74,7 @@ pub enum LoadError {
     WrongWorld { expected: World, found: World },
 
     #[error("cannot be instantiated: {0}")]
-    Link(String),
+    Link(#[source] RuntimeError),
 
     #[error("validation failed: {0}")]
     Validation(#[source] CallError),
@@ -46,10 +84,10 @@ impl LoadError {
     /// A short machine-readable kind, for the registry and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Engine(_) => "engine",
+            Self::Engine(_) | Self::CacheFolder { .. } | Self::Ticker(_) => "engine",
             Self::Read(_) => "read",
             Self::NotAComponent => "not-a-component",
-            Self::Compile(_) => "compile",
+            Self::NotWasm | Self::Compile(_) => "compile",
             Self::NoWorld { .. } => "no-world",
             Self::WrongWorld { .. } => "wrong-world",
             Self::Link(_) => "link",
@@ -61,8 +99,14 @@ impl LoadError {
 /// Why one call of a plugin failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
-    #[error("trapped: {0}")]
-    Trap(String),
+    /// The guest trapped: `reason` says how (the trap's code, or the
+    /// runtime's message), the source has the whole chain and backtrace.
+    #[error("trapped: {reason}")]
+    Trap {
+        reason: String,
+        #[source]
+        cause: RuntimeError,
+    },
 
     #[error("timed out after {0} ms")]
     Timeout(u128),
@@ -73,41 +117,115 @@ pub enum CallError {
     #[error("returned {size} bytes, over the output limit of {limit} bytes")]
     OutputTooLarge { size: usize, limit: usize },
 
+    /// An answer that breaks the contract, in the host's words.
     #[error("returned a malformed answer: {0}")]
     Malformed(String),
 
+    /// Bytes that do not decode (or inputs that do not encode).
+    #[error("returned a malformed answer: {what}: {source}")]
+    Undecodable {
+        what: &'static str,
+        #[source]
+        source: Shared,
+    },
+
+    /// The plugin's own error, in its words.
     #[error("answered with an error: {0}")]
     Refused(String),
 
     #[error("could not be instantiated: {0}")]
-    Instantiate(String),
+    Instantiate(#[source] RuntimeError),
 }
 
 impl CallError {
     /// A short machine-readable kind, for the registry and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Trap(_) => "trap",
+            Self::Trap { .. } => "trap",
             Self::Timeout(_) => "timeout",
             Self::Memory(_) => "memory",
             Self::OutputTooLarge { .. } => "output-too-large",
-            Self::Malformed(_) => "malformed",
+            Self::Malformed(_) | Self::Undecodable { .. } => "malformed",
             Self::Refused(_) => "refused",
             Self::Instantiate(_) => "instantiate",
+        }
+    }
+
+    /// A trap, from the runtime's error: its code when it is one, else the
+    /// runtime's message (without the backtrace).
+    pub(crate) fn trap(error: wasmtime::Error) -> Self {
+        let reason = match error.downcast_ref::<wasmtime::Trap>() {
+            // Its code's words, without the runtime's `wasm trap: `.
+            Some(trap) => {
+                let text = trap.to_string();
+                text.strip_prefix("wasm trap: ")
+                    .unwrap_or(&text)
+                    .to_string()
+            }
+            None => error.to_string(),
+        };
+        Self::Trap {
+            reason,
+            cause: error.into(),
+        }
+    }
+
+    /// Bytes or values that do not decode or encode.
+    pub(crate) fn undecodable(
+        what: &'static str,
+    ) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> Self {
+        move |source| Self::Undecodable {
+            what,
+            source: Arc::from(source),
         }
     }
 }
 
 /// What a caller of a policy gets when no version could answer.
-#[derive(Debug, Clone, thiserror::Error, Serialize)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PolicyError {
     #[error("no {world} plugin is loaded")]
     NotLoaded { world: World },
 
-    #[error("plugin {plugin} failed: {message}")]
+    #[error("plugin {plugin} failed: {error}")]
     Failed {
         plugin: String,
-        kind: &'static str,
-        message: String,
+        #[source]
+        error: CallError,
     },
+
+    #[error("plugin {0} was unloaded")]
+    Unloaded(String),
+
+    #[error("the call of plugin {plugin} did not finish: {source}")]
+    Panicked {
+        plugin: String,
+        #[source]
+        source: Shared,
+    },
+}
+
+impl PolicyError {
+    /// The error with every source after it, for the log (a trap's
+    /// backtrace among them).
+    pub fn detail(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(error) = source {
+            text.push_str(": ");
+            text.push_str(&error.to_string());
+            source = error.source();
+        }
+        text
+    }
+
+    /// A short machine-readable kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotLoaded { .. } => "not-loaded",
+            Self::Failed { error, .. } => error.kind(),
+            Self::Unloaded(_) => "unloaded",
+            Self::Panicked { .. } => "panic",
+        }
+    }
 }

@@ -132,11 +132,7 @@ impl Slot {
         f: impl Fn(&Version) -> Result<R, CallError>,
     ) -> Result<Answer<R>, PolicyError> {
         let Some(current) = self.current.load_full() else {
-            return Err(PolicyError::Failed {
-                plugin: self.name.clone(),
-                kind: "unloaded",
-                message: "the plugin was unloaded".into(),
-            });
+            return Err(PolicyError::Unloaded(self.name.clone()));
         };
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let error = match f(&current) {
@@ -150,16 +146,15 @@ impl Slot {
             Err(error) => error,
         };
         self.count_failure(&current, &error);
-        let failed = |error: &CallError| PolicyError::Failed {
+        let failed = |error: CallError| PolicyError::Failed {
             plugin: self.name.clone(),
-            kind: error.kind(),
-            message: error.to_string(),
+            error,
         };
         if matches!(error, CallError::Refused(_)) {
-            return Err(failed(&error));
+            return Err(failed(error));
         }
         let Some(previous) = self.previous.load_full() else {
-            return Err(failed(&error));
+            return Err(failed(error));
         };
         match f(&previous) {
             Ok(value) => {
@@ -172,7 +167,7 @@ impl Slot {
             }
             Err(second) => {
                 self.count_failure(&previous, &second);
-                Err(failed(&error))
+                Err(failed(error))
             }
         }
     }
@@ -379,7 +374,7 @@ impl Registry {
                 // Gone between listing and reading: the next event tells.
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(error) => {
-                    let error = LoadError::Read(error.to_string());
+                    let error = LoadError::Read(Arc::new(error));
                     self.reject(name, path, None, &error, &mut report);
                     continue;
                 }

@@ -88,14 +88,16 @@ impl Runtime {
             // about three times as much.
             .concurrency_support(false)
             .max_wasm_stack(512 << 10);
-        let engine = Engine::new(&config).map_err(|e| LoadError::Engine(e.to_string()))?;
+        let engine = Engine::new(&config).map_err(|e| LoadError::Engine(e.into()))?;
 
         let mut linker = Linker::new(&engine);
         host::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)
-            .map_err(|e| LoadError::Engine(e.to_string()))?;
+            .map_err(|e| LoadError::Engine(e.into()))?;
 
-        std::fs::create_dir_all(cache_dir)
-            .map_err(|e| LoadError::Engine(format!("creating {}: {e}", cache_dir.display())))?;
+        std::fs::create_dir_all(cache_dir).map_err(|e| LoadError::CacheFolder {
+            path: cache_dir.to_path_buf(),
+            source: Arc::new(e),
+        })?;
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let compat = format!("{:016x}", hasher.finish());
@@ -111,7 +113,7 @@ impl Runtime {
                     ticking.increment_epoch();
                 }
             })
-            .map_err(|e| LoadError::Engine(format!("starting the epoch ticker: {e}")))?;
+            .map_err(|e| LoadError::Ticker(Arc::new(e)))?;
 
         Ok(Self {
             engine,
@@ -153,18 +155,16 @@ impl Runtime {
             WasmKind::Component => {}
             WasmKind::CoreModule => return Err(LoadError::NotAComponent),
             WasmKind::Neither => {
-                return Err(LoadError::Compile(
-                    "not a WebAssembly file (no `\\0asm` header)".into(),
-                ));
+                return Err(LoadError::NotWasm);
             }
         }
         let code = self
             .engine
             .precompile_component(bytes)
-            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+            .map_err(|e| LoadError::Compile(e.into()))?;
         // SAFETY: `code` was produced by this engine just now.
-        let component = unsafe_deserialize(&self.engine, &code)
-            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let component =
+            unsafe_deserialize(&self.engine, &code).map_err(|e| LoadError::Compile(e.into()))?;
         let elapsed = started.elapsed();
         self.store_in_cache(&cached, &code);
         Ok((component, CodeSource::Compiled, elapsed))

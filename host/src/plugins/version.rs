@@ -131,7 +131,7 @@ fn check_answers<'a>(
 /// the buffer holds fails without allocating what it claims.
 pub fn decode_answers(bytes: &[u8]) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
     postcard::from_bytes(bytes)
-        .map_err(|e| CallError::Malformed(format!("the encoded answer does not decode: {e}")))
+        .map_err(|e| CallError::undecodable("the encoded answer does not decode")(e.into()))
 }
 
 /// The answers of a batch checked against the applications asked, in order.
@@ -197,8 +197,8 @@ impl Version {
         let linked = runtime
             .linker()
             .instantiate_pre(&component)
-            .map_err(|e| LoadError::Link(format!("{e:#}")))?;
-        let link = |e: wasmtime::Error| LoadError::Link(format!("{e:#}"));
+            .map_err(|e| LoadError::Link(e.into()))?;
+        let link = |e: wasmtime::Error| LoadError::Link(e.into());
         let pre = match world {
             World::Status => Pre::Status(StatusPolicyPre::new(linked).map_err(link)?),
             World::Failover => Pre::Failover(FailoverPolicyPre::new(linked).map_err(link)?),
@@ -249,7 +249,7 @@ impl Version {
     fn instantiate(&self) -> Result<Instance, CallError> {
         let mut store = self.runtime.store(Arc::clone(&self.plugin));
         store.set_epoch_deadline(self.runtime.deadline_ticks());
-        let failed = |e: wasmtime::Error| CallError::Instantiate(format!("{e:#}"));
+        let failed = |e: wasmtime::Error| CallError::Instantiate(e.into());
         let bound = match &self.pre {
             Pre::Status(pre) => {
                 let instance = pre.instance_pre().instantiate(&mut store).map_err(failed)?;
@@ -297,7 +297,7 @@ impl Version {
             }
             Some(Ok(answer)) => answer,
             // The instance is dropped: a trap leaves its store unusable.
-            Some(Err(error)) => return Err(self.classify(&error, &instance.store)),
+            Some(Err(error)) => return Err(self.classify(error, &instance.store)),
         };
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         if pool.len() < POOL_SIZE {
@@ -312,14 +312,14 @@ impl Version {
         Ok(answer)
     }
 
-    fn classify(&self, error: &wasmtime::Error, store: &Store<StoreState>) -> CallError {
+    fn classify(&self, error: wasmtime::Error, store: &Store<StoreState>) -> CallError {
         if store.data().limiter.exceeded {
             return CallError::Memory(self.runtime.limits.memory_bytes);
         }
         if let Some(wasmtime::Trap::Interrupt) = error.downcast_ref::<wasmtime::Trap>() {
             return CallError::Timeout(self.runtime.limits.call_timeout.as_millis());
         }
-        CallError::Trap(format!("{error:#}"))
+        CallError::trap(error)
     }
 
     fn describe(&self) -> Result<types::PluginInfo, CallError> {
@@ -388,7 +388,7 @@ impl Version {
         // plugin takes it, else the typed call.
         let answers = if self.info.encoded_batches {
             let encoded = postcard::to_allocvec(inputs)
-                .map_err(|e| CallError::Malformed(format!("encoding the inputs: {e}")))?;
+                .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?;
             self.call_encoded(ctx, encoded)?
         } else {
             self.call(World::Status, |store, bound| match bound {

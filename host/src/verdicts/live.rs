@@ -13,7 +13,7 @@ use super::view::AppView;
 use crate::events::{Events, Kind};
 use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
-use crate::plugins::{Registry, World};
+use crate::plugins::{CallError, Registry, World};
 use crate::tasks::Tasks;
 use crate::time::millis;
 use crate::wit::types;
@@ -196,7 +196,7 @@ pub fn derive(
                 let encoded = observed
                     .read()
                     .encode_inputs(batch, millis(observed_at), tasks_of)
-                    .map_err(crate::plugins::CallError::Malformed)?;
+                    .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?;
                 version.evaluate_encoded(&ctx, encoded, batch)
             } else {
                 let mut inputs = observed.read().inputs_for(batch, millis(now));
@@ -419,6 +419,103 @@ impl LiveVerdict {
             observed_at: humantime::format_rfc3339_millis(observed_at).to_string(),
             observation_age_ms: age.as_millis() as u64,
             stale: age > stale_after,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A running app's verdict, as a status policy would give it.
+    fn running(name: &str) -> types::AppVerdict {
+        types::AppVerdict {
+            app: types::AppId {
+                namespace: "shop".into(),
+                name: name.into(),
+            },
+            stable: types::StableStatus::Running,
+            stable_reason: "every replica is ready".into(),
+            transitional: None,
+            display: types::Display {
+                status: "running".into(),
+                text: "Running".into(),
+                severity: types::Severity::Ok,
+                progress: None,
+            },
+            ready_replicas: 2,
+            expected_replicas: 2,
+            groups: Vec::new(),
+            recheck_after: None,
+        }
+    }
+
+    fn live(verdict: types::AppVerdict, observed_at: SystemTime) -> LiveVerdict {
+        LiveVerdict {
+            recheck_after: verdict.recheck_after,
+            verdict,
+            observed_at,
+        }
+    }
+
+    #[test]
+    fn a_new_recheck_time_alone_is_no_change_to_publish() {
+        let before = running("web");
+        let rechecked = types::AppVerdict {
+            recheck_after: Some(1_780_000_000_000),
+            ..running("web")
+        };
+        assert!(same_but_recheck(&before, &rechecked));
+        let degraded = types::AppVerdict {
+            stable: types::StableStatus::Degraded,
+            ..running("web")
+        };
+        assert!(!same_but_recheck(&before, &degraded));
+        let fewer = types::AppVerdict {
+            ready_replicas: 1,
+            ..running("web")
+        };
+        assert!(!same_but_recheck(&before, &fewer));
+    }
+
+    #[test]
+    fn a_verdict_turns_stale_when_its_observations_age_past_the_bound() {
+        let now = SystemTime::now();
+        let bound = Duration::from_secs(30);
+        let old = live(running("web"), now - Duration::from_secs(120));
+        // The watches stopped two minutes ago too: stale.
+        let status = old.status(bound, now - Duration::from_secs(120));
+        assert!(status.stale);
+        assert!(status.observation_age_ms >= 120_000);
+        // The watches work: the observations are current, whenever the
+        // verdict was last evaluated.
+        let status = old.status(bound, now);
+        assert!(!status.stale);
+        assert!(status.observation_age_ms < 30_000);
+    }
+
+    #[test]
+    fn while_the_policy_fails_no_verdict_is_current() {
+        let verdicts = Verdicts::default();
+        let now = SystemTime::now();
+        assert_eq!(verdicts.current_until(now), now);
+        *verdicts.last_error.lock().unwrap() = Some("plugin status failed".into());
+        assert_eq!(verdicts.current_until(now), SystemTime::UNIX_EPOCH);
+    }
+
+    #[test]
+    fn every_batch_is_evaluated_once_on_any_number_of_threads() {
+        let keys: Vec<AppKey> = (0..10)
+            .map(|i| ("shop".to_string(), format!("app-{i}")))
+            .collect();
+        let batches: Vec<&[AppKey]> = keys.chunks(3).collect();
+        for threads in [0, 1, 2, 8] {
+            let mut seen = Vec::new();
+            evaluate_in_parallel(&batches, threads, <[AppKey]>::to_vec, |batch| {
+                seen.extend(batch)
+            });
+            seen.sort();
+            assert_eq!(seen, keys, "{threads} threads");
         }
     }
 }
