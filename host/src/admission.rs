@@ -120,7 +120,7 @@ impl Admission {
     /// The one way a task is asked for: admitted by the admission policy
     /// (given the app's tasks) and, when it is, stored in `tasks`. Users'
     /// requests, the demo's scripted ones and failover's all come here.
-    pub async fn ask(&self, tasks: &Tasks, request: NewTask) -> Result<Task, TaskError> {
+    pub(crate) async fn ask(&self, tasks: &Tasks, request: NewTask) -> Result<Task, TaskError> {
         let asked = request.clone();
         tasks
             .create(request, async move |app_tasks| {

@@ -95,7 +95,7 @@ impl Config {
     }
 
     /// The settings text for one plugin (`{}` when none are configured).
-    pub fn settings_for(&self, plugin: &str) -> String {
+    pub(crate) fn settings_for(&self, plugin: &str) -> String {
         self.settings
             .get(plugin)
             .map_or_else(|| "{}".to_string(), serde_json::Value::to_string)
@@ -371,7 +371,7 @@ fn first_line(error: &clap::Error) -> String {
 
 impl ServeArgs {
     /// Merge the parsed flags and the file's own parts into a [`Config`].
-    pub fn into_config(self, file: Option<&FileConfig>) -> Result<Config> {
+    pub(crate) fn into_config(self, file: Option<&FileConfig>) -> Result<Config> {
         let plugins_dir = match self.plugins.dir {
             Some(dir) if !dir.is_dir() => {
                 return Err(Error::Config {

@@ -15,7 +15,7 @@ use crate::tasks::Tasks;
 /// 8 s of each minute, and short clocks let a loop show the whole course
 /// (suspect, unknown with evictions, recovering, healthy), unless
 /// configured otherwise.
-pub const FAILOVER_SETTINGS: &str =
+pub(crate) const FAILOVER_SETTINGS: &str =
     r#"{"grace-ms": 3000, "offline-after-ms": 30000, "stabilize-ms": 10000}"#;
 
 #[cfg(feature = "demo")]
@@ -101,7 +101,7 @@ mod running {
 
         /// Ask for the scenario's tasks at their times, as users would,
         /// until aborted.
-        pub fn play_tasks(
+        pub(crate) fn play_tasks(
             &self,
             tasks: Arc<Tasks>,
             admission: Admission,
@@ -166,7 +166,7 @@ mod absent {
             match *self {}
         }
 
-        pub fn play_tasks(
+        pub(crate) fn play_tasks(
             &self,
             _tasks: Arc<Tasks>,
             _admission: Admission,

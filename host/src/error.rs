@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 /// Any error, as a source.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Errors of the host library.
 #[derive(Debug, thiserror::Error)]

@@ -96,7 +96,7 @@ impl Event {
 }
 
 /// Live events, and the buffered ones a subscriber asked to replay.
-pub type Subscription = (
+pub(crate) type Subscription = (
     broadcast::Receiver<Arc<Event>>,
     Result<Vec<Arc<Event>>, Gone>,
 );
@@ -139,7 +139,7 @@ impl Events {
     }
 
     /// Ids from `first`.
-    pub fn starting_at(first: u64, capacity: usize) -> Self {
+    pub(crate) fn starting_at(first: u64, capacity: usize) -> Self {
         let (live, _) = broadcast::channel(1024);
         Self {
             inner: Mutex::new(Inner {
@@ -159,7 +159,7 @@ impl Events {
     }
 
     /// Publish an event; returns its id.
-    pub fn publish(&self, kind: Kind, app: Option<String>, data: Value) -> u64 {
+    pub(crate) fn publish(&self, kind: Kind, app: Option<String>, data: Value) -> u64 {
         let mut inner = self.lock();
         let wire = Wire {
             id: inner.next,
@@ -189,7 +189,7 @@ impl Events {
     /// Subscribe to live events, and the buffered events after `last` (all
     /// of them without `last`), or `Gone` when some after `last` were
     /// dropped from the buffer or `last` is not an id this process issued.
-    pub fn subscribe(&self, last: Option<u64>) -> Subscription {
+    pub(crate) fn subscribe(&self, last: Option<u64>) -> Subscription {
         let inner = self.lock();
         let receiver = self.live.subscribe();
         let oldest = inner.buffer.front().map_or(inner.next, |e| e.id);
@@ -212,18 +212,18 @@ impl Events {
     }
 
     /// The id the next event will have.
-    pub fn next_id(&self) -> u64 {
+    pub(crate) fn next_id(&self) -> u64 {
         self.lock().next
     }
 
     /// Events published by this process.
-    pub fn published(&self) -> u64 {
+    pub(crate) fn published(&self) -> u64 {
         let inner = self.lock();
         inner.next - inner.first
     }
 
     /// Open streams.
-    pub fn subscribers(&self) -> usize {
+    pub(crate) fn subscribers(&self) -> usize {
         self.live.receiver_count()
     }
 }

@@ -34,7 +34,7 @@ use crate::time::now;
 use crate::wit::types::{self, TaskAction as Action, TaskPhase as Phase};
 
 /// The annotation that remembers the replica count of a stopped workload.
-pub const REPLICAS_BEFORE_STOP: &str = "verdict.dev/replicas-before-stop";
+pub(crate) const REPLICAS_BEFORE_STOP: &str = "verdict.dev/replicas-before-stop";
 
 /// Steps that wait for the cluster; the steps before them are done once
 /// the change is made, the steps after once the wait is over.
@@ -90,7 +90,7 @@ pub struct Settings {
 
 /// Failover's node actions, written to the cluster.
 #[derive(Debug, Clone)]
-pub struct Nodes {
+pub(crate) struct Nodes {
     api: Api<Node>,
 }
 
@@ -139,7 +139,7 @@ impl NodeActions for Nodes {
     }
 }
 
-pub struct Executor {
+pub(crate) struct Executor {
     client: kube::Client,
     tasks: Arc<Tasks>,
     observed: Arc<Observed>,
@@ -173,7 +173,7 @@ impl Executor {
     }
 
     /// Carry out only the tasks failover asks for.
-    pub fn failover_only(mut self, only: bool) -> Self {
+    pub(crate) fn failover_only(mut self, only: bool) -> Self {
         self.failover_only = only;
         self
     }

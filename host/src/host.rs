@@ -21,7 +21,7 @@ use crate::watch::Watcher;
 
 /// A running host's parts.
 #[derive(Debug)]
-pub struct Host {
+pub(crate) struct Host {
     pub registry: Arc<Registry>,
     pub live: Option<Live>,
     pub tasks: Arc<Tasks>,
@@ -402,7 +402,7 @@ impl Host {
     }
 
     /// The HTTP router over this host.
-    pub fn router(&self) -> axum::Router {
+    pub(crate) fn router(&self) -> axum::Router {
         http::router(AppState {
             registry: Arc::clone(&self.registry),
             live: self.live.clone(),

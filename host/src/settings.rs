@@ -29,17 +29,17 @@ fn number(text: &str) -> Result<u64, String> {
 }
 
 /// Milliseconds, 0 included.
-pub fn millis(text: &str) -> Result<Duration, String> {
+pub(crate) fn millis(text: &str) -> Result<Duration, String> {
     number(text).map(Duration::from_millis)
 }
 
 /// Milliseconds, at least 1.
-pub fn positive_millis(text: &str) -> Result<Duration, String> {
+pub(crate) fn positive_millis(text: &str) -> Result<Duration, String> {
     positive(text).map(|n| Duration::from_millis(n as u64))
 }
 
 /// A count, at least 1.
-pub fn positive(text: &str) -> Result<usize, String> {
+pub(crate) fn positive(text: &str) -> Result<usize, String> {
     match number(text)? {
         0 => Err("must be at least 1".into()),
         n => usize::try_from(n).map_err(|_| format!("{n} is out of range")),
@@ -47,7 +47,7 @@ pub fn positive(text: &str) -> Result<usize, String> {
 }
 
 /// MiB, as bytes (at least 1 MiB).
-pub fn mib(text: &str) -> Result<usize, String> {
+pub(crate) fn mib(text: &str) -> Result<usize, String> {
     scaled(text, 20)
 }
 

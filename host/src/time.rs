@@ -13,7 +13,7 @@ pub fn now() -> Timestamp {
 }
 
 /// A time in milliseconds since the epoch (0 before it).
-pub fn millis(time: SystemTime) -> Timestamp {
+pub(crate) fn millis(time: SystemTime) -> Timestamp {
     time.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as Timestamp)
 }
@@ -24,14 +24,14 @@ const LAST_RFC3339_MS: Timestamp = 253_402_207_200_000;
 
 /// Time as RFC 3339 text; times outside what it can write are written as
 /// its first or last one.
-pub fn rfc3339(at: Timestamp) -> String {
+pub(crate) fn rfc3339(at: Timestamp) -> String {
     let at = at.clamp(0, LAST_RFC3339_MS);
     let time = SystemTime::UNIX_EPOCH + Duration::from_millis(at as u64);
     humantime::format_rfc3339_millis(time).to_string()
 }
 
 /// Parse RFC 3339 text (`2026-01-01T00:00:00Z`) into milliseconds.
-pub fn parse_time(text: &str) -> Result<Timestamp, String> {
+pub(crate) fn parse_time(text: &str) -> Result<Timestamp, String> {
     let time = humantime::parse_rfc3339_weak(text.trim())
         .map_err(|e| format!("`{text}` is not an RFC 3339 time: {e}"))?;
     let since = time

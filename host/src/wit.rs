@@ -131,3 +131,25 @@ wit_names! {
         Ok => "ok", Progressing => "progressing", Warning => "warning", Error => "error",
     }
 }
+
+/// A condition's status as Kubernetes spells it (`True`, `False`,
+/// `Unknown`), both ways.
+impl types::ConditionStatus {
+    pub fn kubernetes_name(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+
+    /// Anything else than `True` or `False` is `Unknown`, as Kubernetes
+    /// reads it.
+    pub fn from_kubernetes(text: &str) -> Self {
+        match text {
+            "True" => Self::True,
+            "False" => Self::False,
+            _ => Self::Unknown,
+        }
+    }
+}

@@ -221,7 +221,7 @@ impl Gauges {
 
 /// One action on one node, as the brakes see it.
 #[derive(Debug)]
-pub struct Candidate<'a> {
+pub(crate) struct Candidate<'a> {
     pub node: &'a str,
     pub labels: &'a [KeyValue],
     pub disruptive: bool,
@@ -232,7 +232,7 @@ pub struct Candidate<'a> {
 }
 
 /// The first brake that holds a candidate back, if any.
-pub fn check(config: &FailoverConfig, gauges: &Gauges, c: &Candidate<'_>) -> Option<Held> {
+pub(crate) fn check(config: &FailoverConfig, gauges: &Gauges, c: &Candidate<'_>) -> Option<Held> {
     if c.paused {
         return held("paused", "the node is paused by an override".into());
     }
@@ -321,13 +321,13 @@ pub fn check(config: &FailoverConfig, gauges: &Gauges, c: &Candidate<'_>) -> Opt
 
 /// When a failed attempt may be retried: the backoff doubled per attempt,
 /// at most an hour.
-pub fn retry_at(config: &FailoverConfig, now: Timestamp, attempts: u32) -> Timestamp {
+pub(crate) fn retry_at(config: &FailoverConfig, now: Timestamp, attempts: u32) -> Timestamp {
     let factor = 1u64 << attempts.saturating_sub(1).min(16);
     now + config.backoff_ms.saturating_mul(factor).min(3_600_000) as Timestamp
 }
 
 /// Forget flap times older than the window.
-pub fn recent_flaps(
+pub(crate) fn recent_flaps(
     flaps: &mut BTreeMap<String, Vec<Timestamp>>,
     config: &FailoverConfig,
     now: Timestamp,

@@ -541,11 +541,7 @@ pub(super) fn inputs(
     gauges: &Gauges,
     config: &FailoverConfig,
 ) -> Value {
-    let ready = node.map(|n| match n.ready {
-        types::ConditionStatus::True => "True",
-        types::ConditionStatus::False => "False",
-        types::ConditionStatus::Unknown => "Unknown",
-    });
+    let ready = node.map(|n| n.ready.kubernetes_name());
     json!({
         "ready": ready,
         "ready-since": node.and_then(|n| n.ready_since).map(rfc3339),

@@ -48,7 +48,7 @@ pub struct Memory {
 }
 
 #[derive(Debug, Clone)]
-pub struct Journal {
+pub(crate) struct Journal {
     path: PathBuf,
     connection: Arc<Mutex<Connection>>,
     keep: usize,
@@ -85,7 +85,7 @@ impl Journal {
     }
 
     /// The next sequence number of an audit record.
-    pub fn next_seq(&self) -> Result<u64, StorageError> {
+    pub(crate) fn next_seq(&self) -> Result<u64, StorageError> {
         let last: Option<i64> = self
             .lock()
             .query_row("SELECT MAX(seq) FROM history", [], |r| r.get(0))

@@ -46,11 +46,11 @@ pub use requests::{ApprovalRequest, MAX_OVERRIDE_S, OverrideRequest};
 pub use view::{Brakes, Counts, FailoverView, HeldAction, Mode};
 
 /// Who failover's tasks are requested by.
-pub const REQUESTER: &str = "verdict-failover";
+pub(crate) const REQUESTER: &str = "verdict-failover";
 
 /// The taint that tells Kubernetes a node is down for good, so that the
 /// pods of stateful workloads may be released elsewhere.
-pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+pub(crate) const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 
 /// What a failover request was refused for.
 #[derive(Debug, thiserror::Error)]

@@ -72,7 +72,7 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn from_wit(w: &wit::WorkloadRef) -> Self {
+    pub(crate) fn from_wit(w: &wit::WorkloadRef) -> Self {
         Self {
             kind: workload_kind(w.kind).into(),
             namespace: w.namespace.clone(),
@@ -124,7 +124,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn from_wit(a: &wit::Action) -> Self {
+    pub(crate) fn from_wit(a: &wit::Action) -> Self {
         match a {
             wit::Action::Wait(until) => Action::Wait { until: *until },
             wit::Action::MarkUnknown => Action::MarkUnknown,
@@ -181,7 +181,7 @@ impl Action {
 
     /// Whether the action disturbs workloads or capacity: what the brakes
     /// hold back. Waiting, recording and notifying never are.
-    pub fn disruptive(&self) -> bool {
+    pub(crate) fn disruptive(&self) -> bool {
         matches!(
             self,
             Action::Cordon
@@ -218,7 +218,7 @@ pub struct Decided {
 }
 
 impl Decided {
-    pub fn from_wit(d: &wit::NodeDecision) -> Self {
+    pub(crate) fn from_wit(d: &wit::NodeDecision) -> Self {
         Self {
             node: d.node.clone(),
             health: Health::from_wit(d.health),

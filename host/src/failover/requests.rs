@@ -66,7 +66,7 @@ impl Failover {
     ///
     /// An expiry further than ten years away is refused: it is a mistake,
     /// and an unbounded one would overflow the time arithmetic.
-    pub async fn set_override(
+    pub(crate) async fn set_override(
         &self,
         node: &str,
         request: OverrideRequest,
@@ -142,7 +142,11 @@ impl Failover {
     }
 
     /// Lift a node's override.
-    pub async fn clear_override(&self, node: &str, by: &str) -> Result<Override, FailoverError> {
+    pub(crate) async fn clear_override(
+        &self,
+        node: &str,
+        by: &str,
+    ) -> Result<Override, FailoverError> {
         decider(by, None)?;
         let at = now();
         let mut inner = self.inner.lock().await;

@@ -43,7 +43,7 @@ enum Grant {
 
 /// The configured tokens, as digests.
 #[derive(Debug, Default)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     read: Vec<[u8; 32]>,
     write: Vec<[u8; 32]>,
 }
@@ -65,7 +65,7 @@ impl Tokens {
     }
 
     /// Whether any token is configured.
-    pub fn enforced(&self) -> bool {
+    pub(crate) fn enforced(&self) -> bool {
         !self.read.is_empty() || !self.write.is_empty()
     }
 
@@ -92,7 +92,7 @@ impl Tokens {
 /// The middleware.
 /// Refuse mutations from another origin, and mutation bodies that are
 /// not JSON (see the module's documentation).
-pub async fn same_origin(request: Request, next: Next) -> Response {
+pub(crate) async fn same_origin(request: Request, next: Next) -> Response {
     let mutation = !matches!(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
@@ -137,7 +137,11 @@ pub async fn same_origin(request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-pub async fn guard(State(tokens): State<Arc<Tokens>>, request: Request, next: Next) -> Response {
+pub(crate) async fn guard(
+    State(tokens): State<Arc<Tokens>>,
+    request: Request,
+    next: Next,
+) -> Response {
     if !tokens.enforced() || OPEN.contains(&request.uri().path()) {
         return next.run(request).await;
     }

@@ -94,11 +94,7 @@ async fn list_nodes(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
         .map(|n| {
             json!({
                 "name": n.name,
-                "ready": match n.ready {
-                    crate::wit::types::ConditionStatus::True => "True",
-                    crate::wit::types::ConditionStatus::False => "False",
-                    crate::wit::types::ConditionStatus::Unknown => "Unknown",
-                },
+                "ready": n.ready.kubernetes_name(),
                 "ready_since": n.ready_since.map(crate::time::rfc3339),
                 "last_heartbeat": n.last_heartbeat.map(crate::time::rfc3339),
                 "unschedulable": n.unschedulable,

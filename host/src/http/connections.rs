@@ -20,7 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// of the HTTP settings (`--max-connections`, `--header-timeout-ms`); TLS
 /// wraps it.
 #[derive(Debug, Clone)]
-pub struct Bounded {
+pub(crate) struct Bounded {
     slots: Arc<Semaphore>,
     first_byte: Duration,
 }
@@ -119,7 +119,7 @@ impl AsyncWrite for Counted {
 
 /// The acceptor of either kind of server (plain or TLS), bounded.
 #[derive(Debug, Clone)]
-pub enum Acceptor {
+pub(crate) enum Acceptor {
     Plain(Bounded),
     Tls(axum_server::tls_rustls::RustlsAcceptor<Bounded>),
 }

@@ -27,7 +27,7 @@ struct HttpLabels {
 
 /// What the host counts itself.
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     http: Family<HttpLabels, Counter>,
     pub reloads: Counter,
     pub rejections: Counter,
@@ -72,7 +72,7 @@ fn counter(value: u64) -> Counter {
 }
 
 /// Everything, as Prometheus text.
-pub fn render(state: &AppState) -> String {
+pub(crate) fn render(state: &AppState) -> String {
     let mut registry = Registry::with_prefix("verdict");
 
     let apps: Family<StatusLabels, Gauge> = Family::default();

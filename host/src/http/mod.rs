@@ -100,7 +100,7 @@ impl Default for Settings {
 
 /// What the handlers share.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     pub registry: Arc<Registry>,
     /// `None` when the host follows no cluster.
     pub live: Option<Live>,
@@ -166,7 +166,7 @@ fn page_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
 /// an `x-request-id` (kept when the client sent one) that its log lines
 /// carry, a body limit and a time limit; tokens are checked when
 /// configured.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
     let request_id = axum::http::HeaderName::from_static("x-request-id");
     let trace = tower_http::trace::TraceLayer::new(middleware::NotReadyIsAnAnswer).make_span_with(

@@ -18,7 +18,7 @@ pub struct TlsFiles {
 }
 
 /// The TLS configuration of the files, and the watch that reloads it.
-pub async fn serve_config(files: &TlsFiles) -> Result<(RustlsConfig, Watcher)> {
+pub(crate) async fn serve_config(files: &TlsFiles) -> Result<(RustlsConfig, Watcher)> {
     // One process-wide crypto provider; kube's client brings the same one.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = RustlsConfig::from_pem_file(&files.cert, &files.key)

@@ -126,7 +126,7 @@ impl WatchHealth {
 
     /// Up to when observations are known to be current: now while every
     /// watch works, else when the first broken one broke.
-    pub fn observed_until(&self) -> SystemTime {
+    pub(crate) fn observed_until(&self) -> SystemTime {
         self.lock()
             .values()
             .filter(|h| !h.healthy)
@@ -138,7 +138,7 @@ impl WatchHealth {
 
 /// What changed since the last derivation.
 #[derive(Debug, Default)]
-pub struct Dirty {
+pub(crate) struct Dirty {
     /// Everything (a full list arrived).
     pub all: bool,
     pub apps: BTreeSet<AppKey>,
@@ -188,7 +188,7 @@ impl Observed {
     }
 
     /// Take what changed since the last call.
-    pub fn take_dirty(&self) -> Dirty {
+    pub(crate) fn take_dirty(&self) -> Dirty {
         std::mem::take(&mut *self.dirty())
     }
 
@@ -206,12 +206,12 @@ impl Observed {
     }
 
     /// Have the next derivation cover these apps.
-    pub fn mark_apps(&self, apps: Vec<AppKey>) {
+    pub(crate) fn mark_apps(&self, apps: Vec<AppKey>) {
         self.mark(Change::Apps(apps));
     }
 
     /// Have the next derivation cover everything.
-    pub fn mark_all(&self) {
+    pub(crate) fn mark_all(&self) {
         self.dirty().all = true;
     }
 }
@@ -304,7 +304,7 @@ impl Observe for Namespace {
 }
 
 /// Where kubelets keep their heartbeat Leases.
-pub const NODE_LEASES: &str = "kube-node-lease";
+pub(crate) const NODE_LEASES: &str = "kube-node-lease";
 
 impl Observe for Lease {
     const KIND: &'static str = "node-leases";

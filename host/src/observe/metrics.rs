@@ -81,7 +81,7 @@ fn same(
 }
 
 /// Poll pod metrics every `every`, until aborted.
-pub async fn poll_forever(client: kube::Client, observed: Arc<Observed>, every: Duration) {
+pub(crate) async fn poll_forever(client: kube::Client, observed: Arc<Observed>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut served = true;

@@ -94,7 +94,7 @@ fn label<'a>(labels: &'a [types::KeyValue], key: &str) -> Option<&'a str> {
 }
 
 /// An application's key: namespace and name.
-pub type AppKey = (String, String);
+pub(crate) type AppKey = (String, String);
 type PodKey = (String, String);
 type WorkloadKey = (&'static str, String, String);
 
@@ -135,7 +135,7 @@ pub struct Snapshot {
 
 /// The Kubernetes kind of a workload kind: `Deployment`, `StatefulSet`,
 /// `DaemonSet`.
-pub fn workload_kind(kind: types::WorkloadKind) -> &'static str {
+pub(crate) fn workload_kind(kind: types::WorkloadKind) -> &'static str {
     match kind {
         types::WorkloadKind::Deployment => "Deployment",
         types::WorkloadKind::StatefulSet => "StatefulSet",
@@ -144,7 +144,7 @@ pub fn workload_kind(kind: types::WorkloadKind) -> &'static str {
 }
 
 /// The workload kind of a Kubernetes kind, when it is one the host observes.
-pub fn workload_kind_named(kind: &str) -> Option<types::WorkloadKind> {
+pub(crate) fn workload_kind_named(kind: &str) -> Option<types::WorkloadKind> {
     match kind {
         "Deployment" => Some(types::WorkloadKind::Deployment),
         "StatefulSet" => Some(types::WorkloadKind::StatefulSet),
@@ -159,7 +159,7 @@ fn key_of(id: types::AppId) -> AppKey {
 
 impl Snapshot {
     /// An empty snapshot that indexes applications by `grouping`.
-    pub fn grouped_by(grouping: Grouping) -> Self {
+    pub(crate) fn grouped_by(grouping: Grouping) -> Self {
         Self {
             grouping,
             ..Self::default()
@@ -206,7 +206,7 @@ impl Snapshot {
     }
 
     /// Remove a pod; returns the app it belonged to.
-    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Vec<AppKey> {
+    pub(crate) fn remove_pod(&mut self, namespace: &str, name: &str) -> Vec<AppKey> {
         let key = (namespace.to_string(), name.to_string());
         let left = self.unindex_pod(&key).into_iter().collect();
         self.pods.remove(&key);
@@ -237,7 +237,7 @@ impl Snapshot {
     }
 
     /// Remove a workload of a kind; returns the app it belonged to.
-    pub fn remove_workload(
+    pub(crate) fn remove_workload(
         &mut self,
         kind: types::WorkloadKind,
         namespace: &str,
@@ -251,7 +251,7 @@ impl Snapshot {
 
     /// Keep only the workloads of a kind that `listed` names (namespace,
     /// name); those of other kinds stay.
-    pub fn retain_workloads(
+    pub(crate) fn retain_workloads(
         &mut self,
         kind: types::WorkloadKind,
         listed: &BTreeSet<(String, String)>,
@@ -286,7 +286,7 @@ impl Snapshot {
     }
 
     /// A node's Lease was renewed at `renewed`: its last heartbeat.
-    pub fn put_node_lease(&mut self, node: &str, renewed: types::Timestamp) {
+    pub(crate) fn put_node_lease(&mut self, node: &str, renewed: types::Timestamp) {
         self.node_leases.insert(node.to_string(), renewed);
         if let Some(observed) = self.nodes.get_mut(node) {
             observed.last_heartbeat = observed.last_heartbeat.max(Some(renewed));
@@ -295,7 +295,7 @@ impl Snapshot {
 
     /// The health-check URL of every app whose workload names one in the
     /// `verdict.dev/health-url` annotation.
-    pub fn health_urls(&self) -> BTreeMap<AppKey, String> {
+    pub(crate) fn health_urls(&self) -> BTreeMap<AppKey, String> {
         let mut urls = BTreeMap::new();
         for w in self.workloads.values() {
             let url = w.annotations.iter().find(|a| a.key == probe::ANNOTATION);
@@ -308,24 +308,29 @@ impl Snapshot {
     }
 
     /// Every app with a workload or a pod.
-    pub fn app_keys(&self) -> impl Iterator<Item = &AppKey> {
+    pub(crate) fn app_keys(&self) -> impl Iterator<Item = &AppKey> {
         self.index.keys()
     }
 
     /// Whether an app has a workload or a pod.
-    pub fn has_app(&self, key: &AppKey) -> bool {
+    pub(crate) fn has_app(&self, key: &AppKey) -> bool {
         self.index.contains_key(key)
     }
 
     /// The app a pod (namespace, name) belongs to.
-    pub fn app_of_pod_key(&self, key: &(String, String)) -> Option<AppKey> {
+    pub(crate) fn app_of_pod_key(&self, key: &(String, String)) -> Option<AppKey> {
         let pod = self.pods.get(key)?;
         Some(key_of(Self::app_of_pod(&self.grouping, pod)))
     }
 
     /// The app a workload (`Deployment`, `StatefulSet` or `DaemonSet`, its
     /// namespace and name) belongs to, when it is observed.
-    pub fn app_of_workload_named(&self, kind: &str, namespace: &str, name: &str) -> Option<AppKey> {
+    pub(crate) fn app_of_workload_named(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<AppKey> {
         let w = self.workload(workload_kind_named(kind)?, namespace, name)?;
         Some(key_of(Self::app_of_workload(&self.grouping, w)))
     }
@@ -355,7 +360,7 @@ impl Snapshot {
     }
 
     /// The indexed apps of a namespace.
-    pub fn apps_in_namespace(&self, namespace: &str) -> Vec<AppKey> {
+    pub(crate) fn apps_in_namespace(&self, namespace: &str) -> Vec<AppKey> {
         self.index
             .range((namespace.to_string(), String::new())..)
             .take_while(|((ns, _), _)| ns == namespace)
@@ -364,7 +369,7 @@ impl Snapshot {
     }
 
     /// The apps with a pod on a node.
-    pub fn apps_on_node(&self, node: &str) -> BTreeSet<AppKey> {
+    pub(crate) fn apps_on_node(&self, node: &str) -> BTreeSet<AppKey> {
         self.pods
             .iter()
             .filter(|(_, p)| p.node.as_deref() == Some(node))
@@ -374,7 +379,7 @@ impl Snapshot {
 
     /// The inputs of some apps, by the snapshot's own grouping, without
     /// tasks. An app with nothing in it is there too.
-    pub fn inputs_for<'k>(
+    pub(crate) fn inputs_for<'k>(
         &self,
         keys: impl IntoIterator<Item = &'k AppKey>,
         now: types::Timestamp,
@@ -415,7 +420,7 @@ impl Snapshot {
     /// encoded as the `status-encoded` interface takes them — written
     /// straight from the stored observations, without copying them into
     /// inputs first.
-    pub fn encode_inputs(
+    pub(crate) fn encode_inputs(
         &self,
         keys: &[AppKey],
         observed_at: types::Timestamp,

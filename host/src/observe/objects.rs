@@ -84,7 +84,7 @@ fn placeholder(text: &str, now: types::Timestamp) -> Option<types::Timestamp> {
 }
 
 /// Replace every `@now…` placeholder string in `value` by the time it names.
-pub fn substitute_now(value: &mut Value, now: types::Timestamp) {
+pub(crate) fn substitute_now(value: &mut Value, now: types::Timestamp) {
     match value {
         Value::String(text) => {
             if let Some(at) = placeholder(text, now) {

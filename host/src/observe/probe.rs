@@ -17,7 +17,7 @@ use crate::time::millis;
 use crate::wit::types;
 
 /// The workload annotation that names an app's health URL.
-pub const ANNOTATION: &str = "verdict.dev/health-url";
+pub(crate) const ANNOTATION: &str = "verdict.dev/health-url";
 
 /// How probing is paced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
@@ -117,7 +117,7 @@ fn record(observed: &Observed, results: BTreeMap<AppKey, (String, Found)>) {
 }
 
 /// Probe every named health URL each period, until aborted.
-pub async fn probe_forever(observed: Arc<Observed>, config: ProbeConfig) {
+pub(crate) async fn probe_forever(observed: Arc<Observed>, config: ProbeConfig) {
     let client = match reqwest::Client::builder().timeout(config.timeout).build() {
         Ok(client) => client,
         Err(error) => {

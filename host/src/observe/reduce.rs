@@ -15,19 +15,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use crate::wit::types;
 
 /// Milliseconds since the epoch of a Kubernetes time.
-pub fn millis(time: &Time) -> types::Timestamp {
+pub(crate) fn millis(time: &Time) -> types::Timestamp {
     time.0.as_millisecond()
 }
 
 /// The node a `kube-node-lease` Lease belongs to (named after it) and when
 /// its kubelet last renewed it.
-pub fn node_lease(lease: &Lease) -> Option<(String, types::Timestamp)> {
+pub(crate) fn node_lease(lease: &Lease) -> Option<(String, types::Timestamp)> {
     let renewed = lease.spec.as_ref()?.renew_time.as_ref()?;
     Some((lease.metadata.name.clone()?, renewed.0.as_millisecond()))
 }
 
 /// Labels or annotations as key-value pairs.
-pub fn key_values(map: Option<&BTreeMap<String, String>>) -> Vec<types::KeyValue> {
+pub(crate) fn key_values(map: Option<&BTreeMap<String, String>>) -> Vec<types::KeyValue> {
     map.into_iter()
         .flatten()
         .map(|(key, value)| types::KeyValue {
@@ -37,17 +37,9 @@ pub fn key_values(map: Option<&BTreeMap<String, String>>) -> Vec<types::KeyValue
         .collect()
 }
 
-fn condition_status(status: &str) -> types::ConditionStatus {
-    match status {
-        "True" => types::ConditionStatus::True,
-        "False" => types::ConditionStatus::False,
-        _ => types::ConditionStatus::Unknown,
-    }
-}
-
 /// CPU in millicores and memory in bytes from a Kubernetes quantity text
 /// (`500m`, `2`, `128Mi`, `1G`, `1.5Gi`, `1e3`).
-pub fn parse_quantity(text: &str) -> Option<f64> {
+pub(crate) fn parse_quantity(text: &str) -> Option<f64> {
     let text = text.trim();
     let suffixes: [(&str, f64); 14] = [
         ("Ki", 1024.0),
@@ -207,7 +199,7 @@ macro_rules! conditions {
             .flatten()
             .map(|c| types::Condition {
                 kind: c.type_.clone(),
-                status: condition_status(&c.status),
+                status: types::ConditionStatus::from_kubernetes(&c.status),
                 reason: c.reason.clone(),
                 message: c.message.clone(),
                 last_transition: c.last_transition_time.as_ref().map(millis),
@@ -321,7 +313,7 @@ pub fn node(node: &Node) -> types::Node {
     types::Node {
         name: node.metadata.name.clone().unwrap_or_default(),
         ready: ready.map_or(types::ConditionStatus::Unknown, |c| {
-            condition_status(&c.status)
+            types::ConditionStatus::from_kubernetes(&c.status)
         }),
         ready_since: ready
             .and_then(|c| c.last_transition_time.as_ref())
@@ -393,7 +385,7 @@ pub fn deployment(d: &Deployment) -> types::Workload {
 }
 
 /// A StatefulSet's counts and conditions.
-pub fn stateful_set(s: &StatefulSet) -> types::Workload {
+pub(crate) fn stateful_set(s: &StatefulSet) -> types::Workload {
     let mut w = workload_base(&s.metadata, types::WorkloadKind::StatefulSet);
     w.desired_replicas = s
         .spec
@@ -412,7 +404,7 @@ pub fn stateful_set(s: &StatefulSet) -> types::Workload {
 }
 
 /// A DaemonSet's counts (desired = nodes it should run on) and conditions.
-pub fn daemon_set(d: &DaemonSet) -> types::Workload {
+pub(crate) fn daemon_set(d: &DaemonSet) -> types::Workload {
     let mut w = workload_base(&d.metadata, types::WorkloadKind::DaemonSet);
     if let Some(s) = &d.status {
         w.desired_replicas = count(Some(s.desired_number_scheduled));

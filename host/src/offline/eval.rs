@@ -59,7 +59,7 @@ pub struct EvalArgs {
 }
 
 /// Read a file of task records, substituting `@now` placeholders.
-pub fn read_tasks(path: &PathBuf, now: types::Timestamp) -> Result<Vec<types::Task>> {
+pub(crate) fn read_tasks(path: &PathBuf, now: types::Timestamp) -> Result<Vec<types::Task>> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     let mut tasks = Vec::new();
     for mut document in documents(path, &text).map_err(Error::input(path.display().to_string()))? {

@@ -61,7 +61,7 @@ pub enum World {
 }
 
 impl World {
-    pub const ALL: [World; 3] = [World::Status, World::Failover, World::Admission];
+    pub(crate) const ALL: [World; 3] = [World::Status, World::Failover, World::Admission];
 
     /// The world's name in the WIT package.
     pub fn name(self) -> &'static str {
@@ -82,7 +82,7 @@ impl World {
     }
 
     /// The file name (without `.wasm`) that serves this world by default.
-    pub fn file_stem(self) -> &'static str {
+    pub(crate) fn file_stem(self) -> &'static str {
         match self {
             World::Status => "status",
             World::Failover => "failover",

@@ -288,12 +288,12 @@ impl Registry {
     }
 
     /// Call latency by policy and version.
-    pub fn call_seconds(&self) -> &super::CallSeconds {
+    pub(crate) fn call_seconds(&self) -> &super::CallSeconds {
         &self.runtime.call_seconds
     }
 
     /// Have `f` told what every reload from now on did (once per registry).
-    pub fn on_reload(&self, f: impl Fn(&ReloadReport) + Send + Sync + 'static) {
+    pub(crate) fn on_reload(&self, f: impl Fn(&ReloadReport) + Send + Sync + 'static) {
         let _ = self.on_reload.set(Box::new(f));
     }
 

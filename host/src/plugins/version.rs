@@ -409,7 +409,7 @@ impl Version {
     /// in the `status-encoded` encoding) on the apps `asked` (namespace and
     /// name), in order; for
     /// plugins whose [`VersionInfo::encoded_batches`] is true.
-    pub fn evaluate_encoded(
+    pub(crate) fn evaluate_encoded(
         &self,
         ctx: &types::Context,
         encoded: Vec<u8>,
@@ -434,7 +434,7 @@ impl Version {
     }
 
     /// The failover decisions over the given nodes.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         ctx: &types::Context,
         input: &failover::FailoverInput,

@@ -267,7 +267,7 @@ impl Tasks {
 
     /// The tasks an executor carries on (pending or running), oldest first,
     /// without copying the finished history.
-    pub fn executable(&self) -> Vec<Task> {
+    pub(crate) fn executable(&self) -> Vec<Task> {
         let mut tasks: Vec<Task> = self
             .read()
             .values()
@@ -285,7 +285,7 @@ impl Tasks {
     }
 
     /// How many tasks there are in each phase.
-    pub fn count_by_phase(&self) -> BTreeMap<&'static str, usize> {
+    pub(crate) fn count_by_phase(&self) -> BTreeMap<&'static str, usize> {
         use crate::wit::WitName;
         let mut counts = BTreeMap::new();
         for task in self.read().values().flat_map(BTreeMap::values) {
@@ -295,7 +295,7 @@ impl Tasks {
     }
 
     /// An app's tasks as policies see them, newest first.
-    pub fn for_app(&self, key: &AppKey) -> Vec<types::Task> {
+    pub(crate) fn for_app(&self, key: &AppKey) -> Vec<types::Task> {
         self.read()
             .get(key)
             .map(|tasks| tasks.values().rev().map(Task::to_wit).collect())

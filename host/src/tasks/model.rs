@@ -236,11 +236,11 @@ pub struct Decision {
 }
 
 /// The longest `requested-by`, `by` and step name, in characters.
-pub const MAX_NAME: usize = 256;
+pub(crate) const MAX_NAME: usize = 256;
 /// The longest message or reason, in characters.
-pub const MAX_TEXT: usize = 4096;
+pub(crate) const MAX_TEXT: usize = 4096;
 /// The largest `params` of a task, as JSON text.
-pub const MAX_PARAMS: usize = 64 * 1024;
+pub(crate) const MAX_PARAMS: usize = 64 * 1024;
 
 /// Refuse text longer than `max` characters.
 fn bounded(field: &str, value: Option<&str>, max: usize) -> Result<(), Refusal> {
@@ -414,7 +414,7 @@ impl Task {
     }
 
     /// The action's name, as a person reads it.
-    pub fn action_name(&self) -> &'static str {
+    pub(crate) fn action_name(&self) -> &'static str {
         self.action.wit_name()
     }
 

@@ -47,7 +47,7 @@ pub fn parse_app(text: &str) -> Result<types::AppId, String> {
 
 impl TaskRecord {
     /// The task as policies see it; the error names the field.
-    pub fn to_task(&self) -> Result<types::Task, String> {
+    pub(crate) fn to_task(&self) -> Result<types::Task, String> {
         let field = |name: &str, e: String| format!("task {}: {name}: {e}", self.id);
         let action = types::TaskAction::from_wit_name(&self.action)
             .ok_or_else(|| field("action", format!("unknown action `{}`", self.action)))?;

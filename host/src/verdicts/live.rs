@@ -57,7 +57,7 @@ impl Verdicts {
     /// nothing is derived again, so no verdict is newer than its own
     /// evaluation and it ages — then turns stale — like one whose cluster
     /// cannot be watched.
-    pub fn current_until(&self, observed_until: SystemTime) -> SystemTime {
+    pub(crate) fn current_until(&self, observed_until: SystemTime) -> SystemTime {
         let failing = self
             .last_error
             .lock()
@@ -71,7 +71,7 @@ impl Verdicts {
     }
 
     /// Verdicts derived on at most `threads` threads (0: one per core).
-    pub fn with_threads(threads: usize) -> Self {
+    pub(crate) fn with_threads(threads: usize) -> Self {
         Self {
             threads,
             ..Self::default()
@@ -88,7 +88,7 @@ impl Verdicts {
     }
 
     /// The earliest time a verdict asked to be evaluated again.
-    pub fn next_recheck(&self) -> Option<SystemTime> {
+    pub(crate) fn next_recheck(&self) -> Option<SystemTime> {
         self.apps
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -358,7 +358,7 @@ fn same_but_recheck(a: &types::AppVerdict, b: &types::AppVerdict) -> bool {
 
 /// Derive on every change (only what changed), and everything on a policy
 /// swap or when a recheck comes due, until aborted.
-pub async fn derive_forever(
+pub(crate) async fn derive_forever(
     observed: Arc<Observed>,
     registry: Arc<Registry>,
     verdicts: Arc<Verdicts>,
