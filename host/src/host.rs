@@ -377,6 +377,13 @@ impl Host {
         if let Some(demo) = &demo {
             loops.push(demo.play_tasks(Arc::clone(&tasks), admission.clone()));
         }
+        metrics.register(http::metrics::Sources {
+            plugins: Arc::clone(&registry),
+            live: live.clone(),
+            tasks: Arc::clone(&tasks),
+            failover: failover.clone(),
+            events: Arc::clone(&events),
+        });
         Ok(Self {
             registry,
             live,
