@@ -5,7 +5,6 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::Serialize;
-use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -83,25 +82,60 @@ async fn get_app(
         })
 }
 
-#[utoipa::path(get, path = "/v1/nodes", tag = "apps", responses((status = 200, description = "The observed nodes", body = Object)))]
-async fn list_nodes(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+/// One observed node.
+#[derive(Serialize, utoipa::ToSchema)]
+struct NodeView {
+    name: String,
+    /// The `Ready` condition: `True`, `False` or `Unknown`.
+    ready: &'static str,
+    /// When `ready` last changed (RFC 3339).
+    ready_since: Option<String>,
+    /// The kubelet's last heartbeat (RFC 3339).
+    last_heartbeat: Option<String>,
+    /// Cordoned.
+    unschedulable: bool,
+    taints: Vec<TaintView>,
+    address: Option<String>,
+}
+
+/// A taint of a node.
+#[derive(Serialize, utoipa::ToSchema)]
+struct TaintView {
+    key: String,
+    value: Option<String>,
+    effect: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+struct NodeList {
+    nodes: Vec<NodeView>,
+}
+
+#[utoipa::path(get, path = "/v1/nodes", tag = "apps", responses((status = 200, description = "The observed nodes", body = NodeList)))]
+async fn list_nodes(State(state): State<AppState>) -> Result<Json<NodeList>, ApiError> {
     let live = state.live()?;
-    let nodes: Vec<Value> = live
+    let nodes = live
         .observed
         .read()
         .nodes
         .values()
-        .map(|n| {
-            json!({
-                "name": n.name,
-                "ready": n.ready.kubernetes_name(),
-                "ready_since": n.ready_since.map(crate::time::rfc3339),
-                "last_heartbeat": n.last_heartbeat.map(crate::time::rfc3339),
-                "unschedulable": n.unschedulable,
-                "taints": n.taints.iter().map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect})).collect::<Vec<_>>(),
-                "address": n.address,
-            })
+        .map(|n| NodeView {
+            name: n.name.clone(),
+            ready: n.ready.kubernetes_name(),
+            ready_since: n.ready_since.map(crate::time::rfc3339),
+            last_heartbeat: n.last_heartbeat.map(crate::time::rfc3339),
+            unschedulable: n.unschedulable,
+            taints: n
+                .taints
+                .iter()
+                .map(|t| TaintView {
+                    key: t.key.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                })
+                .collect(),
+            address: n.address.clone(),
         })
         .collect();
-    Ok(Json(json!({ "nodes": nodes })))
+    Ok(Json(NodeList { nodes }))
 }

@@ -19,13 +19,13 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(reload_plugins))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct PluginList {
     dir: Option<String>,
     plugins: Vec<PluginStatus>,
 }
 
-#[utoipa::path(get, path = "/v1/plugins", tag = "plugins", responses((status = 200, description = "Every plugin with its versions, last error and counts", body = Object)))]
+#[utoipa::path(get, path = "/v1/plugins", tag = "plugins", responses((status = 200, description = "Every plugin with its versions, last error and counts", body = PluginList)))]
 async fn list_plugins(State(state): State<AppState>) -> Json<PluginList> {
     Json(PluginList {
         dir: state.registry.dir().map(|d| d.display().to_string()),
@@ -33,7 +33,7 @@ async fn list_plugins(State(state): State<AppState>) -> Json<PluginList> {
     })
 }
 
-#[utoipa::path(post, path = "/v1/plugins/reload", tag = "plugins", responses((status = 200, description = "What the reload loaded, rejected, unloaded and left", body = Object), (status = 409, description = "No plugin folder")))]
+#[utoipa::path(post, path = "/v1/plugins/reload", tag = "plugins", responses((status = 200, description = "What the reload loaded, rejected, unloaded and left", body = ReloadReport), (status = 409, description = "No plugin folder")))]
 async fn reload_plugins(State(state): State<AppState>) -> Result<Json<ReloadReport>, ApiError> {
     if state.registry.dir().is_none() {
         return Err(ApiError::new(

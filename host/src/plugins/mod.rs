@@ -50,7 +50,7 @@ impl Default for Settings {
 }
 
 /// The three kinds of policy a plugin can implement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 pub enum World {
     #[serde(rename = "status-policy")]
     Status,

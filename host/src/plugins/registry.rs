@@ -22,9 +22,10 @@ use super::runtime::Runtime;
 use super::version::{Version, VersionInfo};
 
 /// A failure recorded against a plugin: of loading a file, or of a call.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorRecord {
     #[serde(serialize_with = "crate::time::serialize_time")]
+    #[schema(value_type = String, format = DateTime)]
     pub at: SystemTime,
     /// `load` or `call`.
     pub during: &'static str,
@@ -190,10 +191,11 @@ impl Slot {
 }
 
 /// What `/v1/plugins` shows of one plugin.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PluginStatus {
     /// The file's name without `.wasm`.
     pub name: String,
+    #[schema(value_type = String)]
     pub file: PathBuf,
     /// Whether this plugin serves its world.
     pub active: bool,
@@ -209,7 +211,7 @@ pub struct PluginStatus {
 }
 
 /// A plugin swapped in by a reload.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Loaded {
     pub plugin: String,
     #[serde(flatten)]
@@ -217,7 +219,7 @@ pub struct Loaded {
 }
 
 /// A file a reload did not swap in.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Rejected {
     pub plugin: String,
     pub kind: &'static str,
@@ -227,7 +229,7 @@ pub struct Rejected {
 }
 
 /// What one reload did.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct ReloadReport {
     pub loaded: Vec<Loaded>,
     pub rejected: Vec<Rejected>,

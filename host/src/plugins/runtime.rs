@@ -46,7 +46,7 @@ const MAX_LOG_MESSAGE: usize = 4096;
 
 /// Where compiled code came from, for the registry and for tests that check
 /// a restart does not recompile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CodeSource {
     Compiled,

@@ -26,7 +26,7 @@ use crate::wit::{
 const POOL_SIZE: usize = 8;
 
 /// What the registry shows of a version.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct VersionInfo {
     /// The plugin's own name and version, from `describe`.
     pub name: String,
@@ -37,6 +37,7 @@ pub struct VersionInfo {
     pub hash: String,
     /// When this version was swapped in.
     #[serde(serialize_with = "crate::time::serialize_time")]
+    #[schema(value_type = String, format = DateTime)]
     pub loaded_at: SystemTime,
     /// Whether the code was compiled or read from the cache.
     pub code: CodeSource,
