@@ -200,11 +200,8 @@ impl Admission {
 
     fn task_failure(&self, app: &str, error: &PolicyError) -> Result<Admitted, Denial> {
         tracing::warn!(%app, error = error.detail(), mode = ?self.failure, "the admission policy failed on a task");
-        let error = error.to_string();
         match self.failure {
-            FailureMode::Closed => Err(Denial::Unavailable(format!(
-                "the admission policy could not decide ({error}); tasks are refused until it can"
-            ))),
+            FailureMode::Closed => Err(Denial::Unavailable(Arc::new(error.clone()))),
             FailureMode::Open => Ok(Admitted {
                 approval: None,
                 defaults: Map::new(),
@@ -213,7 +210,7 @@ impl Admission {
                 )],
                 plan: Vec::new(),
                 policy: None,
-                failure: Some(error),
+                failure: Some(error.to_string()),
             }),
         }
     }

@@ -103,10 +103,10 @@ impl From<TaskError> for ApiError {
                 error.details.insert("policy".into(), json!(policy));
                 error
             }
-            TaskError::Denied(Denial::Unavailable(message)) => ApiError::new(
+            TaskError::Denied(denial @ Denial::Unavailable(_)) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "admission-unavailable",
-                message,
+                denial.to_string(),
             ),
             TaskError::NotFound(id) => ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -89,8 +89,21 @@ pub enum Denial {
         warnings: Vec<String>,
         policy: Option<String>,
     },
-    /// The policy could not decide and the failure mode is closed.
-    Unavailable(String),
+    /// The policy could not decide (why is the source) and the failure
+    /// mode is closed.
+    Unavailable(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Denial::Denied { reason, .. } => f.write_str(reason),
+            Denial::Unavailable(why) => write!(
+                f,
+                "the admission policy could not decide ({why}); tasks are refused until it can"
+            ),
+        }
+    }
 }
 
 /// Why a task operation failed.
@@ -98,7 +111,7 @@ pub enum Denial {
 pub enum TaskError {
     #[error("{0}")]
     Refused(#[from] Refusal),
-    #[error("denied: {}", match .0 { Denial::Denied { reason, .. } => reason.as_str(), Denial::Unavailable(m) => m.as_str() })]
+    #[error("denied: {0}")]
     Denied(Denial),
     #[error("no task {0}")]
     NotFound(String),
