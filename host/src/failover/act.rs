@@ -2,7 +2,7 @@
 //! writes through the executor ([`NodeActions`]); moves and scales as task
 //! records through task admission, so the app's status shows the work.
 
-use super::*;
+use super::{Action, Failover, NewTask, REQUESTER, Value, json, model, types};
 use crate::events::Kind;
 
 /// The node actions failover asks of the cluster. Failover decides; the

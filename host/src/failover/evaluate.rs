@@ -4,7 +4,11 @@
 //! of every change.
 
 use super::act::Refused;
-use super::*;
+use super::{
+    Action, ActionReport, Arc, Attempt, BTreeMap, Candidate, Counts, Decided, Failover,
+    FailoverConfig, Gauges, Health, Inner, Memory, NodeReport, Outcome, Override, OverrideKind,
+    Record, State, Value, brakes, json, model, rfc3339, types, wit,
+};
 use crate::events::Kind;
 
 impl Failover {
@@ -558,7 +562,7 @@ pub(super) fn inputs(
 #[cfg(test)]
 mod tests {
     use super::*;
-
+    use crate::failover::model::Approval;
     const NOW: types::Timestamp = 1_780_000_000_000;
 
     impl ActionReport {

@@ -2,7 +2,7 @@
 //! that may need a decision, the previous decisions and the overrides in
 //! force; and the call itself, off the async threads.
 
-use super::*;
+use super::{Arc, Decided, Failover, Health, Memory, Override, World, types, wit};
 
 impl Failover {
     /// The policy's input: every node, the pods on the nodes that may need

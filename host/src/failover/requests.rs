@@ -2,7 +2,10 @@
 //! of actions that need one, each recorded with who and why.
 
 use super::evaluate::blank;
-use super::*;
+use super::{
+    Approval, Failover, FailoverError, Inner, Override, OverrideKind, Record, Value, json, now,
+    rfc3339, types,
+};
 use crate::events::Kind;
 
 /// The longest override expiry that `expires-in-s` may ask for.

@@ -3,7 +3,10 @@
 
 use serde::Serialize;
 
-use super::*;
+use super::{
+    BTreeMap, Failover, FailoverError, NodeReport, Override, Record, State, StorageError, brakes,
+    now, rfc3339,
+};
 
 /// How the latest evaluation came out, in numbers.
 #[derive(Debug, Clone, Default)]
