@@ -21,6 +21,7 @@ use crate::failover::FailoverConfig;
 use crate::failover::brakes::Maintenance;
 use crate::http::access::Secret;
 use crate::http::tls::TlsFiles;
+use crate::observe::resources::ResourceRef;
 use crate::{admission, events, executor, http, observe, plugins, tasks, verdicts};
 
 /// Everything the host is built from.
@@ -207,6 +208,8 @@ pub struct FileConfig {
     read_tokens: Vec<String>,
     write_tokens: Vec<String>,
     maintenance: Vec<Maintenance>,
+    /// `[[resources]]`, when the file names them.
+    resources: Option<Vec<ResourceRef>>,
 }
 
 impl FileConfig {
@@ -251,6 +254,13 @@ impl FileConfig {
                     } else {
                         file.write_tokens = list;
                     }
+                }
+                ("resources", value) => {
+                    file.resources = Some(
+                        value
+                            .try_into()
+                            .map_err(|e| fail(format!("resources: {e}")))?,
+                    );
                 }
                 ("failover", toml::Value::Table(failover)) => {
                     for (key, value) in failover {
@@ -398,8 +408,12 @@ impl ServeArgs {
             }
         };
         let mut failover = self.failover;
+        let mut observe = self.observe;
         if let Some(file) = file {
             failover.maintenance = file.maintenance.clone();
+            if let Some(resources) = &file.resources {
+                observe.resources = resources.clone();
+            }
         }
         for (i, window) in failover.maintenance.iter().enumerate() {
             for time in [&window.from, &window.until] {
@@ -466,7 +480,7 @@ impl ServeArgs {
                 ..self.plugins
             },
             settings: file.map(|f| f.settings.clone()).unwrap_or_default(),
-            observe: self.observe,
+            observe,
             tasks: self.tasks,
             verdicts: self.verdicts,
             events: self.events,
@@ -585,6 +599,9 @@ fn effective(command: &Command, matches: &ArgMatches, config: &Config) -> String
         failover.insert("maintenance".into(), windows);
     }
     top.insert("failover".into(), V::Table(failover));
+    if let Ok(resources) = V::try_from(&config.observe.resources) {
+        top.insert("resources".into(), resources);
+    }
     let settings: toml::Table = config
         .settings
         .iter()
@@ -663,6 +680,7 @@ pub fn settings_table() -> String {
     table.push_str(
         "| — | — | `read-tokens = [...]`, `write-tokens = [...]` | — | tokens written in the file itself, beside those of the token files |\n\
          | — | — | `[[failover.maintenance]]` | — | times when nodes are expected to go down: `nodes` (names or `key=value` selectors), `from`, `until` (RFC 3339), `reason`; disruptive actions on them wait |\n\
+         | — | — | `[[resources]]` | KubeVirt's `VirtualMachine`, `VirtualMachineInstance`, `VirtualMachineInstanceReplicaSet`, `VirtualMachineInstanceMigration`, `VirtualMachinePool` and CDI's `DataVolume` | further kinds to watch: `group`, `version`, `kind` each; a kind the server does not serve is looked for again every 2 s and watched once served (`/readyz` lists it meanwhile); `resources = []` watches none |\n\
          | — | — | `[settings.<plugin>]` | — | settings handed to that plugin as JSON |\n",
     );
     table
@@ -855,6 +873,42 @@ mod tests {
         assert_eq!(again.config.failover.max_retries, 9);
         assert_eq!(again.config.plugins.limits, config.plugins.limits);
         assert_eq!(again.effective, printed);
+    }
+
+    #[test]
+    fn the_watched_kinds_are_kubevirts_unless_the_file_names_others() {
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults.observe.resources, observe::resources::defaults());
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "[[resources]]\ngroup = \"postgresql.cnpg.io\"\nversion = \"v1\"\nkind = \"Cluster\"\n",
+        );
+        let named = Serve::parse(&["--config", path.to_str().unwrap()]).unwrap();
+        let kinds: Vec<String> = named
+            .config
+            .observe
+            .resources
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(kinds, ["postgresql.cnpg.io/v1/Cluster"]);
+        assert!(
+            named.effective.contains("[[resources]]"),
+            "{}",
+            named.effective
+        );
+        let none = write(dir.path(), "resources = []\n");
+        assert!(
+            parse(&["--config", none.to_str().unwrap()])
+                .unwrap()
+                .observe
+                .resources
+                .is_empty()
+        );
+        let bad = write(dir.path(), "[[resources]]\nversion = \"v1\"\n");
+        let error = parse(&["--config", bad.to_str().unwrap()]).unwrap_err();
+        assert!(error.to_string().contains("resources"), "{error}");
     }
 
     #[test]

@@ -275,7 +275,7 @@ fn observe(
     loops: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> (Live, Following) {
     let verdicts = Arc::new(Verdicts::with_threads(config.verdicts.derive_threads));
-    let following = cluster::follow(client.clone(), &observed);
+    let following = cluster::follow(client.clone(), &observed, &config.observe.resources);
     loops.push(tokio::spawn(live::derive_forever(
         Arc::clone(&observed),
         Arc::clone(registry),

@@ -25,7 +25,8 @@ async fn healthz() -> Json<Value> {
 
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200, description = "Ready: the status policy is loaded and every watch works"), (status = 503, description = "Not ready; the body says which part is not")))]
 /// Ready when the status policy is loaded and, with a cluster, every watch
-/// has synced and works.
+/// has synced and works. A configured kind the server does not serve holds
+/// nothing back: it is listed under `unserved` and watched once served.
 async fn readyz(State(state): State<AppState>) -> Response {
     let policy = state.registry.policy(crate::plugins::World::Status).is_ok();
     let watches = state.live.as_ref().map(|l| l.observed.health.kinds());
@@ -42,9 +43,27 @@ async fn readyz(State(state): State<AppState>) -> Response {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     });
+    // The configured kinds: those not served (yet), since when, and how
+    // many objects of each served one are held.
+    let unserved = state.live.as_ref().map(|l| {
+        l.observed
+            .health
+            .unserved()
+            .into_iter()
+            .map(|(resource, since)| (resource, crate::time::rfc3339(crate::time::millis(since))))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    });
+    let objects = state.live.as_ref().map(|l| {
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for (resource, _, _) in l.observed.read().objects.keys() {
+            *counts.entry(resource.clone()).or_default() += 1;
+        }
+        counts
+    });
     let body = json!({
         "ready": ready, "status_policy": policy, "watches": watches,
         "apps": apps, "derive_error": derive_error,
+        "unserved": unserved, "objects": objects,
     });
     let code = if ready {
         StatusCode::OK

@@ -14,6 +14,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::ListParams;
+use kube::core::DynamicObject;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
@@ -21,6 +22,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::resources::{Generic, ResourceRef};
 use super::{AppKey, Grouping, Snapshot, reduce};
 use crate::wit::types;
 
@@ -43,10 +45,15 @@ pub struct KindHealth {
     pub failures: u64,
 }
 
-/// The health of every watch, by kind.
+/// The health of every watch, by kind, and the configured kinds the
+/// server does not serve (yet).
 #[derive(Debug, Default)]
 pub struct WatchHealth {
     kinds: Mutex<BTreeMap<&'static str, KindHealth>>,
+    unserved: Mutex<BTreeMap<String, SystemTime>>,
+    /// The configured kinds: shown, but no verdict rests on them yet, so
+    /// they hold neither readiness nor freshness back.
+    optional: Mutex<BTreeSet<&'static str>>,
 }
 
 impl WatchHealth {
@@ -118,19 +125,58 @@ impl WatchHealth {
         self.lock().clone()
     }
 
-    /// Whether every watch has synced and works now.
+    /// The configured kinds the server does not serve, since when they
+    /// were first looked for. They do not hold readiness back: a kind is
+    /// watched as soon as it is served.
+    pub fn unserved(&self) -> BTreeMap<String, SystemTime> {
+        self.unserved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn served(&self, resource: &str, served: bool) {
+        let mut unserved = self
+            .unserved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if served {
+            unserved.remove(resource);
+        } else {
+            unserved
+                .entry(resource.to_string())
+                .or_insert_with(SystemTime::now);
+        }
+    }
+
+    fn optional(&self) -> BTreeSet<&'static str> {
+        self.optional
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether every watch (of the built-in kinds) has synced and works
+    /// now.
     pub fn ready(&self) -> bool {
+        let optional = self.optional();
         let kinds = self.lock();
-        !kinds.is_empty() && kinds.values().all(|h| h.synced && h.healthy)
+        let mut required = kinds
+            .iter()
+            .filter(|(k, _)| !optional.contains(*k))
+            .peekable();
+        required.peek().is_some() && required.all(|(_, h)| h.synced && h.healthy)
     }
 
     /// Up to when observations are known to be current: now while every
-    /// watch works, else when the first broken one broke.
+    /// watch (of the built-in kinds) works, else when the first broken one
+    /// broke.
     pub(crate) fn observed_until(&self) -> SystemTime {
+        let optional = self.optional();
         self.lock()
-            .values()
-            .filter(|h| !h.healthy)
-            .map(|h| h.since)
+            .iter()
+            .filter(|(k, h)| !h.healthy && !optional.contains(*k))
+            .map(|(_, h)| h.since)
             .min()
             .unwrap_or_else(SystemTime::now)
     }
@@ -368,14 +414,48 @@ observe_workload!(
     types::WorkloadKind::DaemonSet
 );
 
+/// How an object enters or leaves the snapshot, and what that touches.
+type Apply<K> = Box<dyn Fn(&mut Snapshot, &K) -> Change + Send + Sync>;
+
+/// Forget the objects a full list did not name (by namespace and name).
+type Retain = Box<dyn Fn(&mut Snapshot, &BTreeSet<(String, String)>) + Send + Sync>;
+
+/// How the objects of one watched kind enter and leave the snapshot.
+struct Entry<K> {
+    /// The kind's name in the watch health.
+    name: &'static str,
+    put: Apply<K>,
+    remove: Apply<K>,
+    retain: Retain,
+}
+
+impl<K: Observe> Entry<K> {
+    fn of_kind() -> Self {
+        Self {
+            name: K::KIND,
+            put: Box::new(K::put),
+            remove: Box::new(K::remove),
+            retain: Box::new(K::retain),
+        }
+    }
+}
+
 /// Follow one kind until the task is aborted.
 async fn follow_kind<K>(client: Client, observed: Arc<Observed>)
 where
     K: Observe,
     K::DynamicType: Default,
 {
-    observed.health.start(K::KIND);
-    let api: Api<K> = K::api(client);
+    follow_api(K::api(client), Entry::<K>::of_kind(), observed).await;
+}
+
+/// Follow the objects of `api` until the task is aborted.
+async fn follow_api<K>(api: Api<K>, entry: Entry<K>, observed: Arc<Observed>)
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let kind = entry.name;
+    observed.health.start(kind);
     let mut stream = watcher(api.clone(), watcher::Config::default()).boxed();
     // A full list arrives as Init, InitApply…, InitDone: each object enters
     // as it arrives (no copy of the whole list is held), and at the end the
@@ -393,10 +473,10 @@ where
                 match event {
                     Ok(event) => {
                         backoff = MIN_BACKOFF;
-                        apply(&observed, &mut listing, event);
+                        apply(&observed, &entry, &mut listing, event);
                     }
                     Err(error) => {
-                        observed.health.failed(K::KIND, error.to_string());
+                        observed.health.failed(kind, error.to_string());
                         observed.changed.notify_one();
                         // The watcher retries on the next poll: pace it.
                         tokio::time::sleep(backoff).await;
@@ -404,14 +484,71 @@ where
                     }
                 }
             }
-            _ = probe.tick(), if !observed.health.healthy(K::KIND) => {
+            _ = probe.tick(), if !observed.health.healthy(kind) => {
                 if api.list_metadata(&ListParams::default().limit(1)).await.is_ok() {
-                    observed.health.ok(K::KIND, false);
+                    observed.health.ok(kind, false);
                     observed.changed.notify_one();
                 }
             }
         }
     }
+}
+
+/// How often a configured kind the server does not serve is looked for.
+const DISCOVER_EVERY: Duration = Duration::from_secs(2);
+
+/// Follow a configured kind: look it up through discovery until the
+/// server serves it, then watch it.
+async fn follow_resource(client: Client, observed: Arc<Observed>, resource: ResourceRef) {
+    let gvk = kube::api::GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind);
+    let text = resource.to_string();
+    let api_resource = loop {
+        match kube::discovery::pinned_kind(&client, &gvk).await {
+            Ok((api_resource, _)) => break api_resource,
+            Err(error) => {
+                tracing::debug!(resource = %text, %error, "not served; looking again later");
+                observed.health.served(&text, false);
+                tokio::time::sleep(DISCOVER_EVERY).await;
+            }
+        }
+    };
+    observed.health.served(&text, true);
+    tracing::info!(resource = %text, "watching");
+    // The watch health names kinds for the life of the process.
+    let name: &'static str = Box::leak(text.clone().into_boxed_str());
+    observed
+        .health
+        .optional
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(name);
+    let key =
+        move |object: &DynamicObject| (text.clone(), namespace(&object.metadata), name_of(object));
+    let (put_key, remove_key) = (key.clone(), key);
+    let (put_resource, retained) = (resource.clone(), resource.to_string());
+    let entry = Entry {
+        name,
+        put: Box::new(move |snapshot: &mut Snapshot, object: &DynamicObject| {
+            let generic = Generic::reduce(&put_resource, object);
+            snapshot.objects.insert(put_key(object), generic);
+            Change::Apps(Vec::new())
+        }),
+        remove: Box::new(move |snapshot: &mut Snapshot, object: &DynamicObject| {
+            snapshot.objects.remove(&remove_key(object));
+            Change::Apps(Vec::new())
+        }),
+        retain: Box::new(move |snapshot: &mut Snapshot, listed| {
+            snapshot.objects.retain(|(resource, namespace, name), _| {
+                resource != &retained || listed.contains(&(namespace.clone(), name.clone()))
+            });
+        }),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client, &api_resource);
+    follow_api(api, entry, observed).await;
+}
+
+fn name_of(object: &DynamicObject) -> String {
+    name(&object.metadata)
 }
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -422,39 +559,39 @@ fn listed_key(meta: &kube::api::ObjectMeta) -> (String, String) {
     (namespace(meta), name(meta))
 }
 
-fn apply<K: Observe>(
+fn apply<K: Resource>(
     observed: &Observed,
+    entry: &Entry<K>,
     listing: &mut Option<BTreeSet<(String, String)>>,
     event: Event<K>,
 ) {
-    observed
-        .health
-        .counted(K::KIND, matches!(event, Event::Init));
+    let kind = entry.name;
+    observed.health.counted(kind, matches!(event, Event::Init));
     match event {
         Event::Init => *listing = Some(BTreeSet::new()),
         Event::InitApply(object) => {
             listing
                 .get_or_insert_with(BTreeSet::new)
                 .insert(listed_key(object.meta()));
-            K::put(&mut observed.snapshot(), &object);
+            (entry.put)(&mut observed.snapshot(), &object);
             // Derivation waits for the whole list.
             return;
         }
         Event::InitDone => {
             let listed = listing.take().unwrap_or_default();
-            K::retain(&mut observed.snapshot(), &listed);
+            (entry.retain)(&mut observed.snapshot(), &listed);
             observed.mark_all();
-            observed.health.ok(K::KIND, true);
+            observed.health.ok(kind, true);
         }
         Event::Apply(object) => {
-            let change = K::put(&mut observed.snapshot(), &object);
+            let change = (entry.put)(&mut observed.snapshot(), &object);
             observed.mark(change);
-            observed.health.ok(K::KIND, false);
+            observed.health.ok(kind, false);
         }
         Event::Delete(object) => {
-            let change = K::remove(&mut observed.snapshot(), &object);
+            let change = (entry.remove)(&mut observed.snapshot(), &object);
             observed.mark(change);
-            observed.health.ok(K::KIND, false);
+            observed.health.ok(kind, false);
         }
     }
     observed.changed.notify_one();
@@ -474,9 +611,19 @@ impl Drop for Following {
     }
 }
 
-/// Start a watcher per observed kind.
-pub fn follow(client: Client, observed: &Arc<Observed>) -> Following {
-    let tasks = vec![
+/// Start a watcher per observed kind, and one per configured kind.
+pub fn follow(client: Client, observed: &Arc<Observed>, resources: &[ResourceRef]) -> Following {
+    let mut tasks: Vec<JoinHandle<()>> = resources
+        .iter()
+        .map(|r| {
+            tokio::spawn(follow_resource(
+                client.clone(),
+                Arc::clone(observed),
+                r.clone(),
+            ))
+        })
+        .collect();
+    tasks.extend([
         tokio::spawn(follow_kind::<Namespace>(
             client.clone(),
             Arc::clone(observed),
@@ -493,6 +640,6 @@ pub fn follow(client: Client, observed: &Arc<Observed>) -> Following {
             Arc::clone(observed),
         )),
         tokio::spawn(follow_kind::<DaemonSet>(client, Arc::clone(observed))),
-    ];
+    ]);
     Following { tasks }
 }

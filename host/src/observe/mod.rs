@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod objects;
 pub mod probe;
 pub mod reduce;
+pub mod resources;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +28,10 @@ pub struct Settings {
     pub group_by: Grouping,
     #[command(flatten)]
     pub probes: probe::ProbeConfig,
+    /// Further kinds to watch, by group, version and kind (in the file
+    /// only: `[[resources]]`; KubeVirt's and CDI's kinds by default).
+    #[arg(skip = resources::defaults())]
+    pub resources: Vec<resources::ResourceRef>,
     /// How often pod usage is read from `metrics.k8s.io`, where the cluster
     /// serves it, in milliseconds.
     #[arg(long = "metrics-interval-ms", value_name = "MS", default_value = "15000", value_parser = crate::settings::positive_millis)]
@@ -127,6 +132,8 @@ pub struct Snapshot {
     pub usage: BTreeMap<(String, String), BTreeMap<String, types::Resources>>,
     /// The last result of each app's own health check.
     pub probes: BTreeMap<AppKey, types::HealthProbe>,
+    /// Objects of the kinds named by configuration ([`resources`]).
+    pub objects: resources::Objects,
     grouping: Grouping,
     /// Apps to their members. Which app a stored pod or workload belongs
     /// to is computed from it, not kept beside it.

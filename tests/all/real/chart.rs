@@ -187,6 +187,8 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
         &[
             "host.executeTasks=true",
             "host.failoverEnforce=true",
+            // No KubeVirt here: its rules would go unused.
+            "host.kubevirt=false",
             "webhooks.enabled=false",
         ],
     );

@@ -1,0 +1,220 @@
+//! Kinds beyond the built-in ones, named by configuration (`[[resources]]`:
+//! group, version, kind): found through discovery, watched once the server
+//! serves them (a kind whose CRD appears later is watched from then on), and
+//! each object reduced to what any kind shares — metadata, owner,
+//! generations, deletion, the node it runs on, conditions, phase — with the
+//! rest of its `status` kept for policies that need more. The default list
+//! is KubeVirt's and CDI's kinds.
+
+use std::collections::BTreeMap;
+
+use kube::core::DynamicObject;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::time::parse_time;
+use crate::wit::types;
+
+/// A kind to watch, by API group, version and kind.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceRef {
+    /// The API group (`kubevirt.io`); empty for the core group.
+    #[serde(default)]
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+}
+
+impl ResourceRef {
+    fn new(group: &str, version: &str, kind: &str) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ResourceRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.group.is_empty() {
+            write!(f, "{}/{}", self.version, self.kind)
+        } else {
+            write!(f, "{}/{}/{}", self.group, self.version, self.kind)
+        }
+    }
+}
+
+/// The kinds watched when the configuration names none: KubeVirt's virtual
+/// machines, their instances, replica sets, pools and migrations, and CDI's
+/// disk imports.
+pub fn defaults() -> Vec<ResourceRef> {
+    vec![
+        ResourceRef::new("kubevirt.io", "v1", "VirtualMachine"),
+        ResourceRef::new("kubevirt.io", "v1", "VirtualMachineInstance"),
+        ResourceRef::new("kubevirt.io", "v1", "VirtualMachineInstanceReplicaSet"),
+        ResourceRef::new("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
+        ResourceRef::new("pool.kubevirt.io", "v1alpha1", "VirtualMachinePool"),
+        ResourceRef::new("cdi.kubevirt.io", "v1beta1", "DataVolume"),
+    ]
+}
+
+/// A condition of any kind's status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: types::ConditionStatus,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// `lastTransitionTime`.
+    pub since: Option<types::Timestamp>,
+}
+
+/// An object of any kind, reduced.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Generic {
+    /// The watched resource it is of ([`ResourceRef`]'s text).
+    pub resource: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub labels: Vec<types::KeyValue>,
+    pub annotations: Vec<types::KeyValue>,
+    /// The controlling owner's kind and name.
+    pub owner: Option<(String, String)>,
+    pub generation: Option<i64>,
+    /// `status.observedGeneration`.
+    pub observed_generation: Option<i64>,
+    pub deleting_since: Option<types::Timestamp>,
+    /// What holds it in deletion.
+    pub finalizers: Vec<String>,
+    /// The node it runs on (`status.nodeName`).
+    pub node: Option<String>,
+    /// `status.printableStatus` (KubeVirt's VMs), else `status.phase`.
+    pub phase: Option<String>,
+    pub conditions: Vec<Condition>,
+    /// The rest of `status`, as the server gave it.
+    pub status: Value,
+}
+
+impl Generic {
+    /// Reduce an object of `resource`.
+    pub fn reduce(resource: &ResourceRef, object: &DynamicObject) -> Self {
+        let meta = &object.metadata;
+        let status = object.data.get("status").cloned().unwrap_or(Value::Null);
+        let text = |pointer: &str| {
+            status
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .map(String::from)
+        };
+        let conditions = status
+            .get("conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                Some(Condition {
+                    kind: c.get("type")?.as_str()?.to_string(),
+                    status: types::ConditionStatus::from_kubernetes(
+                        c.get("status").and_then(Value::as_str).unwrap_or_default(),
+                    ),
+                    reason: c.get("reason").and_then(Value::as_str).map(String::from),
+                    message: c.get("message").and_then(Value::as_str).map(String::from),
+                    since: c
+                        .get("lastTransitionTime")
+                        .and_then(Value::as_str)
+                        .and_then(|t| parse_time(t).ok()),
+                })
+            })
+            .collect();
+        Self {
+            resource: resource.to_string(),
+            kind: resource.kind.clone(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            labels: super::reduce::key_values(meta.labels.as_ref()),
+            annotations: super::reduce::key_values(meta.annotations.as_ref()),
+            owner: meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| (o.kind.clone(), o.name.clone())),
+            generation: meta.generation,
+            observed_generation: status.get("observedGeneration").and_then(Value::as_i64),
+            deleting_since: meta.deletion_timestamp.as_ref().map(super::reduce::millis),
+            finalizers: meta.finalizers.clone().unwrap_or_default(),
+            node: text("/nodeName"),
+            phase: text("/printableStatus").or_else(|| text("/phase")),
+            conditions,
+            status,
+        }
+    }
+}
+
+/// Objects of the watched kinds, by resource, namespace and name.
+pub type Objects = BTreeMap<(String, String, String), Generic>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> DynamicObject {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../plugins/status/tests/fixtures")
+            .join(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        serde_yaml_ng::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn a_virtual_machine_reduces_to_its_printable_status_and_conditions() {
+        let vm = ResourceRef::new("kubevirt.io", "v1", "VirtualMachine");
+        let object = fixture("argocd__vm-progressing-starting.yaml");
+        let generic = Generic::reduce(&vm, &object);
+        assert_eq!(generic.resource, "kubevirt.io/v1/VirtualMachine");
+        assert_eq!(generic.kind, "VirtualMachine");
+        assert_eq!(
+            generic.phase.as_deref(),
+            object.data["status"]["printableStatus"].as_str()
+        );
+        let ready = generic.conditions.iter().find(|c| c.kind == "Ready");
+        let given = object.data["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+        assert_eq!(ready.is_some(), given.is_some());
+        if let (Some(ready), Some(given)) = (ready, given) {
+            assert_eq!(ready.status.kubernetes_name(), given["status"]);
+        }
+    }
+
+    #[test]
+    fn an_instance_reduces_to_its_phase_node_and_owner() {
+        let vmi = ResourceRef::new("kubevirt.io", "v1", "VirtualMachineInstance");
+        let object = fixture("argocd__vmi-healthy-ready.yaml");
+        let generic = Generic::reduce(&vmi, &object);
+        assert_eq!(
+            generic.phase.as_deref(),
+            object.data["status"]["phase"].as_str()
+        );
+        assert_eq!(
+            generic.node.as_deref(),
+            object.data["status"]["nodeName"].as_str()
+        );
+        assert_eq!(generic.name, object.metadata.name.clone().unwrap());
+    }
+
+    #[test]
+    fn the_default_kinds_are_kubevirts_and_cdis() {
+        let names: Vec<String> = defaults().iter().map(ToString::to_string).collect();
+        assert!(names.contains(&"kubevirt.io/v1/VirtualMachine".to_string()));
+        assert!(names.contains(&"cdi.kubevirt.io/v1beta1/DataVolume".to_string()));
+        assert_eq!(
+            ResourceRef::new("", "v1", "ConfigMap").to_string(),
+            "v1/ConfigMap"
+        );
+    }
+}

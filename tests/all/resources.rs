@@ -1,0 +1,90 @@
+//! Kinds named by configuration (`[[resources]]`): looked for through
+//! discovery, listed as unserved without holding readiness back, and
+//! watched as soon as the server serves them — here, once their
+//! CustomResourceDefinition is created in the simulator.
+
+use serde_json::{Value, json};
+
+use crate::live::{Cluster, PATIENCE, start_host};
+use crate::support::wait_until;
+
+const WIDGET: &str = "example.com/v1/Widget";
+
+fn readyz(server: &crate::serve::Server) -> Value {
+    server.get("/readyz").1
+}
+
+fn widget_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    })
+}
+
+fn widget(name: &str) -> Value {
+    json!({
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app.kubernetes.io/instance": "web"}},
+        "status": {"phase": "Ready", "conditions": [{"type": "Ready", "status": "True"}]}
+    })
+}
+
+#[test]
+fn a_configured_kind_is_watched_once_its_definition_appears() {
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    std::fs::write(
+        &config,
+        "[[resources]]\ngroup = \"example.com\"\nversion = \"v1\"\nkind = \"Widget\"\n",
+    )
+    .unwrap();
+    let server = start_host(
+        &cluster,
+        data.path(),
+        &["--config", config.to_str().unwrap()],
+    );
+
+    // Not served: said, and readiness is not held back by it.
+    let waited = wait_until(PATIENCE, || {
+        let ready = readyz(&server);
+        ready["ready"] == true && ready["unserved"][WIDGET].is_string()
+    });
+    assert!(waited.is_some(), "{}", readyz(&server));
+
+    cluster.apply(widget_crd());
+    let waited = wait_until(PATIENCE, || {
+        let ready = readyz(&server);
+        ready["unserved"].get(WIDGET).is_none() && ready["watches"][WIDGET]["synced"] == true
+    });
+    assert!(waited.is_some(), "never watched: {}", readyz(&server));
+
+    cluster.apply(widget("w1"));
+    cluster.apply(widget("w2"));
+    let waited = wait_until(PATIENCE, || readyz(&server)["objects"][WIDGET] == 2);
+    assert!(waited.is_some(), "{}", readyz(&server));
+    assert_eq!(readyz(&server)["ready"], true);
+}
+
+#[test]
+fn kubevirts_kinds_are_looked_for_by_default() {
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &[]);
+    let waited = wait_until(PATIENCE, || {
+        let ready = readyz(&server);
+        ready["ready"] == true
+            && ready["unserved"]["kubevirt.io/v1/VirtualMachine"].is_string()
+            && ready["unserved"]["cdi.kubevirt.io/v1beta1/DataVolume"].is_string()
+    });
+    assert!(waited.is_some(), "{}", readyz(&server));
+}
