@@ -73,6 +73,43 @@ fn a_configured_kind_is_watched_once_its_definition_appears() {
     let waited = wait_until(PATIENCE, || readyz(&server)["objects"][WIDGET] == 2);
     assert!(waited.is_some(), "{}", readyz(&server));
     assert_eq!(readyz(&server)["ready"], true);
+
+    // The widgets carry the app's label: they show in its verdict, with
+    // their phase and conditions.
+    let app = server.get("/v1/apps/shop/web").1;
+    let objects = app["objects"]
+        .as_array()
+        .expect("the app lists its objects");
+    let names: Vec<&str> = objects
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["w1", "w2"], "{app}");
+    assert_eq!(objects[0]["kind"], "Widget");
+    assert_eq!(objects[0]["resource"], WIDGET);
+    assert_eq!(objects[0]["phase"], "Ready");
+    assert_eq!(objects[0]["conditions"][0]["type"], "Ready");
+    assert_eq!(objects[0]["conditions"][0]["status"], "True");
+    let listed = server.get("/v1/apps?namespace=shop").1;
+    assert_eq!(
+        listed["apps"][0]["objects"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
+
+    // Gone from the cluster, gone from the app.
+    let store = cluster.sim().store();
+    let widgets =
+        verdict_sim::resources::find_among(&store.resources(), "example.com", "v1", "widgets")
+            .expect("the CRD's kind is served");
+    store.delete(widgets, "shop", "w2").unwrap();
+    let waited = wait_until(PATIENCE, || {
+        server.get("/v1/apps/shop/web").1["objects"]
+            .as_array()
+            .map(Vec::len)
+            == Some(1)
+    });
+    assert!(waited.is_some(), "{}", server.get("/v1/apps/shop/web").1);
 }
 
 #[test]

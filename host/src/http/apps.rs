@@ -1,6 +1,8 @@
 //! `/v1/apps` and `/v1/nodes`: the applications' verdicts and the observed
 //! nodes.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -9,7 +11,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{ApiError, AppState};
+use crate::observe::AppKey;
+use crate::observe::resources::Generic;
 use crate::verdicts::live::AppStatus;
+use crate::verdicts::view::ObjectView;
 use crate::wit::WitName;
 
 /// The routes of this file.
@@ -41,6 +46,8 @@ async fn list_apps(
     let until = live
         .verdicts
         .current_until(live.observed.health.observed_until());
+    let snapshot = live.observed.read();
+    let objects = snapshot.objects_by_app();
     let apps =
         live.verdicts
             .all()
@@ -56,7 +63,7 @@ async fn list_apps(
                     v.verdict.stable.wit_name() == s || &v.verdict.display.status == s
                 })
             })
-            .map(|v| v.status(live.stale_after, until))
+            .map(|v| with_objects(v.status(live.stale_after, until), &objects))
             .collect();
     Ok(Json(AppList { apps }))
 }
@@ -70,9 +77,11 @@ async fn get_app(
     let until = live
         .verdicts
         .current_until(live.observed.health.observed_until());
+    let snapshot = live.observed.read();
+    let objects = snapshot.objects_by_app();
     live.verdicts
         .get(&namespace, &name)
-        .map(|v| Json(v.status(live.stale_after, until)))
+        .map(|v| Json(with_objects(v.status(live.stale_after, until), &objects)))
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -80,6 +89,18 @@ async fn get_app(
                 format!("no app {namespace}/{name} is known"),
             )
         })
+}
+
+/// An app's status with its objects of the configured kinds.
+fn with_objects(mut status: AppStatus, objects: &BTreeMap<AppKey, Vec<&Generic>>) -> AppStatus {
+    let key = (status.view.namespace.clone(), status.view.name.clone());
+    status.objects = objects
+        .get(&key)
+        .into_iter()
+        .flatten()
+        .map(|o| ObjectView::from(*o))
+        .collect();
+    status
 }
 
 /// One observed node.

@@ -550,6 +550,31 @@ impl Snapshot {
         }
     }
 
+    /// The app an object of a configured kind belongs to, by the same rule
+    /// as pods: its label, else its controlling owner's name (a VMI's VM, a
+    /// VM's pool or replica set), else its own; its owner; or its
+    /// namespace.
+    fn app_of_object(grouping: &Grouping, o: &resources::Generic) -> AppKey {
+        let owner = o.owner.as_ref().map(|(_, name)| name.as_str());
+        let name = match grouping {
+            Grouping::Label(key) => label(&o.labels, key).or(owner).unwrap_or(&o.name),
+            Grouping::Owner => owner.unwrap_or(&o.name),
+            Grouping::Namespace => &o.namespace,
+        };
+        (o.namespace.clone(), name.to_string())
+    }
+
+    /// The objects of the configured kinds, by the app each belongs to.
+    pub fn objects_by_app(&self) -> BTreeMap<AppKey, Vec<&resources::Generic>> {
+        let mut apps: BTreeMap<AppKey, Vec<&resources::Generic>> = BTreeMap::new();
+        for object in self.objects.values() {
+            apps.entry(Self::app_of_object(&self.grouping, object))
+                .or_default()
+                .push(object);
+        }
+        apps
+    }
+
     fn app_of_pod(grouping: &Grouping, p: &types::Pod) -> types::AppId {
         let owner = p.owner.as_ref().map(|o| o.name.as_str());
         let name = match grouping {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::view::AppView;
+use super::view::{AppView, ObjectView};
 use crate::events::{Events, Kind};
 use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
@@ -404,6 +404,9 @@ pub struct AppStatus {
     /// could not be watched, or the status policy could not derive the
     /// verdict again, and this may no longer be the truth.
     pub stale: bool,
+    /// Its objects of the configured kinds (`[[resources]]`), as observed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectView>,
 }
 
 impl LiveVerdict {
@@ -419,6 +422,7 @@ impl LiveVerdict {
             observed_at: humantime::format_rfc3339_millis(observed_at).to_string(),
             observation_age_ms: age.as_millis() as u64,
             stale: age > stale_after,
+            objects: Vec::new(),
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::observe::resources::Generic;
 use crate::time::rfc3339;
 use crate::wit::{WitName, types};
 
@@ -45,6 +46,59 @@ pub struct DisplayView {
     pub text: String,
     pub severity: &'static str,
     pub progress: Option<u8>,
+}
+
+/// An object of a configured kind in an application (a virtual machine,
+/// an operator's resource), as observed.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ObjectView {
+    /// `group/version/Kind`.
+    pub resource: String,
+    pub kind: String,
+    pub name: String,
+    /// Its printable status or phase.
+    pub phase: Option<String>,
+    pub conditions: Vec<ConditionView>,
+    /// The node it runs on.
+    pub node: Option<String>,
+    /// When its deletion was asked for (RFC 3339), and what holds it.
+    pub deleting_since: Option<String>,
+    pub finalizers: Vec<String>,
+}
+
+/// A condition of an object.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ConditionView {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: &'static str,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+impl From<&Generic> for ObjectView {
+    fn from(o: &Generic) -> Self {
+        Self {
+            resource: o.resource.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+            phase: o.phase.clone(),
+            conditions: o
+                .conditions
+                .iter()
+                .map(|c| ConditionView {
+                    kind: c.kind.clone(),
+                    status: c.status.kubernetes_name(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                })
+                .collect(),
+            node: o.node.clone(),
+            deleting_since: o.deleting_since.map(rfc3339),
+            finalizers: o.finalizers.clone(),
+        }
+    }
 }
 
 /// One application's verdict.
