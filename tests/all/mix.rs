@@ -341,6 +341,7 @@ pub fn cluster(apps: usize, pods_per_app: usize) -> Vec<status::AppInput> {
                     expected_replicas: None,
                     workloads: vec![workload],
                     pods,
+                    objects: Vec::new(),
                     probe,
                     observed_at: NOW,
                 },

@@ -131,6 +131,7 @@ pub fn app_input(name: &str) -> status::AppInput {
             expected_replicas: None,
             workloads: Vec::new(),
             pods: Vec::new(),
+            objects: Vec::new(),
             probe: None,
             observed_at: NOW,
         },

@@ -1,8 +1,6 @@
 //! `/v1/apps` and `/v1/nodes`: the applications' verdicts and the observed
 //! nodes.
 
-use std::collections::BTreeMap;
-
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -11,8 +9,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{ApiError, AppState};
-use crate::observe::AppKey;
-use crate::observe::resources::Generic;
+use crate::observe::Snapshot;
 use crate::verdicts::live::AppStatus;
 use crate::verdicts::view::ObjectView;
 use crate::wit::WitName;
@@ -47,7 +44,6 @@ async fn list_apps(
         .verdicts
         .current_until(live.observed.health.observed_until());
     let snapshot = live.observed.read();
-    let objects = snapshot.objects_by_app();
     let apps =
         live.verdicts
             .all()
@@ -63,7 +59,7 @@ async fn list_apps(
                     v.verdict.stable.wit_name() == s || &v.verdict.display.status == s
                 })
             })
-            .map(|v| with_objects(v.status(live.stale_after, until), &objects))
+            .map(|v| with_objects(v.status(live.stale_after, until), &snapshot))
             .collect();
     Ok(Json(AppList { apps }))
 }
@@ -78,10 +74,9 @@ async fn get_app(
         .verdicts
         .current_until(live.observed.health.observed_until());
     let snapshot = live.observed.read();
-    let objects = snapshot.objects_by_app();
     live.verdicts
         .get(&namespace, &name)
-        .map(|v| Json(with_objects(v.status(live.stale_after, until), &objects)))
+        .map(|v| Json(with_objects(v.status(live.stale_after, until), &snapshot)))
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -92,13 +87,12 @@ async fn get_app(
 }
 
 /// An app's status with its objects of the configured kinds.
-fn with_objects(mut status: AppStatus, objects: &BTreeMap<AppKey, Vec<&Generic>>) -> AppStatus {
+fn with_objects(mut status: AppStatus, snapshot: &Snapshot) -> AppStatus {
     let key = (status.view.namespace.clone(), status.view.name.clone());
-    status.objects = objects
-        .get(&key)
+    status.objects = snapshot
+        .objects_of(&key)
         .into_iter()
-        .flatten()
-        .map(|o| ObjectView::from(*o))
+        .map(ObjectView::from)
         .collect();
     status
 }

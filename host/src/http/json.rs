@@ -15,7 +15,8 @@ use super::ApiError;
 #[derive(Debug)]
 pub(super) struct JsonBody<T>(pub T);
 
-/// A JSON body that may be left out (an empty body reads as `{}`).
+/// A JSON body that may be left out (an empty body, or `null`, reads as
+/// `{}`).
 #[derive(Debug)]
 pub(super) struct JsonOrEmpty<T>(pub T);
 
@@ -38,7 +39,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonOrEmpty<T> {
 }
 
 /// Read a body: not JSON is a 400, a wrong field a 422 naming it. An empty
-/// body reads as `{}` where `empty_ok`.
+/// body, or `null`, reads as `{}` where `empty_ok`.
 fn parse<T: DeserializeOwned>(bytes: &Bytes, empty_ok: bool) -> Result<T, ApiError> {
     let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) && empty_ok {
         b"{}"
@@ -54,6 +55,11 @@ fn parse<T: DeserializeOwned>(bytes: &Bytes, empty_ok: bool) -> Result<T, ApiErr
             format!("the body is not JSON: {e}"),
         )
     })?;
+    // Where the body may be left out, `null` leaves it out too.
+    let value = match value {
+        Value::Null if empty_ok => Value::Object(serde_json::Map::new()),
+        value => value,
+    };
     serde_path_to_error::deserialize(value).map_err(|e| {
         let inner = e.inner();
         let path = e.path().to_string();

@@ -131,7 +131,7 @@ async fn patch_task(
     Ok(Json(state.tasks.patch(&id, &patch).await?))
 }
 
-#[utoipa::path(post, path = "/v1/tasks/{id}/approve", tag = "tasks", params(("id" = String, Path)), request_body = Decision, responses((status = 200, body = Task), (status = 409, description = "Not awaiting approval")))]
+#[utoipa::path(post, path = "/v1/tasks/{id}/approve", tag = "tasks", params(("id" = String, Path)), request_body = Option<Decision>, responses((status = 200, body = Task), (status = 409, description = "Not awaiting approval")))]
 async fn approve_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -140,7 +140,7 @@ async fn approve_task(
     Ok(Json(state.tasks.review(&id, true, &decision).await?))
 }
 
-#[utoipa::path(post, path = "/v1/tasks/{id}/reject", tag = "tasks", params(("id" = String, Path)), request_body = Decision, responses((status = 200, body = Task), (status = 409, description = "Not awaiting approval")))]
+#[utoipa::path(post, path = "/v1/tasks/{id}/reject", tag = "tasks", params(("id" = String, Path)), request_body = Option<Decision>, responses((status = 200, body = Task), (status = 409, description = "Not awaiting approval")))]
 async fn reject_task(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -149,7 +149,7 @@ async fn reject_task(
     Ok(Json(state.tasks.review(&id, false, &decision).await?))
 }
 
-#[utoipa::path(post, path = "/v1/tasks/{id}/cancel", tag = "tasks", params(("id" = String, Path)), request_body = Decision, responses((status = 200, body = Task), (status = 409, description = "Already finished")))]
+#[utoipa::path(post, path = "/v1/tasks/{id}/cancel", tag = "tasks", params(("id" = String, Path)), request_body = Option<Decision>, responses((status = 200, body = Task), (status = 409, description = "Already finished")))]
 async fn cancel_task(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -522,25 +522,22 @@ async fn follow_resource(client: Client, observed: Arc<Observed>, resource: Reso
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(name);
-    let key =
-        move |object: &DynamicObject| (text.clone(), namespace(&object.metadata), name_of(object));
-    let (put_key, remove_key) = (key.clone(), key);
-    let (put_resource, retained) = (resource.clone(), resource.to_string());
+    let (put_resource, removed, retained) = (resource.clone(), text.clone(), text);
     let entry = Entry {
         name,
         put: Box::new(move |snapshot: &mut Snapshot, object: &DynamicObject| {
-            let generic = Generic::reduce(&put_resource, object);
-            snapshot.objects.insert(put_key(object), generic);
-            Change::Apps(Vec::new())
+            Change::Apps(snapshot.put_object(Generic::reduce(&put_resource, object)))
         }),
         remove: Box::new(move |snapshot: &mut Snapshot, object: &DynamicObject| {
-            snapshot.objects.remove(&remove_key(object));
-            Change::Apps(Vec::new())
+            let key = (
+                removed.clone(),
+                namespace(&object.metadata),
+                name_of(object),
+            );
+            Change::Apps(snapshot.remove_object(&key))
         }),
         retain: Box::new(move |snapshot: &mut Snapshot, listed| {
-            snapshot.objects.retain(|(resource, namespace, name), _| {
-                resource != &retained || listed.contains(&(namespace.clone(), name.clone()))
-            });
+            snapshot.retain_objects(&retained, listed);
         }),
     };
     let api: Api<DynamicObject> = Api::all_with(client, &api_resource);

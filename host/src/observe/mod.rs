@@ -134,6 +134,8 @@ pub struct Snapshot {
     pub probes: BTreeMap<AppKey, types::HealthProbe>,
     /// Objects of the kinds named by configuration ([`resources`]).
     pub objects: resources::Objects,
+    /// Apps to their objects.
+    object_index: BTreeMap<AppKey, BTreeSet<resources::ObjectKey>>,
     grouping: Grouping,
     /// Apps to their members. Which app a stored pod or workload belongs
     /// to is computed from it, not kept beside it.
@@ -449,6 +451,7 @@ impl Snapshot {
             expected_replicas: Option<u32>,
             workloads: Vec<&'a types::Workload>,
             pods: Vec<Cow<'a, types::Pod>>,
+            objects: Vec<types::Object>,
             probe: Option<&'a types::HealthProbe>,
             observed_at: types::Timestamp,
         }
@@ -471,6 +474,7 @@ impl Snapshot {
                         expected_replicas: None,
                         workloads,
                         pods,
+                        objects: self.objects_of(key).iter().map(|o| o.to_wit()).collect(),
                         probe: self.probes.get(key),
                         observed_at,
                     },
@@ -507,6 +511,7 @@ impl Snapshot {
                 expected_replicas: None,
                 workloads: workloads.iter().map(|w| (*w).clone()).collect(),
                 pods,
+                objects: self.objects_of(key).iter().map(|o| o.to_wit()).collect(),
                 probe: self.probes.get(key).cloned(),
                 observed_at: now,
             },
@@ -564,15 +569,65 @@ impl Snapshot {
         (o.namespace.clone(), name.to_string())
     }
 
-    /// The objects of the configured kinds, by the app each belongs to.
-    pub fn objects_by_app(&self) -> BTreeMap<AppKey, Vec<&resources::Generic>> {
-        let mut apps: BTreeMap<AppKey, Vec<&resources::Generic>> = BTreeMap::new();
-        for object in self.objects.values() {
-            apps.entry(Self::app_of_object(&self.grouping, object))
-                .or_default()
-                .push(object);
+    /// The objects of the configured kinds in an app.
+    pub fn objects_of(&self, app: &AppKey) -> Vec<&resources::Generic> {
+        self.object_index
+            .get(app)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.objects.get(key))
+            .collect()
+    }
+
+    /// Store an object of a configured kind; the apps it leaves or joins
+    /// that exist are returned, to derive again.
+    pub(crate) fn put_object(&mut self, object: resources::Generic) -> Vec<AppKey> {
+        let key = object.key();
+        let mut touched = self.remove_object(&key);
+        let app = Self::app_of_object(&self.grouping, &object);
+        self.object_index
+            .entry(app.clone())
+            .or_default()
+            .insert(key.clone());
+        self.objects.insert(key, object);
+        if self.has_app(&app) && !touched.contains(&app) {
+            touched.push(app);
         }
-        apps
+        touched
+    }
+
+    /// Forget an object; the app it was in is returned when it exists.
+    pub(crate) fn remove_object(&mut self, key: &resources::ObjectKey) -> Vec<AppKey> {
+        let Some(object) = self.objects.remove(key) else {
+            return Vec::new();
+        };
+        let app = Self::app_of_object(&self.grouping, &object);
+        if let Some(keys) = self.object_index.get_mut(&app) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.object_index.remove(&app);
+            }
+        }
+        if self.has_app(&app) {
+            vec![app]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Forget the objects of a resource a full list did not name.
+    pub(crate) fn retain_objects(&mut self, resource: &str, listed: &BTreeSet<(String, String)>) {
+        let gone: Vec<resources::ObjectKey> = self
+            .objects
+            .keys()
+            .filter(|(r, namespace, name)| {
+                r == resource && !listed.contains(&(namespace.clone(), name.clone()))
+            })
+            .cloned()
+            .collect();
+        for key in gone {
+            self.remove_object(&key);
+        }
     }
 
     fn app_of_pod(grouping: &Grouping, p: &types::Pod) -> types::AppId {
@@ -674,6 +729,61 @@ mod tests {
 
     fn key(name: &str) -> AppKey {
         ("shop".into(), name.into())
+    }
+
+    /// A virtual machine of an app, as the watch of a configured kind
+    /// stores it.
+    fn vm(name: &str, app: &str) -> resources::Generic {
+        let object: kube::core::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachine",
+            "metadata": {"name": name, "namespace": "shop", "generation": 3,
+                "labels": {"app.kubernetes.io/instance": app}},
+            "status": {"printableStatus": "Running", "observedGeneration": 2,
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let resource = resources::defaults().remove(0);
+        resources::Generic::reduce(&resource, &object)
+    }
+
+    #[test]
+    fn an_apps_objects_reach_its_input_typed_and_encoded_alike() {
+        let mut snapshot = Snapshot::default();
+        snapshot.put_pod(pod("web-1", "web"));
+        // The object joins an app that exists: it is to be derived again.
+        assert_eq!(snapshot.put_object(vm("web-vm", "web")), [key("web")]);
+        // One of an app of objects alone changes no app (yet).
+        assert!(snapshot.put_object(vm("lone-vm", "lone")).is_empty());
+
+        let inputs = snapshot.inputs_for([&key("web")], 0);
+        let objects = &inputs[0].app.objects;
+        assert_eq!(objects.len(), 1);
+        assert_eq!(objects[0].api_version, "kubevirt.io/v1");
+        assert_eq!(objects[0].kind, "VirtualMachine");
+        assert_eq!(objects[0].phase.as_deref(), Some("Running"));
+        assert_eq!(
+            (objects[0].generation, objects[0].observed_generation),
+            (Some(3), Some(2))
+        );
+        assert_eq!(objects[0].conditions[0].kind, "Ready");
+
+        // The encoded batch carries the same, in the WIT's order.
+        let encoded = snapshot
+            .encode_inputs(&[key("web")], 0, |_| Vec::new())
+            .unwrap();
+        let decoded: Vec<status::AppInput> = postcard::from_bytes(&encoded).unwrap();
+        assert_eq!(decoded[0].app.objects, inputs[0].app.objects);
+
+        // Gone from the cluster, gone from the input.
+        let gone = vm("web-vm", "web").key();
+        assert_eq!(snapshot.remove_object(&gone), [key("web")]);
+        assert!(
+            snapshot.inputs_for([&key("web")], 0)[0]
+                .app
+                .objects
+                .is_empty()
+        );
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub struct Condition {
 pub struct Generic {
     /// The watched resource it is of ([`ResourceRef`]'s text).
     pub resource: String,
+    /// `group/version` (`version` for the core group).
+    pub api_version: String,
     pub kind: String,
     pub namespace: String,
     pub name: String,
@@ -132,6 +134,11 @@ impl Generic {
             .collect();
         Self {
             resource: resource.to_string(),
+            api_version: if resource.group.is_empty() {
+                resource.version.clone()
+            } else {
+                format!("{}/{}", resource.group, resource.version)
+            },
             kind: resource.kind.clone(),
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
@@ -155,8 +162,56 @@ impl Generic {
     }
 }
 
+impl Generic {
+    /// The object as policies see it.
+    pub fn to_wit(&self) -> types::Object {
+        types::Object {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            labels: self.labels.clone(),
+            annotations: self.annotations.clone(),
+            owner: self.owner.as_ref().map(|(kind, name)| types::Owner {
+                kind: kind.clone(),
+                name: name.clone(),
+            }),
+            generation: self.generation,
+            observed_generation: self.observed_generation,
+            deleting_since: self.deleting_since,
+            finalizers: self.finalizers.clone(),
+            node: self.node.clone(),
+            phase: self.phase.clone(),
+            conditions: self
+                .conditions
+                .iter()
+                .map(|c| types::Condition {
+                    kind: c.kind.clone(),
+                    status: c.status,
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                    last_transition: c.since,
+                })
+                .collect(),
+            status: self.status.to_string(),
+        }
+    }
+
+    /// Its key: resource, namespace, name.
+    pub fn key(&self) -> ObjectKey {
+        (
+            self.resource.clone(),
+            self.namespace.clone(),
+            self.name.clone(),
+        )
+    }
+}
+
+/// An object's resource, namespace and name.
+pub type ObjectKey = (String, String, String);
+
 /// Objects of the watched kinds, by resource, namespace and name.
-pub type Objects = BTreeMap<(String, String, String), Generic>;
+pub type Objects = BTreeMap<ObjectKey, Generic>;
 
 #[cfg(test)]
 mod tests {

@@ -62,10 +62,21 @@ pub enum LoadError {
     Compile(#[source] RuntimeError),
 
     #[error(
-        "implements no world of verdict:policy@0.1.0 (it exports {exports}); a plugin must export \
-         verdict:policy/status, verdict:policy/failover or verdict:policy/admission"
+        "implements no world of verdict:policy@{} (it exports {exports}); a plugin must export \
+         verdict:policy/status, verdict:policy/failover or verdict:policy/admission",
+        super::version::PACKAGE_VERSION
     )]
     NoWorld { exports: String },
+
+    #[error(
+        "is a {world} plugin built against verdict:policy@{found}; this host speaks \
+         verdict:policy@{speaks}: rebuild it against the host's wit/ (`cargo xtask plugins`)"
+    )]
+    OtherVersion {
+        world: World,
+        found: String,
+        speaks: &'static str,
+    },
 
     #[error(
         "is named for the {expected} world but implements {found}: a file named after a world must \
@@ -89,6 +100,7 @@ impl LoadError {
             Self::NotAComponent => "not-a-component",
             Self::NotWasm | Self::Compile(_) => "compile",
             Self::NoWorld { .. } => "no-world",
+            Self::OtherVersion { .. } => "other-version",
             Self::WrongWorld { .. } => "wrong-world",
             Self::Link(_) => "link",
             Self::Validation(e) => e.kind(),

@@ -191,6 +191,7 @@ fn smoke_app(name: &str, namespace_exists: bool) -> types::App {
         expected_replicas: None,
         workloads: Vec::new(),
         pods: Vec::new(),
+        objects: Vec::new(),
         probe: None,
         observed_at: SMOKE_NOW,
     }

@@ -60,7 +60,7 @@ type EncodedBatch =
     wasmtime::component::TypedFunc<(types::Context, Vec<u8>), (Result<Vec<u8>, String>,)>;
 
 /// The interface of the encoded batches.
-const STATUS_ENCODED: &str = "verdict:policy/status-encoded@0.1.0";
+const STATUS_ENCODED: &str = "verdict:policy/status-encoded@0.2.0";
 
 enum Bound {
     Status(StatusPolicy, Option<EncodedBatch>),
@@ -165,17 +165,44 @@ fn world_of(runtime: &Runtime, component: &Component) -> Result<World, LoadError
         .exports(runtime.engine())
         .map(|(name, _)| name.to_string())
         .collect();
-    World::ALL
+    world_of_exports(&exports)
+}
+
+/// The world a component's exports implement; one built against another
+/// version of the package is told which version the host speaks.
+fn world_of_exports(exports: &[String]) -> Result<World, LoadError> {
+    if let Some(world) = World::ALL
         .into_iter()
         .find(|world| exports.iter().any(|e| e == world.export_name()))
-        .ok_or_else(|| LoadError::NoWorld {
+    {
+        return Ok(world);
+    }
+    let other = exports.iter().find_map(|e| {
+        let (interface, version) = e.strip_prefix("verdict:policy/")?.split_once('@')?;
+        let world = World::ALL.into_iter().find(|w| {
+            w.export_name()
+                .starts_with(&format!("verdict:policy/{interface}@"))
+        })?;
+        Some((world, version.to_string()))
+    });
+    Err(match other {
+        Some((world, found)) => LoadError::OtherVersion {
+            world,
+            found,
+            speaks: PACKAGE_VERSION,
+        },
+        None => LoadError::NoWorld {
             exports: if exports.is_empty() {
                 "nothing".into()
             } else {
                 exports.join(", ")
             },
-        })
+        },
+    })
 }
+
+/// The version of the WIT package `verdict:policy` this host speaks.
+pub const PACKAGE_VERSION: &str = "0.2.0";
 
 impl Version {
     /// Compile (or load from cache), recognise the world, link, and validate:
@@ -487,4 +514,50 @@ impl Version {
 
 fn duration_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exports(names: &[&str]) -> Vec<String> {
+        names.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_plugin_of_another_package_version_is_told_which_one_the_host_speaks() {
+        let current = exports(&[World::Status.export_name()]);
+        assert!(matches!(world_of_exports(&current), Ok(World::Status)));
+        let old = exports(&["verdict:policy/failover@0.1.0"]);
+        let error = world_of_exports(&old).unwrap_err();
+        assert_eq!(error.kind(), "other-version");
+        let text = error.to_string();
+        assert!(
+            text.contains("failover-policy") && text.contains("@0.1.0") && text.contains("@0.2.0"),
+            "{text}"
+        );
+        let alien = exports(&["example:alien/greeter@1.0.0"]);
+        assert_eq!(world_of_exports(&alien).unwrap_err().kind(), "no-world");
+    }
+
+    #[test]
+    fn the_host_speaks_the_package_version_of_wit() {
+        let wit = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/types.wit"),
+        )
+        .unwrap();
+        assert!(
+            wit.starts_with(&format!("package verdict:policy@{PACKAGE_VERSION};")),
+            "{}",
+            wit.lines().next().unwrap_or_default()
+        );
+        for world in World::ALL {
+            assert!(
+                world
+                    .export_name()
+                    .ends_with(&format!("@{PACKAGE_VERSION}"))
+            );
+        }
+        assert!(STATUS_ENCODED.ends_with(&format!("@{PACKAGE_VERSION}")));
+    }
 }
