@@ -152,8 +152,21 @@ fn deployment(ready: i64) -> Value {
 fn the_dashboard_shows_live_status_and_actions_in_a_browser() {
     let cluster = Cluster::start();
     cluster.apply(deployment(2));
+    // The app has an object of a configured kind too.
+    cluster.apply(crate::resources::widget_crd());
+    cluster.apply(crate::resources::widget("w1"));
     let data = tempfile::tempdir().unwrap();
-    let server = start_host(&cluster, data.path(), &[]);
+    let config = data.path().join("verdict.toml");
+    std::fs::write(&config, crate::resources::WATCH_WIDGETS).unwrap();
+    let server = start_host(
+        &cluster,
+        data.path(),
+        &["--config", config.to_str().unwrap()],
+    );
+    let widget_held = wait_until(PATIENCE, || {
+        server.get("/readyz").1["objects"][crate::resources::WIDGET] == 1
+    });
+    assert!(widget_held.is_some(), "{}", server.get("/readyz").1);
     let browser = Browser::start();
     browser.open(&format!("{}/", server.base));
     let row = r#"const row = document.querySelector('tr[data-app="shop/web"]');"#;
@@ -181,6 +194,11 @@ fn the_dashboard_shows_live_status_and_actions_in_a_browser() {
     browser.until(
         "the detail panel",
         "return document.getElementById('detail-title').textContent === 'shop/web';",
+    );
+    browser.until(
+        "the app's widget with its phase and condition",
+        "const o = document.querySelector('#detail tr[data-object=\"Widget/w1\"]'); \
+         return !!o && o.textContent.includes('Ready') && o.textContent.includes('Ready: True');",
     );
     browser.run("document.querySelector('button[data-action=\"restart\"]').click(); return true;");
     browser.until(

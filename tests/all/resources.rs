@@ -8,13 +8,18 @@ use serde_json::{Value, json};
 use crate::live::{Cluster, PATIENCE, start_host};
 use crate::support::wait_until;
 
-const WIDGET: &str = "example.com/v1/Widget";
+pub const WIDGET: &str = "example.com/v1/Widget";
+
+/// A configuration that watches Widgets.
+pub const WATCH_WIDGETS: &str =
+    "[[resources]]\ngroup = \"example.com\"\nversion = \"v1\"\nkind = \"Widget\"\n";
 
 fn readyz(server: &crate::serve::Server) -> Value {
     server.get("/readyz").1
 }
 
-fn widget_crd() -> Value {
+/// The CustomResourceDefinition of `example.com/v1` Widgets.
+pub fn widget_crd() -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -29,7 +34,8 @@ fn widget_crd() -> Value {
     })
 }
 
-fn widget(name: &str) -> Value {
+/// A Widget of `shop/web`, ready.
+pub fn widget(name: &str) -> Value {
     json!({
         "apiVersion": "example.com/v1",
         "kind": "Widget",
@@ -43,11 +49,7 @@ fn a_configured_kind_is_watched_once_its_definition_appears() {
     let cluster = Cluster::start();
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("verdict.toml");
-    std::fs::write(
-        &config,
-        "[[resources]]\ngroup = \"example.com\"\nversion = \"v1\"\nkind = \"Widget\"\n",
-    )
-    .unwrap();
+    std::fs::write(&config, WATCH_WIDGETS).unwrap();
     let server = start_host(
         &cluster,
         data.path(),
