@@ -310,7 +310,7 @@ fn failover(
     (registry, tasks, admission, events): (&Arc<Registry>, &Arc<Tasks>, &Admission, &Arc<Events>),
     demo: bool,
     loops: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> Result<Option<Arc<Failover>>> {
+) -> Result<Arc<Failover>> {
     let failover = Arc::new(Failover::open(
         config.failover.clone(),
         &config.data_dir,
@@ -334,7 +334,7 @@ fn failover(
         .failover_only(!users);
         loops.push(tokio::spawn(executor.run()));
     }
-    Ok(Some(failover))
+    Ok(failover)
 }
 
 impl Host {
@@ -370,7 +370,14 @@ impl Host {
         let failover = match (&live, &client) {
             (Some(live), Some(client)) => {
                 let parts = (&registry, &tasks, &admission, &events);
-                failover(config, live, client, parts, demo.is_some(), &mut loops)?
+                Some(failover(
+                    config,
+                    live,
+                    client,
+                    parts,
+                    demo.is_some(),
+                    &mut loops,
+                )?)
             }
             _ => None,
         };

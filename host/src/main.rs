@@ -46,8 +46,9 @@ fn main() -> ExitCode {
         Ok(file) => file.flatten(),
         Err(error) => return fail(error),
     };
+    let command = Cli::command();
     let serve = match verdict::config::serve_command(
-        Cli::command()
+        command
             .find_subcommand("serve")
             .cloned()
             .expect("serve is a subcommand"),
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
         Ok(serve) => serve,
         Err(error) => return fail(error),
     };
-    let matches = Cli::command()
+    let matches = command
         .mut_subcommand("serve", |_| serve.clone())
         .get_matches_from(&args);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());

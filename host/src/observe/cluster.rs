@@ -149,6 +149,14 @@ impl WatchHealth {
         }
     }
 
+    /// Mark a configured kind's watch as one nothing waits for.
+    fn optional_kind(&self, kind: &'static str) {
+        self.optional
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(kind);
+    }
+
     fn optional(&self) -> BTreeSet<&'static str> {
         self.optional
             .lock()
@@ -516,12 +524,7 @@ async fn follow_resource(client: Client, observed: Arc<Observed>, resource: Reso
     tracing::info!(resource = %text, "watching");
     // The watch health names kinds for the life of the process.
     let name: &'static str = Box::leak(text.clone().into_boxed_str());
-    observed
-        .health
-        .optional
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(name);
+    observed.health.optional_kind(name);
     let (put_resource, removed, retained) = (resource.clone(), text.clone(), text);
     let entry = Entry {
         name,

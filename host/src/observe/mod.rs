@@ -474,7 +474,7 @@ impl Snapshot {
                         expected_replicas: None,
                         workloads,
                         pods,
-                        objects: self.objects_of(key).iter().map(|o| o.to_wit()).collect(),
+                        objects: self.wit_objects_of(key),
                         probe: self.probes.get(key),
                         observed_at,
                     },
@@ -511,7 +511,7 @@ impl Snapshot {
                 expected_replicas: None,
                 workloads: workloads.iter().map(|w| (*w).clone()).collect(),
                 pods,
-                objects: self.objects_of(key).iter().map(|o| o.to_wit()).collect(),
+                objects: self.wit_objects_of(key),
                 probe: self.probes.get(key).cloned(),
                 observed_at: now,
             },
@@ -567,6 +567,14 @@ impl Snapshot {
             Grouping::Namespace => &o.namespace,
         };
         (o.namespace.clone(), name.to_string())
+    }
+
+    /// An app's objects as policies see them, for both input paths.
+    fn wit_objects_of(&self, app: &AppKey) -> Vec<types::Object> {
+        self.objects_of(app)
+            .into_iter()
+            .map(resources::Generic::to_wit)
+            .collect()
     }
 
     /// The objects of the configured kinds in an app.

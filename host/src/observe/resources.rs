@@ -60,18 +60,6 @@ pub fn defaults() -> Vec<ResourceRef> {
     ]
 }
 
-/// A condition of any kind's status.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub status: types::ConditionStatus,
-    pub reason: Option<String>,
-    pub message: Option<String>,
-    /// `lastTransitionTime`.
-    pub since: Option<types::Timestamp>,
-}
-
 /// An object of any kind, reduced.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Generic {
@@ -96,9 +84,10 @@ pub struct Generic {
     pub node: Option<String>,
     /// `status.printableStatus` (KubeVirt's VMs), else `status.phase`.
     pub phase: Option<String>,
-    pub conditions: Vec<Condition>,
-    /// The rest of `status`, as the server gave it.
-    pub status: Value,
+    pub conditions: Vec<types::Condition>,
+    /// The whole `status` as JSON text, as policies take it (written once,
+    /// not on every derivation).
+    pub status: String,
 }
 
 impl Generic {
@@ -118,14 +107,14 @@ impl Generic {
             .into_iter()
             .flatten()
             .filter_map(|c| {
-                Some(Condition {
+                Some(types::Condition {
                     kind: c.get("type")?.as_str()?.to_string(),
                     status: types::ConditionStatus::from_kubernetes(
                         c.get("status").and_then(Value::as_str).unwrap_or_default(),
                     ),
                     reason: c.get("reason").and_then(Value::as_str).map(String::from),
                     message: c.get("message").and_then(Value::as_str).map(String::from),
-                    since: c
+                    last_transition: c
                         .get("lastTransitionTime")
                         .and_then(Value::as_str)
                         .and_then(|t| parse_time(t).ok()),
@@ -157,12 +146,10 @@ impl Generic {
             node: text("/nodeName"),
             phase: text("/printableStatus").or_else(|| text("/phase")),
             conditions,
-            status,
+            status: status.to_string(),
         }
     }
-}
 
-impl Generic {
     /// The object as policies see it.
     pub fn to_wit(&self) -> types::Object {
         types::Object {
@@ -182,18 +169,8 @@ impl Generic {
             finalizers: self.finalizers.clone(),
             node: self.node.clone(),
             phase: self.phase.clone(),
-            conditions: self
-                .conditions
-                .iter()
-                .map(|c| types::Condition {
-                    kind: c.kind.clone(),
-                    status: c.status,
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                    last_transition: c.since,
-                })
-                .collect(),
-            status: self.status.to_string(),
+            conditions: self.conditions.clone(),
+            status: self.status.clone(),
         }
     }
 
