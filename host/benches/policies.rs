@@ -235,7 +235,14 @@ fn main() {
         let observed = observed(&inputs);
         let verdicts = Verdicts::default();
         let derive = timed(rounds, || {
-            live::derive(&observed, &registry, &verdicts, None, None, true);
+            live::derive(
+                &observed,
+                &registry,
+                &verdicts,
+                &live::Beside::default(),
+                None,
+                true,
+            );
         });
         assert_eq!(verdicts.count(), inputs.len(), "every app derived");
         rows.push(Row {

@@ -59,6 +59,8 @@ pub enum Kind {
     Plugin,
     /// Failover decided, acted or was overridden.
     Failover,
+    /// A person forced a status on an app or instance, or lifted it.
+    Override,
 }
 
 impl Kind {
@@ -69,6 +71,7 @@ impl Kind {
             Kind::Task => "task",
             Kind::Plugin => "plugin",
             Kind::Failover => "failover",
+            Kind::Override => "override",
         }
     }
 }

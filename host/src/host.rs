@@ -13,6 +13,7 @@ use crate::failover::Failover;
 use crate::http::connections;
 use crate::http::{self, AppState};
 use crate::observe::cluster::{self, Following, Observed};
+use crate::overrides::Overrides;
 use crate::plugins::{Registry, Runtime, watch};
 use crate::tasks::{Store, StoreKind, Tasks};
 use crate::verdicts::live::Live;
@@ -273,14 +274,30 @@ fn observe(
     observed: Arc<Observed>,
     (registry, tasks, events): (&Arc<Registry>, &Arc<Tasks>, &Arc<Events>),
     loops: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> (Live, Following) {
+) -> Result<(Live, Following)> {
     let verdicts = Arc::new(Verdicts::with_threads(config.verdicts.derive_threads));
+    let changed = Arc::clone(&observed);
+    let overrides = Arc::new(
+        Overrides::open(
+            &config.data_dir.join("overrides.db"),
+            Some(Arc::clone(events)),
+            move |app| {
+                changed.mark_apps(vec![app]);
+                changed.changed.notify_one();
+            },
+        )
+        .map_err(Error::Storage)?,
+    );
+    loops.push(tokio::spawn(Arc::clone(&overrides).lapse_forever()));
     let following = cluster::follow(client.clone(), &observed, &config.observe.resources);
     loops.push(tokio::spawn(live::derive_forever(
         Arc::clone(&observed),
         Arc::clone(registry),
         Arc::clone(&verdicts),
-        Some(Arc::clone(tasks)),
+        live::Beside {
+            tasks: Some(Arc::clone(tasks)),
+            overrides: Some(Arc::clone(&overrides)),
+        },
         Some(Arc::clone(events)),
     )));
     loops.push(tokio::spawn(crate::observe::probe::probe_forever(
@@ -295,9 +312,10 @@ fn observe(
     let live = Live {
         observed,
         verdicts,
+        overrides,
         stale_after: config.verdicts.stale_after,
     };
-    (live, following)
+    Ok((live, following))
 }
 
 /// Failover, judging the nodes, and the executor that carries out tasks:
@@ -357,7 +375,7 @@ impl Host {
         let (live, following) = match (&client, observed) {
             (Some(client), Some(observed)) => {
                 let parts = (&registry, &tasks, &events);
-                let live = observe(config, client, observed, parts, &mut loops);
+                let live = observe(config, client, observed, parts, &mut loops)?;
                 (Some(live.0), Some(live.1))
             }
             _ => (None, None),

@@ -20,6 +20,7 @@
 //! - [`observe`]: Kubernetes objects watched, reduced to observations and
 //!   grouped into apps;
 //! - [`tasks`]: task records, their life cycle and stores;
+//! - [`overrides`]: states people forced on apps and instances;
 //! - [`plugins`]: the Wasm runtime, its limits and call metrics, the
 //!   registry and hot reload;
 //! - [`verdicts`]: status evaluation, the live verdicts and their JSON form;
@@ -51,6 +52,7 @@ pub mod http;
 pub mod native;
 pub mod observe;
 pub mod offline;
+pub mod overrides;
 pub mod plugins;
 pub mod settings;
 pub mod storage;

@@ -48,3 +48,41 @@ pub(crate) fn serialize_time<S: serde::Serializer>(
 ) -> Result<S::Ok, S::Error> {
     serializer.collect_str(&humantime::format_rfc3339_millis(*time))
 }
+
+/// Serde of a [`Timestamp`] as RFC 3339 text (`#[serde(with =
+/// "crate::time::text")]`).
+pub(crate) mod text {
+    use super::Timestamp;
+
+    pub fn serialize<S: serde::Serializer>(at: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::rfc3339(*at))
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+        let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+        super::parse_time(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Serde of an optional [`Timestamp`] as RFC 3339 text or `null`.
+pub(crate) mod text_opt {
+    use super::Timestamp;
+
+    pub fn serialize<S: serde::Serializer>(
+        at: &Option<Timestamp>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match at {
+            Some(at) => s.serialize_some(&super::rfc3339(*at)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Timestamp>, D::Error> {
+        let text = <Option<std::borrow::Cow<'de, str>> as serde::Deserialize>::deserialize(d)?;
+        text.map(|t| super::parse_time(&t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}

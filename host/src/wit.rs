@@ -130,6 +130,16 @@ wit_names! {
     Severity {
         Ok => "ok", Progressing => "progressing", Warning => "warning", Error => "error",
     }
+    ObjectStatus {
+        Ready => "ready", Progressing => "progressing", Suspended => "suspended",
+        Succeeded => "succeeded", Failed => "failed", Unknown => "unknown",
+        Terminating => "terminating",
+    }
+    InstanceStage {
+        Initializing => "initializing", Deploying => "deploying", Ready => "ready",
+        GrayRelease => "gray-release", Unknown => "unknown", Offline => "offline",
+        Stopped => "stopped",
+    }
 }
 
 /// A condition's status as Kubernetes spells it (`True`, `False`,

@@ -278,3 +278,68 @@ fn the_dashboard_follows_the_demo() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts/dashboard-demo.png");
     browser.screenshot(&artifact);
 }
+
+#[test]
+fn the_dashboard_shows_an_app_of_virtual_machines_and_forces_a_stage() {
+    let cluster = crate::vms::vm_cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &[]);
+    server.app_until("vms/db", "both VMs ready", PATIENCE, |v| {
+        v["stable"] == "running" && v["objects"].as_array().map(Vec::len) == Some(4)
+    });
+    let browser = Browser::start();
+    browser.open(&format!("{}/", server.base));
+    let row = r#"const row = document.querySelector('tr[data-app="vms/db"]');"#;
+    browser.until("vms/db shown", &format!("{row} return !!row;"));
+    browser.run(&format!("{row} row.click(); return true;"));
+    let vm =
+        r#"const vm = document.querySelector('#detail tr[data-object="VirtualMachine/db-1"]');"#;
+    browser.until(
+        "db-1 with its stage and its observed condition",
+        &format!(
+            "{vm} return !!vm && vm.querySelector('.badge')?.textContent === 'ready' && vm.textContent.includes('Ready: True');"
+        ),
+    );
+
+    // Force db-1 offline from the form; the verdict follows live.
+    browser.run(
+        "document.getElementById('force-target').value = 'db-1';
+         document.getElementById('force-target').dispatchEvent(new Event('change'));
+         document.getElementById('force-status').value = 'offline';
+         document.getElementById('force-by').value = 'dana';
+         document.getElementById('force-reason').value = 'disk errors';
+         document.querySelector('#force button[type=submit]').click();
+         return true;",
+    );
+    browser.until(
+        "db-1 shown forced offline",
+        &format!(
+            "{vm} return !!vm && vm.querySelector('.badge')?.textContent === 'offline' && vm.textContent.includes('forced by dana');"
+        ),
+    );
+    browser.until(
+        "the app degraded",
+        &format!("{row} return row.querySelector('.badge').textContent === 'degraded';"),
+    );
+    let forced = server.get("/v1/overrides").1;
+    assert_eq!(forced["overrides"][0]["instance"], "db-1", "{forced}");
+    assert_eq!(forced["overrides"][0]["by"], "dana");
+
+    // Lift it from the page: the stage and the app come back.
+    browser.run(&format!(
+        "{vm} vm.querySelector('button[data-lift]').click(); return true;"
+    ));
+    browser.until(
+        "db-1 ready again, no longer forced",
+        &format!(
+            "{vm} return !!vm && vm.querySelector('.badge')?.textContent === 'ready' && !vm.textContent.includes('forced');"
+        ),
+    );
+    browser.until(
+        "the app running again",
+        &format!("{row} return row.querySelector('.badge').textContent === 'running';"),
+    );
+    let artifact =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts/dashboard-vms.png");
+    browser.screenshot(&artifact);
+}

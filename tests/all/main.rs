@@ -24,3 +24,4 @@ mod serve;
 mod simulator;
 mod support;
 mod tasks;
+mod vms;

@@ -347,6 +347,7 @@ pub fn cluster(apps: usize, pods_per_app: usize) -> Vec<status::AppInput> {
                 },
                 tasks,
                 nodes: nodes.clone(),
+                overrides: Vec::new(),
             }
         })
         .collect()

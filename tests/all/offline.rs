@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use verdict::observe::Grouping;
 use verdict::observe::objects::Objects;
 use verdict::plugins::World;
 use verdict::verdicts::{self, view::AppView};
@@ -281,7 +280,8 @@ fn the_rules_hold_across_a_swap_to_the_example_and_back() {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "json"))
         .collect();
-    let mut objects = Objects::read(&paths, now).unwrap();
+    let mut objects = Objects::default();
+    objects.read(&paths, now).unwrap();
     objects.snapshot.namespaces.insert(
         "quiet".into(),
         vec![types::KeyValue {
@@ -306,9 +306,7 @@ fn the_rules_hold_across_a_swap_to_the_example_and_back() {
         params: "{}".into(),
         steps: Vec::new(),
     };
-    let inputs = objects
-        .snapshot
-        .apps(&Grouping::default(), &[task], &[], now);
+    let inputs = objects.snapshot.apps(&[task], &[], now);
     assert!(inputs.len() > 20);
 
     let fixture = Fixture::new();

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::serve::Server;
 
 /// Every operation of the HTTP API.
-const OPERATIONS: [(&str, &str); 23] = [
+const OPERATIONS: [(&str, &str); 29] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -29,6 +29,18 @@ const OPERATIONS: [(&str, &str); 23] = [
     ("put", "/v1/failover/overrides/{node}"),
     ("delete", "/v1/failover/overrides/{node}"),
     ("post", "/v1/failover/nodes/{node}/approve"),
+    ("get", "/v1/overrides"),
+    ("put", "/v1/apps/{namespace}/{name}/override"),
+    ("delete", "/v1/apps/{namespace}/{name}/override"),
+    (
+        "put",
+        "/v1/apps/{namespace}/{name}/instances/{instance}/override",
+    ),
+    (
+        "delete",
+        "/v1/apps/{namespace}/{name}/instances/{instance}/override",
+    ),
+    ("get", "/v1/apps/{namespace}/{name}/overrides/history"),
     ("get", "/v1/events"),
     ("get", "/openapi.json"),
 ];
@@ -67,7 +79,8 @@ fn the_openapi_document_covers_every_route() {
             .replace("{namespace}", "shop")
             .replace("{name}", "web")
             .replace("{id}", "no-such-task")
-            .replace("{node}", "no-such-node");
+            .replace("{node}", "no-such-node")
+            .replace("{instance}", "no-such-instance");
         if path == "/v1/events" {
             continue; // a stream; served, as the event tests show
         }

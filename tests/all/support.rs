@@ -137,6 +137,7 @@ pub fn app_input(name: &str) -> status::AppInput {
         },
         tasks: Vec::new(),
         nodes: Vec::new(),
+        overrides: Vec::new(),
     }
 }
 

@@ -4,12 +4,11 @@
 use super::evaluate::blank;
 use super::{
     Approval, Failover, FailoverError, Inner, Override, OverrideKind, Record, Value, json, now,
-    rfc3339, types,
+    rfc3339,
 };
 use crate::events::Kind;
 
-/// The longest override expiry that `expires-in-s` may ask for.
-pub const MAX_OVERRIDE_S: u64 = 10 * 365 * 24 * 3600;
+pub use crate::overrides::MAX_OVERRIDE_S;
 
 /// A request to override a node.
 #[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
@@ -46,22 +45,9 @@ pub struct ApprovalRequest {
     pub reason: Option<String>,
 }
 
-/// Who decides and why: a name that is not blank, and text of bounded
-/// length (the task records' bounds).
+/// Who decides and why (the rule of [`crate::overrides::decider`]).
 pub(super) fn decider(by: &str, reason: Option<&str>) -> Result<(), FailoverError> {
-    use crate::tasks::model::{MAX_NAME, MAX_TEXT};
-    if by.trim().is_empty() {
-        return Err(FailoverError::Invalid("by must say who decides".into()));
-    }
-    for (field, text, max) in [("by", Some(by), MAX_NAME), ("reason", reason, MAX_TEXT)] {
-        let length = text.map_or(0, |t| t.chars().count());
-        if length > max {
-            return Err(FailoverError::Invalid(format!(
-                "{field} is {length} characters long; at most {max}"
-            )));
-        }
-    }
-    Ok(())
+    crate::overrides::decider(by, reason).map_err(FailoverError::Invalid)
 }
 
 impl Failover {
@@ -76,36 +62,9 @@ impl Failover {
     ) -> Result<Override, FailoverError> {
         decider(&request.by, request.reason.as_deref())?;
         let at = now();
-        let expires_at = match (&request.expires_at, request.expires_in_s) {
-            (Some(_), Some(_)) => {
-                return Err(FailoverError::Invalid(
-                    "give expires-at or expires-in-s, not both".into(),
-                ));
-            }
-            (Some(text), None) => Some(
-                crate::time::parse_time(text)
-                    .map_err(|e| FailoverError::Invalid(format!("expires-at: {e}")))?,
-            ),
-            (None, Some(s)) if (1..=MAX_OVERRIDE_S).contains(&s) => {
-                Some(at + (s as types::Timestamp) * 1000)
-            }
-            (None, Some(_)) => {
-                return Err(FailoverError::Invalid(format!(
-                    "expires-in-s must be from 1 to {MAX_OVERRIDE_S} (ten years)"
-                )));
-            }
-            (None, None) => None,
-        };
-        if expires_at.is_some_and(|e| e <= at) {
-            return Err(FailoverError::Invalid("expires-at is in the past".into()));
-        }
-        if expires_at
-            .is_some_and(|e| e.saturating_sub(at) > (MAX_OVERRIDE_S as types::Timestamp) * 1000)
-        {
-            return Err(FailoverError::Invalid(
-                "expires-at is more than ten years away".into(),
-            ));
-        }
+        let expires_at =
+            crate::overrides::expiry(request.expires_at.as_deref(), request.expires_in_s, at)
+                .map_err(FailoverError::Invalid)?;
         if !self.observed.read().nodes.contains_key(node) {
             return Err(FailoverError::NotFound(
                 "no-such-node",

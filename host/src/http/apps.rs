@@ -86,14 +86,29 @@ async fn get_app(
         })
 }
 
-/// An app's status with its objects of the configured kinds.
+/// An app's status with what was observed of its objects of the
+/// configured kinds (those its policy did not judge too).
 fn with_objects(mut status: AppStatus, snapshot: &Snapshot) -> AppStatus {
     let key = (status.view.namespace.clone(), status.view.name.clone());
-    status.objects = snapshot
-        .objects_of(&key)
-        .into_iter()
-        .map(ObjectView::from)
-        .collect();
+    for observed in snapshot.objects_of(&key) {
+        let judged = status
+            .view
+            .objects
+            .iter_mut()
+            .find(|v| v.kind == observed.kind && v.name == observed.name);
+        match judged {
+            Some(view) => view.observed(observed),
+            None => {
+                let mut view = ObjectView {
+                    kind: observed.kind.clone(),
+                    name: observed.name.clone(),
+                    ..ObjectView::default()
+                };
+                view.observed(observed);
+                status.view.objects.push(view);
+            }
+        }
+    }
     status
 }
 

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::failover::FailoverError;
+use crate::overrides::OverrideError;
 use crate::tasks::{Denial, Refusal, TaskError};
 
 /// An error answered as JSON.
@@ -128,6 +129,18 @@ impl From<FailoverError> for ApiError {
             E::Invalid(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", m),
             E::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             E::Storage(error) => ApiError::internal("the failover state", &error),
+        }
+    }
+}
+
+impl From<OverrideError> for ApiError {
+    fn from(error: OverrideError) -> Self {
+        match error {
+            OverrideError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, "no-override", m),
+            OverrideError::Invalid(m) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", m)
+            }
+            OverrideError::Storage(error) => ApiError::internal("the overrides", &error),
         }
     }
 }

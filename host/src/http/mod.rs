@@ -28,6 +28,7 @@ mod json;
 pub mod metrics;
 mod middleware;
 mod openapi;
+mod overrides;
 mod plugins;
 mod tasks;
 pub mod tls;
@@ -186,6 +187,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(tasks::routes())
         .merge(admission::routes())
         .merge(failover::routes())
+        .merge(overrides::routes())
         .merge(events::routes())
         .merge(metrics::routes())
         .split_for_parts();

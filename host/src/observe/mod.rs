@@ -98,6 +98,14 @@ fn label<'a>(labels: &'a [types::KeyValue], key: &str) -> Option<&'a str> {
         .map(|l| l.value.as_str())
 }
 
+/// What the host holds of an app besides its observations: its tasks and
+/// the overrides in force on it.
+#[derive(Debug, Clone, Default)]
+pub struct Around {
+    pub tasks: Vec<types::Task>,
+    pub overrides: Vec<types::StatusOverride>,
+}
+
 /// An application's key: namespace and name.
 pub(crate) type AppKey = (String, String);
 type PodKey = (String, String);
@@ -108,7 +116,17 @@ type WorkloadKey = (&'static str, String, String);
 struct Members {
     workloads: BTreeSet<WorkloadKey>,
     pods: BTreeSet<PodKey>,
+    objects: BTreeSet<resources::ObjectKey>,
 }
+
+impl Members {
+    fn is_empty(&self) -> bool {
+        self.workloads.is_empty() && self.pods.is_empty() && self.objects.is_empty()
+    }
+}
+
+/// How far an owner chain is followed (a VMI's VM's pool is two steps).
+const OWNER_DEPTH: usize = 8;
 
 /// What is known of the cluster at one moment, keyed as the API keys it,
 /// with an index from applications (by the snapshot's grouping) to their
@@ -134,12 +152,15 @@ pub struct Snapshot {
     pub probes: BTreeMap<AppKey, types::HealthProbe>,
     /// Objects of the kinds named by configuration ([`resources`]).
     pub objects: resources::Objects,
-    /// Apps to their objects.
-    object_index: BTreeMap<AppKey, BTreeSet<resources::ObjectKey>>,
     grouping: Grouping,
-    /// Apps to their members. Which app a stored pod or workload belongs
-    /// to is computed from it, not kept beside it.
+    /// Apps to their members. Which app a stored workload belongs to is
+    /// computed from it; a pod or an object may follow its owner chain
+    /// through stored objects (a `virt-launcher` pod to its VMI, a VMI to
+    /// its VM, a VM to its pool), so theirs is kept beside the index.
     index: BTreeMap<AppKey, Members>,
+    /// The app each indexed pod and object is in.
+    pod_apps: BTreeMap<PodKey, AppKey>,
+    object_apps: BTreeMap<resources::ObjectKey, AppKey>,
 }
 
 /// The Kubernetes kind of a workload kind: `Deployment`, `StatefulSet`,
@@ -175,27 +196,32 @@ impl Snapshot {
         }
     }
 
-    /// Take a stored pod out of the index (it stays stored).
-    fn unindex_pod(&mut self, key: &PodKey) -> Option<AppKey> {
-        let app = self.app_of_pod_key(key)?;
-        if let Some(members) = self.index.get_mut(&app) {
-            members.pods.remove(key);
-            if members.pods.is_empty() && members.workloads.is_empty() {
-                self.index.remove(&app);
+    /// Take a member out of an app's entry, dropping the entry when
+    /// nothing is left in it.
+    fn unindex(&mut self, app: &AppKey, take: impl FnOnce(&mut Members)) {
+        if let Some(members) = self.index.get_mut(app) {
+            take(members);
+            if members.is_empty() {
+                self.index.remove(app);
             }
         }
+    }
+
+    /// Take a stored pod out of the index (it stays stored).
+    fn unindex_pod(&mut self, key: &PodKey) -> Option<AppKey> {
+        let app = self.pod_apps.remove(key)?;
+        self.unindex(&app, |m| {
+            m.pods.remove(key);
+        });
         Some(app)
     }
 
     /// Take a stored workload out of the index (it stays stored).
     fn unindex_workload(&mut self, key: &WorkloadKey) -> Option<AppKey> {
         let app = self.app_of_workload_key(key)?;
-        if let Some(members) = self.index.get_mut(&app) {
-            members.workloads.remove(key);
-            if members.pods.is_empty() && members.workloads.is_empty() {
-                self.index.remove(&app);
-            }
-        }
+        self.unindex(&app, |m| {
+            m.workloads.remove(key);
+        });
         Some(app)
     }
 
@@ -203,14 +229,17 @@ impl Snapshot {
     pub fn put_pod(&mut self, pod: types::Pod) -> Vec<AppKey> {
         let key = (pod.namespace.clone(), pod.name.clone());
         let mut touched: Vec<AppKey> = self.unindex_pod(&key).into_iter().collect();
-        let app = key_of(Self::app_of_pod(&self.grouping, &pod));
+        let app = self.app_of_pod(&self.grouping, &pod);
         self.index
             .entry(app.clone())
             .or_default()
             .pods
             .insert(key.clone());
+        self.pod_apps.insert(key.clone(), app.clone());
         self.pods.insert(key, pod);
-        touched.push(app);
+        if !touched.contains(&app) {
+            touched.push(app);
+        }
         touched
     }
 
@@ -316,20 +345,19 @@ impl Snapshot {
         urls
     }
 
-    /// Every app with a workload or a pod.
+    /// Every app with a workload, a pod or an object.
     pub(crate) fn app_keys(&self) -> impl Iterator<Item = &AppKey> {
         self.index.keys()
     }
 
-    /// Whether an app has a workload or a pod.
+    /// Whether an app has a workload, a pod or an object.
     pub(crate) fn has_app(&self, key: &AppKey) -> bool {
         self.index.contains_key(key)
     }
 
     /// The app a pod (namespace, name) belongs to.
     pub(crate) fn app_of_pod_key(&self, key: &(String, String)) -> Option<AppKey> {
-        let pod = self.pods.get(key)?;
-        Some(key_of(Self::app_of_pod(&self.grouping, pod)))
+        self.pod_apps.get(key).cloned()
     }
 
     /// The app a workload (`Deployment`, `StatefulSet` or `DaemonSet`, its
@@ -377,13 +405,19 @@ impl Snapshot {
             .collect()
     }
 
-    /// The apps with a pod on a node.
+    /// The apps with a pod or an object on a node.
     pub(crate) fn apps_on_node(&self, node: &str) -> BTreeSet<AppKey> {
-        self.pods
+        let pods = self
+            .pods
             .iter()
             .filter(|(_, p)| p.node.as_deref() == Some(node))
-            .map(|(_, p)| key_of(Self::app_of_pod(&self.grouping, p)))
-            .collect()
+            .filter_map(|(key, _)| self.pod_apps.get(key));
+        let objects = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o.node.as_deref() == Some(node))
+            .filter_map(|(key, _)| self.object_apps.get(key));
+        pods.chain(objects).cloned().collect()
     }
 
     /// The inputs of some apps, by the snapshot's own grouping, without
@@ -396,7 +430,7 @@ impl Snapshot {
         keys.into_iter()
             .map(|key| {
                 let (workloads, pods, exists) = self.members_of(key);
-                self.input(key, &workloads, &pods, Vec::new(), exists, now)
+                self.input(key, &workloads, &pods, Around::default(), exists, now)
             })
             .collect()
     }
@@ -419,9 +453,18 @@ impl Snapshot {
         (workloads, pods, exists)
     }
 
-    /// The nodes some pods are bound to.
-    fn nodes_of<'a>(&'a self, pods: impl Iterator<Item = &'a types::Pod>) -> Vec<&'a types::Node> {
-        let on: BTreeSet<&str> = pods.filter_map(|p| p.node.as_deref()).collect();
+    /// The nodes an app's pods and objects are on.
+    fn nodes_of<'a>(
+        &'a self,
+        pods: impl Iterator<Item = &'a types::Pod>,
+        app: &AppKey,
+    ) -> Vec<&'a types::Node> {
+        let mut on: BTreeSet<&str> = pods.filter_map(|p| p.node.as_deref()).collect();
+        on.extend(
+            self.objects_of(app)
+                .iter()
+                .filter_map(|o| o.node.as_deref()),
+        );
         on.iter().filter_map(|n| self.nodes.get(*n)).collect()
     }
 
@@ -433,7 +476,7 @@ impl Snapshot {
         &self,
         keys: &[AppKey],
         observed_at: types::Timestamp,
-        tasks: impl Fn(&AppKey) -> Vec<types::Task>,
+        around: impl Fn(&AppKey) -> Around,
     ) -> Result<Vec<u8>, postcard::Error> {
         use std::borrow::Cow;
         // `status::AppInput` and `types::App`, field for field, borrowing.
@@ -442,6 +485,7 @@ impl Snapshot {
             app: App<'a>,
             tasks: Vec<types::Task>,
             nodes: Vec<&'a types::Node>,
+            overrides: Vec<types::StatusOverride>,
         }
         #[derive(Serialize)]
         struct App<'a> {
@@ -459,9 +503,10 @@ impl Snapshot {
             .iter()
             .map(|key| {
                 let (workloads, stored, namespace_exists) = self.members_of(key);
-                let nodes = self.nodes_of(stored.iter().copied());
+                let nodes = self.nodes_of(stored.iter().copied(), key);
                 let pods: Vec<Cow<'_, types::Pod>> =
                     stored.into_iter().map(|p| self.with_usage(p)).collect();
+                let Around { tasks, overrides } = around(key);
                 Input {
                     nodes,
                     app: App {
@@ -478,7 +523,8 @@ impl Snapshot {
                         probe: self.probes.get(key),
                         observed_at,
                     },
-                    tasks: tasks(key),
+                    tasks,
+                    overrides,
                 }
             })
             .collect();
@@ -490,7 +536,7 @@ impl Snapshot {
         key: &AppKey,
         workloads: &[&types::Workload],
         pods: &[&types::Pod],
-        mut tasks: Vec<types::Task>,
+        around: Around,
         namespace_exists: bool,
         now: types::Timestamp,
     ) -> status::AppInput {
@@ -498,7 +544,15 @@ impl Snapshot {
             .iter()
             .map(|p| self.with_usage(p).into_owned())
             .collect();
-        let nodes = self.nodes_of(pods.iter()).into_iter().cloned().collect();
+        let nodes = self
+            .nodes_of(pods.iter(), key)
+            .into_iter()
+            .cloned()
+            .collect();
+        let Around {
+            mut tasks,
+            overrides,
+        } = around;
         tasks.sort_by_key(|t| std::cmp::Reverse(t.created_at));
         status::AppInput {
             app: types::App {
@@ -517,6 +571,7 @@ impl Snapshot {
             },
             tasks,
             nodes,
+            overrides,
         }
     }
 
@@ -555,18 +610,75 @@ impl Snapshot {
         }
     }
 
+    /// The stored object of a kind in a namespace, by name.
+    fn object_named(&self, kind: &str, namespace: &str, name: &str) -> Option<&resources::Generic> {
+        self.objects
+            .values()
+            .find(|o| o.name == name && o.kind == kind && o.namespace == namespace)
+    }
+
+    /// The app an owner (kind, name) in a namespace leads to, when it is a
+    /// stored object: that object's own app, up its chain.
+    fn app_of_owner(
+        &self,
+        grouping: &Grouping,
+        namespace: &str,
+        owner: (&str, &str),
+        depth: usize,
+    ) -> Option<AppKey> {
+        let object = self.object_named(owner.0, namespace, owner.1)?;
+        (depth < OWNER_DEPTH).then(|| self.app_of_object_at(grouping, object, depth + 1))
+    }
+
     /// The app an object of a configured kind belongs to, by the same rule
-    /// as pods: its label, else its controlling owner's name (a VMI's VM, a
-    /// VM's pool or replica set), else its own; its owner; or its
-    /// namespace.
-    fn app_of_object(grouping: &Grouping, o: &resources::Generic) -> AppKey {
-        let owner = o.owner.as_ref().map(|(_, name)| name.as_str());
-        let name = match grouping {
-            Grouping::Label(key) => label(&o.labels, key).or(owner).unwrap_or(&o.name),
-            Grouping::Owner => owner.unwrap_or(&o.name),
-            Grouping::Namespace => &o.namespace,
-        };
-        (o.namespace.clone(), name.to_string())
+    /// as pods: its label, else its owner chain's (a VMI's VM, a VM's pool
+    /// or replica set) to the top, else its own name; for `owner` the top
+    /// of its owner chain; or its namespace.
+    fn app_of_object(&self, grouping: &Grouping, o: &resources::Generic) -> AppKey {
+        self.app_of_object_at(grouping, o, 0)
+    }
+
+    fn app_of_object_at(
+        &self,
+        grouping: &Grouping,
+        o: &resources::Generic,
+        depth: usize,
+    ) -> AppKey {
+        if let Grouping::Label(key) = grouping
+            && let Some(value) = label(&o.labels, key)
+        {
+            return (o.namespace.clone(), value.to_string());
+        }
+        if let Grouping::Namespace = grouping {
+            return (o.namespace.clone(), o.namespace.clone());
+        }
+        match &o.owner {
+            Some((kind, name)) => self
+                .app_of_owner(grouping, &o.namespace, (kind, name), depth)
+                .unwrap_or_else(|| (o.namespace.clone(), name.clone())),
+            None => (o.namespace.clone(), o.name.clone()),
+        }
+    }
+
+    /// The app a pod belongs to: its label; else, when its owner is a
+    /// stored object (a `virt-launcher` pod's VMI), that object's app; else
+    /// its owner's name (the workload, resolved from a ReplicaSet), else its
+    /// own; or its namespace.
+    fn app_of_pod(&self, grouping: &Grouping, p: &types::Pod) -> AppKey {
+        if let Grouping::Label(key) = grouping
+            && let Some(value) = label(&p.labels, key)
+        {
+            return (p.namespace.clone(), value.to_string());
+        }
+        if let Grouping::Namespace = grouping {
+            return (p.namespace.clone(), p.namespace.clone());
+        }
+        match &p.owner {
+            Some(owner) => self
+                .app_of_owner(grouping, &p.namespace, (&owner.kind, &owner.name), 0)
+                .unwrap_or_else(|| (p.namespace.clone(), owner.name.clone())),
+            None => (p.namespace.clone(), p.name.clone()),
+        }
     }
 
     /// An app's objects as policies see them, for both input paths.
@@ -579,48 +691,89 @@ impl Snapshot {
 
     /// The objects of the configured kinds in an app.
     pub fn objects_of(&self, app: &AppKey) -> Vec<&resources::Generic> {
-        self.object_index
+        self.index
             .get(app)
             .into_iter()
-            .flatten()
+            .flat_map(|m| m.objects.iter())
             .filter_map(|key| self.objects.get(key))
             .collect()
     }
 
-    /// Store an object of a configured kind; the apps it leaves or joins
-    /// that exist are returned, to derive again.
+    /// Store an object of a configured kind; returns the apps it left and
+    /// joined. When its app changed, what it owns (its instances, their
+    /// pods) follows it.
     pub(crate) fn put_object(&mut self, object: resources::Generic) -> Vec<AppKey> {
         let key = object.key();
-        let mut touched = self.remove_object(&key);
-        let app = Self::app_of_object(&self.grouping, &object);
-        self.object_index
+        let before = self.unindex_object(&key);
+        let app = self.app_of_object(&self.grouping, &object);
+        let (namespace, kind, name) = (
+            object.namespace.clone(),
+            object.kind.clone(),
+            object.name.clone(),
+        );
+        self.index
             .entry(app.clone())
             .or_default()
+            .objects
             .insert(key.clone());
+        self.object_apps.insert(key.clone(), app.clone());
         self.objects.insert(key, object);
-        if self.has_app(&app) && !touched.contains(&app) {
-            touched.push(app);
+        let mut touched: Vec<AppKey> = before.iter().cloned().collect();
+        if !touched.contains(&app) {
+            touched.push(app.clone());
+        }
+        if before.as_ref() != Some(&app) {
+            for moved in self.reindex_owned(&namespace, &kind, &name) {
+                if !touched.contains(&moved) {
+                    touched.push(moved);
+                }
+            }
         }
         touched
     }
 
-    /// Forget an object; the app it was in is returned when it exists.
+    /// Index again the objects and pods an object (kind, name) owns, after
+    /// its app changed; returns the apps they left and joined.
+    fn reindex_owned(&mut self, namespace: &str, kind: &str, name: &str) -> Vec<AppKey> {
+        let owns = |owner: Option<(&str, &str)>| owner == Some((kind, name));
+        let objects: Vec<resources::Generic> = self
+            .objects
+            .values()
+            .filter(|o| o.namespace == namespace)
+            .filter(|o| owns(o.owner.as_ref().map(|(k, n)| (k.as_str(), n.as_str()))))
+            .cloned()
+            .collect();
+        let pods: Vec<types::Pod> = self
+            .pods
+            .range((namespace.to_string(), String::new())..)
+            .take_while(|((ns, _), _)| ns == namespace)
+            .filter(|(_, p)| owns(p.owner.as_ref().map(|o| (o.kind.as_str(), o.name.as_str()))))
+            .map(|(_, p)| p.clone())
+            .collect();
+        let mut touched = Vec::new();
+        for object in objects {
+            touched.extend(self.put_object(object));
+        }
+        for pod in pods {
+            touched.extend(self.put_pod(pod));
+        }
+        touched
+    }
+
+    /// Take a stored object out of the index (it stays stored).
+    fn unindex_object(&mut self, key: &resources::ObjectKey) -> Option<AppKey> {
+        let app = self.object_apps.remove(key)?;
+        self.unindex(&app, |m| {
+            m.objects.remove(key);
+        });
+        Some(app)
+    }
+
+    /// Forget an object; returns the app it was in.
     pub(crate) fn remove_object(&mut self, key: &resources::ObjectKey) -> Vec<AppKey> {
-        let Some(object) = self.objects.remove(key) else {
-            return Vec::new();
-        };
-        let app = Self::app_of_object(&self.grouping, &object);
-        if let Some(keys) = self.object_index.get_mut(&app) {
-            keys.remove(key);
-            if keys.is_empty() {
-                self.object_index.remove(&app);
-            }
-        }
-        if self.has_app(&app) {
-            vec![app]
-        } else {
-            Vec::new()
-        }
+        let app = self.unindex_object(key);
+        self.objects.remove(key);
+        app.into_iter().collect()
     }
 
     /// Forget the objects of a resource a full list did not name.
@@ -638,70 +791,39 @@ impl Snapshot {
         }
     }
 
-    fn app_of_pod(grouping: &Grouping, p: &types::Pod) -> types::AppId {
-        let owner = p.owner.as_ref().map(|o| o.name.as_str());
-        let name = match grouping {
-            Grouping::Label(key) => label(&p.labels, key).or(owner).unwrap_or(&p.name),
-            Grouping::Owner => owner.unwrap_or(&p.name),
-            Grouping::Namespace => &p.namespace,
-        };
-        types::AppId {
-            namespace: p.namespace.clone(),
-            name: name.to_string(),
-        }
-    }
-
-    /// Group the snapshot into applications, each with its tasks (newest
-    /// first) and the nodes its pods run on. Applications named only by a
-    /// task, or `known` from before, exist too, with nothing in them. `now`
-    /// stamps the observations.
+    /// Every application with its tasks (newest first) and the nodes its
+    /// pods and objects are on, by the snapshot's grouping. Applications
+    /// named only by a task, or `known` from before, exist too, with
+    /// nothing in them. `now` stamps the observations.
     pub fn apps(
         &self,
-        grouping: &Grouping,
         tasks: &[types::Task],
         known: &[types::AppId],
         now: types::Timestamp,
     ) -> Vec<status::AppInput> {
-        // A namespace exists when its object was seen or something lives in it.
-        let mut live: BTreeSet<&str> = self.namespaces.keys().map(String::as_str).collect();
-        live.extend(self.workloads.values().map(|w| w.namespace.as_str()));
-        live.extend(self.pods.values().map(|p| p.namespace.as_str()));
-
-        type Group<'a> = (
-            Vec<&'a types::Workload>,
-            Vec<&'a types::Pod>,
-            Vec<types::Task>,
-        );
-        let mut groups: BTreeMap<AppKey, Group<'_>> = BTreeMap::new();
+        let mut groups: BTreeMap<AppKey, Vec<types::Task>> = self
+            .index
+            .keys()
+            .map(|key| (key.clone(), Vec::new()))
+            .collect();
         for id in known {
             groups.entry(key_of(id.clone())).or_default();
-        }
-        for w in self.workloads.values() {
-            groups
-                .entry(key_of(Self::app_of_workload(grouping, w)))
-                .or_default()
-                .0
-                .push(w);
-        }
-        for p in self.pods.values() {
-            groups
-                .entry(key_of(Self::app_of_pod(grouping, p)))
-                .or_default()
-                .1
-                .push(p);
         }
         for t in tasks {
             groups
                 .entry(key_of(t.app.clone()))
                 .or_default()
-                .2
                 .push(t.clone());
         }
         groups
             .into_iter()
-            .map(|(key, (workloads, pods, tasks))| {
-                let exists = live.contains(key.0.as_str());
-                self.input(&key, &workloads, &pods, tasks, exists, now)
+            .map(|(key, tasks)| {
+                let (workloads, pods, exists) = self.members_of(&key);
+                let around = Around {
+                    tasks,
+                    overrides: Vec::new(),
+                };
+                self.input(&key, &workloads, &pods, around, exists, now)
             })
             .collect()
     }
@@ -761,8 +883,9 @@ mod tests {
         snapshot.put_pod(pod("web-1", "web"));
         // The object joins an app that exists: it is to be derived again.
         assert_eq!(snapshot.put_object(vm("web-vm", "web")), [key("web")]);
-        // One of an app of objects alone changes no app (yet).
-        assert!(snapshot.put_object(vm("lone-vm", "lone")).is_empty());
+        // An object alone makes an app of its own.
+        assert_eq!(snapshot.put_object(vm("lone-vm", "lone")), [key("lone")]);
+        assert!(snapshot.has_app(&key("lone")));
 
         let inputs = snapshot.inputs_for([&key("web")], 0);
         let objects = &inputs[0].app.objects;
@@ -778,7 +901,7 @@ mod tests {
 
         // The encoded batch carries the same, in the WIT's order.
         let encoded = snapshot
-            .encode_inputs(&[key("web")], 0, |_| Vec::new())
+            .encode_inputs(&[key("web")], 0, |_| Around::default())
             .unwrap();
         let decoded: Vec<status::AppInput> = postcard::from_bytes(&encoded).unwrap();
         assert_eq!(decoded[0].app.objects, inputs[0].app.objects);
@@ -794,6 +917,97 @@ mod tests {
         );
     }
 
+    /// An object of a kind, owned by another (kind, name), with labels.
+    fn owned(
+        kind: &str,
+        name: &str,
+        owner: Option<(&str, &str)>,
+        labels: serde_json::Value,
+    ) -> resources::Generic {
+        let owners: Vec<serde_json::Value> = owner
+            .into_iter()
+            .map(|(kind, name)| {
+                serde_json::json!({"apiVersion": "kubevirt.io/v1", "kind": kind,
+                    "name": name, "uid": "u", "controller": true})
+            })
+            .collect();
+        let object: kube::core::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1",
+            "kind": kind,
+            "metadata": {"name": name, "namespace": "shop", "ownerReferences": owners,
+                "labels": labels},
+        }))
+        .unwrap();
+        let resource = resources::defaults()
+            .into_iter()
+            .find(|r| r.kind == kind)
+            .unwrap();
+        resources::Generic::reduce(&resource, &object)
+    }
+
+    #[test]
+    fn pods_and_objects_follow_their_owner_chain_whatever_the_order_they_arrive_in() {
+        let none = serde_json::json!({});
+        let mut snapshot = Snapshot::grouped_by(Grouping::default());
+        // The launcher pod first, unlabelled: its owner, the VMI, is not
+        // known yet, so its app is named after it.
+        let mut launcher = pod("virt-launcher-db-0-x", "ignored");
+        launcher.labels.clear();
+        launcher.owner = Some(types::Owner {
+            kind: "VirtualMachineInstance".into(),
+            name: "db-0".into(),
+        });
+        assert_eq!(snapshot.put_pod(launcher), [key("db-0")]);
+        // The VMI, owned by VM db-0, owned by the pool db: unlabelled too.
+        let vmi = || {
+            owned(
+                "VirtualMachineInstance",
+                "db-0",
+                Some(("VirtualMachine", "db-0")),
+                none.clone(),
+            )
+        };
+        assert_eq!(snapshot.put_object(vmi()), [key("db-0")]);
+        let vm = owned(
+            "VirtualMachine",
+            "db-0",
+            Some(("VirtualMachinePool", "db")),
+            none.clone(),
+        );
+        let touched = snapshot.put_object(vm.clone());
+        assert!(touched.contains(&key("db")), "{touched:?}");
+        // The pool arrives last, labelled: the whole chain moves to its app.
+        let label = serde_json::json!({"app.kubernetes.io/instance": "shopdb"});
+        let pool = owned("VirtualMachinePool", "db", None, label);
+        let touched = snapshot.put_object(pool.clone());
+        assert!(
+            touched.contains(&key("shopdb")) && touched.contains(&key("db")),
+            "{touched:?}"
+        );
+        assert!(!snapshot.has_app(&key("db")) && !snapshot.has_app(&key("db-0")));
+        let input = &snapshot.inputs_for([&key("shopdb")], 0)[0];
+        let kinds: Vec<&str> = input.app.objects.iter().map(|o| o.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "VirtualMachine",
+                "VirtualMachineInstance",
+                "VirtualMachinePool"
+            ]
+        );
+        assert_eq!(input.app.pods[0].name, "virt-launcher-db-0-x");
+        assert_eq!(
+            snapshot.app_of_pod_key(&("shop".into(), "virt-launcher-db-0-x".into())),
+            Some(key("shopdb"))
+        );
+        // The same objects in another order land in the same app.
+        let mut other = Snapshot::grouped_by(Grouping::default());
+        other.put_object(pool);
+        other.put_object(vm);
+        other.put_object(vmi());
+        assert!(other.has_app(&key("shopdb")) && !other.has_app(&key("db")));
+    }
+
     #[test]
     fn the_index_follows_pods_between_apps_and_agrees_with_a_full_grouping() {
         let mut snapshot = Snapshot::grouped_by(Grouping::default());
@@ -806,7 +1020,7 @@ mod tests {
 
         let keys: BTreeSet<AppKey> = [key("api"), key("web")].into();
         let incremental = snapshot.inputs_for(&keys, 0);
-        let full = snapshot.apps(&Grouping::default(), &[], &[], 0);
+        let full = snapshot.apps(&[], &[], 0);
         let names = |inputs: &[status::AppInput]| -> Vec<(String, Vec<String>)> {
             inputs
                 .iter()

@@ -12,7 +12,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Snapshot, reduce};
+use super::resources::{self, Generic, ResourceRef};
+use super::{Grouping, Snapshot, reduce};
 use crate::time::rfc3339;
 use crate::wit::types;
 
@@ -50,11 +51,20 @@ impl std::error::Error for ObjectError {
 }
 
 /// Objects read so far, and the kinds that were passed over.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Objects {
     pub snapshot: Snapshot,
+    /// The further kinds read as objects of their own ([`resources`]).
+    pub resources: Vec<ResourceRef>,
     /// Kinds the host does not observe (Services, Jobs …), with counts.
     pub skipped: BTreeMap<String, usize>,
+}
+
+impl Default for Objects {
+    /// Grouped by the default rule, with the default further kinds.
+    fn default() -> Self {
+        Self::new(Grouping::default(), resources::defaults())
+    }
 }
 
 /// The value of an `@now`, `@now-5m` or `@now+1h` placeholder at `now`
@@ -124,9 +134,18 @@ pub fn documents(file: &Path, text: &str) -> Result<Vec<Value>, ObjectError> {
 }
 
 impl Objects {
+    /// No objects yet; apps are to be grouped by `grouping`, and objects of
+    /// the `resources` kinds read besides the built-in ones.
+    pub fn new(grouping: Grouping, resources: Vec<ResourceRef>) -> Self {
+        Self {
+            snapshot: Snapshot::grouped_by(grouping),
+            resources,
+            skipped: BTreeMap::new(),
+        }
+    }
+
     /// Read files of objects, substituting `@now` placeholders.
-    pub fn read(paths: &[PathBuf], now: types::Timestamp) -> Result<Self, ObjectError> {
-        let mut objects = Self::default();
+    pub fn read(&mut self, paths: &[PathBuf], now: types::Timestamp) -> Result<(), ObjectError> {
         for path in paths {
             let text = std::fs::read_to_string(path).map_err(|e| ObjectError {
                 file: path.clone(),
@@ -134,9 +153,9 @@ impl Objects {
                 message: String::new(),
                 source: Some(e.into()),
             })?;
-            objects.add_text(path, &text, now)?;
+            self.add_text(path, &text, now)?;
         }
-        Ok(objects)
+        Ok(())
     }
 
     /// Add the objects of one file's text, substituting `@now` placeholders.
@@ -234,13 +253,30 @@ impl Objects {
                 self.snapshot.put_namespace(&ns);
             }
             "PodMetrics" => self.add_metrics(file, place, &object)?,
-            other => *self.skipped.entry(other.to_string()).or_default() += 1,
+            other => match self.resource_of(other, &object) {
+                Some(resource) => {
+                    let dynamic: kube::core::DynamicObject = parse(file, &typed(other), object)?;
+                    self.snapshot
+                        .put_object(Generic::reduce(&resource, &dynamic));
+                }
+                None => *self.skipped.entry(other.to_string()).or_default() += 1,
+            },
         }
         Ok(())
     }
 }
 
 impl Objects {
+    /// The further kind an object of `kind` is, by its `apiVersion`.
+    fn resource_of(&self, kind: &str, object: &Value) -> Option<ResourceRef> {
+        let api_version = object.get("apiVersion").and_then(Value::as_str)?;
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        self.resources
+            .iter()
+            .find(|r| r.kind == kind && r.group == group && r.version == version)
+            .cloned()
+    }
+
     /// A `metrics.k8s.io` PodMetrics: the usage of each container.
     fn add_metrics(&mut self, file: &Path, place: &str, object: &Value) -> Result<(), ObjectError> {
         let text = |pointer: &str| {

@@ -46,6 +46,26 @@ impl std::fmt::Display for ResourceRef {
     }
 }
 
+impl std::str::FromStr for ResourceRef {
+    type Err = String;
+
+    /// `group/version/Kind`, or `version/Kind` for the core group.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = text.split('/').collect();
+        match parts.as_slice() {
+            [group, version, kind] if ![group, version, kind].iter().any(|p| p.is_empty()) => {
+                Ok(Self::new(group, version, kind))
+            }
+            [version, kind] if !version.is_empty() && !kind.is_empty() => {
+                Ok(Self::new("", version, kind))
+            }
+            _ => Err(format!(
+                "`{text}` is not a kind: write group/version/Kind (kubevirt.io/v1/VirtualMachine)"
+            )),
+        }
+    }
+}
+
 /// The kinds watched when the configuration names none: KubeVirt's virtual
 /// machines, their instances, replica sets, pools and migrations, and CDI's
 /// disk imports.
@@ -85,6 +105,8 @@ pub struct Generic {
     /// `status.printableStatus` (KubeVirt's VMs), else `status.phase`.
     pub phase: Option<String>,
     pub conditions: Vec<types::Condition>,
+    /// Its `spec` without the templates of what it creates, as JSON text.
+    pub spec: String,
     /// The whole `status` as JSON text, as policies take it (written once,
     /// not on every derivation).
     pub status: String,
@@ -146,6 +168,7 @@ impl Generic {
             node: text("/nodeName"),
             phase: text("/printableStatus").or_else(|| text("/phase")),
             conditions,
+            spec: spec_without_templates(object.data.get("spec")).to_string(),
             status: status.to_string(),
         }
     }
@@ -170,6 +193,7 @@ impl Generic {
             node: self.node.clone(),
             phase: self.phase.clone(),
             conditions: self.conditions.clone(),
+            spec: self.spec.clone(),
             status: self.status.clone(),
         }
     }
@@ -181,6 +205,25 @@ impl Generic {
             self.namespace.clone(),
             self.name.clone(),
         )
+    }
+}
+
+/// The fields of a `spec` that describe what an object creates rather than
+/// the object itself: large, and not what a status rule reads.
+const TEMPLATES: [&str; 3] = ["template", "dataVolumeTemplates", "virtualMachineTemplate"];
+
+/// A `spec` without [`TEMPLATES`] (`null` when there is none).
+fn spec_without_templates(spec: Option<&Value>) -> Value {
+    match spec {
+        Some(Value::Object(fields)) => Value::Object(
+            fields
+                .iter()
+                .filter(|(key, _)| !TEMPLATES.contains(&key.as_str()))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
+        ),
+        Some(other) => other.clone(),
+        None => Value::Null,
     }
 }
 
@@ -248,5 +291,11 @@ mod tests {
             ResourceRef::new("", "v1", "ConfigMap").to_string(),
             "v1/ConfigMap"
         );
+        for text in ["kubevirt.io/v1/VirtualMachine", "v1/ConfigMap"] {
+            assert_eq!(text.parse::<ResourceRef>().unwrap().to_string(), text);
+        }
+        for bad in ["VirtualMachine", "a//b", "a/b/c/d", ""] {
+            assert!(bad.parse::<ResourceRef>().is_err(), "{bad}");
+        }
     }
 }

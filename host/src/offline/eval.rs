@@ -26,7 +26,8 @@ pub enum Format {
 #[derive(Debug, Clone, clap::Args)]
 pub struct EvalArgs {
     /// Files of Kubernetes objects: what `kubectl get namespaces,deployments,
-    /// statefulsets,daemonsets,pods,nodes -A -o json` (or `-o yaml`) prints.
+    /// statefulsets,daemonsets,pods,nodes -A -o json` (or `-o yaml`) prints,
+    /// with KubeVirt's and CDI's objects and those of `--resource` kinds.
     #[arg(long, required = true, num_args = 1.., value_name = "FILE")]
     pub objects: Vec<PathBuf>,
 
@@ -46,6 +47,11 @@ pub struct EvalArgs {
         default_value = "label=app.kubernetes.io/instance"
     )]
     pub group_by: Grouping,
+
+    /// A further kind read as objects of their own, `group/version/Kind`
+    /// (repeatable; KubeVirt's and CDI's kinds always are).
+    #[arg(long = "resource", value_name = "KIND")]
+    pub resources: Vec<crate::observe::resources::ResourceRef>,
 
     /// Settings for the policy, as a JSON object.
     #[arg(long, value_name = "JSON")]
@@ -96,12 +102,17 @@ pub fn run(args: &EvalArgs) -> Result<String> {
             return Err(Error::Invalid("--settings must be a JSON object".into()));
         }
     }
-    let objects = Objects::read(&args.objects, now).map_err(|e| Error::Invalid(e.to_string()))?;
+    let mut kinds = crate::observe::resources::defaults();
+    kinds.extend(args.resources.iter().cloned());
+    let mut objects = Objects::new(args.group_by.clone(), kinds);
+    objects
+        .read(&args.objects, now)
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     let tasks = match &args.tasks {
         Some(path) => read_tasks(path, now)?,
         None => Vec::new(),
     };
-    let inputs = objects.snapshot.apps(&args.group_by, &tasks, &[], now);
+    let inputs = objects.snapshot.apps(&tasks, &[], now);
     let slot = args.policy.status_policy()?;
     let verdicts = verdicts::evaluate(&slot, &inputs, now, args.settings.as_deref())?;
 
@@ -165,6 +176,18 @@ fn table(
                         .unwrap_or_default()
                 );
             }
+        }
+        for object in &app.objects {
+            let what = format!("{} {}", object.kind, object.name);
+            let stage = object.stage.map(|s| format!(" [{s}]")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {:<44} {:<19} {:<26} {}",
+                format!("{what}{stage}"),
+                object.status.unwrap_or("-"),
+                object.reason.as_deref().unwrap_or(""),
+                object.message.as_deref().unwrap_or("")
+            );
         }
     }
     for line in refused {

@@ -16,7 +16,9 @@
 //! ```
 //!
 //! Pods are matched by name under `groups`, containers by name under
-//! `instances`.
+//! `instances`, objects by `Kind/name` under `objects`. A case may name
+//! further kinds to read as objects (`resources: [cert-manager.io/v1/Certificate]`)
+//! and overrides in force (`overrides:`, as `/v1/overrides` shows them).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -27,8 +29,9 @@ use serde_json::Value;
 
 use super::PolicyArgs;
 use crate::error::{Error, Result};
-use crate::observe::Grouping;
 use crate::observe::objects::{Objects, documents, substitute_now};
+use crate::observe::{Grouping, resources};
+use crate::overrides::OverrideRecord;
 use crate::plugins::Slot;
 use crate::tasks::TaskRecord;
 use crate::time::parse_time;
@@ -67,6 +70,14 @@ struct Case {
     settings: Option<Value>,
     #[serde(default)]
     group_by: Option<String>,
+    /// Further kinds read as objects (`group/version/Kind`), besides
+    /// KubeVirt's and CDI's.
+    #[serde(default)]
+    resources: Vec<String>,
+    /// Overrides in force (`instance`, `status`, `by`, `reason`, `at`,
+    /// `expires_at`).
+    #[serde(default)]
+    overrides: Vec<Value>,
     /// Object files, relative to the case file.
     #[serde(default)]
     files: Vec<PathBuf>,
@@ -170,7 +181,16 @@ fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<St
     let now = parse_time(case.now.as_deref().unwrap_or(DEFAULT_NOW))?;
     let base = file.parent().unwrap_or(Path::new("."));
     let paths: Vec<PathBuf> = case.files.iter().map(|f| base.join(f)).collect();
-    let mut objects = Objects::read(&paths, now).map_err(|e| e.to_string())?;
+    let grouping: Grouping = match &case.group_by {
+        Some(rule) => rule.parse()?,
+        None => Grouping::default(),
+    };
+    let mut kinds = resources::defaults();
+    for text in &case.resources {
+        kinds.push(text.parse()?);
+    }
+    let mut objects = Objects::new(grouping, kinds);
+    objects.read(&paths, now).map_err(|e| e.to_string())?;
     for (i, object) in case.objects.iter().enumerate() {
         let mut object = object.clone();
         substitute_now(&mut object, now);
@@ -186,12 +206,24 @@ fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<St
             .map_err(|e| format!("tasks[{i}]: {}: {}", e.path(), e.inner()))?;
         tasks.push(record.to_task()?);
     }
-    let grouping: Grouping = match &case.group_by {
-        Some(rule) => rule.parse()?,
-        None => Grouping::default(),
-    };
+    let mut overrides = Vec::new();
+    for (i, entry) in case.overrides.iter().enumerate() {
+        let mut entry = entry.clone();
+        substitute_now(&mut entry, now);
+        let record: OverrideRecord = serde_path_to_error::deserialize(entry)
+            .map_err(|e| format!("overrides[{i}]: {}: {}", e.path(), e.inner()))?;
+        overrides.push(record);
+    }
     let settings = case.settings.as_ref().map(Value::to_string);
-    let inputs = objects.snapshot.apps(&grouping, &tasks, &[], now);
+    let mut inputs = objects.snapshot.apps(&tasks, &[], now);
+    for input in &mut inputs {
+        input.overrides = overrides
+            .iter()
+            .filter(|o| o.namespace == input.app.id.namespace && o.app == input.app.id.name)
+            .filter(|o| o.in_force(now))
+            .map(OverrideRecord::to_wit)
+            .collect();
+    }
     let verdicts =
         verdicts::evaluate(slot, &inputs, now, settings.as_deref()).map_err(|e| e.to_string())?;
 
@@ -242,6 +274,17 @@ fn keyed(mut view: Value) -> Value {
     }
     if let Some(groups) = view.get_mut("groups") {
         by_name(groups, Some("instances"));
+    }
+    // Objects by `Kind/name` (a VM and its instance share a name).
+    if let Some(Value::Array(items)) = view.get_mut("objects").map(Value::take) {
+        let map = items
+            .into_iter()
+            .map(|item| {
+                let text = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or_default();
+                (format!("{}/{}", text("kind"), text("name")), item)
+            })
+            .collect();
+        view["objects"] = Value::Object(map);
     }
     view
 }

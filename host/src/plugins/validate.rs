@@ -203,11 +203,13 @@ pub(crate) fn smoke_status_inputs() -> Vec<status::AppInput> {
             app: smoke_app("verdict-smoke", true),
             tasks: Vec::new(),
             nodes: Vec::new(),
+            overrides: Vec::new(),
         },
         status::AppInput {
             app: smoke_app("verdict-smoke-missing", false),
             tasks: Vec::new(),
             nodes: Vec::new(),
+            overrides: Vec::new(),
         },
     ]
 }

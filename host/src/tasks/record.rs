@@ -28,6 +28,19 @@ pub struct TaskRecord {
     pub requested_by: Option<String>,
     #[serde(default)]
     pub params: serde_json::Map<String, serde_json::Value>,
+    /// The steps of its plan, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepRecord>,
+}
+
+/// One step of a task's plan, as written in a file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StepRecord {
+    pub name: String,
+    pub phase: String,
+    #[serde(default)]
+    pub message: Option<String>,
 }
 
 /// Split `namespace/name`.
@@ -72,7 +85,23 @@ impl TaskRecord {
             updated_at,
             requested_by: self.requested_by.clone(),
             params: serde_json::Value::Object(self.params.clone()).to_string(),
-            steps: Vec::new(),
+            steps: self
+                .steps
+                .iter()
+                .map(|s| {
+                    let phase = types::TaskPhase::from_wit_name(&s.phase).ok_or_else(|| {
+                        field(
+                            "steps",
+                            format!("unknown phase `{}` of {}", s.phase, s.name),
+                        )
+                    })?;
+                    Ok(types::TaskStep {
+                        name: s.name.clone(),
+                        phase,
+                        message: s.message.clone(),
+                    })
+                })
+                .collect::<Result<_, String>>()?,
         })
     }
 }

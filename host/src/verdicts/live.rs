@@ -9,10 +9,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::view::{AppView, ObjectView};
+use super::view::AppView;
 use crate::events::{Events, Kind};
-use crate::observe::AppKey;
 use crate::observe::cluster::Observed;
+use crate::observe::{AppKey, Around};
+use crate::overrides::Overrides;
 use crate::plugins::{CallError, Registry, World};
 use crate::tasks::Tasks;
 use crate::time::millis;
@@ -23,6 +24,8 @@ use crate::wit::types;
 pub struct Live {
     pub observed: Arc<Observed>,
     pub verdicts: Arc<Verdicts>,
+    /// What people forced on apps and their instances.
+    pub overrides: Arc<Overrides>,
     pub stale_after: Duration,
 }
 
@@ -115,9 +118,18 @@ impl Verdicts {
     }
 }
 
+/// What the host holds beside the cluster that goes into each app's input:
+/// its tasks, and the overrides in force on it.
+#[derive(Clone, Default)]
+pub struct Beside {
+    pub tasks: Option<Arc<Tasks>>,
+    pub overrides: Option<Arc<Overrides>>,
+}
+
 /// Derive verdicts once: of every application when `full` (or when a
 /// full list arrived), else only of the applications that changed since
-/// the last derivation. Each app's input carries its tasks. Inputs are
+/// the last derivation. Each app's input carries its tasks and overrides.
+/// Inputs are
 /// built and evaluated a batch at a time, so that neither a copy of the
 /// whole cluster nor a long lock is held, and batches are evaluated on
 /// every core at once (each with an instance of the policy of its own).
@@ -126,10 +138,11 @@ pub fn derive(
     observed: &Observed,
     registry: &Registry,
     verdicts: &Verdicts,
-    tasks: Option<&Tasks>,
+    beside: &Beside,
     events: Option<&Events>,
     full: bool,
 ) -> Option<SystemTime> {
+    let tasks = beside.tasks.as_deref();
     let dirty = observed.take_dirty();
     let full = full || dirty.all || verdicts.count() == 0;
     let now = SystemTime::now();
@@ -184,7 +197,14 @@ pub fn derive(
     let keys: Vec<AppKey> = keys.into_iter().collect();
     // One batch: its inputs built from the snapshot (under the lock only
     // while they are copied), then evaluated.
-    let tasks_of = |key: &AppKey| tasks.map(|t| t.for_app(key)).unwrap_or_default();
+    let around = |key: &AppKey| Around {
+        tasks: tasks.map(|t| t.for_app(key)).unwrap_or_default(),
+        overrides: beside
+            .overrides
+            .as_ref()
+            .map(|o| o.in_force(key, millis(now)))
+            .unwrap_or_default(),
+    };
     // One batch: evaluated from inputs built from the snapshot, or, for a
     // plugin that takes its batches encoded, from the snapshot encoded
     // directly (no copy of the observations). The snapshot is read-locked
@@ -195,7 +215,7 @@ pub fn derive(
             if version.info().encoded_batches {
                 let encoded = observed
                     .read()
-                    .encode_inputs(batch, millis(observed_at), tasks_of)
+                    .encode_inputs(batch, millis(observed_at), around)
                     .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?;
                 version.evaluate_encoded(&ctx, encoded, batch)
             } else {
@@ -203,7 +223,9 @@ pub fn derive(
                 for input in &mut inputs {
                     input.app.observed_at = millis(observed_at);
                     let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
-                    input.tasks = tasks_of(&key);
+                    let Around { tasks, overrides } = around(&key);
+                    input.tasks = tasks;
+                    input.overrides = overrides;
                 }
                 version.evaluate_batch(&ctx, &inputs)
             }
@@ -354,6 +376,8 @@ fn same_but_recheck(a: &types::AppVerdict, b: &types::AppVerdict) -> bool {
         && a.ready_replicas == b.ready_replicas
         && a.expected_replicas == b.expected_replicas
         && a.groups == b.groups
+        && a.objects == b.objects
+        && a.forced == b.forced
 }
 
 /// Derive on every change (only what changed), and everything on a policy
@@ -362,7 +386,7 @@ pub(crate) async fn derive_forever(
     observed: Arc<Observed>,
     registry: Arc<Registry>,
     verdicts: Arc<Verdicts>,
-    tasks: Option<Arc<Tasks>>,
+    beside: Beside,
     events: Option<Arc<Events>>,
 ) {
     let mut recheck: Option<SystemTime> = None;
@@ -377,18 +401,16 @@ pub(crate) async fn derive_forever(
             () = registry.swapped().notified() => full = true,
             () = due, if recheck.is_some() => full = true,
         }
-        let (o, r, v, t, e) = (
+        let (o, r, v, b, e) = (
             Arc::clone(&observed),
             Arc::clone(&registry),
             Arc::clone(&verdicts),
-            tasks.clone(),
+            beside.clone(),
             events.clone(),
         );
-        recheck = tokio::task::spawn_blocking(move || {
-            derive(&o, &r, &v, t.as_deref(), e.as_deref(), full)
-        })
-        .await
-        .unwrap_or(None);
+        recheck = tokio::task::spawn_blocking(move || derive(&o, &r, &v, &b, e.as_deref(), full))
+            .await
+            .unwrap_or(None);
         full = false;
     }
 }
@@ -404,9 +426,6 @@ pub struct AppStatus {
     /// could not be watched, or the status policy could not derive the
     /// verdict again, and this may no longer be the truth.
     pub stale: bool,
-    /// Its objects of the configured kinds (`[[resources]]`), as observed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub objects: Vec<ObjectView>,
 }
 
 impl LiveVerdict {
@@ -422,7 +441,6 @@ impl LiveVerdict {
             observed_at: humantime::format_rfc3339_millis(observed_at).to_string(),
             observation_age_ms: age.as_millis() as u64,
             stale: age > stale_after,
-            objects: Vec::new(),
         }
     }
 }
@@ -450,6 +468,8 @@ mod tests {
             ready_replicas: 2,
             expected_replicas: 2,
             groups: Vec::new(),
+            objects: Vec::new(),
+            forced: None,
             recheck_after: None,
         }
     }

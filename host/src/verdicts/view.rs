@@ -49,21 +49,67 @@ pub struct DisplayView {
 }
 
 /// An object of a configured kind in an application (a virtual machine,
-/// an operator's resource), as observed.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+/// an operator's resource): the policy's verdict on it, and what was
+/// observed of it (served by the API, which knows the observation).
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct ObjectView {
-    /// `group/version/Kind`.
-    pub resource: String,
     pub kind: String,
     pub name: String,
-    /// Its printable status or phase.
-    pub phase: Option<String>,
-    pub conditions: Vec<ConditionView>,
+    /// `group/version/Kind`, when observed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// `ready`, `progressing`, `suspended`, `succeeded`, `failed`,
+    /// `unknown` or `terminating`; none when the policy did not judge it.
+    pub status: Option<&'static str>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// Percent, when the object reports its progress (a disk import).
+    pub progress: Option<u8>,
+    /// Whether it is an instance of the app (a virtual machine).
+    pub app_instance: bool,
+    /// Its stage of seed 002's life cycle, for an instance.
+    pub stage: Option<&'static str>,
+    /// The pods it runs in.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<String>,
+    /// The override a person forced on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forced: Option<ForcedView>,
     /// The node it runs on.
     pub node: Option<String>,
+    /// Its printable status or phase, as observed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<ConditionView>,
     /// When its deletion was asked for (RFC 3339), and what holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub deleting_since: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub finalizers: Vec<String>,
+}
+
+/// An override in force, as a verdict shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ForcedView {
+    pub status: String,
+    pub by: String,
+    pub reason: String,
+    /// RFC 3339.
+    pub at: String,
+    pub expires_at: Option<String>,
+}
+
+impl From<&types::StatusOverride> for ForcedView {
+    fn from(o: &types::StatusOverride) -> Self {
+        Self {
+            status: o.status.clone(),
+            by: o.by.clone(),
+            reason: o.reason.clone(),
+            at: rfc3339(o.at),
+            expires_at: o.expires_at.map(rfc3339),
+        }
+    }
 }
 
 /// A condition of an object.
@@ -77,26 +123,44 @@ pub struct ConditionView {
     pub message: Option<String>,
 }
 
-impl From<&Generic> for ObjectView {
-    fn from(o: &Generic) -> Self {
+impl ObjectView {
+    /// Add what was observed of the object.
+    pub fn observed(&mut self, o: &Generic) {
+        self.resource = Some(o.resource.clone());
+        self.phase = o.phase.clone();
+        self.conditions = o
+            .conditions
+            .iter()
+            .map(|c| ConditionView {
+                kind: c.kind.clone(),
+                status: c.status.kubernetes_name(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+            .collect();
+        if self.node.is_none() {
+            self.node = o.node.clone();
+        }
+        self.deleting_since = o.deleting_since.map(rfc3339);
+        self.finalizers = o.finalizers.clone();
+    }
+}
+
+impl From<&types::ObjectVerdict> for ObjectView {
+    fn from(v: &types::ObjectVerdict) -> Self {
         Self {
-            resource: o.resource.clone(),
-            kind: o.kind.clone(),
-            name: o.name.clone(),
-            phase: o.phase.clone(),
-            conditions: o
-                .conditions
-                .iter()
-                .map(|c| ConditionView {
-                    kind: c.kind.clone(),
-                    status: c.status.kubernetes_name(),
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                })
-                .collect(),
-            node: o.node.clone(),
-            deleting_since: o.deleting_since.map(rfc3339),
-            finalizers: o.finalizers.clone(),
+            kind: v.kind.clone(),
+            name: v.name.clone(),
+            status: Some(v.status.wit_name()),
+            reason: Some(v.reason.clone()),
+            message: v.message.clone(),
+            progress: v.progress,
+            app_instance: v.is_app_instance,
+            stage: v.stage.map(|s| s.wit_name()),
+            pods: v.pods.clone(),
+            forced: v.forced.as_ref().map(ForcedView::from),
+            node: v.node.clone(),
+            ..Self::default()
         }
     }
 }
@@ -114,6 +178,12 @@ pub struct AppView {
     pub expected_replicas: u32,
     pub recheck_after: Option<String>,
     pub groups: Vec<GroupView>,
+    /// Its objects of the configured kinds (`[[resources]]`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectView>,
+    /// The override a person forced on the whole application.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forced: Option<ForcedView>,
 }
 
 impl From<&types::AppVerdict> for AppView {
@@ -161,6 +231,8 @@ impl From<&types::AppVerdict> for AppView {
                         .collect(),
                 })
                 .collect(),
+            objects: v.objects.iter().map(ObjectView::from).collect(),
+            forced: v.forced.as_ref().map(ForcedView::from),
         }
     }
 }

@@ -11,9 +11,12 @@
 use super::bindings::{
     App, AppInput, AppVerdict, Condition, ConditionStatus, Container, ContainerKind,
     ContainerState, Display, GroupStatus, GroupVerdict, InstanceStatus, InstanceVerdict, Node, Pod,
-    PodPhase, ProbeOutcome, RestartPolicy, Severity, StableStatus, Task, TaskAction, TaskPhase,
-    Timestamp, Transition, Transitional, Workload, WorkloadKind,
+    PodPhase, ProbeOutcome, RestartPolicy, Severity, StableStatus, StatusOverride, Task,
+    TaskAction, TaskPhase, Timestamp, Transition, Transitional, Workload, WorkloadKind,
 };
+
+#[path = "objects.rs"]
+mod objects;
 
 /// The numbers of the rules, read from the plugin's settings.
 pub struct Settings {
@@ -26,6 +29,12 @@ pub struct Settings {
     unready_grace_ms: i64,
     /// A pod pending (unschedulable, creating) for longer than this is stuck.
     pending_grace_ms: i64,
+    /// An instance whose node has been out of contact for longer than this
+    /// is offline (before, unknown).
+    offline_after_ms: i64,
+    /// An instance whose node came back from an outage less than this ago
+    /// is re-checked: initializing, not yet ready.
+    recheck_after_outage_ms: i64,
 }
 
 impl Settings {
@@ -45,6 +54,8 @@ impl Settings {
                 .unwrap_or(0.9),
             unready_grace_ms: int("unready-grace-ms", 2 * 60_000),
             pending_grace_ms: int("pending-grace-ms", 10 * 60_000),
+            offline_after_ms: int("offline-after-ms", 5 * 60_000),
+            recheck_after_outage_ms: int("recheck-after-outage-ms", 60_000),
         }
     }
 }
@@ -53,7 +64,9 @@ pub const SETTINGS_SCHEMA: &str = r#"{"type":"object","properties":{
 "restart-window-ms":{"type":"integer","minimum":0,"default":300000},
 "overload-ratio":{"type":"number","exclusiveMinimum":0,"default":0.9},
 "unready-grace-ms":{"type":"integer","minimum":0,"default":120000},
-"pending-grace-ms":{"type":"integer","minimum":0,"default":600000}}}"#;
+"pending-grace-ms":{"type":"integer","minimum":0,"default":600000},
+"offline-after-ms":{"type":"integer","minimum":0,"default":300000},
+"recheck-after-outage-ms":{"type":"integer","minimum":0,"default":60000}}}"#;
 
 /// The earliest time a time-based rule would change its answer.
 #[derive(Default)]
@@ -100,13 +113,16 @@ pub fn evaluate_app(settings: &Settings, now: Timestamp, input: &AppInput) -> Ap
         .map(|pod| pod_verdict(&mut eval, pod, &input.nodes))
         .collect();
 
+    let judged = objects::judge(&mut eval, input);
+
     // Pods without a workload this host observes (bare pods, Jobs) count as
-    // one expected replica each.
+    // one expected replica each; a pod an object runs in (a VM's
+    // `virt-launcher` pod) is counted as that object.
     let bare: Vec<(&Pod, &GroupVerdict)> = app
         .pods
         .iter()
         .zip(&groups)
-        .filter(|(p, _)| !owned_by_workload(app, p))
+        .filter(|(p, _)| !owned_by_workload(app, p) && !hosted(app, p))
         .collect();
     let expected = app.expected_replicas.unwrap_or_else(|| {
         app.workloads
@@ -114,11 +130,30 @@ pub fn evaluate_app(settings: &Settings, now: Timestamp, input: &AppInput) -> Ap
             .map(|w| w.desired_replicas)
             .sum::<u32>()
             + bare.len() as u32
+            + judged.expected
     });
     let ready = app.workloads.iter().map(|w| w.ready_replicas).sum::<u32>()
-        + bare.iter().filter(|(p, _)| pod_ready(p)).count() as u32;
+        + bare.iter().filter(|(p, _)| pod_ready(p)).count() as u32
+        + judged.ready;
 
-    let (stable, stable_reason) = stable_status(&mut eval, app, &groups, expected, ready);
+    let (mut stable, mut stable_reason) =
+        stable_status(&mut eval, app, &groups, &judged, expected, ready);
+    if !judged.stages.is_empty() {
+        let stages: Vec<String> = judged
+            .stages
+            .iter()
+            .map(|(stage, n)| format!("{n} {}", objects::stage_word(*stage)))
+            .collect();
+        stable_reason = format!("{stable_reason}; instances: {}", stages.join(", "));
+    }
+    let forced = app_override(&input.overrides);
+    if let Some(f) = forced {
+        if let Some(at) = f.expires_at {
+            eval.recheck.at(at);
+        }
+        stable = forced_stable(&f.status).unwrap_or(stable);
+        stable_reason = format!("forced by {}: {}", f.by, f.reason);
+    }
     let transitional = input
         .tasks
         .iter()
@@ -133,7 +168,12 @@ pub fn evaluate_app(settings: &Settings, now: Timestamp, input: &AppInput) -> Ap
         .tasks
         .first()
         .filter(|t| t.phase == TaskPhase::Failed && last_change(app) <= t.updated_at);
-    let display = display_of(stable, &stable_reason, transitional.as_ref(), failed_task);
+    let mut display = display_of(stable, &stable_reason, transitional.as_ref(), failed_task);
+    if forced.is_some() {
+        // A person's decision ranks above everything, tasks included.
+        display = display_of(stable, &stable_reason, None, None);
+        display.text = format!("{} — {stable_reason}", stable_word(stable));
+    }
 
     AppVerdict {
         app: app.id.clone(),
@@ -144,8 +184,47 @@ pub fn evaluate_app(settings: &Settings, now: Timestamp, input: &AppInput) -> Ap
         ready_replicas: ready,
         expected_replicas: expected,
         groups,
+        objects: judged.verdicts,
+        forced: forced.cloned(),
         recheck_after: eval.recheck.0,
     }
+}
+
+/// The override in force on the whole app.
+fn app_override(overrides: &[StatusOverride]) -> Option<&StatusOverride> {
+    overrides.iter().find(|o| o.instance.is_none())
+}
+
+fn forced_stable(name: &str) -> Option<StableStatus> {
+    match name {
+        "running" => Some(StableStatus::Running),
+        "degraded" => Some(StableStatus::Degraded),
+        "stopped" => Some(StableStatus::Stopped),
+        "panic" => Some(StableStatus::Panic),
+        _ => None,
+    }
+}
+
+fn stable_word(stable: StableStatus) -> &'static str {
+    match stable {
+        StableStatus::Running => "Running",
+        StableStatus::Degraded => "Degraded",
+        StableStatus::Stopped => "Stopped",
+        StableStatus::Panic => "Panic",
+        StableStatus::NotExisted => "Not existed",
+    }
+}
+
+/// A pod an object of the app runs in (a VM's `virt-launcher` pod, owned
+/// by its VMI).
+fn hosted(app: &App, pod: &Pod) -> bool {
+    pod.owner.as_ref().is_some_and(|o| {
+        o.kind == "VirtualMachineInstance"
+            || app
+                .objects
+                .iter()
+                .any(|object| object.kind == o.kind && object.name == o.name)
+    })
 }
 
 fn owned_by_workload(app: &App, pod: &Pod) -> bool {
@@ -183,6 +262,7 @@ fn stable_status(
     eval: &mut Eval<'_>,
     app: &App,
     groups: &[GroupVerdict],
+    judged: &objects::Judged,
     expected: u32,
     ready: u32,
 ) -> (StableStatus, String) {
@@ -192,14 +272,19 @@ fn stable_status(
             format!("namespace {} does not exist", app.id.namespace),
         );
     }
-    if app.workloads.is_empty() && app.pods.is_empty() {
+    if app.workloads.is_empty() && app.pods.is_empty() && app.objects.is_empty() {
         return (
             StableStatus::Stopped,
             "no Deployment or StatefulSet exists".into(),
         );
     }
     if expected == 0 {
-        return (StableStatus::Stopped, "scaled to zero replicas".into());
+        let why = if judged.counted && app.workloads.is_empty() {
+            "nothing of it is asked to run"
+        } else {
+            "scaled to zero replicas"
+        };
+        return (StableStatus::Stopped, why.into());
     }
     let rollout = stuck_rollout(app);
     if ready < expected {
@@ -222,15 +307,32 @@ fn stable_status(
                 format!("{ready}/{expected} ready; the rollout of {rollout} is stuck"),
             );
         }
+        if let Some(failing) = &judged.failing {
+            return (
+                StableStatus::Panic,
+                format!("{ready}/{expected} ready; {failing}"),
+            );
+        }
+        let waiting = judged
+            .waiting
+            .as_ref()
+            .map(|w| format!("; {w}"))
+            .unwrap_or_default();
         return (
             StableStatus::Degraded,
-            format!("{ready}/{expected} replicas ready"),
+            format!("{ready}/{expected} replicas ready{waiting}"),
         );
     }
     if let Some(rollout) = rollout {
         return (
             StableStatus::Degraded,
             format!("{ready}/{expected} ready, but the rollout of {rollout} is stuck"),
+        );
+    }
+    if let Some(broken) = judged.failing.as_ref().or(judged.broken.as_ref()) {
+        return (
+            StableStatus::Degraded,
+            format!("{ready}/{expected} ready, but {broken}"),
         );
     }
     if let Some(probe) = &app.probe {

@@ -54,6 +54,8 @@ fn verdict_for(input: &AppInput) -> Result<AppVerdict, String> {
         ready_replicas: 0,
         expected_replicas: 0,
         groups: Vec::new(),
+        objects: Vec::new(),
+        forced: None,
         recheck_after: None,
     })
 }

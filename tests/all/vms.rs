@@ -1,0 +1,269 @@
+//! An application made of KubeVirt virtual machines, end to end on the
+//! simulator: its VMs, their instances and `virt-launcher` pods grouped
+//! into one app with seed 002's stages; a person forces a state on an
+//! instance and on the app, sees it in the verdict, the event stream and
+//! the audit, and automation's verdict comes back when the override is
+//! lifted or expires — also across a restart of the host.
+
+use serde_json::{Value, json};
+
+use crate::events::Stream;
+use crate::live::{Cluster, PATIENCE, start_host};
+use crate::support::wait_until;
+
+/// A CustomResourceDefinition of a KubeVirt kind, keeping any field.
+pub fn kubevirt_crd(kind: &str, plural: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.kubevirt.io")},
+        "spec": {
+            "group": "kubevirt.io",
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    })
+}
+
+/// A running VM of the app `vms/db`, its instance on `n1`, and the
+/// instance's launcher pod (which carries no app label, as KubeVirt makes
+/// it: it belongs to the app through its owner chain).
+pub fn running_vm(name: &str) -> [Value; 3] {
+    let ready =
+        json!([{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+    [
+        json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": name, "namespace": "vms", "labels": {"app.kubernetes.io/instance": "db"}},
+            "spec": {"runStrategy": "Always"},
+            "status": {"printableStatus": "Running", "ready": true, "conditions": ready}
+        }),
+        json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": name, "namespace": "vms",
+                "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name, "uid": format!("uid-{name}"), "controller": true}]},
+            "status": {"phase": "Running", "nodeName": "n1", "conditions": ready}
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("virt-launcher-{name}-x1"), "namespace": "vms",
+                "labels": {"kubevirt.io": "virt-launcher"},
+                "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": name, "uid": format!("uid-vmi-{name}"), "controller": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "compute", "image": "virt-launcher:1"}]},
+            "status": {"phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "containerStatuses": [{"name": "compute", "image": "virt-launcher:1", "imageID": "", "ready": true, "restartCount": 0,
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+        }),
+    ]
+}
+
+/// The simulator with KubeVirt's VM and VMI kinds served and `vms/db` of
+/// two running VMs.
+pub fn vm_cluster() -> Cluster {
+    let cluster = Cluster::start();
+    cluster.apply(kubevirt_crd("VirtualMachine", "virtualmachines"));
+    cluster.apply(kubevirt_crd(
+        "VirtualMachineInstance",
+        "virtualmachineinstances",
+    ));
+    cluster.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vms"}}));
+    for name in ["db-0", "db-1"] {
+        for object in running_vm(name) {
+            cluster.apply(object);
+        }
+    }
+    cluster
+}
+
+fn object<'a>(app: &'a Value, kind: &str, name: &str) -> &'a Value {
+    app["objects"]
+        .as_array()
+        .and_then(|objects| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == kind && o["name"] == name)
+        })
+        .unwrap_or(&Value::Null)
+}
+
+#[test]
+fn an_app_of_virtual_machines_shows_its_instances_and_a_forced_state_wins_until_lifted() {
+    let cluster = vm_cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &[]);
+
+    // Two VMs, each with its instance and launcher pod: one app, 2/2, the
+    // launcher pods shown but not counted again.
+    let app = server.app_until("vms/db", "both VMs ready", PATIENCE, |v| {
+        v["stable"] == "running" && v["objects"].as_array().map(Vec::len) == Some(4)
+    });
+    assert_eq!(
+        (&app["ready_replicas"], &app["expected_replicas"]),
+        (&json!(2), &json!(2)),
+        "{app}"
+    );
+    let vm = object(&app, "VirtualMachine", "db-0");
+    assert_eq!(vm["status"], "ready", "{app}");
+    assert_eq!(vm["stage"], "ready");
+    assert_eq!(vm["app_instance"], true);
+    assert_eq!(vm["node"], "n1");
+    assert_eq!(vm["pods"], json!(["virt-launcher-db-0-x1"]));
+    assert_eq!(vm["resource"], "kubevirt.io/v1/VirtualMachine");
+    assert_eq!(
+        object(&app, "VirtualMachineInstance", "db-0")["app_instance"],
+        false
+    );
+    let pods: Vec<&str> = app["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(pods, ["virt-launcher-db-0-x1", "virt-launcher-db-1-x1"]);
+
+    // Bad requests are refused, naming what is wrong; nothing is stored.
+    let put = |path: &str, body: Value| server.send("PUT", path, Some(&body.to_string()));
+    let (code, body) = put(
+        "/v1/apps/vms/db/instances/db-1/override",
+        json!({"status": "on-fire", "by": "bob"}),
+    );
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("offline"),
+        "{body}"
+    );
+    let (code, body) = put(
+        "/v1/apps/vms/db/instances/virt-launcher-db-1-x1/override",
+        json!({"status": "offline", "by": "bob"}),
+    );
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (404, Some("no-such-instance")),
+        "{body}"
+    );
+    let (code, _) = put(
+        "/v1/apps/vms/nope/override",
+        json!({"status": "running", "by": "bob"}),
+    );
+    assert_eq!(code, 404);
+    let (code, body) = put(
+        "/v1/apps/vms/db/override",
+        json!({"status": "running", "by": "  "}),
+    );
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = put(
+        "/v1/apps/vms/db/override",
+        json!({"status": "not-existed", "by": "bob"}),
+    );
+    assert_eq!(
+        code, 422,
+        "only the cluster can say an app does not exist: {body}"
+    );
+    assert_eq!(server.get("/v1/overrides").1["overrides"], json!([]));
+
+    // A person marks db-1 offline: it no longer counts, and says why.
+    let stream = Stream::open(&server, "", None);
+    let (code, body) = put(
+        "/v1/apps/vms/db/instances/db-1/override",
+        json!({"status": "offline", "by": "bob", "reason": "disk errors"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["change"]["event"], "set");
+    let app = server.app_until("vms/db", "db-1 forced offline", PATIENCE, |v| {
+        object(v, "VirtualMachine", "db-1")["stage"] == "offline"
+    });
+    assert_eq!(app["stable"], "degraded", "{app}");
+    assert_eq!(app["ready_replicas"], 1);
+    let forced = object(&app, "VirtualMachine", "db-1");
+    assert_eq!(forced["forced"]["by"], "bob");
+    assert_eq!(forced["forced"]["status"], "offline");
+    assert!(
+        forced["message"]
+            .as_str()
+            .unwrap()
+            .contains("forced by bob: disk errors")
+    );
+    let told = stream.until("the override's event", |m| m.event == "override");
+    assert_eq!(told.data["data"]["instance"], "db-1", "{:?}", told.data);
+    assert_eq!(told.data["data"]["by"], "bob");
+
+    // The whole app forced, for a second: it wins over everything, then
+    // lapses by itself and is audited as expired.
+    let (code, body) = put(
+        "/v1/apps/vms/db/override",
+        json!({"status": "stopped", "by": "alice", "reason": "maintenance", "expires-in-s": 1}),
+    );
+    assert_eq!(code, 200, "{body}");
+    let app = server.app_until("vms/db", "the app forced stopped", PATIENCE, |v| {
+        v["stable"] == "stopped"
+    });
+    assert_eq!(
+        app["display"]["text"], "Stopped — forced by alice: maintenance",
+        "{app}"
+    );
+    assert_eq!(app["forced"]["by"], "alice");
+    server.app_until("vms/db", "the app override expired", PATIENCE, |v| {
+        v["stable"] == "degraded" && v["forced"].is_null()
+    });
+    let audited = || {
+        let history = server.get("/v1/apps/vms/db/overrides/history").1;
+        let events: Vec<String> = history["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["event"].as_str().unwrap().to_string())
+            .collect();
+        events
+    };
+    let waited = wait_until(PATIENCE, || audited() == ["expired", "set", "set"]);
+    assert!(waited.is_some(), "{:?}", audited());
+
+    // What is in force survives a restart of the host.
+    drop(server);
+    let server = start_host(&cluster, data.path(), &[]);
+    let app = server.app_until(
+        "vms/db",
+        "db-1 still forced after a restart",
+        PATIENCE,
+        |v| object(v, "VirtualMachine", "db-1")["stage"] == "offline",
+    );
+    assert_eq!(app["ready_replicas"], 1);
+
+    // Lifted by hand: automation's verdict is back, and the audit says who.
+    let (code, body) = server.send(
+        "DELETE",
+        "/v1/apps/vms/db/instances/db-1/override?by=bob&reason=disk%20replaced",
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["change"]["event"], "cleared");
+    server.app_until("vms/db", "db-1 ready again", PATIENCE, |v| {
+        v["stable"] == "running" && object(v, "VirtualMachine", "db-1")["stage"] == "ready"
+    });
+    let (code, body) = server.send(
+        "DELETE",
+        "/v1/apps/vms/db/instances/db-1/override?by=bob",
+        None,
+    );
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (404, Some("no-override")),
+        "{body}"
+    );
+    let history = server.get("/v1/apps/vms/db/overrides/history?limit=1").1;
+    assert_eq!(history["changes"][0]["event"], "cleared");
+    assert_eq!(history["changes"][0]["by"], "bob");
+    assert_eq!(history["changes"][0]["reason"], "disk replaced");
+    assert!(
+        wait_until(PATIENCE, || server.get("/v1/overrides").1["overrides"]
+            == json!([]))
+        .is_some()
+    );
+}
