@@ -70,6 +70,7 @@ mod running {
             // fill, ~80 MB).
             let options = verdict_sim::Options {
                 controller: Some(verdict_sim::CONTROLLER_TICK),
+                kubevirt: true,
                 log_capacity: 1_000,
                 ..verdict_sim::Options::default()
             };

@@ -117,7 +117,7 @@ wit_names! {
     Transition {
         Creating => "creating", Starting => "starting", Stopping => "stopping",
         Restarting => "restarting", Updating => "updating", Scaling => "scaling",
-        Deleting => "deleting",
+        Deleting => "deleting", Migrating => "migrating",
     }
     TaskPhase {
         Pending => "pending", AwaitingApproval => "awaiting-approval", Running => "running",
@@ -125,7 +125,7 @@ wit_names! {
     }
     TaskAction {
         Create => "create", Start => "start", Stop => "stop", Restart => "restart",
-        Update => "update", Scale => "scale", Delete => "delete",
+        Update => "update", Scale => "scale", Delete => "delete", Migrate => "migrate",
     }
     Severity {
         Ok => "ok", Progressing => "progressing", Warning => "warning", Error => "error",

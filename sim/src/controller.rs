@@ -304,6 +304,7 @@ pub fn reconcile(store: &Store, now: SystemTime) -> Result<usize, StoreError> {
             changes += count(store, workloads, workload, kind)?;
         }
     }
+    changes += crate::kubevirt::reconcile(store, &schedulable, &nodes, &mut load, now)?;
     Ok(changes)
 }
 

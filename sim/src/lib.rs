@@ -8,6 +8,7 @@
 
 pub mod controller;
 mod eviction;
+pub mod kubevirt;
 pub mod resources;
 pub mod scenario;
 pub mod selector;
@@ -54,6 +55,10 @@ pub struct Options {
     /// Run the [`controller`] at this tick: pods of templated workloads
     /// follow their spec. Off by default, so that tests own every object.
     pub controller: Option<Duration>,
+    /// Serve KubeVirt's and CDI's kinds from the start ([`kubevirt`]),
+    /// played by the controller when it runs. Off by default, as in a
+    /// cluster without KubeVirt.
+    pub kubevirt: bool,
 }
 
 /// The controller's tick in the demo and the `verdict-sim` program.
@@ -66,6 +71,7 @@ impl Default for Options {
             log_capacity: 10_000,
             bookmark_every: Duration::from_secs(5),
             controller: None,
+            kubevirt: false,
         }
     }
 }
@@ -82,6 +88,11 @@ impl Simulator {
         // A real API server that starts again fills a new watch cache from
         // a list at the current version: a watch that resumes from an
         // older version gets `410 Gone` and lists again.
+        if options.kubevirt {
+            for crd in kubevirt::crds() {
+                apply(&store, crd).map_err(|e| std::io::Error::other(e.message))?;
+            }
+        }
         store.compact();
         let listener = TcpListener::bind(options.listen).await?;
         let addr = listener.local_addr()?;

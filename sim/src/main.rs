@@ -8,7 +8,7 @@ use serde_json::Value;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: verdict-sim [--listen ADDR] [--scenario FILE.yaml] [--no-controller] [FILE.json ...]"
+        "usage: verdict-sim [--listen ADDR] [--scenario FILE.yaml] [--no-controller] [--no-kubevirt] [FILE.json ...]"
     );
     ExitCode::from(2)
 }
@@ -17,6 +17,7 @@ fn usage() -> ExitCode {
 async fn main() -> ExitCode {
     let mut options = verdict_sim::Options {
         controller: Some(verdict_sim::CONTROLLER_TICK),
+        kubevirt: true,
         ..verdict_sim::Options::default()
     };
     let mut files: Vec<PathBuf> = Vec::new();
@@ -33,6 +34,7 @@ async fn main() -> ExitCode {
                 None => return usage(),
             },
             "--no-controller" => options.controller = None,
+            "--no-kubevirt" => options.kubevirt = false,
             "-h" | "--help" => return usage(),
             file => files.push(PathBuf::from(file)),
         }

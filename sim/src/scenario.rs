@@ -464,7 +464,11 @@ steps:
     fn the_demo_plays_through_and_loops_back() {
         let demo = Scenario::parse(crate::DEMO).unwrap();
         assert!(demo.loop_every.is_some());
+        // The demo's simulator serves KubeVirt's kinds.
         let store = Store::new(1000);
+        for crd in crate::kubevirt::crds() {
+            apply(&store, crd).unwrap();
+        }
         demo.reset(&store).unwrap();
         let pods = resources::find("", "v1", "pods").unwrap();
         let at_start = store.list(pods, None).0.len();

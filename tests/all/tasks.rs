@@ -638,7 +638,7 @@ fn the_executor_carries_out_tasks_on_the_cluster() {
         failed["message"]
             .as_str()
             .unwrap()
-            .contains("no Deployment or StatefulSet"),
+            .contains("no Deployment, StatefulSet or virtual machine"),
         "{failed}"
     );
 }

@@ -267,3 +267,141 @@ fn an_app_of_virtual_machines_shows_its_instances_and_a_forced_state_wins_until_
         .is_some()
     );
 }
+
+/// The simulator playing KubeVirt (its controller on), with two ready
+/// nodes, a pool `vms/db` of two VMs and a halted VM `vms/solo`.
+fn played_cluster() -> Cluster {
+    let cluster = Cluster::start_with(verdict_sim::Options {
+        controller: Some(std::time::Duration::from_millis(200)),
+        kubevirt: true,
+        ..verdict_sim::Options::default()
+    });
+    cluster.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}));
+    cluster.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vms"}}));
+    cluster.apply(json!({
+        "apiVersion": "pool.kubevirt.io/v1alpha1", "kind": "VirtualMachinePool",
+        "metadata": {"name": "db", "namespace": "vms", "labels": {"app.kubernetes.io/instance": "db"}},
+        "spec": {"replicas": 2, "virtualMachineTemplate": {
+            "metadata": {"labels": {"app.kubernetes.io/instance": "db"}},
+            "spec": {"runStrategy": "Always",
+                     "template": {"metadata": {"labels": {"app.kubernetes.io/instance": "db"}}, "spec": {}}}}}
+    }));
+    cluster.apply(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "solo", "namespace": "vms", "labels": {"app.kubernetes.io/instance": "solo"}},
+        "spec": {"runStrategy": "Halted",
+                 "template": {"metadata": {"labels": {"app.kubernetes.io/instance": "solo"}}, "spec": {}}}
+    }));
+    cluster
+}
+
+/// Ask for a task; its id.
+fn ask(server: &crate::serve::Server, app: &str, action: &str, params: Value) -> String {
+    let body = json!({"app": app, "action": action, "params": params, "requested-by": "test"});
+    let (code, task) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
+    assert_eq!(code, 201, "{action} {app}: {task}");
+    task["id"].as_str().unwrap().to_string()
+}
+
+/// Wait until a task has finished; the task.
+fn finished(server: &crate::serve::Server, id: &str) -> Value {
+    let mut last = Value::Null;
+    let waited = wait_until(PATIENCE, || {
+        last = server.get(&format!("/v1/tasks/{id}")).1;
+        ["succeeded", "failed", "cancelled"].contains(&last["phase"].as_str().unwrap_or(""))
+    });
+    assert!(waited.is_some(), "task {id} never finished: {last}");
+    last
+}
+
+#[test]
+fn tasks_start_stop_restart_scale_and_migrate_virtual_machines() {
+    let cluster = played_cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &["--execute-tasks"]);
+    server.app_until("vms/db", "the pool's two VMs ready", PATIENCE, |v| {
+        v["stable"] == "running" && v["ready_replicas"] == 2
+    });
+
+    // Scale the pool: a third VM, started and counted.
+    let task = finished(
+        &server,
+        &ask(&server, "vms/db", "scale", json!({"replicas": 3})),
+    );
+    assert_eq!(task["phase"], "succeeded", "{task}");
+    let app = server.app_until("vms/db", "three ready", PATIENCE, |v| {
+        v["ready_replicas"] == 3
+    });
+    assert_eq!(app["expected_replicas"], 3);
+
+    // Stop: nothing runs and the app is stopped; start brings back the
+    // three it had.
+    let task = finished(&server, &ask(&server, "vms/db", "stop", json!({})));
+    assert_eq!(task["phase"], "succeeded", "{task}");
+    server.app_until("vms/db", "stopped", PATIENCE, |v| v["stable"] == "stopped");
+    let task = finished(&server, &ask(&server, "vms/db", "start", json!({})));
+    assert_eq!(task["phase"], "succeeded", "{task}");
+    server.app_until("vms/db", "three ready again", PATIENCE, |v| {
+        v["stable"] == "running" && v["ready_replicas"] == 3
+    });
+
+    // Restart: every instance is replaced by a new one, ready.
+    let task = finished(&server, &ask(&server, "vms/db", "restart", json!({})));
+    assert_eq!(task["phase"], "succeeded", "{task}");
+    assert!(task["message"].as_str().unwrap().contains("3/3"), "{task}");
+
+    // Migrate db-0's instance: it runs on the other node afterwards.
+    let node_of = |app: &Value| {
+        app["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["kind"] == "VirtualMachineInstance" && o["name"] == "db-0")
+            .map(|o| o["node"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let before = node_of(&server.get("/v1/apps/vms/db").1);
+    assert!(before.is_string(), "db-0 runs somewhere");
+    let task = finished(
+        &server,
+        &ask(&server, "vms/db", "migrate", json!({"instance": "db-0"})),
+    );
+    assert_eq!(task["phase"], "succeeded", "{task}");
+    server.app_until("vms/db", "db-0 on the other node", PATIENCE, |v| {
+        node_of(v).is_string() && node_of(v) != before
+    });
+
+    // Admission refuses a migration of a VM the app does not have.
+    let body = json!({"app": "vms/db", "action": "migrate", "params": {"instance": "nope"}});
+    let (code, answer) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
+    assert_eq!(code, 403, "{answer}");
+
+    // A lone VM: started through its run strategy, then stopped again;
+    // scaling it fails, saying why.
+    server.app_until("vms/solo", "solo stopped", PATIENCE, |v| {
+        v["stable"] == "stopped"
+    });
+    let task = finished(&server, &ask(&server, "vms/solo", "start", json!({})));
+    assert_eq!(task["phase"], "succeeded", "{task}");
+    server.app_until("vms/solo", "solo running", PATIENCE, |v| {
+        v["stable"] == "running" && v["ready_replicas"] == 1
+    });
+    let task = finished(
+        &server,
+        &ask(&server, "vms/solo", "scale", json!({"replicas": 2})),
+    );
+    assert_eq!(task["phase"], "failed", "{task}");
+    assert!(
+        task["message"]
+            .as_str()
+            .unwrap()
+            .contains("VirtualMachinePool"),
+        "{task}"
+    );
+    let task = finished(&server, &ask(&server, "vms/solo", "stop", json!({})));
+    assert_eq!(task["phase"], "succeeded", "{task}");
+    server.app_until("vms/solo", "solo stopped again", PATIENCE, |v| {
+        v["stable"] == "stopped"
+    });
+}

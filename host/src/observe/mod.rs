@@ -652,6 +652,21 @@ impl Snapshot {
         if let Grouping::Namespace = grouping {
             return (o.namespace.clone(), o.namespace.clone());
         }
+        // A live migration belongs with the instance it moves.
+        let moves = (o.kind == "VirtualMachineInstanceMigration")
+            .then(|| serde_json::from_str::<serde_json::Value>(&o.spec).ok())
+            .flatten()
+            .and_then(|spec| spec["vmiName"].as_str().map(String::from));
+        if let Some(vmi) = moves
+            && let Some(app) = self.app_of_owner(
+                grouping,
+                &o.namespace,
+                ("VirtualMachineInstance", &vmi),
+                depth,
+            )
+        {
+            return app;
+        }
         match &o.owner {
             Some((kind, name)) => self
                 .app_of_owner(grouping, &o.namespace, (kind, name), depth)

@@ -95,6 +95,8 @@ pub struct Generic {
     /// The controlling owner's kind and name.
     pub owner: Option<(String, String)>,
     pub generation: Option<i64>,
+    /// `metadata.creationTimestamp` (the host's own; not in the WIT).
+    pub created_at: Option<types::Timestamp>,
     /// `status.observedGeneration`.
     pub observed_generation: Option<i64>,
     pub deleting_since: Option<types::Timestamp>,
@@ -162,6 +164,7 @@ impl Generic {
                 .find(|o| o.controller == Some(true))
                 .map(|o| (o.kind.clone(), o.name.clone())),
             generation: meta.generation,
+            created_at: meta.creation_timestamp.as_ref().map(super::reduce::millis),
             observed_generation: status.get("observedGeneration").and_then(Value::as_i64),
             deleting_since: meta.deletion_timestamp.as_ref().map(super::reduce::millis),
             finalizers: meta.finalizers.clone().unwrap_or_default(),

@@ -140,6 +140,7 @@ pub enum ActionName {
     Update,
     Scale,
     Delete,
+    Migrate,
 }
 
 /// The phases of a task, as the OpenAPI document lists them (the WIT

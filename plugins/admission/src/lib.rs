@@ -120,7 +120,10 @@ fn decide(
         ));
     }
 
-    let deployed = input.app.as_ref().is_some_and(|a| !a.workloads.is_empty());
+    let deployed = input
+        .app
+        .as_ref()
+        .is_some_and(|a| !a.workloads.is_empty() || !a.objects.is_empty());
     let gone = input
         .verdict
         .as_ref()
@@ -144,6 +147,26 @@ fn decide(
         TaskAction::Scale => {
             if params.get("replicas").is_none() {
                 return Decision::Deny("params.replicas is required for scale".into());
+            }
+        }
+        TaskAction::Migrate => {
+            let instance = params.get("instance").and_then(Value::as_str);
+            let known = input.app.as_ref().is_some_and(|a| {
+                a.objects
+                    .iter()
+                    .any(|o| o.kind == "VirtualMachine" && Some(o.name.as_str()) == instance)
+            });
+            match instance {
+                None | Some("") => {
+                    return Decision::Deny(
+                        "params.instance (the virtual machine to move) is required for migrate"
+                            .into(),
+                    );
+                }
+                Some(name) if !known => {
+                    return Decision::Deny(format!("the app has no virtual machine {name}"));
+                }
+                Some(_) => {}
             }
         }
         _ => {}
@@ -206,6 +229,7 @@ fn action_name(action: TaskAction) -> &'static str {
         TaskAction::Update => "update",
         TaskAction::Scale => "scale",
         TaskAction::Delete => "delete",
+        TaskAction::Migrate => "migrate",
     }
 }
 

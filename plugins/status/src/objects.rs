@@ -885,6 +885,9 @@ fn conventions(p: &Parsed<'_>) -> Reading {
             };
         }
     }
-    // Nothing says otherwise (kstatus: current).
+    // Replicas all ready, or nothing says otherwise (kstatus: current).
+    if let Some((desired, ready)) = p.replicas() {
+        return Reading::new(S::Ready, format!("{ready}/{desired} ready"), None);
+    }
     Reading::new(S::Ready, phase.unwrap_or("Current"), None)
 }

@@ -435,6 +435,7 @@ fn transition_of(action: TaskAction) -> Transition {
         TaskAction::Update => Transition::Updating,
         TaskAction::Scale => Transition::Scaling,
         TaskAction::Delete => Transition::Deleting,
+        TaskAction::Migrate => Transition::Migrating,
     }
 }
 
@@ -447,6 +448,7 @@ fn transition_words(status: Transition) -> (&'static str, &'static str) {
         Transition::Updating => ("updating", "Updating"),
         Transition::Scaling => ("scaling", "Scaling"),
         Transition::Deleting => ("deleting", "Deleting"),
+        Transition::Migrating => ("migrating", "Migrating"),
     }
 }
 
@@ -459,6 +461,7 @@ fn action_word(action: TaskAction) -> &'static str {
         TaskAction::Update => "update",
         TaskAction::Scale => "scale",
         TaskAction::Delete => "delete",
+        TaskAction::Migrate => "migrate",
     }
 }
 

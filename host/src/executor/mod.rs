@@ -33,6 +33,8 @@ use crate::tasks::{Task, Tasks};
 use crate::time::now;
 use crate::wit::types::{self, TaskAction as Action, TaskPhase as Phase};
 
+mod vms;
+
 /// The annotation that remembers the replica count of a stopped workload.
 pub(crate) const REPLICAS_BEFORE_STOP: &str = "verdict.dev/replicas-before-stop";
 
@@ -74,6 +76,8 @@ struct Job {
     started: types::Timestamp,
     /// Pods to take off a node.
     moving: Option<Move>,
+    /// What a task on virtual machines waits for.
+    machines: Option<vms::Wait>,
 }
 
 /// Whether users' tasks are carried out.
@@ -242,6 +246,12 @@ impl Executor {
                 return Ok(());
             }
         };
+        if let Some(wait) = &job.machines {
+            let key = (namespace.to_string(), name.to_string());
+            if let Some(failure) = wait.failure(&self.observed.read(), &key) {
+                return Err(failure);
+            }
+        }
         let (done, progress, status) = self.progress(task, namespace, name, &job);
         if done {
             let patch = TaskPatch {
@@ -319,6 +329,7 @@ impl Executor {
             initial: 0,
             started,
             moving: None,
+            machines: None,
         };
         if let Some(moving) = Move::of(task) {
             return self.begin_move(moving, job).await;
@@ -353,8 +364,22 @@ impl Executor {
             job.replicas = replicas;
             return Ok(job);
         }
+        let key = (namespace.to_string(), name.to_string());
+        if task.action == Action::Migrate || self.workload(namespace, name).is_none() {
+            let machines = vms::Machines::of(&self.observed.read(), &key);
+            if !machines.is_empty() {
+                return self.begin_machines(task, &key, machines, job).await;
+            }
+        }
+        if task.action == Action::Migrate {
+            return Err(format!(
+                "migrate moves virtual machines; {namespace}/{name} has none"
+            ));
+        }
         let (workload, pods) = self.workload(namespace, name).ok_or_else(|| {
-            format!("no Deployment or StatefulSet of {namespace}/{name} is observed")
+            format!(
+                "no Deployment, StatefulSet or virtual machine of {namespace}/{name} is observed"
+            )
         })?;
         let annotation = |key: &str| {
             workload
@@ -428,7 +453,7 @@ impl Executor {
                     Err(e) => return Err(fail(e)),
                 }
             }
-            Action::Create => unreachable!("handled above"),
+            Action::Create | Action::Migrate => unreachable!("handled above"),
         };
         let params = PatchParams::default();
         let patched = match workload.kind {
@@ -570,6 +595,10 @@ impl Executor {
                 .checked_div(whole)
                 .map_or(100, |p| p as u8)
         };
+        if let Some(wait) = &job.machines {
+            let key = (namespace.to_string(), name.to_string());
+            return wait.progress(&self.observed.read(), &key, job.started);
+        }
         if let Some(m) = &job.moving {
             let left = self.pods_on_node(m).len() as u32;
             return (
