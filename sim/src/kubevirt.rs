@@ -556,10 +556,26 @@ fn instances(
                 if store.create(k.pod, &namespace, pod).is_ok() {
                     changes += 1;
                 }
+                // The simulator's claims are ReadWriteOnce: an instance
+                // with one cannot move live.
+                let claims = vmi
+                    .pointer("/spec/volumes")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|v| {
+                        v.get("persistentVolumeClaim").is_some() || v.get("dataVolume").is_some()
+                    });
+                let migratable = if claims {
+                    json!({"type": "LiveMigratable", "status": "False", "reason": "DisksNotLiveMigratable",
+                           "message": "cannot migrate VMI: PVC is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"})
+                } else {
+                    json!({"type": "LiveMigratable", "status": "True"})
+                };
                 json!({"phase": "Running", "nodeName": node, "phaseTransitionTimestamp": rfc3339(now),
                        "conditions": [ready_condition(true, "", now),
                                       {"type": "AgentConnected", "status": "True"},
-                                      {"type": "LiveMigratable", "status": "True"}]})
+                                      migratable]})
             }
             _ => continue,
         };

@@ -13,7 +13,7 @@ use crate::serve::Server;
 use crate::support::wait_until;
 
 /// The failover policy's clocks and the host's brakes, short for tests.
-const CONFIG: &str = r#"
+pub const CONFIG: &str = r#"
 [failover]
 every-ms = 100
 max-retries = 2
@@ -30,7 +30,7 @@ fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
-fn node(name: &str) -> Value {
+pub fn node(name: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": "a"}},
@@ -86,7 +86,7 @@ fn pods() -> &'static verdict_sim::resources::Resource {
 }
 
 /// The node stops posting its status, as a lost kubelet does.
-fn lose(cluster: &Cluster, name: &str) {
+pub fn lose(cluster: &Cluster, name: &str) {
     set_ready(cluster, name, "Unknown");
 }
 
@@ -136,7 +136,7 @@ fn host_with(cluster: &Cluster, data: &Path, extra: &[&str], settings: &str) -> 
 
 /// Wait until the decision on `node` satisfies `check`; panics with the
 /// last answer when it never does.
-fn decision_until(
+pub fn decision_until(
     server: &Server,
     node: &str,
     what: &str,
@@ -169,13 +169,13 @@ fn action<'a>(decision: &'a Value, key: &str) -> Option<&'a Value> {
         .find(|a| a["key"] == key)
 }
 
-fn state_of(decision: &Value, key: &str) -> Option<String> {
+pub fn state_of(decision: &Value, key: &str) -> Option<String> {
     action(decision, key).and_then(|a| a["state"].as_str().map(String::from))
 }
 
 /// Whether an action on the node was done: shown done, or among what was
 /// taken after the policy stopped proposing it.
-fn done(decision: &Value, key: &str) -> bool {
+pub fn done(decision: &Value, key: &str) -> bool {
     state_of(decision, key).as_deref() == Some("done")
         || decision["taken"][key]["outcome"] == "done"
 }
@@ -196,7 +196,7 @@ fn history(server: &Server, node: &str) -> Vec<Value> {
     answer["records"].as_array().unwrap().clone()
 }
 
-fn send(server: &Server, method: &str, path: &str, body: Value) -> (u16, Value) {
+pub fn send(server: &Server, method: &str, path: &str, body: Value) -> (u16, Value) {
     server.send(method, path, Some(&body.to_string()))
 }
 

@@ -405,3 +405,184 @@ fn tasks_start_stop_restart_scale_and_migrate_virtual_machines() {
         v["stable"] == "stopped"
     });
 }
+
+/// The instance of `vm` in the app's view: its node, when it has one.
+fn instance_node(server: &crate::serve::Server, app: &str, vm: &str) -> Option<String> {
+    let view = server.get(&format!("/v1/apps/{app}")).1;
+    view["objects"].as_array()?.iter().find_map(|o| {
+        (o["kind"] == "VirtualMachineInstance" && o["name"] == vm)
+            .then(|| o["node"].as_str().map(String::from))
+            .flatten()
+    })
+}
+
+#[test]
+fn a_lost_nodes_instances_go_unknown_then_are_repaired_elsewhere_with_the_brakes_and_audit() {
+    use crate::failover::{CONFIG, decision_until, done, lose, send, state_of};
+    let cluster = played_cluster();
+    for n in ["n3", "n4", "n5"] {
+        cluster.apply(crate::failover::node(n));
+    }
+    // A VM whose disk only one node may write: its repair waits for a person.
+    cluster.apply(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "vault", "namespace": "vms", "labels": {"app.kubernetes.io/instance": "vault"}},
+        "spec": {"runStrategy": "Always",
+                 "template": {"metadata": {"labels": {"app.kubernetes.io/instance": "vault"}},
+                              "spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "vault-data"}}]}}}
+    }));
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let server = start_host(
+        &cluster,
+        data.path(),
+        &["--config", config.to_str().unwrap(), "--failover-enforce"],
+    );
+    server.app_until("vms/db", "the pool's two VMs ready", PATIENCE, |v| {
+        v["stable"] == "running" && v["ready_replicas"] == 2
+    });
+    server.app_until("vms/vault", "vault ready", PATIENCE, |v| {
+        v["stable"] == "running"
+    });
+    let lost = instance_node(&server, "vms/vault", "vault").expect("vault runs on a node");
+    // db's instances on the same node go with it.
+    let db_on_lost: Vec<String> = ["db-0", "db-1"]
+        .into_iter()
+        .filter(|vm| instance_node(&server, "vms/db", vm).as_deref() == Some(lost.as_str()))
+        .map(String::from)
+        .collect();
+    lose(&cluster, &lost);
+
+    // First unknown, seed 002's short outage.
+    let app = server.app_until("vms/vault", "vault unknown", PATIENCE, |v| {
+        object(v, "VirtualMachine", "vault")["stage"] == "unknown"
+    });
+    assert_eq!(
+        object(&app, "VirtualMachine", "vault")["status"],
+        "unknown",
+        "{app}"
+    );
+
+    // Offline: vault's repair waits for a person; db's instances, which
+    // hold no such disk, are repaired at once and run elsewhere.
+    let repair_vault = "repair:VirtualMachineInstance/vms/vault";
+    decision_until(&server, &lost, "offline, vault held", |d| {
+        d["health"] == "offline"
+            && state_of(d, repair_vault).as_deref() == Some("awaiting-approval")
+    });
+    for vm in &db_on_lost {
+        let key = format!("repair:VirtualMachineInstance/vms/{vm}");
+        decision_until(&server, &lost, "db's instance repaired", |d| done(d, &key));
+        server.app_until(
+            "vms/db",
+            "db's instance back on another node",
+            PATIENCE,
+            |v| {
+                let node = object(v, "VirtualMachineInstance", vm)["node"].clone();
+                node.is_string() && node != lost.as_str() && v["ready_replicas"] == 2
+            },
+        );
+    }
+    assert_eq!(
+        instance_node(&server, "vms/vault", "vault").as_deref(),
+        Some(lost.as_str())
+    );
+
+    // Approved, vault is repaired: the node is fenced, the instance runs
+    // elsewhere, and the audit says who approved.
+    let (code, approved) = send(
+        &server,
+        "POST",
+        &format!("/v1/failover/nodes/{lost}/approve"),
+        json!({"action": repair_vault, "by": "ana", "reason": "the node is powered off"}),
+    );
+    assert_eq!(code, 200, "{approved}");
+    decision_until(&server, &lost, "vault repaired", |d| done(d, repair_vault));
+    server.app_until("vms/vault", "vault back elsewhere", PATIENCE, |v| {
+        let node = object(v, "VirtualMachineInstance", "vault")["node"].clone();
+        v["stable"] == "running" && node.is_string() && node != lost.as_str()
+    });
+    let nodes = verdict_sim::resources::find("", "v1", "nodes").unwrap();
+    let fenced = cluster.sim().store().get(nodes, "", &lost).unwrap();
+    assert!(
+        fenced["spec"]["taints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["key"] == "node.kubernetes.io/out-of-service"),
+        "{fenced}"
+    );
+    let history = server
+        .get(&format!("/v1/failover/history?node={lost}&limit=1000"))
+        .1;
+    let records = history["records"].as_array().unwrap();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["kind"] == "approval" && r["by"] == "ana")
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r["inputs"]["exclusive-instances"] == 1),
+        "the audit counts the instance with an exclusive disk"
+    );
+    let tasks = server.get("/v1/tasks").1;
+    let repairs: Vec<&Value> = tasks["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| {
+            t["requested-by"] == "verdict-failover" && t["params"]["failover"]["action"] == "repair"
+        })
+        .collect();
+    assert_eq!(repairs.len(), db_on_lost.len() + 1, "{repairs:#?}");
+    assert!(
+        repairs.iter().all(|t| t["phase"] == "succeeded"),
+        "{repairs:#?}"
+    );
+}
+
+#[test]
+fn with_scale_down_a_lost_nodes_pool_members_are_given_up_on_approval() {
+    use crate::failover::{CONFIG, decision_until, done, lose, send, state_of};
+    let cluster = played_cluster();
+    for n in ["n3", "n4", "n5"] {
+        cluster.apply(crate::failover::node(n));
+    }
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    std::fs::write(&config, format!("{CONFIG}remedy = \"scale-down\"\n")).unwrap();
+    let server = start_host(
+        &cluster,
+        data.path(),
+        &["--config", config.to_str().unwrap(), "--failover-enforce"],
+    );
+    server.app_until("vms/db", "the pool's two VMs ready", PATIENCE, |v| {
+        v["stable"] == "running" && v["ready_replicas"] == 2
+    });
+    let lost = instance_node(&server, "vms/db", "db-1").expect("db-1 runs on a node");
+    lose(&cluster, &lost);
+    let rescale = "rescale:VirtualMachinePool/vms/db=1";
+    decision_until(&server, &lost, "the pool's shrinking held", |d| {
+        d["health"] == "offline" && state_of(d, rescale).as_deref() == Some("awaiting-approval")
+    });
+    let (code, approved) = send(
+        &server,
+        "POST",
+        &format!("/v1/failover/nodes/{lost}/approve"),
+        json!({"action": rescale, "by": "ana"}),
+    );
+    assert_eq!(code, 200, "{approved}");
+    decision_until(&server, &lost, "the pool shrunk", |d| done(d, rescale));
+    let pools = verdict_sim::resources::find_among(
+        &cluster.sim().store().resources(),
+        "pool.kubevirt.io",
+        "v1alpha1",
+        "virtualmachinepools",
+    )
+    .unwrap();
+    let pool = cluster.sim().store().get(pools, "vms", "db").unwrap();
+    assert_eq!(pool["spec"]["replicas"], 1, "{pool}");
+}

@@ -7,8 +7,11 @@
 //! task, which their VM or set starts again (what KubeVirt's `restart`
 //! does); `scale` sets a pool's or replica set's replicas; `migrate` creates
 //! a `VirtualMachineInstanceMigration` of `params.instance`; `delete`
-//! deletes the VMs and sets. Progress is read from what the host observes
-//! of them.
+//! deletes the VMs and sets. Failover's repair (a `restart` whose
+//! `params.failover` names the node and the instance) fences the node, then
+//! force-deletes the instance, so that its VM or set starts it elsewhere;
+//! its rescale is a `scale` of the set `params.failover.set` names.
+//! Progress is read from what the host observes of them.
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -126,6 +129,9 @@ pub(super) enum Wait {
     Migrated(String),
     /// Nothing left of the VMs and sets (delete).
     Gone,
+    /// No instance of the app left on the node, and the repaired one
+    /// (when its VM starts it again under its name) running elsewhere.
+    Repaired { node: String, instance: String },
 }
 
 impl Wait {
@@ -210,6 +216,36 @@ impl Wait {
                     format!("waiting for migration {name} to be observed"),
                 ),
             },
+            Wait::Repaired { node, instance } => {
+                let left = of(VMI)
+                    .filter(|o| {
+                        o.node.as_deref() == Some(node.as_str()) && o.deleting_since.is_none()
+                    })
+                    .count();
+                let again = of(VMI).find(|o| &o.name == instance);
+                let back = of(VM).all(|vm| &vm.name != instance)
+                    || again.is_some_and(|o| {
+                        o.node.as_deref() != Some(node.as_str())
+                            && o.phase.as_deref() == Some("Running")
+                            && ready(o)
+                    });
+                let done = left == 0 && back;
+                (
+                    done,
+                    if done {
+                        100
+                    } else if left == 0 {
+                        50
+                    } else {
+                        10
+                    },
+                    match (left, back) {
+                        (0, true) => format!("{instance} runs on another node"),
+                        (0, false) => format!("{instance} is starting on another node"),
+                        _ => format!("{left} instances left on node {node}"),
+                    },
+                )
+            }
             Wait::Gone => {
                 let left = objects
                     .iter()
@@ -291,6 +327,10 @@ impl Executor {
             .get("replicas")
             .and_then(Value::as_u64)
             .map(|r| r as u32);
+        let failover = task.params.get("failover");
+        if let Some(f) = failover.filter(|f| f["action"] == "repair") {
+            return self.repair(namespace, f, job).await;
+        }
         let running = json!({"spec": {"runStrategy": "Always", "running": null}});
         let halted = json!({"spec": {"runStrategy": "Halted", "running": null}});
         job.initial = machines.instances.len() as u32;
@@ -347,7 +387,14 @@ impl Executor {
             }
             Action::Scale => {
                 let replicas = replicas_param.ok_or("params.replicas is required")?;
-                let set = machines.sets.first().ok_or_else(|| {
+                let named = failover
+                    .and_then(|f| f.pointer("/set/name"))
+                    .and_then(Value::as_str);
+                let set = machines
+                    .sets
+                    .iter()
+                    .find(|s| named.is_none_or(|n| n == s.name))
+                    .ok_or_else(|| {
                     format!(
                         "scale needs a VirtualMachinePool or VirtualMachineInstanceReplicaSet; {}/{} has none",
                         app.0, app.1
@@ -408,6 +455,48 @@ impl Executor {
             }
         };
         job.machines = Some(wait);
+        Ok(job)
+    }
+
+    /// Failover's repair: fence the node, so that it cannot run the
+    /// instance any more, then force-delete the instance.
+    async fn repair(&self, namespace: &str, failover: &Value, mut job: Job) -> Result<Job, String> {
+        let node = failover["node"]
+            .as_str()
+            .ok_or("params.failover.node is required")?;
+        let instance = failover
+            .pointer("/instance/name")
+            .and_then(Value::as_str)
+            .ok_or("params.failover.instance is required")?;
+        self.fence(node).await?;
+        // Only the instance on the fenced node: asking again (after this
+        // process restarted) must not delete the one started elsewhere.
+        let still_there = self.observed.read().objects.values().any(|o| {
+            o.kind == VMI
+                && o.namespace == namespace
+                && o.name == instance
+                && o.node.as_deref() == Some(node)
+        });
+        job.machines = Some(Wait::Repaired {
+            node: node.to_string(),
+            instance: instance.to_string(),
+        });
+        if !still_there {
+            return Ok(job);
+        }
+        let force = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::background()
+        };
+        match self.dynamic(namespace, VMI).delete(instance, &force).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => {
+                return Err(format!(
+                    "the Kubernetes API refused to delete instance {instance}: {e}"
+                ));
+            }
+        }
         Ok(job)
     }
 }

@@ -73,21 +73,38 @@ impl Failover {
                     .await
                     .map(Some)
             }
+            Action::Repair { instance } => {
+                let params =
+                    json!({"failover": {"action": "repair", "node": node, "instance": instance}});
+                self.task(instance, types::TaskAction::Restart, params)
+                    .await
+                    .map(Some)
+            }
+            Action::Rescale { set, replicas } => {
+                let params = json!({"replicas": replicas, "failover": {"action": "rescale", "node": node, "set": set}});
+                self.task(set, types::TaskAction::Scale, params)
+                    .await
+                    .map(Some)
+            }
         }
     }
 
-    /// Ask for a task on the workload's app, through task admission.
+    /// Ask for a task on the app of the workload (or the virtual machine's
+    /// instance, pool or replica set), through task admission.
     pub(super) async fn task(
         &self,
         workload: &model::Workload,
         action: types::TaskAction,
         params: Value,
     ) -> Result<String, Refused> {
-        let app = self
-            .observed
-            .read()
-            .app_of_workload_named(&workload.kind, &workload.namespace, &workload.name)
-            .unwrap_or_else(|| (workload.namespace.clone(), workload.name.clone()));
+        let app = {
+            let snapshot = self.observed.read();
+            let (kind, namespace, name) = (&workload.kind, &workload.namespace, &workload.name);
+            snapshot
+                .app_of_workload_named(kind, namespace, name)
+                .or_else(|| snapshot.app_of_object_named(kind, namespace, name))
+                .unwrap_or_else(|| (namespace.clone(), name.clone()))
+        };
         let request = NewTask {
             app: format!("{}/{}", app.0, app.1),
             action,

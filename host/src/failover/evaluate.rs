@@ -192,6 +192,11 @@ impl Failover {
                 .iter()
                 .filter(|p| p.node == report.node)
                 .collect();
+            let instances: Vec<&wit::InstancePlacement> = input
+                .instances
+                .iter()
+                .filter(|i| i.node == report.node)
+                .collect();
             let brakes: Vec<String> = report
                 .actions
                 .iter()
@@ -207,7 +212,7 @@ impl Failover {
                 reason: report.reason.clone(),
                 inputs: inputs(
                     node,
-                    &on_node,
+                    (&on_node, &instances),
                     report.overridden.as_ref(),
                     &gauges,
                     &self.config,
@@ -540,7 +545,7 @@ pub(super) fn overridden_report(decision: &Decided, overridden: Option<Override>
 /// What a decision rested on, for its audit record.
 pub(super) fn inputs(
     node: Option<&types::Node>,
-    on_node: &[&wit::Placement],
+    (on_node, instances): (&[&wit::Placement], &[&wit::InstancePlacement]),
     overridden: Option<&Override>,
     gauges: &Gauges,
     config: &FailoverConfig,
@@ -554,6 +559,8 @@ pub(super) fn inputs(
         "taints": node.map(|n| n.taints.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect::<Vec<_>>()),
         "pods": on_node.len(),
         "stateful-pods": on_node.iter().filter(|p| p.stateful).count(),
+        "instances": instances.len(),
+        "exclusive-instances": instances.iter().filter(|i| i.exclusive_disk).count(),
         "override": overridden,
         "unhealthy-nodes": format!("{} of {} (cap {})", gauges.unhealthy, gauges.nodes, config.max_unhealthy),
     })

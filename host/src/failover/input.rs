@@ -3,6 +3,8 @@
 //! force; and the call itself, off the async threads.
 
 use super::{Arc, Decided, Failover, Health, Memory, Override, World, types, wit};
+use crate::observe::Snapshot;
+use crate::observe::resources::Generic;
 
 impl Failover {
     /// The policy's input: every node, the pods on the nodes that may need
@@ -58,9 +60,15 @@ impl Failover {
                 })
             })
             .collect();
+        let instances = if watched.is_empty() {
+            Vec::new()
+        } else {
+            instances_on(&snapshot, &watched)
+        };
         wit::FailoverInput {
             nodes,
             placements,
+            instances,
             previous: memory.previous.values().map(Decided::to_wit).collect(),
             overrides: memory
                 .overrides
@@ -91,4 +99,69 @@ impl Failover {
         .await
         .unwrap_or_else(|e| Err(format!("the failover call panicked: {e}")))
     }
+}
+
+/// The kinds that keep a number of instances of virtual machines.
+const SETS: [&str; 2] = ["VirtualMachinePool", "VirtualMachineInstanceReplicaSet"];
+
+/// The instances of virtual machines on the watched nodes, with what
+/// starts them again, their pool or replica set, and whether a disk of
+/// theirs may be written from one node only.
+fn instances_on(snapshot: &Snapshot, watched: &[&str]) -> Vec<wit::InstancePlacement> {
+    let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
+    let find = |kind: &str, namespace: &str, name: &str| {
+        snapshot
+            .objects
+            .values()
+            .find(|o| o.kind == kind && o.namespace == namespace && o.name == name)
+    };
+    let set_of = |o: &Generic| -> Option<wit::SetRef> {
+        let (kind, name) = o.owner.as_ref()?;
+        let set = if SETS.contains(&kind.as_str()) {
+            find(kind, &o.namespace, name)?
+        } else if kind == "VirtualMachine" {
+            let vm = find(kind, &o.namespace, name)?;
+            let (kind, name) = vm
+                .owner
+                .as_ref()
+                .filter(|(k, _)| SETS.contains(&k.as_str()))?;
+            find(kind, &o.namespace, name)?
+        } else {
+            return None;
+        };
+        Some(wit::SetRef {
+            namespace: set.namespace.clone(),
+            kind: set.kind.clone(),
+            name: set.name.clone(),
+            replicas: json(&set.spec)["replicas"].as_u64().unwrap_or(1) as u32,
+        })
+    };
+    snapshot
+        .objects
+        .values()
+        .filter(|o| o.kind == "VirtualMachineInstance" && o.deleting_since.is_none())
+        .filter_map(|o| {
+            let node = o.node.as_deref().filter(|n| watched.contains(n))?;
+            let claims = json(&o.spec)["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| v.get("persistentVolumeClaim").is_some() || v.get("dataVolume").is_some());
+            let migratable = o
+                .conditions
+                .iter()
+                .any(|c| c.kind == "LiveMigratable" && c.status == types::ConditionStatus::True);
+            Some(wit::InstancePlacement {
+                namespace: o.namespace.clone(),
+                name: o.name.clone(),
+                node: node.to_string(),
+                owner: o.owner.as_ref().map(|(kind, name)| types::Owner {
+                    kind: kind.clone(),
+                    name: name.clone(),
+                }),
+                set: set_of(o),
+                exclusive_disk: claims && !migratable,
+            })
+        })
+        .collect()
 }

@@ -60,12 +60,14 @@ impl Health {
     }
 }
 
-/// A workload by kind, namespace and name.
+/// A workload, or a virtual machine's instance, pool or replica set, by
+/// kind, namespace and name.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
 )]
 pub struct Workload {
-    /// `Deployment`, `StatefulSet` or `DaemonSet`.
+    /// `Deployment`, `StatefulSet`, `DaemonSet`, `VirtualMachineInstance`,
+    /// `VirtualMachinePool` or `VirtualMachineInstanceReplicaSet`.
     pub kind: String,
     pub namespace: String,
     pub name: String,
@@ -85,6 +87,27 @@ impl Workload {
             kind: workload_kind_named(&self.kind).unwrap_or(WorkloadKind::Deployment),
             namespace: self.namespace.clone(),
             name: self.name.clone(),
+        }
+    }
+}
+
+/// The kind of a virtual machine's instance.
+pub const INSTANCE: &str = "VirtualMachineInstance";
+
+impl Workload {
+    fn instance(i: &wit::InstanceRef) -> Self {
+        Self {
+            kind: INSTANCE.into(),
+            namespace: i.namespace.clone(),
+            name: i.name.clone(),
+        }
+    }
+
+    fn set(s: &wit::SetRef) -> Self {
+        Self {
+            kind: s.kind.clone(),
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
         }
     }
 }
@@ -118,6 +141,16 @@ pub enum Action {
         workload: Workload,
         replicas: u32,
     },
+    /// Fence the node, then delete the instance so that its VM or set
+    /// starts it elsewhere.
+    Repair {
+        instance: Workload,
+    },
+    /// Change a pool's or replica set's count.
+    Rescale {
+        set: Workload,
+        replicas: u32,
+    },
     Notify {
         text: String,
     },
@@ -141,6 +174,13 @@ impl Action {
                 workload: Workload::from_wit(&s.workload),
                 replicas: s.replicas,
             },
+            wit::Action::Repair(i) => Action::Repair {
+                instance: Workload::instance(i),
+            },
+            wit::Action::Rescale(s) => Action::Rescale {
+                set: Workload::set(s),
+                replicas: s.replicas,
+            },
             wit::Action::Notify(text) => Action::Notify { text: text.clone() },
         }
     }
@@ -156,6 +196,16 @@ impl Action {
             Action::RequestReplacement => wit::Action::RequestReplacement,
             Action::Scale { workload, replicas } => wit::Action::Scale(wit::ScaleRequest {
                 workload: workload.to_wit(),
+                replicas: *replicas,
+            }),
+            Action::Repair { instance } => wit::Action::Repair(wit::InstanceRef {
+                namespace: instance.namespace.clone(),
+                name: instance.name.clone(),
+            }),
+            Action::Rescale { set, replicas } => wit::Action::Rescale(wit::SetRef {
+                namespace: set.namespace.clone(),
+                kind: set.kind.clone(),
+                name: set.name.clone(),
                 replicas: *replicas,
             }),
             Action::Notify { text } => wit::Action::Notify(text.clone()),
@@ -175,6 +225,8 @@ impl Action {
             Action::Release { workload } => format!("release:{workload}"),
             Action::RequestReplacement => "request-replacement".into(),
             Action::Scale { workload, replicas } => format!("scale:{workload}={replicas}"),
+            Action::Repair { instance } => format!("repair:{instance}"),
+            Action::Rescale { set, replicas } => format!("rescale:{set}={replicas}"),
             Action::Notify { text } => format!("notify:{text}"),
         }
     }
@@ -189,6 +241,8 @@ impl Action {
                 | Action::Release { .. }
                 | Action::RequestReplacement
                 | Action::Scale { .. }
+                | Action::Repair { .. }
+                | Action::Rescale { .. }
         )
     }
 }

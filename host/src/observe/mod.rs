@@ -610,6 +610,18 @@ impl Snapshot {
         }
     }
 
+    /// The app an object of a configured kind (its kind, namespace and
+    /// name) is in, when it is observed.
+    pub(crate) fn app_of_object_named(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<AppKey> {
+        let object = self.object_named(kind, namespace, name)?;
+        self.object_apps.get(&object.key()).cloned()
+    }
+
     /// The stored object of a kind in a namespace, by name.
     fn object_named(&self, kind: &str, namespace: &str, name: &str) -> Option<&resources::Generic> {
         self.objects

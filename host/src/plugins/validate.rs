@@ -65,9 +65,13 @@ output_size! {
     types::Transitional => [task_id];
     types::InstanceVerdict => [name, reason, message];
     types::GroupVerdict => [name, node, reason, message, instances];
-    types::AppVerdict => [app, stable_reason, transitional, display, groups];
+    types::StatusOverride => [instance, status, by, reason];
+    types::ObjectVerdict => [kind, name, node, reason, message, pods, forced];
+    types::AppVerdict => [app, stable_reason, transitional, display, groups, objects, forced];
     failover::WorkloadRef => [namespace, name];
     failover::ScaleRequest => [workload];
+    failover::InstanceRef => [namespace, name];
+    failover::SetRef => [namespace, kind, name];
     failover::ProposedAction => [action, reason];
     failover::NodeDecision => [node, reason, rule, actions];
     admission::PlanStep => [name, description];
@@ -81,6 +85,8 @@ impl OutputSize for failover::Action {
         ITEM + match self {
             Action::Evict(w) | Action::Release(w) => w.output_size(),
             Action::Scale(s) => s.output_size(),
+            Action::Repair(i) => i.output_size(),
+            Action::Rescale(s) => s.output_size(),
             Action::Notify(text) => text.output_size(),
             Action::Wait(_)
             | Action::MarkUnknown
@@ -232,6 +238,7 @@ pub(crate) fn smoke_failover_input() -> failover::FailoverInput {
             },
         }],
         placements: Vec::new(),
+        instances: Vec::new(),
         previous: Vec::new(),
         overrides: Vec::new(),
     }

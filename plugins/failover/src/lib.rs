@@ -9,6 +9,13 @@
 //! pods to run elsewhere; `scale-down` instead shrinks each stateful
 //! workload by its members on the node, so the rest carry on without them.
 //! Both need a person's approval for what touches stateful workloads.
+//!
+//! The instances of virtual machines on an offline node (seed 002) are
+//! repaired — the node fenced, the instance deleted so that its VM or
+//! replica set starts it elsewhere — or, with `scale-down`, their pool or
+//! replica set is shrunk by its members on the node. A repair waits for a
+//! person when the instance holds a disk only one node may write (it must
+//! never run twice); an instance nothing starts again is only reported.
 
 wit_bindgen::generate!({
     world: "failover-policy",
@@ -17,8 +24,8 @@ wit_bindgen::generate!({
 });
 
 use exports::verdict::policy::failover::{
-    Action, FailoverInput, Guest, NodeDecision, NodeHealth, Override, OverrideKind, Placement,
-    ProposedAction, ScaleRequest,
+    Action, FailoverInput, Guest, InstancePlacement, InstanceRef, NodeDecision, NodeHealth,
+    Override, OverrideKind, Placement, ProposedAction, ScaleRequest, SetRef,
 };
 use verdict::policy::types::{ConditionStatus, Context, Node, PluginInfo, Timestamp, WorkloadKind};
 
@@ -111,6 +118,15 @@ fn decide_node(
         .iter()
         .filter(|p| p.node == node.name)
         .collect();
+    let instances: Vec<&InstancePlacement> = input
+        .instances
+        .iter()
+        .filter(|i| i.node == node.name)
+        .collect();
+    let on_node = OnNode {
+        pods: &on_node,
+        instances: &instances,
+    };
     let mut decision = by_rules(settings, now, node, previous, &on_node);
 
     if let Some(o) = active_override(now, &node.name, &input.overrides) {
@@ -139,12 +155,18 @@ fn decide_node(
     decision
 }
 
+/// What runs on one node: pods, and instances of virtual machines.
+struct OnNode<'a> {
+    pods: &'a [&'a Placement],
+    instances: &'a [&'a InstancePlacement],
+}
+
 fn by_rules(
     settings: &Settings,
     now: Timestamp,
     node: &Node,
     previous: Option<&NodeDecision>,
-    on_node: &[&Placement],
+    on_node: &OnNode<'_>,
 ) -> NodeDecision {
     let since = node.ready_since.or(node.last_heartbeat).unwrap_or(now);
     if node.ready == ConditionStatus::True {
@@ -224,7 +246,7 @@ fn by_rules(
                 needs_approval: false,
             },
         ];
-        actions.extend(evictions(on_node));
+        actions.extend(evictions(on_node.pods));
         actions.push(ProposedAction {
             action: Action::Wait(down_since + settings.offline_after_ms),
             reason: "judged offline if it does not return by then".into(),
@@ -255,14 +277,16 @@ fn offline(
     since: Timestamp,
     reason: String,
     rule: &str,
-    on_node: &[&Placement],
+    on_node: &OnNode<'_>,
 ) -> NodeDecision {
     let mut actions = vec![ProposedAction {
         action: Action::Cordon,
         reason: "the node is offline".into(),
         needs_approval: false,
     }];
-    actions.extend(evictions(on_node));
+    actions.extend(evictions(on_node.pods));
+    actions.extend(instance_repairs(settings, on_node.instances));
+    let on_node = on_node.pods;
     for workload in distinct_workloads(on_node, true) {
         let members = on_node
             .iter()
@@ -312,6 +336,60 @@ fn offline(
         rule: rule.into(),
         actions,
     }
+}
+
+/// For the instances of virtual machines on an offline node: a repair of
+/// each (a person approves it when a disk of the instance may be written
+/// from one node only), or with `scale-down` a smaller pool or replica set.
+fn instance_repairs(settings: &Settings, instances: &[&InstancePlacement]) -> Vec<ProposedAction> {
+    let mut actions = Vec::new();
+    let mut shrunk: Vec<&SetRef> = Vec::new();
+    for i in instances {
+        match (&i.set, settings.remedy) {
+            (Some(set), Remedy::ScaleDown) => {
+                if shrunk.iter().any(|s| s.kind == set.kind && s.name == set.name) {
+                    continue;
+                }
+                shrunk.push(set);
+                let members = instances
+                    .iter()
+                    .filter(|j| j.set.as_ref().is_some_and(|s| s.kind == set.kind && s.name == set.name))
+                    .count() as u32;
+                actions.push(ProposedAction {
+                    action: Action::Rescale(SetRef {
+                        replicas: set.replicas.saturating_sub(members),
+                        ..set.clone()
+                    }),
+                    reason: format!(
+                        "run {} without its {members} instance(s) on the offline node",
+                        set.name
+                    ),
+                    needs_approval: true,
+                });
+            }
+            _ if i.owner.is_some() => actions.push(ProposedAction {
+                action: Action::Repair(InstanceRef {
+                    namespace: i.namespace.clone(),
+                    name: i.name.clone(),
+                }),
+                reason: if i.exclusive_disk {
+                    "its disk may be written from one node only: fence the node before it starts elsewhere".into()
+                } else {
+                    "fence the node and start the instance on a healthy one".into()
+                },
+                needs_approval: i.exclusive_disk,
+            }),
+            _ => actions.push(ProposedAction {
+                action: Action::Notify(format!(
+                    "instance {}/{} on the offline node has no VM or replica set to start it again",
+                    i.namespace, i.name
+                )),
+                reason: "operators decide what to do with it".into(),
+                needs_approval: false,
+            }),
+        }
+    }
+    actions
 }
 
 /// Evict the pods of each stateless workload on the node.
