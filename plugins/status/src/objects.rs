@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::super::bindings::{
     App, AppInput, Condition, ConditionStatus, InstanceStage, Node, Object, ObjectStatus,
-    ObjectVerdict, StatusOverride, Task, TaskPhase,
+    ObjectVerdict, StatusOverride, Task, TaskPhase, Timestamp,
 };
 use super::{Eval, condition, span};
 
@@ -191,6 +191,11 @@ pub fn judge(eval: &mut Eval<'_>, input: &AppInput) -> Judged {
                 probe_failing: probe_failing(app),
                 nodes: &input.nodes,
                 node: node.as_deref(),
+                ready_since: vmi
+                    .unwrap_or(p)
+                    .condition("Ready")
+                    .filter(|c| c.status == ConditionStatus::True)
+                    .and_then(|c| c.last_transition),
             };
             forced
                 .and_then(|f| stage_named(&f.status))
@@ -388,6 +393,8 @@ struct StageContext<'a> {
     probe_failing: Option<String>,
     nodes: &'a [Node],
     node: Option<&'a str>,
+    /// When the instance last turned ready.
+    ready_since: Option<Timestamp>,
 }
 
 /// Seed 002's stage of an instance from its reading.
@@ -426,13 +433,19 @@ fn stage_of(eval: &mut Eval<'_>, r: &Reading, o: &Object, c: &StageContext<'_>) 
 
 /// Whether the instance's node turned Ready again so recently that the
 /// instance is still being re-checked after an outage (seed 002: back
-/// within the grace period, Initializing until Ready again).
+/// within the grace period, Initializing until Ready again): the node
+/// turned Ready after the instance last did, so the instance's readiness
+/// dates from before the outage. An instance that turned ready on a node
+/// already ready (a fresh start, a migration to a new node) is not
+/// re-checked; nor is one whose readiness carries no time.
 fn node_just_back(eval: &mut Eval<'_>, c: &StageContext<'_>) -> bool {
     let Some(node) = c.nodes.iter().find(|n| Some(n.name.as_str()) == c.node) else {
         return false;
     };
-    match node.ready_since {
-        Some(since) if node.ready == ConditionStatus::True => {
+    match (node.ready_since, c.ready_since) {
+        (Some(since), Some(instance))
+            if node.ready == ConditionStatus::True && instance < since =>
+        {
             !eval.older_than(since, eval.settings.recheck_after_outage_ms)
         }
         _ => false,

@@ -10,13 +10,15 @@
 //! in one loud line that it did not run, unless `VERDICT_REQUIRE_REAL_CLUSTER`
 //! is set, when it fails.
 //!
-//! Tests share the cluster by working in namespaces of their own; a test
+//! Tests share the cluster by working in namespaces of their own (the
+//! KubeVirt CRDs one test installs serve everyone's); a test
 //! that loses a node uses a node of its own, tainted so that no other
 //! test's pods land on it.
 
 mod chart;
 mod follow;
 mod tasks;
+mod vms;
 mod webhook;
 
 use std::path::{Path, PathBuf};
