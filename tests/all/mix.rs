@@ -191,6 +191,7 @@ fn pod(rng: &mut Rng, namespace: &str, app: &str, index: usize) -> types::Pod {
         created_at: Some(NOW - 3 * 1440 * MINUTE),
         started_at: Some(NOW - 3 * 1440 * MINUTE),
         deleting_since,
+        finalizers: Vec::new(),
         containers,
         owner: Some(types::Owner {
             kind: "Deployment".into(),

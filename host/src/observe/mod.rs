@@ -873,6 +873,7 @@ mod tests {
             created_at: None,
             started_at: None,
             deleting_since: None,
+            finalizers: Vec::new(),
             containers: Vec::new(),
             owner: None,
             labels: vec![types::KeyValue {

@@ -296,6 +296,7 @@ pub fn pod(pod: &Pod) -> types::Pod {
         created_at: meta.creation_timestamp.as_ref().map(millis),
         started_at: status.and_then(|s| s.start_time.as_ref()).map(millis),
         deleting_since: meta.deletion_timestamp.as_ref().map(millis),
+        finalizers: meta.finalizers.clone().unwrap_or_default(),
         containers,
         owner: owner(meta),
         labels: key_values(meta.labels.as_ref()),

@@ -10,7 +10,7 @@ use super::super::bindings::{
     App, AppInput, Condition, ConditionStatus, InstanceStage, Node, Object, ObjectStatus,
     ObjectVerdict, StatusOverride, Task, TaskPhase, Timestamp,
 };
-use super::{Eval, condition, span};
+use super::{Eval, condition};
 
 const VM: &str = "VirtualMachine";
 const VMI: &str = "VirtualMachineInstance";
@@ -464,15 +464,7 @@ fn read(
 ) -> Reading {
     let o = p.object;
     if let Some(since) = o.deleting_since {
-        let held = if o.finalizers.is_empty() {
-            format!("deletion requested {} ago", span(eval.now - since))
-        } else {
-            format!(
-                "held in deletion by {} for {}",
-                o.finalizers.join(", "),
-                span(eval.now - since)
-            )
-        };
+        let held = super::held_in_deletion(eval, since, &o.finalizers);
         return Reading::new(ObjectStatus::Terminating, "Terminating", Some(held));
     }
     if let Some(n) = unreachable_node(nodes, node) {

@@ -521,6 +521,17 @@ fn display_of(
     }
 }
 
+/// What holds an object in deletion, and for how long (seed 002's
+/// asynchronous clean-up: load balancer, monitoring, machine).
+fn held_in_deletion(eval: &Eval<'_>, since: Timestamp, finalizers: &[String]) -> String {
+    let span = span(eval.now - since);
+    if finalizers.is_empty() {
+        format!("deletion requested {span} ago")
+    } else {
+        format!("held in deletion by {} for {span}", finalizers.join(", "))
+    }
+}
+
 /// A span of time for a person: `40 s`, `5 min`, `3 h`, `12 d`.
 fn span(ms: i64) -> String {
     let s = ms.max(0) / 1000;
@@ -580,7 +591,7 @@ fn group_status(
         return (
             GroupStatus::Terminating,
             "Terminating".into(),
-            Some(format!("deletion requested {} ago", span(eval.now - since))),
+            Some(held_in_deletion(eval, since, &pod.finalizers)),
         );
     }
     if let Some(why) = node_unreachable(pod, nodes) {

@@ -1,9 +1,10 @@
 //! An app of KubeVirt virtual machines on the real API server: the CRDs of
 //! KubeVirt's kinds are installed, and the test plays KubeVirt's part by
 //! writing the objects' status through the status subresource, as
-//! virt-controller would. verdict shows the VM's stage, and its tasks
-//! change what KubeVirt reads (a run strategy, a replica set's count, a
-//! migration) through the real server.
+//! virt-controller would. verdict shows the VM's stage, and its tasks —
+//! stop, start, migrate, restart, scale — change what KubeVirt reads (a
+//! run strategy, an instance, a migration, a replica set's count) through
+//! the real server.
 
 use serde_json::{Value, json};
 use verdict_testcluster::Cluster;
@@ -292,5 +293,76 @@ fn virtual_machines_on_the_real_api_server_show_their_stage_and_take_tasks() {
     kube.start_instance("db-0", "n1");
     let task = finished(&server, &restart);
     assert_eq!(task["phase"], "succeeded", "{task}");
+
+    // Scale a VMI replica set: verdict sets its count; the new instance
+    // (played) joins and the task completes.
+    let ready = json!([{"type": "Ready", "status": "True"}]);
+    cluster
+        .apply(
+            &json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceReplicaSet",
+                "metadata": {"name": "web", "namespace": ns, "labels": {"app.kubernetes.io/instance": "web"}},
+                "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app.kubernetes.io/instance": "web"}}, "spec": {}}}
+            })
+            .to_string(),
+        )
+        .unwrap();
+    let set_uid = kube.uid("virtualmachineinstancereplicasets.kubevirt.io", "web");
+    let replica = |name: &str| {
+        cluster
+            .apply(
+                &json!({
+                    "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                    "metadata": {"name": name, "namespace": ns,
+                        "labels": {"app.kubernetes.io/instance": "web"},
+                        "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceReplicaSet",
+                            "name": "web", "uid": set_uid, "controller": true}]},
+                    "spec": {}
+                })
+                .to_string(),
+            )
+            .unwrap();
+        kube.status(
+            "virtualmachineinstances.kubevirt.io",
+            name,
+            json!({"phase": "Running", "nodeName": "n1", "conditions": ready}),
+        );
+    };
+    replica("web-a");
+    kube.status(
+        "virtualmachineinstancereplicasets.kubevirt.io",
+        "web",
+        json!({"replicas": 1, "readyReplicas": 1}),
+    );
+    let web = format!("{ns}/web");
+    until(&server, &web, "the replica set's one instance", |v| {
+        v["stable"] == "running" && v["expected_replicas"] == 1
+    });
+    let scale = ask(&server, &web, "scale", json!({"replicas": 2}));
+    until_kubectl(
+        cluster,
+        &[
+            "-n",
+            &ns,
+            "get",
+            "virtualmachineinstancereplicasets.kubevirt.io",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        "the replica set scaled to 2",
+        |out| out == "2",
+    );
+    replica("web-b");
+    kube.status(
+        "virtualmachineinstancereplicasets.kubevirt.io",
+        "web",
+        json!({"replicas": 2, "readyReplicas": 2}),
+    );
+    let task = finished(&server, &scale);
+    assert_eq!(task["phase"], "succeeded", "{task}");
+    until(&server, &web, "2/2", |v| {
+        v["stable"] == "running" && v["ready_replicas"] == 2 && v["expected_replicas"] == 2
+    });
     let _ = cluster.kubectl_run(&["delete", "namespace", &ns, "--wait=false"], None);
 }
