@@ -319,94 +319,96 @@ fn imports(store: &Store, k: &Kinds, now: SystemTime) -> Result<usize, StoreErro
 fn sets(store: &Store, k: &Kinds, now: SystemTime) -> Result<usize, StoreError> {
     let mut changes = 0;
     let (instances, _) = store.list(k.vmi, None);
-    let (sets, _) = store.list(k.replica_set, None);
-    for set in &sets {
-        let (namespace, name) = (
-            text(set, "/metadata/namespace"),
-            text(set, "/metadata/name"),
-        );
-        let mine: Vec<&Value> = instances
-            .iter()
-            .filter(|i| text(i, "/metadata/namespace") == namespace)
-            .filter(|i| owned_by(i, "VirtualMachineInstanceReplicaSet", &name))
-            .filter(|i| i["metadata"].get("deletionTimestamp").is_none())
-            .collect();
-        let desired = set
-            .pointer("/spec/replicas")
-            .and_then(Value::as_u64)
-            .unwrap_or(1) as usize;
-        if mine.len() < desired {
-            let taken: Vec<String> = mine.iter().map(|i| text(i, "/metadata/name")).collect();
-            let fresh = (0..)
-                .map(|n| format!("{name}-{n}"))
-                .find(|n| !taken.contains(n));
-            let owner = owner_ref("VirtualMachineInstanceReplicaSet", &name, "kubevirt.io/v1");
-            let vmi = new_instance(
-                &namespace,
-                &fresh.unwrap_or_default(),
-                &set["spec"]["template"],
-                owner,
-                now,
-            );
-            store.create(k.vmi, &namespace, vmi)?;
-            changes += 1;
-        } else if mine.len() > desired
-            && let Some(last) = mine.iter().map(|i| text(i, "/metadata/name")).max()
-        {
-            store.delete(k.vmi, &namespace, &last)?;
-            changes += 1;
-        }
-        let ready = mine
-            .iter()
-            .filter(|i| text(i, "/status/phase") == "Running" && condition_true(i, "Ready"))
-            .count();
-        let status = json!({"replicas": mine.len(), "readyReplicas": ready,
-                            "observedGeneration": set.pointer("/metadata/generation").cloned().unwrap_or(json!(1))});
-        changes += set_status(store, k.replica_set, set, status)?;
+    for set in store.list(k.replica_set, None).0 {
+        let kind = "VirtualMachineInstanceReplicaSet";
+        let instance = |namespace: &str, name: &str| {
+            let owner = owner_ref(kind, &text(&set, "/metadata/name"), "kubevirt.io/v1");
+            new_instance(namespace, name, &set["spec"]["template"], owner, now)
+        };
+        let ready = |i: &Value| text(i, "/status/phase") == "Running" && condition_true(i, "Ready");
+        let members = Members {
+            kind,
+            resource: k.vmi,
+            all: &instances,
+        };
+        changes += keep_count(store, k.replica_set, &set, &members, instance, ready)?;
     }
     let (machines, _) = store.list(k.vm, None);
-    let (pools, _) = store.list(k.pool, None);
-    for pool in &pools {
-        let (namespace, name) = (
-            text(pool, "/metadata/namespace"),
-            text(pool, "/metadata/name"),
-        );
-        let mine: Vec<&Value> = machines
-            .iter()
-            .filter(|m| text(m, "/metadata/namespace") == namespace)
-            .filter(|m| owned_by(m, "VirtualMachinePool", &name))
-            .collect();
-        let desired = pool
-            .pointer("/spec/replicas")
-            .and_then(Value::as_u64)
-            .unwrap_or(1) as usize;
-        if mine.len() < desired {
-            let taken: Vec<String> = mine.iter().map(|m| text(m, "/metadata/name")).collect();
-            let fresh = (0..)
-                .map(|n| format!("{name}-{n}"))
-                .find(|n| !taken.contains(n));
+    for pool in store.list(k.pool, None).0 {
+        let kind = "VirtualMachinePool";
+        let machine = |namespace: &str, name: &str| {
             let template = &pool["spec"]["virtualMachineTemplate"];
-            let vm = json!({
+            json!({
                 "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-                "metadata": {"name": fresh, "namespace": namespace,
+                "metadata": {"name": name, "namespace": namespace,
                     "labels": template.pointer("/metadata/labels").cloned().unwrap_or_else(|| json!({})),
-                    "ownerReferences": owner_ref("VirtualMachinePool", &name, "pool.kubevirt.io/v1alpha1")},
+                    "ownerReferences": owner_ref(kind, &text(&pool, "/metadata/name"), "pool.kubevirt.io/v1alpha1")},
                 "spec": template.get("spec").cloned().unwrap_or_else(|| json!({"runStrategy": "Always"})),
-            });
-            store.create(k.vm, &namespace, vm)?;
-            changes += 1;
-        } else if mine.len() > desired
-            && let Some(last) = mine.iter().map(|m| text(m, "/metadata/name")).max()
-        {
-            store.delete(k.vm, &namespace, &last)?;
-            changes += 1;
-        }
-        let ready = mine.iter().filter(|m| condition_true(m, "Ready")).count();
-        let status = json!({"replicas": mine.len(), "readyReplicas": ready,
-                            "observedGeneration": pool.pointer("/metadata/generation").cloned().unwrap_or(json!(1))});
-        changes += set_status(store, k.pool, pool, status)?;
+            })
+        };
+        let members = Members {
+            kind,
+            resource: k.vm,
+            all: &machines,
+        };
+        changes += keep_count(store, k.pool, &pool, &members, machine, |m| {
+            condition_true(m, "Ready")
+        })?;
     }
     Ok(changes)
+}
+
+/// What a set owns: its kind (as owners name it), the members' resource,
+/// and every object of that resource.
+struct Members<'a> {
+    kind: &'a str,
+    resource: &'static Resource,
+    all: &'a [Value],
+}
+
+/// Bring a set's members to its count, one created (`make`) or deleted a
+/// step; its status counts them and the `ready` ones.
+fn keep_count(
+    store: &Store,
+    resource: &'static Resource,
+    set: &Value,
+    members: &Members<'_>,
+    make: impl Fn(&str, &str) -> Value,
+    ready: impl Fn(&Value) -> bool,
+) -> Result<usize, StoreError> {
+    let (namespace, name) = (
+        text(set, "/metadata/namespace"),
+        text(set, "/metadata/name"),
+    );
+    let mine: Vec<&Value> = members
+        .all
+        .iter()
+        .filter(|m| text(m, "/metadata/namespace") == namespace)
+        .filter(|m| owned_by(m, members.kind, &name))
+        .filter(|m| m["metadata"].get("deletionTimestamp").is_none())
+        .collect();
+    let desired = set
+        .pointer("/spec/replicas")
+        .and_then(Value::as_u64)
+        .unwrap_or(1) as usize;
+    let mut changes = 0;
+    if mine.len() < desired {
+        let taken: Vec<String> = mine.iter().map(|m| text(m, "/metadata/name")).collect();
+        let fresh = (0..)
+            .map(|n| format!("{name}-{n}"))
+            .find(|n| !taken.contains(n))
+            .unwrap_or_default();
+        store.create(members.resource, &namespace, make(&namespace, &fresh))?;
+        changes += 1;
+    } else if mine.len() > desired
+        && let Some(last) = mine.iter().map(|m| text(m, "/metadata/name")).max()
+    {
+        store.delete(members.resource, &namespace, &last)?;
+        changes += 1;
+    }
+    let status = json!({"replicas": mine.len(), "readyReplicas": mine.iter().filter(|m| ready(m)).count(),
+                        "observedGeneration": set.pointer("/metadata/generation").cloned().unwrap_or(json!(1))});
+    Ok(changes + set_status(store, resource, set, status)?)
 }
 
 fn condition_true(object: &Value, kind: &str) -> bool {

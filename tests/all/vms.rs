@@ -297,7 +297,7 @@ fn played_cluster() -> Cluster {
 }
 
 /// Ask for a task; its id.
-fn ask(server: &crate::serve::Server, app: &str, action: &str, params: Value) -> String {
+pub fn ask(server: &crate::serve::Server, app: &str, action: &str, params: Value) -> String {
     let body = json!({"app": app, "action": action, "params": params, "requested-by": "test"});
     let (code, task) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
     assert_eq!(code, 201, "{action} {app}: {task}");
@@ -306,8 +306,17 @@ fn ask(server: &crate::serve::Server, app: &str, action: &str, params: Value) ->
 
 /// Wait until a task has finished; the task.
 fn finished(server: &crate::serve::Server, id: &str) -> Value {
+    finished_within(server, id, PATIENCE)
+}
+
+/// Wait, for at most `limit`, until a task has finished; the task.
+pub fn finished_within(
+    server: &crate::serve::Server,
+    id: &str,
+    limit: std::time::Duration,
+) -> Value {
     let mut last = Value::Null;
-    let waited = wait_until(PATIENCE, || {
+    let waited = wait_until(limit, || {
         last = server.get(&format!("/v1/tasks/{id}")).1;
         ["succeeded", "failed", "cancelled"].contains(&last["phase"].as_str().unwrap_or(""))
     });
@@ -416,13 +425,29 @@ fn instance_node(server: &crate::serve::Server, app: &str, vm: &str) -> Option<S
     })
 }
 
-#[test]
-fn a_lost_nodes_instances_go_unknown_then_are_repaired_elsewhere_with_the_brakes_and_audit() {
-    use crate::failover::{CONFIG, decision_until, done, lose, send, state_of};
-    let cluster = played_cluster();
+/// Three more nodes (so that one lost is no storm), and the host with the
+/// failover tests' short clocks, more failover settings, enforcing.
+fn failover_host(
+    cluster: &Cluster,
+    data: &std::path::Path,
+    settings: &str,
+) -> crate::serve::Server {
     for n in ["n3", "n4", "n5"] {
         cluster.apply(crate::failover::node(n));
     }
+    let config = data.join("verdict.toml");
+    std::fs::write(&config, format!("{}{settings}\n", crate::failover::CONFIG)).unwrap();
+    start_host(
+        cluster,
+        data,
+        &["--config", config.to_str().unwrap(), "--failover-enforce"],
+    )
+}
+
+#[test]
+fn a_lost_nodes_instances_go_unknown_then_are_repaired_elsewhere_with_the_brakes_and_audit() {
+    use crate::failover::{decision_until, done, lose, send, state_of};
+    let cluster = played_cluster();
     // A VM whose disk only one node may write: its repair waits for a person.
     cluster.apply(json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
@@ -432,13 +457,7 @@ fn a_lost_nodes_instances_go_unknown_then_are_repaired_elsewhere_with_the_brakes
                               "spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "vault-data"}}]}}}
     }));
     let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("verdict.toml");
-    std::fs::write(&config, CONFIG).unwrap();
-    let server = start_host(
-        &cluster,
-        data.path(),
-        &["--config", config.to_str().unwrap(), "--failover-enforce"],
-    );
+    let server = failover_host(&cluster, data.path(), "");
     server.app_until("vms/db", "the pool's two VMs ready", PATIENCE, |v| {
         v["stable"] == "running" && v["ready_replicas"] == 2
     });
@@ -546,19 +565,10 @@ fn a_lost_nodes_instances_go_unknown_then_are_repaired_elsewhere_with_the_brakes
 
 #[test]
 fn with_scale_down_a_lost_nodes_pool_members_are_given_up_on_approval() {
-    use crate::failover::{CONFIG, decision_until, done, lose, send, state_of};
+    use crate::failover::{decision_until, done, lose, send, state_of};
     let cluster = played_cluster();
-    for n in ["n3", "n4", "n5"] {
-        cluster.apply(crate::failover::node(n));
-    }
     let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("verdict.toml");
-    std::fs::write(&config, format!("{CONFIG}remedy = \"scale-down\"\n")).unwrap();
-    let server = start_host(
-        &cluster,
-        data.path(),
-        &["--config", config.to_str().unwrap(), "--failover-enforce"],
-    );
+    let server = failover_host(&cluster, data.path(), "remedy = \"scale-down\"");
     server.app_until("vms/db", "the pool's two VMs ready", PATIENCE, |v| {
         v["stable"] == "running" && v["ready_replicas"] == 2
     });

@@ -715,21 +715,30 @@ fn fuzz(rest: &[String]) -> Result<()> {
         let artifacts = target.join("fuzz-artifacts").join(name);
         std::fs::create_dir_all(&corpus)?;
         std::fs::create_dir_all(&artifacts)?;
-        let mut command = cargo();
-        if let Some(dir) = &path {
-            command.env("PATH", search_path_with(dir));
-        }
+        let fuzz = |verb: &str| {
+            let mut command = cargo();
+            if let Some(dir) = &path {
+                command.env("PATH", search_path_with(dir));
+            }
+            command
+                .env("RUSTC_BOOTSTRAP", "1")
+                .env("CARGO_TARGET_DIR", target.join("fuzz"))
+                .args(["fuzz", verb, "--dev", "--sanitizer", "none", name])
+                .current_dir(root().join("fuzz"));
+            command
+        };
+        // Built first, so that a target that does not compile is told apart
+        // from one that found a failing input.
+        run(&mut fuzz("build"), BUILD)
+            .with_context(|| format!("the {name} fuzz target does not build"))?;
+        let mut command = fuzz("run");
         command
-            .env("RUSTC_BOOTSTRAP", "1")
-            .env("CARGO_TARGET_DIR", target.join("fuzz"))
-            .args(["fuzz", "run", "--dev", "--sanitizer", "none", name])
             .arg(&corpus)
             .args(seeds.iter().map(|s| root().join(s)))
             .arg("--")
             .arg(format!("-max_total_time={seconds}"))
             .args(["-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1"])
-            .arg(format!("-artifact_prefix={}/", artifacts.display()))
-            .current_dir(root().join("fuzz"));
+            .arg(format!("-artifact_prefix={}/", artifacts.display()));
         eprintln!("xtask: fuzzing {name} for {seconds} s");
         run(&mut command, BUILD).with_context(|| {
             format!(

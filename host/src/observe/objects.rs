@@ -254,7 +254,27 @@ impl Objects {
             }
             "PodMetrics" => self.add_metrics(file, place, &object)?,
             other => match self.resource_of(other, &object) {
+                Some(_)
+                    if object
+                        .pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty) =>
+                {
+                    return Err(not_an_object(format!(
+                        "a {other} without metadata.name is not an object of the cluster"
+                    )));
+                }
                 Some(resource) => {
+                    // As `kubectl apply` reads a file: no namespace is the
+                    // default one.
+                    let mut object = object;
+                    if object
+                        .pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                    {
+                        object["metadata"]["namespace"] = Value::from("default");
+                    }
                     let dynamic: kube::core::DynamicObject = parse(file, &typed(other), object)?;
                     self.snapshot
                         .put_object(Generic::reduce(&resource, &dynamic));
@@ -405,6 +425,34 @@ mod tests {
         assert_eq!(pod.containers[0].image, "web:1");
         assert_eq!(objects.snapshot.namespaces["shop"][0].key, "team");
         assert_eq!(objects.skipped["Service"], 1);
+    }
+
+    #[test]
+    fn an_object_of_a_further_kind_is_read_and_one_without_a_name_refused() {
+        let mut objects = Objects::default();
+        let vm = serde_json::json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "db-0", "namespace": "vms"}, "status": {"printableStatus": "Running"}});
+        objects
+            .add(Path::new("vms.yaml"), "document 1", vm)
+            .unwrap();
+        assert_eq!(objects.snapshot.objects.len(), 1);
+        let nameless = serde_json::json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "spec": {"runStrategy": "Always"}});
+        let error = objects
+            .add(Path::new("vms.yaml"), "document 2", nameless)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("document 2") && error.contains("metadata.name"),
+            "{error}"
+        );
+        // A kind that is not configured is counted, not read.
+        let other = serde_json::json!({"apiVersion": "example.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "shop"}});
+        objects
+            .add(Path::new("vms.yaml"), "document 3", other)
+            .unwrap();
+        assert_eq!(objects.skipped["Widget"], 1);
     }
 
     #[test]

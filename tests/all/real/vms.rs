@@ -11,6 +11,7 @@ use verdict_testcluster::Cluster;
 
 use super::{PATIENCE, follow, shared, unique, until, until_kubectl};
 use crate::support::wait_until;
+use crate::vms::ask;
 
 /// Install KubeVirt's and CDI's CRDs (the ones the simulator serves) and
 /// wait until they are served.
@@ -114,22 +115,26 @@ impl Kube<'_> {
     }
 }
 
-/// Ask verdict for a task; its id.
-fn ask(server: &crate::serve::Server, app: &str, action: &str, params: Value) -> String {
-    let body = json!({"app": app, "action": action, "params": params});
-    let (code, task) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
-    assert_eq!(code, 201, "{action}: {task}");
-    task["id"].as_str().unwrap().to_string()
+fn finished(server: &crate::serve::Server, id: &str) -> Value {
+    crate::vms::finished_within(server, id, PATIENCE)
 }
 
-fn finished(server: &crate::serve::Server, id: &str) -> Value {
-    let mut last = Value::Null;
-    let waited = wait_until(PATIENCE, || {
-        last = server.get(&format!("/v1/tasks/{id}")).1;
-        ["succeeded", "failed", "cancelled"].contains(&last["phase"].as_str().unwrap_or(""))
-    });
-    assert!(waited.is_some(), "task {id} never finished: {last}");
-    last
+/// Wait until the VM's run strategy is `strategy`.
+fn run_strategy_until(cluster: &Cluster, ns: &str, strategy: &str) {
+    until_kubectl(
+        cluster,
+        &[
+            "-n",
+            ns,
+            "get",
+            "virtualmachines.kubevirt.io",
+            "db-0",
+            "-o",
+            "jsonpath={.spec.runStrategy}",
+        ],
+        &format!("the run strategy set to {strategy}"),
+        |out| out == strategy,
+    );
 }
 
 #[test]
@@ -185,20 +190,7 @@ fn virtual_machines_on_the_real_api_server_show_their_stage_and_take_tasks() {
     // Stop: verdict halts the VM through its run strategy; KubeVirt's part
     // (played here) takes the instance away.
     let stop = ask(&server, &app, "stop", json!({}));
-    until_kubectl(
-        cluster,
-        &[
-            "-n",
-            &ns,
-            "get",
-            "virtualmachines.kubevirt.io",
-            "db-0",
-            "-o",
-            "jsonpath={.spec.runStrategy}",
-        ],
-        "the run strategy set to Halted",
-        |out| out == "Halted",
-    );
+    run_strategy_until(cluster, &ns, "Halted");
     kube.run(&[
         "delete",
         "virtualmachineinstances.kubevirt.io",
@@ -218,20 +210,7 @@ fn virtual_machines_on_the_real_api_server_show_their_stage_and_take_tasks() {
     // Start: the run strategy back to Always, the instance started again
     // (on n2 this time).
     let start = ask(&server, &app, "start", json!({}));
-    until_kubectl(
-        cluster,
-        &[
-            "-n",
-            &ns,
-            "get",
-            "virtualmachines.kubevirt.io",
-            "db-0",
-            "-o",
-            "jsonpath={.spec.runStrategy}",
-        ],
-        "the run strategy set to Always",
-        |out| out == "Always",
-    );
+    run_strategy_until(cluster, &ns, "Always");
     kube.start_instance("db-0", "n2");
     let task = finished(&server, &start);
     assert_eq!(task["phase"], "succeeded", "{task}");
