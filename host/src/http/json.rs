@@ -1,7 +1,8 @@
 //! JSON request bodies as extractors: a handler takes `JsonBody<T>` (or
 //! `JsonOrEmpty<T>`, where an empty body means `{}`) and gets a `T`, or the
 //! client gets an [`ApiError`]: a body that is not JSON is a 400, a JSON body
-//! of the wrong shape a 422 that names the field at fault.
+//! of the wrong shape (not an object, a field of the wrong type) a 422 that
+//! names the field at fault.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -60,6 +61,14 @@ fn parse<T: DeserializeOwned>(bytes: &Bytes, empty_ok: bool) -> Result<T, ApiErr
         Value::Null if empty_ok => Value::Object(serde_json::Map::new()),
         value => value,
     };
+    // Every body is an object: serde would take a struct from an array of
+    // its fields in order, which no client means.
+    if !value.is_object() {
+        return Err(ApiError::invalid(
+            "body",
+            "body: the body must be a JSON object",
+        ));
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let inner = e.inner();
         let path = e.path().to_string();
@@ -75,4 +84,42 @@ fn parse<T: DeserializeOwned>(bytes: &Bytes, empty_ok: bool) -> Result<T, ApiErr
         };
         ApiError::invalid(field.clone(), format!("{field}: {inner}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Decision {
+        by: Option<String>,
+        reason: Option<String>,
+    }
+
+    fn read(body: &str, empty_ok: bool) -> Result<Decision, ApiError> {
+        parse(&Bytes::from(body.to_string()), empty_ok)
+    }
+
+    #[test]
+    fn only_an_object_is_a_body_and_an_optional_one_may_be_left_out() {
+        assert!(read(r#"{"by": "ana"}"#, false).is_ok());
+        assert!(read("", true).is_ok());
+        assert!(read("null", true).is_ok());
+        for (body, status) in [
+            ("[null, null]", StatusCode::UNPROCESSABLE_ENTITY),
+            (r#"["ana", "why"]"#, StatusCode::UNPROCESSABLE_ENTITY),
+            ("3", StatusCode::UNPROCESSABLE_ENTITY),
+            ("null", StatusCode::UNPROCESSABLE_ENTITY),
+            ("{", StatusCode::BAD_REQUEST),
+        ] {
+            let error = read(body, false).unwrap_err();
+            assert_eq!(error.status, status, "{body}");
+        }
+        assert_eq!(
+            read("[null, null]", true).unwrap_err().field.as_deref(),
+            Some("body")
+        );
+    }
 }
