@@ -285,7 +285,9 @@ fn the_dashboard_shows_an_app_of_virtual_machines_and_forces_a_stage() {
     let data = tempfile::tempdir().unwrap();
     let server = start_host(&cluster, data.path(), &[]);
     server.app_until("vms/db", "both VMs ready", PATIENCE, |v| {
-        v["stable"] == "running" && v["objects"].as_array().map(Vec::len) == Some(4)
+        v["stable"] == "running"
+            && v["ready_replicas"] == 2
+            && v["objects"].as_array().map(Vec::len) == Some(4)
     });
     let browser = Browser::start();
     browser.open(&format!("{}/", server.base));

@@ -98,8 +98,15 @@ fn an_app_of_virtual_machines_shows_its_instances_and_a_forced_state_wins_until_
 
     // Two VMs, each with its instance and launcher pod: one app, 2/2, the
     // launcher pods shown but not counted again.
+    // Each kind is watched apart: wait for all of them in the verdict.
     let app = server.app_until("vms/db", "both VMs ready", PATIENCE, |v| {
-        v["stable"] == "running" && v["objects"].as_array().map(Vec::len) == Some(4)
+        v["stable"] == "running"
+            && v["ready_replicas"] == 2
+            && v["objects"].as_array().map(Vec::len) == Some(4)
+            && v["groups"].as_array().map(Vec::len) == Some(2)
+            && v["objects"]
+                .as_array()
+                .is_some_and(|o| o.iter().all(|o| o["status"].is_string()))
     });
     assert_eq!(
         (&app["ready_replicas"], &app["expected_replicas"]),
@@ -464,6 +471,14 @@ fn a_lost_nodes_instances_go_unknown_then_are_repaired_elsewhere_with_the_brakes
     server.app_until("vms/vault", "vault ready", PATIENCE, |v| {
         v["stable"] == "running"
     });
+    // Each kind is watched apart: wait until every instance's node is seen.
+    let placed = wait_until(PATIENCE, || {
+        instance_node(&server, "vms/vault", "vault").is_some()
+            && ["db-0", "db-1"]
+                .iter()
+                .all(|vm| instance_node(&server, "vms/db", vm).is_some())
+    });
+    assert!(placed.is_some(), "the instances were never all placed");
     let lost = instance_node(&server, "vms/vault", "vault").expect("vault runs on a node");
     // db's instances on the same node go with it.
     let db_on_lost: Vec<String> = ["db-0", "db-1"]
@@ -572,6 +587,12 @@ fn with_scale_down_a_lost_nodes_pool_members_are_given_up_on_approval() {
     server.app_until("vms/db", "the pool's two VMs ready", PATIENCE, |v| {
         v["stable"] == "running" && v["ready_replicas"] == 2
     });
+    let placed = wait_until(PATIENCE, || {
+        ["db-0", "db-1"]
+            .iter()
+            .all(|vm| instance_node(&server, "vms/db", vm).is_some())
+    });
+    assert!(placed.is_some(), "the instances were never all placed");
     let lost = instance_node(&server, "vms/db", "db-1").expect("db-1 runs on a node");
     // The pool gives up its members on the lost node (db-1, and db-0 when
     // it runs there too).
