@@ -170,6 +170,23 @@ pub struct OverrideChange {
     pub replaced: Option<OverrideRecord>,
 }
 
+impl OverrideChange {
+    /// A change of `event` to `record`, made `at` by `by` for `reason`.
+    fn new(event: &str, record: OverrideRecord, at: Timestamp, by: String, reason: String) -> Self {
+        Self {
+            event: event.into(),
+            namespace: record.namespace.clone(),
+            app: record.app.clone(),
+            instance: record.instance.clone(),
+            at,
+            by,
+            reason,
+            record,
+            replaced: None,
+        }
+    }
+}
+
 /// The overrides in force, kept in `data-dir/overrides.db` (SQLite, WAL,
 /// every write synced) with the audit of every change; each change marks
 /// its app to be derived again and goes on the event stream.
@@ -325,17 +342,9 @@ impl Overrides {
             return Err(OverrideError::Invalid("expires-at is in the past".into()));
         }
         let key = record.key();
-        let change = OverrideChange {
-            event: "set".into(),
-            namespace: record.namespace.clone(),
-            app: record.app.clone(),
-            instance: record.instance.clone(),
-            at: record.at,
-            by: record.by.clone(),
-            reason: record.reason.clone(),
-            replaced: self.read().get(&key).cloned(),
-            record: record.clone(),
-        };
+        let (by, reason) = (record.by.clone(), record.reason.clone());
+        let mut change = OverrideChange::new("set", record.clone(), record.at, by, reason);
+        change.replaced = self.read().get(&key).cloned();
         self.commit(&key, Some(&record), change.clone())?;
         self.set_one.notify_one();
         Ok(change)
@@ -361,17 +370,7 @@ impl Overrides {
                     .unwrap_or_default()
             ))
         })?;
-        let change = OverrideChange {
-            event: "cleared".into(),
-            namespace: key.0.clone(),
-            app: key.1.clone(),
-            instance: key.2.clone(),
-            at,
-            by: by.trim().to_string(),
-            reason: reason.to_string(),
-            record,
-            replaced: None,
-        };
+        let change = OverrideChange::new("cleared", record, at, by.trim().into(), reason.into());
         self.commit(key, None, change.clone())?;
         Ok(change)
     }
@@ -386,17 +385,9 @@ impl Overrides {
             .collect();
         let mut changes = Vec::new();
         for record in expired {
-            let change = OverrideChange {
-                event: "expired".into(),
-                namespace: record.namespace.clone(),
-                app: record.app.clone(),
-                instance: record.instance.clone(),
-                at: record.expires_at.unwrap_or(now),
-                by: record.by.clone(),
-                reason: "it expired".into(),
-                record: record.clone(),
-                replaced: None,
-            };
+            let (at, by) = (record.expires_at.unwrap_or(now), record.by.clone());
+            let change =
+                OverrideChange::new("expired", record.clone(), at, by, "it expired".into());
             self.commit(&record.key(), None, change.clone())?;
             changes.push(change);
         }

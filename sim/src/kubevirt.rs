@@ -420,6 +420,25 @@ fn condition_true(object: &Value, kind: &str) -> bool {
         .any(|c| c["type"] == kind && c["status"] == "True")
 }
 
+/// A VM's instance (named as the VM), and whether a disk import of it is
+/// unfinished.
+fn instance_and_import<'a>(
+    vm: &Value,
+    instances: &'a [Value],
+    volumes: &[Value],
+) -> (Option<&'a Value>, bool) {
+    let (namespace, name) = (text(vm, "/metadata/namespace"), text(vm, "/metadata/name"));
+    let instance = instances
+        .iter()
+        .find(|i| text(i, "/metadata/namespace") == namespace && text(i, "/metadata/name") == name);
+    let importing = volumes.iter().any(|d| {
+        text(d, "/metadata/namespace") == namespace
+            && owned_by(d, "VirtualMachine", &name)
+            && text(d, "/status/phase") != "Succeeded"
+    });
+    (instance, importing)
+}
+
 /// VMs asked to run get an instance (once their disks are imported); VMs
 /// asked to stop lose it.
 fn machines(store: &Store, k: &Kinds, now: SystemTime) -> Result<usize, StoreError> {
@@ -429,18 +448,10 @@ fn machines(store: &Store, k: &Kinds, now: SystemTime) -> Result<usize, StoreErr
     let mut changes = 0;
     for vm in &machines {
         let (namespace, name) = (text(vm, "/metadata/namespace"), text(vm, "/metadata/name"));
-        let instance = instances.iter().find(|i| {
-            text(i, "/metadata/namespace") == namespace && text(i, "/metadata/name") == name
-        });
-        let disks_ready = volumes
-            .iter()
-            .filter(|d| {
-                text(d, "/metadata/namespace") == namespace && owned_by(d, "VirtualMachine", &name)
-            })
-            .all(|d| text(d, "/status/phase") == "Succeeded");
+        let (instance, importing) = instance_and_import(vm, &instances, &volumes);
         let deleting = vm["metadata"].get("deletionTimestamp").is_some();
         match instance {
-            None if asked_to_run(vm) && disks_ready && !deleting => {
+            None if asked_to_run(vm) && !importing && !deleting => {
                 let owner = owner_ref("VirtualMachine", &name, "kubevirt.io/v1");
                 let vmi = new_instance(&namespace, &name, &vm["spec"]["template"], owner, now);
                 store.create(k.vmi, &namespace, vmi)?;
@@ -466,15 +477,7 @@ fn machine_status(store: &Store, k: &Kinds, now: SystemTime) -> Result<usize, St
     let (volumes, _) = store.list(k.data_volume, None);
     let mut changes = 0;
     for vm in &machines {
-        let (namespace, name) = (text(vm, "/metadata/namespace"), text(vm, "/metadata/name"));
-        let instance = instances.iter().find(|i| {
-            text(i, "/metadata/namespace") == namespace && text(i, "/metadata/name") == name
-        });
-        let importing = volumes.iter().any(|d| {
-            text(d, "/metadata/namespace") == namespace
-                && owned_by(d, "VirtualMachine", &name)
-                && text(d, "/status/phase") != "Succeeded"
-        });
+        let (instance, importing) = instance_and_import(vm, &instances, &volumes);
         let migrating = instance
             .is_some_and(|i| i.pointer("/status/migrationState/completed") == Some(&json!(false)));
         let previous = vm["status"]["conditions"].clone();

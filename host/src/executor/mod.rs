@@ -597,7 +597,7 @@ impl Executor {
         };
         if let Some(wait) = &job.machines {
             let key = (namespace.to_string(), name.to_string());
-            return wait.progress(&self.observed.read(), &key, job.started);
+            return wait.progress(&self.observed.read(), &key);
         }
         if let Some(m) = &job.moving {
             let left = self.pods_on_node(m).len() as u32;

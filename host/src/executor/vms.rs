@@ -23,11 +23,7 @@ use crate::observe::{AppKey, Snapshot};
 use crate::tasks::Task;
 use crate::wit::types::{self, ConditionStatus, TaskAction as Action};
 
-const VM: &str = "VirtualMachine";
-const VMI: &str = "VirtualMachineInstance";
-const MIGRATION: &str = "VirtualMachineInstanceMigration";
-/// The kinds that keep a number of instances.
-const SETS: [&str; 2] = ["VirtualMachinePool", "VirtualMachineInstanceReplicaSet"];
+use crate::observe::resources::kubevirt::{MIGRATION, SETS, VM, VMI};
 
 /// The API resource of a KubeVirt kind.
 fn resource(kind: &str) -> ApiResource {
@@ -41,10 +37,6 @@ fn resource(kind: &str) -> ApiResource {
         _ => ("kubevirt.io", "v1", "virtualmachines"),
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
-fn json_of(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
 fn ready(o: &Generic) -> bool {
@@ -81,7 +73,7 @@ impl Machines {
             .map(|o| Set {
                 kind: o.kind.clone(),
                 name: o.name.clone(),
-                replicas: json_of(&o.spec)["replicas"].as_u64().unwrap_or(1) as u32,
+                replicas: o.spec_value()["replicas"].as_u64().unwrap_or(1) as u32,
                 remembered: o
                     .annotations
                     .iter()
@@ -137,12 +129,7 @@ pub(super) enum Wait {
 impl Wait {
     /// Whether it is done, its progress in percent, and what to say; an
     /// error when it cannot get there (a failed migration).
-    pub fn progress(
-        &self,
-        snapshot: &Snapshot,
-        app: &AppKey,
-        _started: types::Timestamp,
-    ) -> (bool, u8, String) {
+    pub fn progress(&self, snapshot: &Snapshot, app: &AppKey) -> (bool, u8, String) {
         let objects = snapshot.objects_of(app);
         let of = |kind: &'static str| objects.iter().filter(move |o| o.kind == kind);
         let percent = |part: u32, whole: u32| {
@@ -155,7 +142,7 @@ impl Wait {
             let sets: u32 = objects
                 .iter()
                 .filter(|o| SETS.contains(&o.kind.as_str()))
-                .map(|o| json_of(&o.status)["readyReplicas"].as_u64().unwrap_or(0) as u32)
+                .map(|o| o.status_value()["readyReplicas"].as_u64().unwrap_or(0) as u32)
                 .sum();
             let vms = of(VM)
                 .filter(|o| {
@@ -270,7 +257,8 @@ impl Wait {
             .iter()
             .find(|o| o.kind == MIGRATION && &o.name == name)?;
         (m.phase.as_deref() == Some("Failed")).then(|| {
-            let why = json_of(&m.status)
+            let why = m
+                .status_value()
                 .pointer("/migrationState/failureReason")
                 .and_then(Value::as_str)
                 .map(String::from)
@@ -297,6 +285,11 @@ impl Executor {
             .await
             .map(drop)
             .map_err(|e| format!("the Kubernetes API refused the change of {kind} {name}: {e}"))
+    }
+
+    async fn set_replicas(&self, namespace: &str, set: &Set, replicas: u32) -> Result<(), String> {
+        let patch = json!({"spec": {"replicas": replicas}});
+        self.merge(namespace, &set.kind, &set.name, patch).await
     }
 
     async fn remove(&self, namespace: &str, kind: &str, name: &str) -> Result<(), String> {
@@ -343,13 +336,7 @@ impl Executor {
                         .unwrap_or(set.replicas)
                         .max(1);
                     want += replicas;
-                    self.merge(
-                        namespace,
-                        &set.kind,
-                        &set.name,
-                        json!({"spec": {"replicas": replicas}}),
-                    )
-                    .await?;
+                    self.set_replicas(namespace, set, replicas).await?;
                 }
                 for vm in &machines.vms {
                     self.merge(namespace, VM, vm, running.clone()).await?;
@@ -400,13 +387,7 @@ impl Executor {
                         app.0, app.1
                     )
                 })?;
-                self.merge(
-                    namespace,
-                    &set.kind,
-                    &set.name,
-                    json!({"spec": {"replicas": replicas}}),
-                )
-                .await?;
+                self.set_replicas(namespace, set, replicas).await?;
                 Wait::Running(replicas)
             }
             Action::Migrate => {
@@ -471,12 +452,11 @@ impl Executor {
         self.fence(node).await?;
         // Only the instance on the fenced node: asking again (after this
         // process restarted) must not delete the one started elsewhere.
-        let still_there = self.observed.read().objects.values().any(|o| {
-            o.kind == VMI
-                && o.namespace == namespace
-                && o.name == instance
-                && o.node.as_deref() == Some(node)
-        });
+        let still_there = self
+            .observed
+            .read()
+            .object_named(VMI, namespace, instance)
+            .is_some_and(|o| o.node.as_deref() == Some(node));
         job.machines = Some(Wait::Repaired {
             node: node.to_string(),
             instance: instance.to_string(),

@@ -4,7 +4,7 @@
 
 use super::{Arc, Decided, Failover, Health, Memory, Override, World, types, wit};
 use crate::observe::Snapshot;
-use crate::observe::resources::Generic;
+use crate::observe::resources::{Generic, kubevirt};
 
 impl Failover {
     /// The policy's input: every node, the pods on the nodes that may need
@@ -101,31 +101,21 @@ impl Failover {
     }
 }
 
-/// The kinds that keep a number of instances of virtual machines.
-const SETS: [&str; 2] = ["VirtualMachinePool", "VirtualMachineInstanceReplicaSet"];
-
 /// The instances of virtual machines on the watched nodes, with what
 /// starts them again, their pool or replica set, and whether a disk of
 /// theirs may be written from one node only.
 fn instances_on(snapshot: &Snapshot, watched: &[&str]) -> Vec<wit::InstancePlacement> {
-    let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or_default();
-    let find = |kind: &str, namespace: &str, name: &str| {
-        snapshot
-            .objects
-            .values()
-            .find(|o| o.kind == kind && o.namespace == namespace && o.name == name)
-    };
     let set_of = |o: &Generic| -> Option<wit::SetRef> {
         let (kind, name) = o.owner.as_ref()?;
-        let set = if SETS.contains(&kind.as_str()) {
-            find(kind, &o.namespace, name)?
-        } else if kind == "VirtualMachine" {
-            let vm = find(kind, &o.namespace, name)?;
+        let set = if kubevirt::SETS.contains(&kind.as_str()) {
+            snapshot.object_named(kind, &o.namespace, name)?
+        } else if kind == kubevirt::VM {
+            let vm = snapshot.object_named(kind, &o.namespace, name)?;
             let (kind, name) = vm
                 .owner
                 .as_ref()
-                .filter(|(k, _)| SETS.contains(&k.as_str()))?;
-            find(kind, &o.namespace, name)?
+                .filter(|(k, _)| kubevirt::SETS.contains(&k.as_str()))?;
+            snapshot.object_named(kind, &o.namespace, name)?
         } else {
             return None;
         };
@@ -133,16 +123,16 @@ fn instances_on(snapshot: &Snapshot, watched: &[&str]) -> Vec<wit::InstancePlace
             namespace: set.namespace.clone(),
             kind: set.kind.clone(),
             name: set.name.clone(),
-            replicas: json(&set.spec)["replicas"].as_u64().unwrap_or(1) as u32,
+            replicas: set.spec_value()["replicas"].as_u64().unwrap_or(1) as u32,
         })
     };
     snapshot
         .objects
         .values()
-        .filter(|o| o.kind == "VirtualMachineInstance" && o.deleting_since.is_none())
+        .filter(|o| o.kind == kubevirt::VMI && o.deleting_since.is_none())
         .filter_map(|o| {
             let node = o.node.as_deref().filter(|n| watched.contains(n))?;
-            let claims = json(&o.spec)["volumes"]
+            let claims = o.spec_value()["volumes"]
                 .as_array()
                 .into_iter()
                 .flatten()

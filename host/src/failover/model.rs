@@ -91,13 +91,10 @@ impl Workload {
     }
 }
 
-/// The kind of a virtual machine's instance.
-pub const INSTANCE: &str = "VirtualMachineInstance";
-
 impl Workload {
     fn instance(i: &wit::InstanceRef) -> Self {
         Self {
-            kind: INSTANCE.into(),
+            kind: crate::observe::resources::kubevirt::VMI.into(),
             namespace: i.namespace.clone(),
             name: i.name.clone(),
         }

@@ -14,6 +14,7 @@ use utoipa_axum::routes;
 use super::json::JsonBody;
 use super::{ApiError, AppState, page_limit};
 use crate::observe::AppKey;
+use crate::observe::resources::kubevirt;
 use crate::overrides::{OverrideChange, OverrideKey, OverrideRecord, Overrides, expiry};
 use crate::verdicts::live::Live;
 
@@ -110,10 +111,10 @@ fn known_instance(live: &Live, app: &AppKey, instance: &str) -> Result<(), ApiEr
     let objects = snapshot.objects_of(app);
     let is_instance = objects.iter().any(|o| {
         o.name == instance
-            && (o.kind == "VirtualMachine"
-                || o.kind == "VirtualMachineInstance"
+            && (o.kind == kubevirt::VM
+                || o.kind == kubevirt::VMI
                     && !objects.iter().any(|vm| {
-                        vm.kind == "VirtualMachine"
+                        vm.kind == kubevirt::VM
                             && o.owner.as_ref().map(|(_, n)| n) == Some(&vm.name)
                     }))
     });

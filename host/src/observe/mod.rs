@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::wit::{status, types};
+use resources::kubevirt;
 
 /// What observation is told: how apps are grouped, and how often their
 /// health and usage are read.
@@ -161,6 +162,8 @@ pub struct Snapshot {
     /// The app each indexed pod and object is in.
     pod_apps: BTreeMap<PodKey, AppKey>,
     object_apps: BTreeMap<resources::ObjectKey, AppKey>,
+    /// Stored objects by namespace, kind and name: how owners are found.
+    object_names: BTreeMap<(String, String, String), resources::ObjectKey>,
 }
 
 /// The Kubernetes kind of a workload kind: `Deployment`, `StatefulSet`,
@@ -229,7 +232,7 @@ impl Snapshot {
     pub fn put_pod(&mut self, pod: types::Pod) -> Vec<AppKey> {
         let key = (pod.namespace.clone(), pod.name.clone());
         let mut touched: Vec<AppKey> = self.unindex_pod(&key).into_iter().collect();
-        let app = self.app_of_pod(&self.grouping, &pod);
+        let app = self.app_of_pod(&pod);
         self.index
             .entry(app.clone())
             .or_default()
@@ -623,89 +626,71 @@ impl Snapshot {
     }
 
     /// The stored object of a kind in a namespace, by name.
-    fn object_named(&self, kind: &str, namespace: &str, name: &str) -> Option<&resources::Generic> {
-        self.objects
-            .values()
-            .find(|o| o.name == name && o.kind == kind && o.namespace == namespace)
-    }
-
-    /// The app an owner (kind, name) in a namespace leads to, when it is a
-    /// stored object: that object's own app, up its chain.
-    fn app_of_owner(
+    pub(crate) fn object_named(
         &self,
-        grouping: &Grouping,
+        kind: &str,
         namespace: &str,
-        owner: (&str, &str),
-        depth: usize,
-    ) -> Option<AppKey> {
-        let object = self.object_named(owner.0, namespace, owner.1)?;
-        (depth < OWNER_DEPTH).then(|| self.app_of_object_at(grouping, object, depth + 1))
+        name: &str,
+    ) -> Option<&resources::Generic> {
+        let named = (namespace.to_string(), kind.to_string(), name.to_string());
+        self.objects.get(self.object_names.get(&named)?)
     }
 
-    /// The app an object of a configured kind belongs to, by the same rule
-    /// as pods: its label, else its owner chain's (a VMI's VM, a VM's pool
-    /// or replica set) to the top, else its own name; for `owner` the top
-    /// of its owner chain; or its namespace.
-    fn app_of_object(&self, grouping: &Grouping, o: &resources::Generic) -> AppKey {
-        self.app_of_object_at(grouping, o, 0)
-    }
-
-    fn app_of_object_at(
+    /// The app of a pod or an object by the snapshot's grouping: its
+    /// label; else, when its owner is a stored object, that object's app
+    /// (up the owner chain: a VMI's VM, a VM's pool), else its owner's name,
+    /// else its own; or its namespace.
+    fn app_by_rule(
         &self,
-        grouping: &Grouping,
-        o: &resources::Generic,
+        (namespace, name): (&str, &str),
+        labels: &[types::KeyValue],
+        owner: Option<(&str, &str)>,
         depth: usize,
     ) -> AppKey {
-        if let Grouping::Label(key) = grouping
-            && let Some(value) = label(&o.labels, key)
+        let app = |name: &str| (namespace.to_string(), name.to_string());
+        if let Grouping::Namespace = self.grouping {
+            return app(namespace);
+        }
+        if let Grouping::Label(key) = &self.grouping
+            && let Some(value) = label(labels, key)
         {
-            return (o.namespace.clone(), value.to_string());
+            return app(value);
         }
-        if let Grouping::Namespace = grouping {
-            return (o.namespace.clone(), o.namespace.clone());
-        }
-        // A live migration belongs with the instance it moves.
-        let moves = (o.kind == "VirtualMachineInstanceMigration")
-            .then(|| serde_json::from_str::<serde_json::Value>(&o.spec).ok())
-            .flatten()
-            .and_then(|spec| spec["vmiName"].as_str().map(String::from));
-        if let Some(vmi) = moves
-            && let Some(app) = self.app_of_owner(
-                grouping,
-                &o.namespace,
-                ("VirtualMachineInstance", &vmi),
-                depth,
-            )
-        {
-            return app;
-        }
-        match &o.owner {
-            Some((kind, name)) => self
-                .app_of_owner(grouping, &o.namespace, (kind, name), depth)
-                .unwrap_or_else(|| (o.namespace.clone(), name.clone())),
-            None => (o.namespace.clone(), o.name.clone()),
+        match owner {
+            Some((kind, owner_name)) => self
+                .object_named(kind, namespace, owner_name)
+                .filter(|_| depth < OWNER_DEPTH)
+                .map_or_else(|| app(owner_name), |o| self.app_of_object_at(o, depth + 1)),
+            None => app(name),
         }
     }
 
-    /// The app a pod belongs to: its label; else, when its owner is a
-    /// stored object (a `virt-launcher` pod's VMI), that object's app; else
-    /// its owner's name (the workload, resolved from a ReplicaSet), else its
-    /// own; or its namespace.
-    fn app_of_pod(&self, grouping: &Grouping, p: &types::Pod) -> AppKey {
-        if let Grouping::Label(key) = grouping
-            && let Some(value) = label(&p.labels, key)
-        {
-            return (p.namespace.clone(), value.to_string());
-        }
-        if let Grouping::Namespace = grouping {
-            return (p.namespace.clone(), p.namespace.clone());
-        }
-        match &p.owner {
-            Some(owner) => self
-                .app_of_owner(grouping, &p.namespace, (&owner.kind, &owner.name), 0)
-                .unwrap_or_else(|| (p.namespace.clone(), owner.name.clone())),
-            None => (p.namespace.clone(), p.name.clone()),
-        }
+    /// The app an object of a configured kind belongs to: by the rule of
+    /// [`Snapshot::app_by_rule`]; a live migration, which has no owner,
+    /// goes with the instance it moves.
+    fn app_of_object(&self, o: &resources::Generic) -> AppKey {
+        self.app_of_object_at(o, 0)
+    }
+
+    fn app_of_object_at(&self, o: &resources::Generic, depth: usize) -> AppKey {
+        let moves = (o.kind == kubevirt::MIGRATION)
+            .then(|| o.spec_value()["vmiName"].as_str().map(String::from))
+            .flatten()
+            .filter(|vmi| {
+                self.object_named(kubevirt::VMI, &o.namespace, vmi)
+                    .is_some()
+            });
+        let owner = match &moves {
+            Some(vmi) => Some((kubevirt::VMI, vmi.as_str())),
+            None => o.owner.as_ref().map(|(k, n)| (k.as_str(), n.as_str())),
+        };
+        self.app_by_rule((&o.namespace, &o.name), &o.labels, owner, depth)
+    }
+
+    /// The app a pod belongs to (a `virt-launcher` pod's is its VMI's).
+    fn app_of_pod(&self, p: &types::Pod) -> AppKey {
+        let owner = p.owner.as_ref().map(|o| (o.kind.as_str(), o.name.as_str()));
+        self.app_by_rule((&p.namespace, &p.name), &p.labels, owner, 0)
     }
 
     /// An app's objects as policies see them, for both input paths.
@@ -732,7 +717,7 @@ impl Snapshot {
     pub(crate) fn put_object(&mut self, object: resources::Generic) -> Vec<AppKey> {
         let key = object.key();
         let before = self.unindex_object(&key);
-        let app = self.app_of_object(&self.grouping, &object);
+        let app = self.app_of_object(&object);
         let (namespace, kind, name) = (
             object.namespace.clone(),
             object.kind.clone(),
@@ -744,6 +729,8 @@ impl Snapshot {
             .objects
             .insert(key.clone());
         self.object_apps.insert(key.clone(), app.clone());
+        self.object_names
+            .insert((namespace.clone(), kind.clone(), name.clone()), key.clone());
         self.objects.insert(key, object);
         let mut touched: Vec<AppKey> = before.iter().cloned().collect();
         if !touched.contains(&app) {
@@ -799,7 +786,9 @@ impl Snapshot {
     /// Forget an object; returns the app it was in.
     pub(crate) fn remove_object(&mut self, key: &resources::ObjectKey) -> Vec<AppKey> {
         let app = self.unindex_object(key);
-        self.objects.remove(key);
+        if let Some(o) = self.objects.remove(key) {
+            self.object_names.remove(&(o.namespace, o.kind, o.name));
+        }
         app.into_iter().collect()
     }
 

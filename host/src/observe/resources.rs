@@ -66,6 +66,16 @@ impl std::str::FromStr for ResourceRef {
     }
 }
 
+/// KubeVirt's kinds, as objects name them (`kind`, an owner's kind).
+pub mod kubevirt {
+    pub const VM: &str = "VirtualMachine";
+    pub const VMI: &str = "VirtualMachineInstance";
+    pub const MIGRATION: &str = "VirtualMachineInstanceMigration";
+    /// The kinds that keep a number of instances: pools of VMs and replica
+    /// sets of instances.
+    pub const SETS: [&str; 2] = ["VirtualMachinePool", "VirtualMachineInstanceReplicaSet"];
+}
+
 /// The kinds watched when the configuration names none: KubeVirt's virtual
 /// machines, their instances, replica sets, pools and migrations, and CDI's
 /// disk imports.
@@ -199,6 +209,16 @@ impl Generic {
             spec: self.spec.clone(),
             status: self.status.clone(),
         }
+    }
+
+    /// Its `spec`, parsed (`null` when it has none).
+    pub fn spec_value(&self) -> Value {
+        serde_json::from_str(&self.spec).unwrap_or(Value::Null)
+    }
+
+    /// Its `status`, parsed (`null` when it has none).
+    pub fn status_value(&self) -> Value {
+        serde_json::from_str(&self.status).unwrap_or(Value::Null)
     }
 
     /// Its key: resource, namespace, name.

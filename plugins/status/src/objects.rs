@@ -122,6 +122,10 @@ pub fn unreachable_node<'a>(nodes: &'a [Node], name: Option<&str>) -> Option<&'a
 /// Judge an app's objects.
 pub fn judge(eval: &mut Eval<'_>, input: &AppInput) -> Judged {
     let app = &input.app;
+    // Apps of pods alone (the usual case) have nothing to judge here.
+    if app.objects.is_empty() {
+        return Judged::default();
+    }
     let parsed: Vec<Parsed<'_>> = app
         .objects
         .iter()
@@ -143,6 +147,7 @@ pub fn judge(eval: &mut Eval<'_>, input: &AppInput) -> Judged {
     };
     let deploy = deploy_step(&input.tasks);
     let target = target_version(&input.tasks);
+    let probe_failing = probe_failing(app);
     let versions: Vec<Option<&str>> = parsed
         .iter()
         .filter(|p| is_instance(p, &parsed))
@@ -188,7 +193,7 @@ pub fn judge(eval: &mut Eval<'_>, input: &AppInput) -> Judged {
                 deploy: deploy.as_ref(),
                 target: target.as_deref(),
                 versions: &versions,
-                probe_failing: probe_failing(app),
+                probe_failing,
                 nodes: &input.nodes,
                 node: node.as_deref(),
                 ready_since: vmi
@@ -209,6 +214,7 @@ pub fn judge(eval: &mut Eval<'_>, input: &AppInput) -> Judged {
             });
         }
 
+        let is_set = sets.iter().any(|s| std::ptr::eq(*s, p));
         if instance && !in_a_set(p) {
             judged.counted = true;
             let stage = stage.unwrap_or(InstanceStage::Initializing);
@@ -220,10 +226,7 @@ pub fn judge(eval: &mut Eval<'_>, input: &AppInput) -> Judged {
                 judged.ready += 1;
             }
         }
-        if let Some((desired, ready)) = p
-            .replicas()
-            .filter(|_| sets.iter().any(|s| std::ptr::eq(*s, p)))
-        {
+        if let Some((desired, ready)) = p.replicas().filter(|_| is_set) {
             judged.counted = true;
             if reading.status != ObjectStatus::Suspended {
                 judged.expected += desired;
@@ -232,7 +235,7 @@ pub fn judge(eval: &mut Eval<'_>, input: &AppInput) -> Judged {
         }
         let described = || format!("{} {} is {}", o.kind, o.name, reading.reason);
         if reading.status == ObjectStatus::Failed {
-            if instance || sets.iter().any(|s| std::ptr::eq(*s, p)) {
+            if instance || is_set {
                 judged.failing.get_or_insert_with(described);
             } else {
                 judged.broken.get_or_insert_with(described);
@@ -378,19 +381,19 @@ fn target_version(tasks: &[Task]) -> Option<String> {
     })
 }
 
-fn probe_failing(app: &App) -> Option<String> {
+/// Whether the app's own health check is not passing.
+fn probe_failing(app: &App) -> bool {
     use super::super::bindings::ProbeOutcome;
     app.probe
         .as_ref()
-        .filter(|p| p.outcome != ProbeOutcome::Ok)
-        .map(|p| format!("health check {} is not passing", p.url))
+        .is_some_and(|p| p.outcome != ProbeOutcome::Ok)
 }
 
 struct StageContext<'a> {
     deploy: Option<&'a DeployStep>,
     target: Option<&'a str>,
     versions: &'a [Option<&'a str>],
-    probe_failing: Option<String>,
+    probe_failing: bool,
     nodes: &'a [Node],
     node: Option<&'a str>,
     /// When the instance last turned ready.
@@ -416,7 +419,7 @@ fn stage_of(eval: &mut Eval<'_>, r: &Reading, o: &Object, c: &StageContext<'_>) 
         ObjectStatus::Progressing if c.deploy.is_some() => InstanceStage::Deploying,
         ObjectStatus::Progressing => InstanceStage::Initializing,
         ObjectStatus::Ready => {
-            if c.probe_failing.is_some() || node_just_back(eval, c) {
+            if c.probe_failing || node_just_back(eval, c) {
                 return InstanceStage::Initializing;
             }
             let mine = version_of(o);
