@@ -121,11 +121,9 @@ impl Admission {
     /// (given the app's tasks) and, when it is, stored in `tasks`. Users'
     /// requests, the demo's scripted ones and failover's all come here.
     pub(crate) async fn ask(&self, tasks: &Tasks, request: NewTask) -> Result<Task, TaskError> {
-        let asked = request.clone();
+        let asked = &request.clone();
         tasks
-            .create(request, async move |app_tasks| {
-                self.admit_task(&asked, app_tasks).await
-            })
+            .create(request, |app_tasks| self.admit_task(asked, app_tasks))
             .await
     }
 

@@ -22,7 +22,7 @@ use crate::failover::brakes::Maintenance;
 use crate::http::access::Secret;
 use crate::http::tls::TlsFiles;
 use crate::observe::resources::ResourceRef;
-use crate::{admission, events, executor, http, observe, plugins, tasks, verdicts};
+use crate::{admission, events, executor, http, leader, observe, plugins, tasks, verdicts};
 
 /// Everything the host is built from.
 #[derive(Debug, Clone)]
@@ -43,6 +43,7 @@ pub struct Config {
     pub admission: admission::Settings,
     pub failover: FailoverConfig,
     pub executor: executor::Settings,
+    pub leader: leader::Settings,
     pub http: http::Settings,
     /// Serve HTTPS with this certificate and key (PEM files, reloaded when
     /// they change).
@@ -88,6 +89,7 @@ impl Config {
             admission: admission::Settings::default(),
             failover: FailoverConfig::default(),
             executor: executor::Settings::default(),
+            leader: leader::Settings::default(),
             http: http::Settings::default(),
             tls: None,
             read_tokens: Vec::new(),
@@ -169,6 +171,8 @@ pub struct ServeArgs {
     pub executor: executor::Settings,
     #[command(flatten)]
     pub failover: FailoverConfig,
+    #[command(flatten)]
+    pub leader: leader::Settings,
     #[command(flatten)]
     pub http: http::Settings,
 }
@@ -423,6 +427,22 @@ impl ServeArgs {
                 })?;
             }
         }
+        if self.leader.enabled {
+            self.leader
+                .check()
+                .map_err(|message| Error::Config {
+                    key: "lease-renew-deadline-ms",
+                    message,
+                })?;
+            if self.tasks.store != tasks::StoreKind::Kubernetes {
+                return Err(Error::Config {
+                    key: "leader-election",
+                    message: "replicas share their tasks through --task-store kubernetes; \
+                              leader election needs it"
+                        .into(),
+                });
+            }
+        }
         let http = self.http;
         let tls = match (&http.tls_cert, &http.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
@@ -487,6 +507,7 @@ impl ServeArgs {
             admission: self.admission,
             failover,
             executor: self.executor,
+            leader: self.leader,
             http,
             tls,
             read_tokens,

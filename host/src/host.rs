@@ -12,6 +12,7 @@ use crate::events::{Events, Kind};
 use crate::failover::Failover;
 use crate::http::connections;
 use crate::http::{self, AppState};
+use crate::leader::{Elector, Leadership, Members};
 use crate::observe::cluster::{self, Following, Observed};
 use crate::overrides::Overrides;
 use crate::plugins::{Registry, Runtime, watch};
@@ -28,6 +29,11 @@ pub(crate) struct Host {
     pub tasks: Arc<Tasks>,
     pub events: Arc<Events>,
     pub failover: Option<Arc<Failover>>,
+    pub leadership: Arc<Leadership>,
+    /// The replicas' heartbeats, with leader election.
+    members: Option<Arc<Members>>,
+    /// The election loop, which frees the Lease on shutdown.
+    elector: Option<tokio::task::JoinHandle<()>>,
     heartbeat: std::time::Duration,
     tokens: Arc<http::access::Tokens>,
     metrics: Arc<http::metrics::Metrics>,
@@ -324,7 +330,7 @@ fn observe(
 fn failover(
     config: &Config,
     live: &Live,
-    client: &kube::Client,
+    (client, leadership): (&kube::Client, &Arc<Leadership>),
     (registry, tasks, admission, events): (&Arc<Registry>, &Arc<Tasks>, &Admission, &Arc<Events>),
     demo: bool,
     loops: &mut Vec<tokio::task::JoinHandle<()>>,
@@ -339,13 +345,15 @@ fn failover(
             admission.clone(),
             Arc::clone(events),
         ),
-        Arc::new(crate::executor::Nodes::new(client.clone())),
+        Arc::new(crate::executor::Nodes::new(leadership.fenced(client.clone()))),
+        Arc::clone(leadership),
     )?);
     loops.push(tokio::spawn(Arc::clone(&failover).run()));
     let users = config.executor.execute_tasks || demo;
     if users || config.failover.enforce {
         let executor = crate::executor::Executor::new(
             client.clone(),
+            Arc::clone(leadership),
             Arc::clone(tasks),
             Arc::clone(&live.observed),
         )
@@ -385,13 +393,16 @@ impl Host {
             failure: config.admission.failure,
             live: live.clone(),
         };
+        let stopping = tokio::sync::watch::Sender::new(false);
+        let (leadership, members, elector) =
+            elect(config, client.as_ref(), &registry, &stopping, &mut loops);
         let failover = match (&live, &client) {
             (Some(live), Some(client)) => {
                 let parts = (&registry, &tasks, &admission, &events);
                 Some(failover(
                     config,
                     live,
-                    client,
+                    (client, &leadership),
                     parts,
                     demo.is_some(),
                     &mut loops,
@@ -408,6 +419,7 @@ impl Host {
             tasks: Arc::clone(&tasks),
             failover: failover.clone(),
             events: Arc::clone(&events),
+            leadership: Arc::clone(&leadership),
         });
         Ok(Self {
             registry,
@@ -415,6 +427,9 @@ impl Host {
             tasks,
             events,
             failover,
+            leadership,
+            members,
+            elector,
             heartbeat: config.http.heartbeat,
             tokens: Arc::new(http::access::Tokens::new(
                 &config.read_tokens,
@@ -427,7 +442,7 @@ impl Host {
             _watcher: watcher,
             _following: following,
             _data_lock: data_lock,
-            stopping: tokio::sync::watch::Sender::new(false),
+            stopping,
             loops,
             _demo: demo,
         })
@@ -442,6 +457,8 @@ impl Host {
             admission: self.admission.clone(),
             events: Arc::clone(&self.events),
             failover: self.failover.clone(),
+            leadership: Arc::clone(&self.leadership),
+            members: self.members.clone(),
             heartbeat: self.heartbeat,
             tokens: Arc::clone(&self.tokens),
             metrics: Arc::clone(&self.metrics),
@@ -451,16 +468,68 @@ impl Host {
         })
     }
 
-    /// Begin shutting down: event streams end (each with a reconnect hint).
+    /// Begin shutting down: nothing acts any more, the Lease is freed,
+    /// readiness fails, event streams end (each with a reconnect hint).
     pub fn stop(&self) {
+        self.leadership.stop();
         self.stopping.send_replace(true);
     }
+
+    /// Wait (a little) until the election loop has freed the Lease.
+    pub async fn released(&mut self) {
+        if let Some(elector) = self.elector.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), elector).await;
+        }
+    }
+}
+
+/// Who acts: with leader election, the replica that holds the Lease (and
+/// each replica's heartbeat, with the policies it serves); else this host
+/// alone.
+fn elect(
+    config: &Config,
+    client: Option<&kube::Client>,
+    registry: &Arc<Registry>,
+    stopping: &tokio::sync::watch::Sender<bool>,
+    loops: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> (
+    Arc<Leadership>,
+    Option<Arc<Members>>,
+    Option<tokio::task::JoinHandle<()>>,
+) {
+    let settings = &config.leader;
+    let replica = settings.replica_name();
+    let Some(client) = client.filter(|_| settings.enabled) else {
+        return (Leadership::solo(&replica), None, None);
+    };
+    let namespace = &config.tasks.namespace;
+    let leadership = Leadership::elected(&replica);
+    let elector = Elector::new(
+        client.clone(),
+        namespace,
+        settings.clone(),
+        Arc::clone(&leadership),
+    );
+    let elector = tokio::spawn(elector.run(stopping.subscribe()));
+    let members = Members::new(client.clone(), namespace, settings, &replica);
+    let serving = Arc::clone(&members);
+    let policies = move |registry: &Registry| serving.serving(registry.serving());
+    policies(registry);
+    let watched = Arc::downgrade(registry);
+    registry.on_reload(move |_| {
+        if let Some(registry) = watched.upgrade() {
+            policies(&registry);
+        }
+    });
+    loops.push(tokio::spawn(Arc::clone(&members).beat(stopping.subscribe())));
+    tracing::info!(%replica, lease = %settings.lease, %namespace, "leader election: this replica acts only while it holds the lease");
+    (leadership, Some(members), Some(elector))
 }
 
 /// Run the host until Ctrl-C or SIGTERM: HTTPS when a certificate is
 /// configured, else HTTP.
 pub async fn serve(config: Config) -> Result<()> {
-    let host = Host::start(&config).await?;
+    let mut host = Host::start(&config).await?;
     let listen_error = |source| Error::Listen {
         addr: config.http.listen,
         source,
@@ -512,10 +581,12 @@ pub async fn serve(config: Config) -> Result<()> {
         result = &mut serving => return result,
         () = shutdown() => {}
     }
-    // Ctrl-C or SIGTERM: stop taking connections, end the event streams,
-    // let requests in flight finish — for at most `DRAIN`.
+    // Ctrl-C or SIGTERM: stop acting and free the Lease for the next
+    // leader, stop taking connections, end the event streams, let requests
+    // in flight finish — for at most `DRAIN`.
     host.stop();
     handle.graceful_shutdown(Some(DRAIN));
+    host.released().await;
     match tokio::time::timeout(DRAIN, serving).await {
         Ok(result) => result,
         Err(_) => {

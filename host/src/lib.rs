@@ -15,6 +15,8 @@
 //! - [`storage`]: the host's SQLite databases, opened and migrated;
 //! - [`watch`]: a debounced folder watch;
 //! - [`events`]: typed events with ids, a replay buffer and subscribers;
+//! - [`leader`]: the Lease election among replicas — who acts, in which
+//!   term — and the replicas' heartbeats;
 //!
 //! The domain:
 //! - [`observe`]: Kubernetes objects watched, reduced to observations and
@@ -49,6 +51,7 @@ pub mod executor;
 pub mod failover;
 pub mod host;
 pub mod http;
+pub mod leader;
 pub mod native;
 pub mod observe;
 pub mod offline;

@@ -26,6 +26,7 @@ use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::failover::{BoxFuture, NodeActions, OUT_OF_SERVICE};
+use crate::leader::{Leadership, Term};
 use crate::observe::cluster::Observed;
 use crate::tasks::TaskError;
 use crate::tasks::model::{StepReport, TaskPatch};
@@ -144,7 +145,9 @@ impl NodeActions for Nodes {
 }
 
 pub(crate) struct Executor {
+    /// Writes only while this replica leads ([`Leadership::fenced`]).
     client: kube::Client,
+    leadership: Arc<Leadership>,
     tasks: Arc<Tasks>,
     observed: Arc<Observed>,
     timeout: Duration,
@@ -166,9 +169,15 @@ fn millis(d: Duration) -> types::Timestamp {
 }
 
 impl Executor {
-    pub fn new(client: kube::Client, tasks: Arc<Tasks>, observed: Arc<Observed>) -> Self {
+    pub fn new(
+        client: kube::Client,
+        leadership: Arc<Leadership>,
+        tasks: Arc<Tasks>,
+        observed: Arc<Observed>,
+    ) -> Self {
         Self {
-            client,
+            client: leadership.fenced(client),
+            leadership,
             tasks,
             observed,
             timeout: Duration::from_secs(120),
@@ -182,17 +191,44 @@ impl Executor {
         self
     }
 
-    /// Carry out tasks until aborted.
+    /// Carry out tasks, while this replica leads, until aborted. A new
+    /// term takes each open task over first, so that the previous leader
+    /// can write none of them any more, and begins it again (each change
+    /// is idempotent).
     pub async fn run(self) {
         let mut jobs: BTreeMap<String, Job> = BTreeMap::new();
+        let mut term: Option<Term> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            let Some(acting) = self.leadership.acting() else {
+                jobs.clear();
+                term = None;
+                continue;
+            };
+            if term.as_ref() != Some(&acting) {
+                jobs.clear();
+                term = Some(acting.clone());
+            }
             let mut open = self.tasks.executable();
             if self.failover_only {
                 open.retain(|t| t.params.contains_key("failover"));
             }
+            let mut claimed = Vec::with_capacity(open.len());
+            for task in open {
+                if task.actor.as_ref() == Some(&acting) {
+                    claimed.push(task);
+                    continue;
+                }
+                match self.tasks.claim(&task.id, &acting).await {
+                    Ok(task) => claimed.push(task),
+                    Err(error) => {
+                        tracing::debug!(task = %task.id, %error, "a task could not be taken over");
+                    }
+                }
+            }
+            let open = claimed;
             for task in &open {
                 if let Err(message) = self.advance(task, &mut jobs).await {
                     jobs.remove(&task.id);
@@ -209,8 +245,16 @@ impl Executor {
         }
     }
 
+    /// Store a report on a task under the term that took it over, while
+    /// that term still acts.
     async fn report(&self, task: &Task, patch: &TaskPatch) {
-        match self.tasks.patch(&task.id, patch).await {
+        let (Some(actor), Some(acting)) = (&task.actor, self.leadership.acting()) else {
+            return;
+        };
+        if *actor != acting {
+            return;
+        }
+        match self.tasks.patch_as(&task.id, patch, actor).await {
             Ok(_) => {}
             // The store could not take it (the API server refused or was
             // away): said loudly, and said again on the next round.

@@ -105,6 +105,26 @@ impl Failover {
                 .or_else(|| snapshot.app_of_object_named(kind, namespace, name))
                 .unwrap_or_else(|| (namespace.clone(), name.clone()))
         };
+        // A task for this very action that a previous leader asked for in
+        // this outage (since the node was last trusted) carries it: taken
+        // over, not asked for twice.
+        let since = crate::time::now() - self.config.trust_after_ms as types::Timestamp;
+        let filter = crate::tasks::Filter {
+            app: Some(app.clone()),
+            phase: None,
+        };
+        let asked_before = self.tasks.list(&filter).into_iter().find(|t| {
+            t.requested_by.as_deref() == Some(REQUESTER)
+                && t.created_at >= since
+                && t.params.get("failover") == params.get("failover")
+                && !matches!(
+                    t.phase,
+                    types::TaskPhase::Failed | types::TaskPhase::Cancelled
+                )
+        });
+        if let Some(task) = asked_before {
+            return Ok(task.id);
+        }
         let request = NewTask {
             app: format!("{}/{}", app.0, app.1),
             action,

@@ -436,6 +436,7 @@ mod tests {
             retry_at: Some(retry_at),
             task: None,
             error: Some("budget".into()),
+            actor: None,
         };
         let once = failed(1, 1_000_500);
         let c = Candidate {

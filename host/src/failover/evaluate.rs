@@ -316,6 +316,18 @@ impl Failover {
                 return None;
             }
         }
+        let enforced = self.config.enforce
+            && !matches!(action.action, Action::Notify { .. } | Action::MarkUnknown);
+        let actor = self.leadership.acting();
+        if enforced && actor.is_none() {
+            let standing = self.leadership.standing();
+            action.state = State::Standby;
+            action.detail = Some(match standing.holder {
+                Some(holder) => format!("carried out by the leader, {holder}"),
+                None => "carried out by the leader, once one is elected".into(),
+            });
+            return None;
+        }
         let attempts = attempt.as_ref().map_or(0, |a| a.attempts) + 1;
         let mut next = Attempt {
             outcome: Outcome::Done,
@@ -324,6 +336,7 @@ impl Failover {
             retry_at: None,
             task: None,
             error: None,
+            actor: actor.filter(|_| enforced),
         };
         let disruptive = action.action.disruptive();
         if disruptive {
@@ -614,6 +627,7 @@ mod tests {
                 retry_at: None,
                 task: None,
                 error: None,
+                actor: None,
             }
         }
 

@@ -27,6 +27,7 @@ use tokio::sync::{Mutex, Notify};
 
 use crate::admission::Admission;
 use crate::events::Events;
+use crate::leader::Leadership;
 use crate::observe::cluster::Observed;
 use crate::plugins::{Registry, World};
 use crate::storage::StorageError;
@@ -98,6 +99,8 @@ pub struct Failover {
     events: Arc<Events>,
     /// Who writes failover's node actions to the cluster (the executor).
     nodes: Arc<dyn NodeActions>,
+    /// Only the leading replica acts.
+    leadership: Arc<Leadership>,
     journal: Journal,
     inner: Mutex<Inner>,
     wake: Notify,
@@ -126,6 +129,7 @@ impl Failover {
             Arc<Events>,
         ),
         nodes: Arc<dyn NodeActions>,
+        leadership: Arc<Leadership>,
     ) -> Result<Self, StorageError> {
         let (registry, observed, tasks, admission, events) = parts;
         let journal = Journal::open(&data_dir.join("failover.db"), config.history)?;
@@ -139,6 +143,7 @@ impl Failover {
             admission,
             events,
             nodes,
+            leadership,
             journal,
             inner: Mutex::new(Inner {
                 saved: memory.clone(),

@@ -400,6 +400,9 @@ pub struct Attempt {
     pub task: Option<String>,
     /// Why the last attempt failed.
     pub error: Option<String>,
+    /// Who carried it out: the leading replica and its term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<crate::leader::Term>,
 }
 
 /// The state an action was given in the latest evaluation.
@@ -420,6 +423,9 @@ pub enum State {
     Held,
     /// Failed; retried after a backoff.
     Failed,
+    /// Enforcing, but this replica does not lead: the leader carries it
+    /// out.
+    Standby,
 }
 
 /// An action with the state the host gave it.

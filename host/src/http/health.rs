@@ -25,7 +25,9 @@ async fn healthz() -> Json<Value> {
 
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200, description = "Ready: the status policy is loaded and every watch works"), (status = 503, description = "Not ready; the body says which part is not")))]
 /// Ready when the status policy is loaded and, with a cluster, every watch
-/// has synced and works. A configured kind the server does not serve holds
+/// has synced and works; not while the host shuts down. Whether this
+/// replica leads is said (`leader`), and holds nothing back: every replica
+/// serves. A configured kind the server does not serve holds
 /// nothing back: it is listed under `unserved` and watched once served.
 async fn readyz(State(state): State<AppState>) -> Response {
     let policy = state.registry.policy(crate::plugins::World::Status).is_ok();
@@ -34,7 +36,9 @@ async fn readyz(State(state): State<AppState>) -> Response {
         .live
         .as_ref()
         .is_none_or(|l| l.observed.health.ready());
-    let ready = policy && watching;
+    let stopping = *state.stopping.borrow();
+    let ready = policy && watching && !stopping;
+    let standing = state.leadership.standing();
     let apps = state.live.as_ref().map(|l| l.verdicts.count());
     let derive_error = state.live.as_ref().and_then(|l| {
         l.verdicts
@@ -64,6 +68,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "ready": ready, "status_policy": policy, "watches": watches,
         "apps": apps, "derive_error": derive_error,
         "unserved": unserved, "objects": objects,
+        "stopping": stopping,
+        "replica": standing.replica,
+        "leader": state.leadership.acting().is_some(),
+        "leadership": standing,
     });
     let code = if ready {
         StatusCode::OK

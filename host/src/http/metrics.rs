@@ -84,6 +84,7 @@ pub(crate) struct Sources {
     pub tasks: Arc<Tasks>,
     pub failover: Option<Arc<Failover>>,
     pub events: Arc<Events>,
+    pub leadership: Arc<crate::leader::Leadership>,
 }
 
 impl Metrics {
@@ -165,6 +166,23 @@ impl Collector for Sources {
             }
         }
         family(encoder, "apps", "Applications by stable status", &apps)?;
+        let standing = self.leadership.standing();
+        let leader = Gauge::<i64>::default();
+        leader.set(i64::from(self.leadership.acting().is_some()));
+        family(
+            encoder,
+            "leader",
+            "1 while this replica leads and acts (always, without leader election)",
+            &leader,
+        )?;
+        let term = Gauge::<i64>::default();
+        term.set(standing.term as i64);
+        family(
+            encoder,
+            "lease_term",
+            "The leader Lease's term (transitions) as last seen",
+            &term,
+        )?;
         family(
             encoder,
             "pods",

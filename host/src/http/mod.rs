@@ -12,7 +12,7 @@
 //!   classifier;
 //! - `openapi`: the document's own parts;
 //! - one file of handlers per resource: `health`, `apps`, `plugins`,
-//!   `tasks`, `admission`, `failover`, `events`, `metrics`;
+//!   `tasks`, `admission`, `failover`, `events`, `metrics`, `replicas`;
 //! - [`access`], [`connections`], [`tls`]: tokens and origins, connection
 //!   bounds, HTTPS.
 
@@ -30,6 +30,7 @@ mod middleware;
 mod openapi;
 mod overrides;
 mod plugins;
+mod replicas;
 mod tasks;
 pub mod tls;
 
@@ -120,6 +121,10 @@ pub(crate) struct AppState {
     pub request_timeout: Duration,
     /// Turns true when the host shuts down: event streams end then.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Whether this replica leads.
+    pub leadership: Arc<crate::leader::Leadership>,
+    /// The replicas' heartbeats, with leader election.
+    pub members: Option<Arc<crate::leader::Members>>,
 }
 
 impl AppState {
@@ -190,6 +195,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(overrides::routes())
         .merge(events::routes())
         .merge(metrics::routes())
+        .merge(replicas::routes())
         .split_for_parts();
     openapi::describe(&mut api);
     let document = Arc::new(api.to_pretty_json().unwrap_or_default());

@@ -259,7 +259,7 @@ pub struct Registry {
     /// Woken when a reload swapped a version in or unloaded a plugin.
     swapped: tokio::sync::Notify,
     /// Told what every reload did.
-    on_reload: std::sync::OnceLock<ReloadHook>,
+    on_reload: RwLock<Vec<ReloadHook>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -285,7 +285,7 @@ impl Registry {
             slots: RwLock::new(BTreeMap::new()),
             reloading: Mutex::new(()),
             swapped: tokio::sync::Notify::new(),
-            on_reload: std::sync::OnceLock::new(),
+            on_reload: RwLock::default(),
         }
     }
 
@@ -294,9 +294,25 @@ impl Registry {
         &self.runtime.call_seconds
     }
 
-    /// Have `f` told what every reload from now on did (once per registry).
+    /// The versions serving, one line each: `plugin: name@version (sha256
+    /// prefix)`.
+    pub fn serving(&self) -> Vec<String> {
+        self.statuses()
+            .into_iter()
+            .filter_map(|s| {
+                let v = s.current?;
+                let hash = &v.hash[..v.hash.len().min(12)];
+                Some(format!("{}: {}@{} ({hash})", s.name, v.name, v.version))
+            })
+            .collect()
+    }
+
+    /// Have `f` told what every reload from now on did.
     pub(crate) fn on_reload(&self, f: impl Fn(&ReloadReport) + Send + Sync + 'static) {
-        let _ = self.on_reload.set(Box::new(f));
+        self.on_reload
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Box::new(f));
     }
 
     /// Notified after a reload that changed what serves.
@@ -475,7 +491,12 @@ impl Registry {
         if !report.loaded.is_empty() || !report.unloaded.is_empty() {
             self.swapped.notify_one();
         }
-        if let Some(f) = self.on_reload.get() {
+        for f in self
+            .on_reload
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
             f(&report);
         }
         report

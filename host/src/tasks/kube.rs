@@ -1,10 +1,16 @@
 //! Tasks as `Task` custom resources (`tasks.verdict.dev`, see
 //! `deploy/chart/verdict/crds/task-crd.yaml`) in one namespace, so that several
 //! replicas of the host share them through the API server. The task's JSON
-//! form is the object's `spec`; the name is the task id; a write is a
-//! replace at the `resourceVersion` read with the revision before it.
+//! form is the object's `spec`; a write is a replace at the
+//! `resourceVersion` read with the revision before it.
+//!
+//! The object's name is the app's and the task's place in the app's
+//! sequence (`task-<app hash>-<sequence>`), so that creating it is a
+//! compare-and-swap: two replicas that admit a task after the same one
+//! name it alike, and the API server takes only the first.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
@@ -34,6 +40,19 @@ fn resource() -> ApiResource {
 pub struct KubeStore {
     api: Api<DynamicObject>,
     namespace: String,
+    /// The object name of each task id, where it is not the id.
+    names: Arc<Mutex<HashMap<String, String>>>,
+}
+
+/// The object name of a task: by its app and sequence, or (a task stored
+/// before sequences) its id.
+pub fn object_name(task: &Task) -> String {
+    if task.sequence == 0 {
+        return task.id.clone();
+    }
+    use sha2::Digest as _;
+    let app = sha2::Sha256::digest(task.app.as_bytes());
+    format!("task-{}-{:08}", hex::encode(&app[..8]), task.sequence)
 }
 
 fn failed(error: kube::Error) -> StoreError {
@@ -52,12 +71,32 @@ impl KubeStore {
         Self {
             api: Api::namespaced_with(client, namespace, &resource()),
             namespace: namespace.to_string(),
+            names: Arc::default(),
         }
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Note where a task is stored.
+    fn named(&self, task: &Task, object: &DynamicObject) {
+        if let Some(name) = &object.metadata.name
+            && *name != task.id
+        {
+            self.names().insert(task.id.clone(), name.clone());
+        }
+    }
+
+    fn name_of(&self, id: &str) -> String {
+        self.names().get(id).cloned().unwrap_or_else(|| id.to_string())
     }
 
     fn object(&self, task: &Task, resource_version: Option<String>) -> DynamicObject {
         let (app_namespace, app_name) = task.app.split_once('/').unwrap_or(("", &task.app));
-        let mut object = DynamicObject::new(&task.id, &resource())
+        let mut object = DynamicObject::new(&object_name(task), &resource())
             .within(&self.namespace)
             .data(json!({ "spec": task }));
         object.metadata.labels = Some(
@@ -72,8 +111,19 @@ impl KubeStore {
     }
 
     pub async fn load(&self) -> Result<Vec<Task>, StoreError> {
+        self.list(ListParams::default()).await
+    }
+
+    /// An app's tasks, from the API server.
+    pub async fn of_app(&self, app: &str) -> Result<Vec<Task>, StoreError> {
+        let (namespace, name) = app.split_once('/').unwrap_or(("", app));
+        let selector = format!("{APP_NAMESPACE}={namespace},{APP_NAME}={name}");
+        self.list(ListParams::default().labels(&selector)).await
+    }
+
+    async fn list(&self, params: ListParams) -> Result<Vec<Task>, StoreError> {
         let mut tasks = Vec::new();
-        let mut params = ListParams::default().limit(500);
+        let mut params = params.limit(500);
         loop {
             let page = self.api.list(&params).await.map_err(|e| match e {
                 kube::Error::Api(status) if status.code == 404 => StoreError::NoTaskKind {
@@ -84,7 +134,10 @@ impl KubeStore {
             })?;
             for object in &page.items {
                 match task_of(object) {
-                    Ok(task) => tasks.push(task),
+                    Ok(task) => {
+                        self.named(&task, object);
+                        tasks.push(task);
+                    }
                     Err(error) => {
                         tracing::error!(name = ?object.metadata.name, %error, "a Task object does not read as a task; left in place");
                     }
@@ -98,17 +151,27 @@ impl KubeStore {
     }
 
     pub async fn insert(&self, task: &Task) -> Result<(), StoreError> {
-        self.api
-            .create(&PostParams::default(), &self.object(task, None))
-            .await
-            .map(drop)
-            .map_err(failed)
+        let object = self.object(task, None);
+        match self.api.create(&PostParams::default(), &object).await {
+            Ok(_) => {
+                self.named(task, &object);
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 && task.sequence > 0 => {
+                Err(StoreError::Taken(format!(
+                    "task {} of {} was admitted meanwhile",
+                    task.sequence, task.app
+                )))
+            }
+            Err(error) => Err(failed(error)),
+        }
     }
 
     pub async fn update(&self, task: &Task) -> Result<(), StoreError> {
+        let name = self.name_of(&task.id);
         let stored = self
             .api
-            .get_opt(&task.id)
+            .get_opt(&name)
             .await
             .map_err(failed)?
             .ok_or_else(|| StoreError::NotFound(task.id.clone()))?;
@@ -121,7 +184,7 @@ impl KubeStore {
         }
         let object = self.object(task, stored.metadata.resource_version);
         self.api
-            .replace(&task.id, &PostParams::default(), &object)
+            .replace(&name, &PostParams::default(), &object)
             .await
             .map(drop)
             .map_err(failed)
@@ -129,8 +192,10 @@ impl KubeStore {
 
     pub async fn delete(&self, ids: &[String]) -> Result<(), StoreError> {
         for id in ids {
-            match self.api.delete(id, &DeleteParams::default()).await {
-                Ok(_) => {}
+            match self.api.delete(&self.name_of(id), &DeleteParams::default()).await {
+                Ok(_) => {
+                    self.names().remove(id);
+                }
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(error) => return Err(failed(error)),
             }
@@ -146,6 +211,7 @@ impl KubeStore {
                 Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
                     match task_of(&object) {
                         Ok(task) => {
+                            self.named(&task, &object);
                             tasks.remember(task);
                         }
                         Err(error) => {
@@ -154,8 +220,10 @@ impl KubeStore {
                     }
                 }
                 Ok(watcher::Event::Delete(object)) => {
-                    if let Some(name) = &object.metadata.name {
-                        tasks.forget(name);
+                    let id = task_of(&object).map(|t| t.id).ok();
+                    if let Some(id) = id.or(object.metadata.name) {
+                        self.names().remove(&id);
+                        tasks.forget(&id);
                     }
                 }
                 Ok(watcher::Event::Init | watcher::Event::InitDone) => {}

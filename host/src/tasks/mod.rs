@@ -123,11 +123,17 @@ impl From<StoreError> for TaskError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::NotFound(id) => TaskError::NotFound(id),
-            StoreError::Conflict(m) => TaskError::Refused(Refusal::Conflict(m)),
+            StoreError::Conflict(m) | StoreError::Taken(m) => {
+                TaskError::Refused(Refusal::Conflict(m))
+            }
             other => TaskError::Store(other),
         }
     }
 }
+
+/// How many times a task is admitted again after another replica stored
+/// one for the same app meanwhile.
+const ADMISSION_ROUNDS: usize = 8;
 
 /// Applications without a workload or pod that may have tasks at once.
 pub const MAX_APPS_WITHOUT_WORKLOAD: usize = 1000;
@@ -326,35 +332,73 @@ impl Tasks {
 
     /// Admit and store a new task. `admit` sees the app's tasks (newest
     /// first) and decides.
-    pub async fn create(
+    ///
+    /// Admission is serialised per app through the store: the new task
+    /// takes the next place in its app's sequence, and the Kubernetes
+    /// store creates its object under a name of that place, which only
+    /// one replica can. A replica that admitted on a view without a task
+    /// another replica stored meanwhile is refused by the API server; it
+    /// reads the app's tasks afresh and admits again, seeing that task.
+    pub async fn create<F>(
         &self,
         mut request: NewTask,
-        admit: impl AsyncFnOnce(Vec<types::Task>) -> Result<Admitted, Denial>,
-    ) -> Result<Task, TaskError> {
+        admit: impl Fn(Vec<types::Task>) -> F,
+    ) -> Result<Task, TaskError>
+    where
+        F: Future<Output = Result<Admitted, Denial>>,
+    {
         let key = model::parse_app(&request.app)?;
         request.check_sizes()?;
         let key = (key.namespace, key.name);
         let _write = self.writes.lock().await;
         self.make_room_for(&key).await?;
-        let admitted = admit(self.for_app(&key)).await.map_err(TaskError::Denied)?;
-        for (name, value) in admitted.defaults {
-            request.params.entry(name).or_insert(value);
+        for _ in 0..ADMISSION_ROUNDS {
+            let sequence = self.last_sequence(&key) + 1;
+            let admitted = admit(self.for_app(&key)).await.map_err(TaskError::Denied)?;
+            let mut request = request.clone();
+            for (name, value) in admitted.defaults {
+                request.params.entry(name).or_insert(value);
+            }
+            let admission = model::Admission {
+                decision: if admitted.approval.is_some() {
+                    "require-approval".into()
+                } else {
+                    "allow".into()
+                },
+                reason: admitted.approval,
+                warnings: admitted.warnings,
+                policy: admitted.policy,
+                failure: admitted.failure,
+            };
+            let mut task = Task::new(request, admission, admitted.plan, now());
+            task.sequence = sequence;
+            match self.store.insert(&task).await {
+                Ok(()) => {
+                    self.remember(task.clone());
+                    return Ok(task);
+                }
+                Err(StoreError::Taken(why)) => {
+                    tracing::debug!(app = %task.app, %why, "admitted on a stale view; reading the app's tasks again");
+                    for stored in self.store.of_app(&task.app).await? {
+                        self.remember(stored);
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
-        let admission = model::Admission {
-            decision: if admitted.approval.is_some() {
-                "require-approval".into()
-            } else {
-                "allow".into()
-            },
-            reason: admitted.approval,
-            warnings: admitted.warnings,
-            policy: admitted.policy,
-            failure: admitted.failure,
-        };
-        let task = Task::new(request, admission, admitted.plan, now());
-        self.store.insert(&task).await?;
-        self.remember(task.clone());
-        Ok(task)
+        request.params.clear();
+        Err(TaskError::Refused(Refusal::Conflict(format!(
+            "tasks for {} are being asked for on other replicas at the same moment; ask again",
+            request.app
+        ))))
+    }
+
+    /// The highest place in an app's task sequence known.
+    fn last_sequence(&self, key: &AppKey) -> u64 {
+        self.read()
+            .get(key)
+            .and_then(|tasks| tasks.values().map(|t| t.sequence).max())
+            .unwrap_or(0)
     }
 
     /// Keep at most [`MAX_APPS_WITHOUT_WORKLOAD`] applications that have
@@ -464,6 +508,39 @@ impl Tasks {
     /// An executor's report.
     pub async fn patch(&self, id: &str, patch: &TaskPatch) -> Result<Task, TaskError> {
         self.change(id, |task| task.apply(patch, now())).await
+    }
+
+    /// The leader's report, under its term: refused when a later term has
+    /// taken the task over.
+    pub async fn patch_as(
+        &self,
+        id: &str,
+        patch: &TaskPatch,
+        actor: &crate::leader::Term,
+    ) -> Result<Task, TaskError> {
+        self.change(id, |task| {
+            task.act_as(actor)?;
+            task.apply(patch, now())
+        })
+        .await
+    }
+
+    /// Take a task over for a new term before acting on it: from then on
+    /// the previous leader's writes to it are refused.
+    pub async fn claim(&self, id: &str, actor: &crate::leader::Term) -> Result<Task, TaskError> {
+        self.change(id, |task| {
+            if model::finished(task.phase) {
+                return Err(Refusal::Conflict(format!(
+                    "the task has {}",
+                    crate::wit::WitName::wit_name(&task.phase)
+                )));
+            }
+            task.act_as(actor)?;
+            task.revision += 1;
+            task.updated_at = now().max(task.updated_at);
+            Ok(())
+        })
+        .await
     }
 
     /// A person approves or rejects a held task.

@@ -125,6 +125,19 @@ pub struct Task {
     /// Counts the task's writes; a write based on an older revision is a
     /// conflict.
     pub revision: u64,
+    /// The task's place among its app's tasks (1, 2, …): the Kubernetes
+    /// task store names the task's object by it, so that two replicas
+    /// cannot both admit a task after the same one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sequence: u64,
+    /// Who carries the task out: the leading replica and its term. A
+    /// replica of an earlier term cannot write the task any more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<crate::leader::Term>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The actions a task may ask for, as the OpenAPI document lists them
@@ -411,7 +424,19 @@ impl Task {
             admission,
             review: None,
             revision: 1,
+            sequence: 0,
+            actor: None,
         }
+    }
+
+    /// Take the task over as `actor`: refused when a later term (or
+    /// another holder of the same term) wrote it.
+    pub fn act_as(&mut self, actor: &crate::leader::Term) -> Result<(), Refusal> {
+        actor
+            .may_follow(self.actor.as_ref())
+            .map_err(Refusal::Conflict)?;
+        self.actor = Some(actor.clone());
+        Ok(())
     }
 
     /// The action's name, as a person reads it.

@@ -79,6 +79,25 @@ impl SqliteStore {
         Ok(tasks)
     }
 
+    /// An app's tasks.
+    pub fn of_app(&self, app: &str) -> Result<Vec<Task>, StoreError> {
+        let fail = failed(&self.path);
+        let connection = self.connection();
+        let mut statement = connection
+            .prepare("SELECT body FROM tasks WHERE app = ?1 ORDER BY created_at, id")
+            .map_err(&fail)?;
+        let rows = statement
+            .query_map([app], |r| r.get::<_, String>(0))
+            .map_err(&fail)?;
+        let mut tasks = Vec::new();
+        for body in rows {
+            if let Ok(task) = serde_json::from_str::<Task>(&body.map_err(&fail)?) {
+                tasks.push(task);
+            }
+        }
+        Ok(tasks)
+    }
+
     pub fn insert(&self, task: &Task) -> Result<(), StoreError> {
         let body = serde_json::to_string(task).map_err(StorageError::record(&self.path))?;
         let inserted = self

@@ -15,6 +15,10 @@ pub enum StoreError {
     /// Someone else wrote the task first.
     #[error("{0}")]
     Conflict(String),
+    /// Another task took the new task's place in its app's sequence
+    /// (admitted meanwhile, on another replica).
+    #[error("{0}")]
+    Taken(String),
     #[error("task {0} is not stored")]
     NotFound(String),
     #[error("task store: {0}")]
@@ -79,6 +83,18 @@ impl Store {
                 blocking(s, move |s| s.update(&task)).await
             }
             Store::Kube(k) => k.update(task).await,
+        }
+    }
+
+    /// An app's stored tasks, read afresh (the Kubernetes store asks the
+    /// API server, not its watch).
+    pub async fn of_app(&self, app: &str) -> Result<Vec<Task>, StoreError> {
+        match self {
+            Store::Sqlite(s) => {
+                let app = app.to_string();
+                blocking(s, move |s| s.of_app(&app)).await
+            }
+            Store::Kube(k) => k.of_app(app).await,
         }
     }
 
