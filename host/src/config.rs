@@ -428,12 +428,10 @@ impl ServeArgs {
             }
         }
         if self.leader.enabled {
-            self.leader
-                .check()
-                .map_err(|message| Error::Config {
-                    key: "lease-renew-deadline-ms",
-                    message,
-                })?;
+            self.leader.check().map_err(|message| Error::Config {
+                key: "lease-renew-deadline-ms",
+                message,
+            })?;
             if self.tasks.store != tasks::StoreKind::Kubernetes {
                 return Err(Error::Config {
                     key: "leader-election",

@@ -345,7 +345,9 @@ fn failover(
             admission.clone(),
             Arc::clone(events),
         ),
-        Arc::new(crate::executor::Nodes::new(leadership.fenced(client.clone()))),
+        Arc::new(crate::executor::Nodes::new(
+            leadership.fenced(client.clone()),
+        )),
         Arc::clone(leadership),
     )?);
     loops.push(tokio::spawn(Arc::clone(&failover).run()));
@@ -521,7 +523,9 @@ fn elect(
             policies(&registry);
         }
     });
-    loops.push(tokio::spawn(Arc::clone(&members).beat(stopping.subscribe())));
+    loops.push(tokio::spawn(
+        Arc::clone(&members).beat(stopping.subscribe()),
+    ));
     tracing::info!(%replica, lease = %settings.lease, %namespace, "leader election: this replica acts only while it holds the lease");
     (leadership, Some(members), Some(elector))
 }

@@ -49,7 +49,11 @@ pub struct Settings {
     #[arg(long = "leader-election")]
     pub enabled: bool,
     /// The Lease the leader holds.
-    #[arg(long = "lease-name", value_name = "NAME", default_value = "verdict-leader")]
+    #[arg(
+        long = "lease-name",
+        value_name = "NAME",
+        default_value = "verdict-leader"
+    )]
     pub lease: String,
     /// This replica's name, unique among replicas (the chart passes the
     /// pod's name); default: the host's name and the process id.
@@ -114,7 +118,10 @@ impl Settings {
 
     /// The Lease's duration in whole seconds, at least one.
     fn duration_seconds(&self) -> i32 {
-        self.duration.as_millis().div_ceil(1000).clamp(1, i32::MAX as u128) as i32
+        self.duration
+            .as_millis()
+            .div_ceil(1000)
+            .clamp(1, i32::MAX as u128) as i32
     }
 }
 
@@ -450,7 +457,10 @@ impl Elector {
 
     /// One look at the Lease: renew it when held, take it when free or
     /// expired. `Some` when this replica holds it after.
-    async fn try_once(&self, seen: &mut Option<(Seen, Instant)>) -> Result<Option<Held>, kube::Error> {
+    async fn try_once(
+        &self,
+        seen: &mut Option<(Seen, Instant)>,
+    ) -> Result<Option<Held>, kube::Error> {
         let name = &self.settings.lease;
         let Some(mut lease) = self.api.get_opt(name).await? else {
             let lease = Lease {
@@ -473,7 +483,8 @@ impl Elector {
         }
         let mine = current.holder.as_deref() == Some(self.replica.as_str());
         if current.holder.is_some() && !mine {
-            let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(1).max(1) as u64);
+            let duration =
+                Duration::from_secs(spec.lease_duration_seconds.unwrap_or(1).max(1) as u64);
             let unrenewed_for = seen.as_ref().map_or(Duration::ZERO, |(_, at)| at.elapsed());
             if unrenewed_for < duration {
                 return Ok(None);
@@ -540,10 +551,16 @@ impl Elector {
                 .map(|_| true)
         };
         match tokio::time::timeout(Duration::from_secs(2), release).await {
-            Ok(Ok(true)) => tracing::info!(replica = %self.replica, "the lease is freed for the next leader"),
+            Ok(Ok(true)) => {
+                tracing::info!(replica = %self.replica, "the lease is freed for the next leader")
+            }
             Ok(Ok(false)) => {}
-            Ok(Err(error)) => tracing::warn!(replica = %self.replica, %error, "the lease could not be freed; the next leader takes it when it expires"),
-            Err(_) => tracing::warn!(replica = %self.replica, "freeing the lease took too long; the next leader takes it when it expires"),
+            Ok(Err(error)) => {
+                tracing::warn!(replica = %self.replica, %error, "the lease could not be freed; the next leader takes it when it expires")
+            }
+            Err(_) => {
+                tracing::warn!(replica = %self.replica, "freeing the lease took too long; the next leader takes it when it expires")
+            }
         }
     }
 }
@@ -635,7 +652,12 @@ fn lease_name(replica: &str) -> String {
 }
 
 impl Members {
-    pub fn new(client: kube::Client, namespace: &str, settings: &Settings, replica: &str) -> Arc<Self> {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        settings: &Settings,
+        replica: &str,
+    ) -> Arc<Self> {
         Arc::new(Self {
             api: Api::namespaced(client, namespace),
             leader_lease: settings.lease.clone(),
@@ -693,7 +715,10 @@ impl Members {
         let mut lease = Lease {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some(BTreeMap::from([(REPLICA_LABEL.to_string(), "true".to_string())])),
+                labels: Some(BTreeMap::from([(
+                    REPLICA_LABEL.to_string(),
+                    "true".to_string(),
+                )])),
                 annotations: Some(annotations),
                 ..ObjectMeta::default()
             },
@@ -702,7 +727,9 @@ impl Members {
         match self.api.get_opt(&name).await? {
             Some(stored) => {
                 lease.metadata.resource_version = stored.metadata.resource_version;
-                self.api.replace(&name, &PostParams::default(), &lease).await?;
+                self.api
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await?;
             }
             None => {
                 self.api.create(&PostParams::default(), &lease).await?;
@@ -725,7 +752,9 @@ impl Members {
             renewed + duration >= now()
         });
         let holder = leader.as_ref().and_then(|s| s.holder_identity.clone());
-        let since = leader.as_ref().and_then(|s| millis_of(s.acquire_time.as_ref()));
+        let since = leader
+            .as_ref()
+            .and_then(|s| millis_of(s.acquire_time.as_ref()));
         let recent = now() - 3 * self.duration.as_millis() as Timestamp;
         let mut replicas: Vec<Replica> = leases
             .items

@@ -17,6 +17,7 @@ mod offline;
 mod openapi;
 mod real;
 mod reload;
+mod replicas;
 mod resources;
 mod rules;
 mod schemathesis;

@@ -42,7 +42,7 @@ fn cluster() -> Cluster {
 
 /// Serve the `Task` definition, as the chart's `crds/` does, and the
 /// namespace the tasks live in.
-fn define_tasks(cluster: &Cluster) {
+pub fn define_tasks(cluster: &Cluster) {
     cluster.apply(
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "verdict-system"}}),
     );

@@ -91,7 +91,10 @@ impl KubeStore {
     }
 
     fn name_of(&self, id: &str) -> String {
-        self.names().get(id).cloned().unwrap_or_else(|| id.to_string())
+        self.names()
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| id.to_string())
     }
 
     fn object(&self, task: &Task, resource_version: Option<String>) -> DynamicObject {
@@ -192,7 +195,11 @@ impl KubeStore {
 
     pub async fn delete(&self, ids: &[String]) -> Result<(), StoreError> {
         for id in ids {
-            match self.api.delete(&self.name_of(id), &DeleteParams::default()).await {
+            match self
+                .api
+                .delete(&self.name_of(id), &DeleteParams::default())
+                .await
+            {
                 Ok(_) => {
                     self.names().remove(id);
                 }

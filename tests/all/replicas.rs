@@ -1,0 +1,422 @@
+//! Several replicas on the simulator: one elected leader acts, every
+//! replica serves, a handover (SIGTERM or SIGKILL) loses and repeats
+//! nothing, and two replicas asked at once admit one task. The same
+//! scenarios run on the real API server in `real::replicas`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::live::{Cluster, PATIENCE};
+use crate::serve::Server;
+use crate::support::wait_until;
+
+/// Lease timings short for tests: the Lease lasts 2 s, a leader without a
+/// renewal stops acting after 1.5 s, everyone looks every 250 ms.
+pub const LEASE: [&str; 6] = [
+    "--lease-duration-ms",
+    "2000",
+    "--lease-renew-deadline-ms",
+    "1500",
+    "--lease-retry-ms",
+    "250",
+];
+
+/// Replicas of one installation, each with its own data folder.
+pub struct Group {
+    pub replicas: Vec<Option<Server>>,
+    pub names: Vec<String>,
+    _data: Vec<tempfile::TempDir>,
+}
+
+impl Group {
+    /// `n` replicas following the cluster of `cluster` (flags), sharing
+    /// tasks and the Lease in `namespace`, with more flags.
+    pub fn start(
+        plugins: &Path,
+        cluster: &[&str],
+        namespace: &str,
+        n: usize,
+        extra: &[&str],
+    ) -> Self {
+        let mut replicas = Vec::new();
+        let mut names = Vec::new();
+        let mut data = Vec::new();
+        for i in 0..n {
+            let dir = tempfile::tempdir().unwrap();
+            let name = format!("replica-{i}");
+            let mut flags: Vec<&str> = cluster.to_vec();
+            flags.extend([
+                "--task-store",
+                "kubernetes",
+                "--tasks-namespace",
+                namespace,
+                "--leader-election",
+                "--replica-name",
+                &name,
+            ]);
+            flags.extend(LEASE);
+            flags.extend_from_slice(extra);
+            replicas.push(Some(Server::start_with(plugins, dir.path(), &flags)));
+            names.push(name);
+            data.push(dir);
+        }
+        let group = Self {
+            replicas,
+            names,
+            _data: data,
+        };
+        for (i, server) in group.alive() {
+            assert!(
+                wait_until(PATIENCE, || server.get("/readyz").0 == 200).is_some(),
+                "replica {i} never ready: {}",
+                server.get("/readyz").1
+            );
+        }
+        group
+    }
+
+    pub fn alive(&self) -> impl Iterator<Item = (usize, &Server)> {
+        self.replicas
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// The replicas that say they lead now.
+    pub fn leaders(&self) -> Vec<usize> {
+        self.alive()
+            .filter(|(_, s)| s.get("/readyz").1["leader"] == true)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Wait until exactly one replica leads; which, and how long it took.
+    pub fn leader_within(&self, limit: Duration) -> Option<(usize, Duration)> {
+        let mut leader = None;
+        let took = wait_until(limit, || match self.leaders().as_slice() {
+            [one] => {
+                leader = Some(*one);
+                true
+            }
+            _ => false,
+        })?;
+        leader.map(|l| (l, took))
+    }
+
+    pub fn leader(&self) -> usize {
+        self.leader_within(PATIENCE)
+            .unwrap_or_else(|| panic!("never exactly one leader: {:?}", self.leaders()))
+            .0
+    }
+
+    pub fn server(&self, i: usize) -> &Server {
+        self.replicas[i].as_ref().expect("a running replica")
+    }
+
+    /// A replica other than `not`.
+    pub fn other(&self, not: usize) -> usize {
+        self.alive().map(|(i, _)| i).find(|i| *i != not).unwrap()
+    }
+
+    /// SIGTERM a replica and wait for it to exit.
+    pub fn terminate(&mut self, i: usize) {
+        let mut server = self.replicas[i].take().unwrap();
+        server.terminate();
+        let exited = wait_until(PATIENCE, || server.exited().is_some());
+        assert!(exited.is_some(), "replica {i} did not exit on SIGTERM");
+    }
+
+    /// SIGKILL a replica.
+    pub fn kill(&mut self, i: usize) {
+        self.replicas[i].take().unwrap().kill();
+    }
+}
+
+/// Reads from every replica, over and over, until stopped: how many were
+/// made and which failed.
+pub struct Readers {
+    stop: Arc<AtomicBool>,
+    made: Arc<AtomicUsize>,
+    threads: Vec<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Readers {
+    /// Read `path` from each of `bases` in a thread of its own.
+    pub fn start(bases: Vec<String>, path: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let made = Arc::new(AtomicUsize::new(0));
+        let threads = bases
+            .into_iter()
+            .map(|base| {
+                let (stop, made) = (Arc::clone(&stop), Arc::clone(&made));
+                let url = format!("{base}{path}");
+                std::thread::spawn(move || {
+                    let client = reqwest::blocking::Client::new();
+                    let mut failures = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        match client.get(&url).send() {
+                            Ok(r) if r.status().is_success() => {}
+                            Ok(r) => failures.push(format!("{url}: {}", r.status())),
+                            Err(e) => failures.push(format!("{url}: {e}")),
+                        }
+                        made.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    failures
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            made,
+            threads,
+        }
+    }
+
+    /// Stop; the reads made and the failures.
+    pub fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let failures = self
+            .threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        (self.made.load(Ordering::Relaxed), failures)
+    }
+}
+
+/// Ask for a task; the answer's code and body.
+pub fn ask(server: &Server, app: &str, action: &str, params: Value) -> (u16, Value) {
+    let body = json!({"app": app, "action": action, "params": params, "requested-by": "test"});
+    server.send("POST", "/v1/tasks", Some(&body.to_string()))
+}
+
+/// Wait until a task has finished on `server`; the task.
+pub fn finished(server: &Server, id: &str) -> Value {
+    let mut last = Value::Null;
+    let done = wait_until(PATIENCE, || {
+        last = server.get(&format!("/v1/tasks/{id}")).1;
+        ["succeeded", "failed", "cancelled"].contains(&last["phase"].as_str().unwrap_or_default())
+    });
+    assert!(done.is_some(), "task {id} never finished: {last}");
+    last
+}
+
+/// Two replicas asked for a task on the same app at the same moment,
+/// `rounds` times (an app each round): exactly one of each pair is
+/// admitted, the other refused because the first is still pending.
+pub fn race_admissions(group: &Group, apps: &[String]) {
+    let alive: Vec<usize> = group.alive().map(|(i, _)| i).collect();
+    let (a, b) = (alive[0], alive[1]);
+    for app in apps {
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+            let asks: Vec<_> = [a, b]
+                .into_iter()
+                .map(|i| {
+                    let (server, barrier) = (group.server(i), Arc::clone(&barrier));
+                    scope.spawn(move || {
+                        barrier.wait();
+                        ask(server, app, "scale", json!({"replicas": 2}))
+                    })
+                })
+                .collect();
+            asks.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let admitted = answers.iter().filter(|(code, _)| *code == 201).count();
+        assert_eq!(admitted, 1, "{app}: {answers:#?}");
+        let refused = answers.iter().find(|(code, _)| *code != 201).unwrap();
+        assert_eq!(refused.0, 403, "{app}: {answers:#?}");
+        let reason = refused.1["error"]["message"].as_str().unwrap_or_default();
+        assert!(reason.contains("is still"), "{app}: {reason}");
+    }
+}
+
+/// A Deployment the simulator keeps ready.
+fn deployment(name: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app.kubernetes.io/instance": name}},
+        "spec": {"replicas": 1,
+            "selector": {"matchLabels": {"app.kubernetes.io/instance": name}},
+            "template": {"metadata": {"labels": {"app.kubernetes.io/instance": name}},
+                "spec": {"containers": [{"name": "main", "image": "img:1"}]}}}
+    })
+}
+
+/// The simulator with its controller playing the workloads of `apps`.
+fn sim_cluster(apps: &[&str]) -> Cluster {
+    let cluster = Cluster::start_with(verdict_sim::Options {
+        controller: Some(Duration::from_millis(200)),
+        ..verdict_sim::Options::default()
+    });
+    for app in apps {
+        cluster.apply(deployment(app));
+    }
+    crate::tasks::define_tasks(&cluster);
+    cluster
+}
+
+fn plugins() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins")
+}
+
+#[test]
+fn one_replica_leads_every_replica_serves_and_a_handover_repeats_nothing() {
+    let cluster = sim_cluster(&["cart", "api"]);
+    let url = cluster.sim().url();
+    let mut group = Group::start(
+        &plugins(),
+        &["--cluster-url", &url],
+        "verdict-system",
+        3,
+        &["--execute-tasks"],
+    );
+    let first = group.leader();
+
+    // Every replica lists the three, agrees on the leader, and says so in
+    // its metrics.
+    for (i, server) in group.alive() {
+        let (code, answer) = server.get("/v1/replicas");
+        assert_eq!(code, 200, "{answer}");
+        let listed = answer["replicas"].as_array().unwrap();
+        let names: Vec<&str> = listed.iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["replica-0", "replica-1", "replica-2"], "{answer}");
+        let leaders: Vec<&str> = listed
+            .iter()
+            .filter(|r| r["leader"] == true)
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(leaders, [group.names[first].as_str()], "{answer}");
+        assert!(
+            listed.iter().all(|r| r["policies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p.as_str().unwrap().starts_with("status: "))),
+            "{answer}"
+        );
+        let metrics = reqwest::blocking::get(format!("{}/metrics", server.base))
+            .unwrap()
+            .text()
+            .unwrap();
+        let expected = if i == first {
+            "verdict_leader 1"
+        } else {
+            "verdict_leader 0"
+        };
+        assert!(
+            metrics.contains(expected),
+            "replica {i}: {}",
+            metrics
+                .lines()
+                .filter(|l| l.contains("leader"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+
+    // A task asked on a follower is carried out by the leader, under its
+    // term.
+    let follower = group.other(first);
+    let (code, task) = ask(group.server(follower), "shop/cart", "restart", json!({}));
+    assert_eq!(code, 201, "{task}");
+    let done = finished(group.server(follower), task["id"].as_str().unwrap());
+    assert_eq!(done["phase"], "succeeded", "{done}");
+    assert_eq!(
+        done["actor"]["holder"],
+        group.names[first].as_str(),
+        "{done}"
+    );
+
+    // SIGTERM: the leader frees the Lease, another takes it within a
+    // second, while every other replica keeps answering reads.
+    let survivors: Vec<String> = group
+        .alive()
+        .filter(|(i, _)| *i != first)
+        .map(|(_, s)| s.base.clone())
+        .collect();
+    let readers = Readers::start(survivors, "/v1/apps");
+    let (code, task) = ask(group.server(follower), "shop/api", "restart", json!({}));
+    assert_eq!(code, 201, "{task}");
+    let stopped = Instant::now();
+    group.terminate(first);
+    let (second, _) = group
+        .leader_within(PATIENCE)
+        .expect("a new leader after SIGTERM");
+    let handover = stopped.elapsed();
+    assert_ne!(second, first);
+    assert!(
+        handover < Duration::from_secs(2),
+        "SIGTERM handover took {handover:?}"
+    );
+    // The task asked around the handover is carried out once, finished
+    // by the new leader.
+    let done = finished(group.server(second), task["id"].as_str().unwrap());
+    assert_eq!(done["phase"], "succeeded", "{done}");
+    assert_eq!(
+        done["actor"]["holder"],
+        group.names[second].as_str(),
+        "{done}"
+    );
+    let tasks = group.server(second).get("/v1/tasks?app=shop/api").1;
+    assert_eq!(tasks["tasks"].as_array().unwrap().len(), 1, "{tasks}");
+
+    // SIGKILL: nobody frees the Lease; the last replica takes it once it
+    // expires, within the lease duration and a retry or two.
+    let killed_base = format!("{}/", group.server(second).base);
+    let killed = Instant::now();
+    group.kill(second);
+    let (third, _) = group
+        .leader_within(PATIENCE)
+        .expect("a new leader after SIGKILL");
+    let handover = killed.elapsed();
+    assert!(
+        handover < Duration::from_secs(4),
+        "SIGKILL handover took {handover:?}"
+    );
+    let (code, task) = ask(
+        group.server(third),
+        "shop/cart",
+        "scale",
+        json!({"replicas": 2}),
+    );
+    assert_eq!(code, 201, "{task}");
+    let done = finished(group.server(third), task["id"].as_str().unwrap());
+    assert_eq!(done["phase"], "succeeded", "{done}");
+    assert_eq!(
+        done["actor"]["holder"],
+        group.names[third].as_str(),
+        "{done}"
+    );
+    assert!(done["actor"]["term"].as_u64() > Some(0), "{done}");
+
+    let (made, failures) = readers.finish();
+    assert!(made > 50, "only {made} reads");
+    // Reads failed only on the replica that was SIGKILLed, once it was.
+    assert!(
+        failures.iter().all(|f| f.starts_with(&killed_base)),
+        "{failures:#?}"
+    );
+}
+
+#[test]
+fn two_replicas_asked_at_once_admit_one_task() {
+    let apps: Vec<String> = (0..8).map(|i| format!("app{i}")).collect();
+    let names: Vec<&str> = apps.iter().map(String::as_str).collect();
+    let cluster = sim_cluster(&names);
+    let url = cluster.sim().url();
+    let group = Group::start(
+        &plugins(),
+        &["--cluster-url", &url],
+        "verdict-system",
+        2,
+        &[],
+    );
+    let apps: Vec<String> = apps.iter().map(|a| format!("shop/{a}")).collect();
+    race_admissions(&group, &apps);
+}
