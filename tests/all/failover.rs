@@ -60,7 +60,7 @@ fn pod(name: &str, node: &str, owner: (&str, &str), app: &str) -> Value {
 
 /// Five ready nodes; `shop/web` (a Deployment) with pods on n1 and n2,
 /// `shop/db` (a StatefulSet) with pods on n1 and n2.
-fn cluster() -> Cluster {
+pub fn cluster() -> Cluster {
     let cluster = Cluster::start();
     for n in ["n1", "n2", "n3", "n4", "n5"] {
         cluster.apply(node(n));
@@ -180,7 +180,7 @@ pub fn done(decision: &Value, key: &str) -> bool {
         || decision["taken"][key]["outcome"] == "done"
 }
 
-fn failover_tasks(server: &Server) -> Vec<Value> {
+pub fn failover_tasks(server: &Server) -> Vec<Value> {
     server.get("/v1/tasks").1["tasks"]
         .as_array()
         .unwrap()
@@ -200,7 +200,7 @@ pub fn send(server: &Server, method: &str, path: &str, body: Value) -> (u16, Val
     server.send(method, path, Some(&body.to_string()))
 }
 
-const EVICT_WEB: &str = "evict:Deployment/shop/web";
+pub const EVICT_WEB: &str = "evict:Deployment/shop/web";
 const RELEASE_DB: &str = "release:StatefulSet/shop/db";
 
 #[test]

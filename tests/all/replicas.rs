@@ -420,3 +420,62 @@ fn two_replicas_asked_at_once_admit_one_task() {
     let apps: Vec<String> = apps.iter().map(|a| format!("shop/{a}")).collect();
     race_admissions(&group, &apps);
 }
+
+#[test]
+fn failover_acts_once_across_a_handover() {
+    let cluster = crate::failover::cluster();
+    crate::tasks::define_tasks(&cluster);
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("verdict.toml");
+    std::fs::write(&file, crate::failover::CONFIG).unwrap();
+    let url = cluster.sim().url();
+    let mut group = Group::start(
+        &plugins(),
+        &["--cluster-url", &url, "--config", file.to_str().unwrap()],
+        "verdict-system",
+        3,
+        &["--failover-enforce"],
+    );
+    let first = group.leader();
+    let follower = group.other(first);
+    crate::failover::lose(&cluster, "n2");
+
+    // Followers stand by; the leader asks for the eviction.
+    let standing =
+        crate::failover::decision_until(group.server(follower), "n2", "standing by", |d| {
+            crate::failover::state_of(d, "cordon").as_deref() == Some("standby")
+        });
+    assert!(
+        standing["actions"].to_string().contains(&format!(
+            "carried out by the leader, {}",
+            group.names[first]
+        )),
+        "{standing}"
+    );
+    let asked = wait_until(PATIENCE, || {
+        !crate::failover::failover_tasks(group.server(follower)).is_empty()
+    });
+    assert!(asked.is_some(), "the leader never asked for the eviction");
+
+    // The leader goes; its successor takes up where it was.
+    group.terminate(first);
+    let second = group.leader();
+    let decided = crate::failover::decision_until(group.server(second), "n2", "evicted", |d| {
+        crate::failover::done(d, crate::failover::EVICT_WEB)
+    });
+    let tasks = crate::failover::failover_tasks(group.server(second));
+    let evictions: Vec<&Value> = tasks
+        .iter()
+        .filter(|t| t["params"]["failover"]["workload"]["name"] == "web")
+        .collect();
+    assert_eq!(evictions.len(), 1, "{tasks:#?}");
+    assert_eq!(evictions[0]["phase"], "succeeded", "{tasks:#?}");
+    // What the successor took over shows the task, and who acted.
+    let taken = &decided["taken"][crate::failover::EVICT_WEB];
+    assert_eq!(taken["task"], evictions[0]["id"], "{decided}");
+    assert_eq!(
+        taken["actor"]["holder"],
+        group.names[second].as_str(),
+        "{decided}"
+    );
+}
