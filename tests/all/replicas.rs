@@ -42,13 +42,24 @@ impl Group {
         n: usize,
         extra: &[&str],
     ) -> Self {
+        Self::start_each(plugins, vec![cluster.to_vec(); n], namespace, extra)
+    }
+
+    /// A replica for each of `clusters` (its flags to reach the cluster),
+    /// sharing tasks and the Lease in `namespace`, with more flags.
+    pub fn start_each(
+        plugins: &Path,
+        clusters: Vec<Vec<&str>>,
+        namespace: &str,
+        extra: &[&str],
+    ) -> Self {
         let mut replicas = Vec::new();
         let mut names = Vec::new();
         let mut data = Vec::new();
-        for i in 0..n {
+        for (i, cluster) in clusters.into_iter().enumerate() {
             let dir = tempfile::tempdir().unwrap();
             let name = format!("replica-{i}");
-            let mut flags: Vec<&str> = cluster.to_vec();
+            let mut flags: Vec<&str> = cluster;
             flags.extend([
                 "--task-store",
                 "kubernetes",

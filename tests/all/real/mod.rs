@@ -17,6 +17,7 @@
 
 mod chart;
 mod follow;
+mod replicas;
 mod tasks;
 mod vms;
 mod webhook;

@@ -149,10 +149,25 @@ fn two_replicas_share_their_tasks_through_the_real_api_server() {
     // B sees it through the API server, and so does kubectl.
     let seen = wait_until(PATIENCE, || b.get(&format!("/v1/tasks/{id}")).0 == 200);
     assert!(seen.is_some(), "replica B never saw task {id}");
-    let object = cluster
-        .kubectl_run(&["get", "task", &id, "-n", tasks_ns, "-o", "json"], None)
+    // The object is named by the app and the task's place among its
+    // tasks, and labelled by the app.
+    let selector = format!("verdict.dev/app-namespace={app_ns},verdict.dev/app-name=web");
+    let objects = cluster
+        .kubectl_run(
+            &[
+                "get", "tasks", "-n", tasks_ns, "-l", &selector, "-o", "json",
+            ],
+            None,
+        )
         .unwrap();
-    let object: Value = serde_json::from_str(&object).unwrap();
+    let objects: Value = serde_json::from_str(&objects).unwrap();
+    let object = objects["items"][0].clone();
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(
+        name.starts_with("task-") && name.ends_with("-00000001"),
+        "{name}"
+    );
+    assert_eq!(object["spec"]["id"], id.as_str());
     assert_eq!(object["spec"]["app"], app.as_str());
     assert_eq!(object["spec"]["requested-by"], "ops");
 
@@ -185,7 +200,7 @@ fn two_replicas_share_their_tasks_through_the_real_api_server() {
             &[
                 "get",
                 "task",
-                &id,
+                &name,
                 "-n",
                 tasks_ns,
                 "-o",
