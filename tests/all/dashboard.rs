@@ -345,3 +345,38 @@ fn the_dashboard_shows_an_app_of_virtual_machines_and_forces_a_stage() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts/dashboard-vms.png");
     browser.screenshot(&artifact);
 }
+
+#[test]
+fn the_dashboard_shows_which_replica_leads_and_follows_a_handover() {
+    let cluster = Cluster::start();
+    crate::tasks::define_tasks(&cluster);
+    let url = cluster.sim().url();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let mut group =
+        crate::replicas::Group::start(&plugins, &["--cluster-url", &url], "verdict-system", 2, &[]);
+    let leader = group.leader();
+    let follower = group.other(leader);
+    let browser = Browser::start();
+    browser.open(&format!("{}/", group.server(follower).base));
+    let (me, them) = (group.names[follower].clone(), group.names[leader].clone());
+    browser.until(
+        "this replica follows the leader",
+        &format!("return document.getElementById('replica').textContent === 'replica {me} — follows {them}';"),
+    );
+    browser.until(
+        "both replicas listed, the leader marked",
+        &format!(
+            "const rows = [...document.querySelectorAll('#replicas tr')]; \
+             return rows.length === 2 && !!document.querySelector('#replicas tr[data-replica=\"{them}\"] .badge.ok') \
+             && rows.every((r) => r.textContent.includes('status: default-status@'));"
+        ),
+    );
+    // The leader goes; the page shows this replica leading.
+    group.terminate(leader);
+    browser.until(
+        "this replica leads",
+        &format!(
+            "return document.getElementById('replica').textContent === 'replica {me} — leader';"
+        ),
+    );
+}

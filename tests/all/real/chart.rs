@@ -213,7 +213,7 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
             "jsonpath={.status.availableReplicas}",
         ],
         "the chart's Deployment available",
-        |s| s == "1",
+        |s| s == "3",
     );
 
     // verdict outside the cluster, as the chart's ServiceAccount.
@@ -268,6 +268,11 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
             "--failover-enforce",
             "--metrics-interval-ms",
             "500",
+            "--leader-election",
+            "--replica-name",
+            "outside",
+            "--lease-name",
+            "vc-verdict-test",
         ],
     );
     assert!(
@@ -393,8 +398,17 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
         "{taints}"
     );
 
-    // Every request verdict made was allowed, and it used every grant.
-    drop(server);
+    // Every request verdict made was allowed, and it used every grant (the
+    // Leases' deletion is on shutdown). The replicas are listed.
+    let (code, replicas) = server.get("/v1/replicas");
+    assert_eq!(code, 200, "{replicas}");
+    assert_eq!(replicas["replicas"][0]["name"], "outside", "{replicas}");
+    let mut server = server;
+    server.terminate();
+    assert!(
+        wait_until(PATIENCE, || server.exited().is_some()).is_some(),
+        "verdict did not exit on SIGTERM"
+    );
     let granted = granted(&rendered);
     let (used, refused) = used(&cluster);
     assert!(
