@@ -70,7 +70,10 @@ verbs:
             missing) (`bench --quick` for a short run; `bench --smoke` for
             the policy benchmark's short run in the dev profile, as CI does;
             `bench --soak [--minutes N]`: the demo left running for 30
-            minutes, memory at the start, middle and end)
+            minutes, memory at the start, middle and end; `bench
+            --handover [--rounds N]`: three replicas, the leader stopped by
+            SIGTERM and SIGKILL, the time until another leads — on the
+            control plane of `cluster up` when it runs, else the simulator)
 ";
 
 fn main() -> ExitCode {
@@ -785,6 +788,33 @@ fn bench(rest: &[String]) -> Result<()> {
                 .args(minutes)
                 .current_dir(root()),
             Duration::from_secs(24 * 3600),
+        );
+    }
+    // `--handover`: leader handovers among three replicas, on the local
+    // control plane when `cluster up` runs.
+    if rest.iter().any(|a| a == "--handover") {
+        let rounds: Vec<&String> = rest
+            .iter()
+            .skip_while(|a| *a != "--rounds")
+            .take(2)
+            .collect();
+        let cluster = root().join("target/cluster");
+        let mut real = Vec::new();
+        if cluster.join("up").exists() {
+            real.extend([
+                "--kubeconfig".to_string(),
+                cluster.join("kubeconfig").display().to_string(),
+                "--kubectl".to_string(),
+                cluster.join("bin/kubectl").display().to_string(),
+            ]);
+        }
+        return run(
+            cargo()
+                .args(["bench", "--package", "verdict", "--bench", "handover", "--"])
+                .args(rounds)
+                .args(real)
+                .current_dir(root()),
+            Duration::from_secs(3600),
         );
     }
     // The HTTP benchmark drives load with wrk (Debian's package).
