@@ -16,6 +16,7 @@ use crate::leader::{Elector, Leadership, Members};
 use crate::observe::cluster::{self, Following, Observed};
 use crate::overrides::Overrides;
 use crate::plugins::{Registry, Runtime, watch};
+use crate::shared::Shared;
 use crate::tasks::{Store, StoreKind, Tasks};
 use crate::verdicts::live::Live;
 use crate::verdicts::live::{self as live, Verdicts};
@@ -412,6 +413,18 @@ impl Host {
             }
             _ => None,
         };
+        if let (Some(client), Some(live), StoreKind::Kubernetes) =
+            (&client, &live, config.tasks.store)
+        {
+            let replica = leadership.standing().replica;
+            share(
+                client,
+                &config.tasks.namespace,
+                &replica,
+                (&live.overrides, failover.as_ref()),
+                &mut loops,
+            );
+        }
         if let Some(demo) = &demo {
             loops.push(demo.play_tasks(Arc::clone(&tasks), admission.clone()));
         }
@@ -482,6 +495,44 @@ impl Host {
         if let Some(elector) = self.elector.take() {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(3), elector).await;
         }
+    }
+}
+
+/// People's decisions — status overrides, failover's node overrides and
+/// approvals — shared with the other replicas through the API server (with
+/// the Kubernetes task store, which is how replicas share).
+fn share(
+    client: &kube::Client,
+    namespace: &str,
+    replica: &str,
+    (overrides, failover): (&Arc<Overrides>, Option<&Arc<Failover>>),
+    loops: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    let (shared, writing) = Shared::new(client.clone(), namespace, "status-override", replica);
+    overrides.share(Arc::clone(&shared));
+    loops.push(tokio::spawn(writing));
+    let applying = Arc::clone(overrides);
+    loops.push(tokio::spawn(shared.follow(move |change| {
+        let applying = Arc::clone(&applying);
+        async move {
+            let Ok(change) = serde_json::from_value(change) else {
+                return;
+            };
+            let applied = tokio::task::spawn_blocking(move || applying.apply_shared(change)).await;
+            if let Ok(Err(error)) = applied {
+                tracing::warn!(%error, "another replica's override could not be kept here");
+            }
+        }
+    })));
+    if let Some(failover) = failover {
+        let (shared, writing) = Shared::new(client.clone(), namespace, "failover", replica);
+        failover.share(Arc::clone(&shared));
+        loops.push(tokio::spawn(writing));
+        let applying = Arc::clone(failover);
+        loops.push(tokio::spawn(shared.follow(move |change| {
+            let applying = Arc::clone(&applying);
+            async move { applying.apply_shared(change).await }
+        })));
     }
 }
 

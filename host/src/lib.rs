@@ -17,6 +17,8 @@
 //! - [`events`]: typed events with ids, a replay buffer and subscribers;
 //! - [`leader`]: the Lease election among replicas — who acts, in which
 //!   term — and the replicas' heartbeats;
+//! - [`shared`]: people's decisions made on one replica, shared with the
+//!   others through the API server;
 //!
 //! The domain:
 //! - [`observe`]: Kubernetes objects watched, reduced to observations and
@@ -58,6 +60,7 @@ pub mod offline;
 pub mod overrides;
 pub mod plugins;
 pub mod settings;
+pub mod shared;
 pub mod storage;
 pub mod tasks;
 pub mod time;

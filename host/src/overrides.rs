@@ -199,6 +199,18 @@ pub struct Overrides {
     changed: Box<dyn Fn(AppKey) + Send + Sync>,
     /// Told when an override is set, so that its expiry is waited for.
     set_one: tokio::sync::Notify,
+    /// Where changes are shared with the other replicas, when there are.
+    shared: std::sync::OnceLock<Arc<crate::shared::Shared>>,
+}
+
+/// An override's key as shared decisions name it.
+fn shared_key(key: &OverrideKey) -> String {
+    format!(
+        "{}/{}/{}",
+        key.0,
+        key.1,
+        key.2.as_deref().unwrap_or_default()
+    )
 }
 
 impl Overrides {
@@ -231,6 +243,7 @@ impl Overrides {
             events,
             changed: Box::new(changed),
             set_one: tokio::sync::Notify::new(),
+            shared: std::sync::OnceLock::new(),
         })
     }
 
@@ -347,7 +360,35 @@ impl Overrides {
         change.replaced = self.read().get(&key).cloned();
         self.commit(&key, Some(&record), change.clone())?;
         self.set_one.notify_one();
+        self.publish(&key, &change);
         Ok(change)
+    }
+
+    /// Share this replica's changes with the others from now on.
+    pub fn share(&self, shared: Arc<crate::shared::Shared>) {
+        let _ = self.shared.set(shared);
+    }
+
+    fn publish(&self, key: &OverrideKey, change: &OverrideChange) {
+        if let Some(shared) = self.shared.get() {
+            shared.publish(&shared_key(key), change.at, change);
+        }
+    }
+
+    /// Apply a change another replica made (and audited there): set or
+    /// lifted here too, audited, told and derived. Expiries are not shared:
+    /// every replica takes an override back when it expires.
+    pub fn apply_shared(&self, change: OverrideChange) -> Result<(), StorageError> {
+        let key = change.record.key();
+        match change.event.as_str() {
+            "set" if self.read().get(&key) != Some(&change.record) => {
+                self.commit(&key, Some(&change.record.clone()), change)?;
+                self.set_one.notify_one();
+            }
+            "cleared" if self.read().contains_key(&key) => self.commit(&key, None, change)?,
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Lift an override: automation's verdict is back.
@@ -372,6 +413,7 @@ impl Overrides {
         })?;
         let change = OverrideChange::new("cleared", record, at, by.trim().into(), reason.into());
         self.commit(key, None, change.clone())?;
+        self.publish(key, &change);
         Ok(change)
     }
 

@@ -44,6 +44,15 @@ pub static RESOURCES: &[Resource] = &[
     Resource {
         group: "",
         version: "v1",
+        plural: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        namespaced: true,
+        short_names: &["cm"],
+    },
+    Resource {
+        group: "",
+        version: "v1",
         plural: "nodes",
         singular: "node",
         kind: "Node",

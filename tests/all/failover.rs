@@ -201,7 +201,7 @@ pub fn send(server: &Server, method: &str, path: &str, body: Value) -> (u16, Val
 }
 
 pub const EVICT_WEB: &str = "evict:Deployment/shop/web";
-const RELEASE_DB: &str = "release:StatefulSet/shop/db";
+pub const RELEASE_DB: &str = "release:StatefulSet/shop/db";
 
 #[test]
 fn a_short_outage_is_waited_out_without_action() {

@@ -492,3 +492,92 @@ fn failover_acts_once_across_a_handover() {
         "{decided}"
     );
 }
+
+#[test]
+fn decisions_made_on_any_replica_count_on_every_replica() {
+    let cluster = crate::failover::cluster();
+    crate::tasks::define_tasks(&cluster);
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("verdict.toml");
+    std::fs::write(&file, crate::failover::CONFIG).unwrap();
+    let url = cluster.sim().url();
+    let group = Group::start(
+        &plugins(),
+        &["--cluster-url", &url, "--config", file.to_str().unwrap()],
+        "verdict-system",
+        2,
+        &["--failover-enforce"],
+    );
+    let leader = group.leader();
+    let (on_leader, on_follower) = (group.server(leader), group.server(group.other(leader)));
+
+    // A status forced on the follower is the status on the leader, audited
+    // there too; lifted on the leader, it is lifted on the follower.
+    let (code, body) = on_follower.send(
+        "PUT",
+        "/v1/apps/shop/web/override",
+        Some(&json!({"status": "stopped", "by": "ana", "reason": "maintenance"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    let forced = on_leader.app_until("shop/web", "forced on the leader", PATIENCE, |v| {
+        v["stable"] == "stopped"
+    });
+    assert_eq!(forced["forced"]["by"], "ana", "{forced}");
+    let history = on_leader.get("/v1/apps/shop/web/overrides/history").1;
+    assert_eq!(history["changes"][0]["event"], "set", "{history}");
+    let (code, body) = on_leader.send(
+        "DELETE",
+        "/v1/apps/shop/web/override?by=ana&reason=done",
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    on_follower.app_until("shop/web", "lifted on the follower", PATIENCE, |v| {
+        v["forced"].is_null() && v["stable"] != "stopped"
+    });
+    assert_eq!(on_follower.get("/v1/overrides").1["overrides"], json!([]));
+
+    // An action approved on the follower is carried out by the leader.
+    crate::failover::lose(&cluster, "n2");
+    let release = crate::failover::RELEASE_DB;
+    for server in [on_leader, on_follower] {
+        crate::failover::decision_until(server, "n2", "the release awaits approval", |d| {
+            crate::failover::state_of(d, release).as_deref() == Some("awaiting-approval")
+        });
+    }
+    let (code, body) = crate::failover::send(
+        on_follower,
+        "POST",
+        "/v1/failover/nodes/n2/approve",
+        json!({"action": release, "by": "ana", "reason": "n2 is powered off"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    let released = crate::failover::decision_until(on_leader, "n2", "released", |d| {
+        crate::failover::done(d, release)
+    });
+    assert_eq!(
+        released["taken"][release]["actor"]["holder"],
+        group.names[leader].as_str(),
+        "{released}"
+    );
+    let records = on_leader.get("/v1/failover/history?node=n2&limit=100").1;
+    assert!(
+        records["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "approval" && r["by"] == "ana"),
+        "{records}"
+    );
+
+    // A node forced on the follower is forced on the leader.
+    let (code, body) = crate::failover::send(
+        on_follower,
+        "PUT",
+        "/v1/failover/overrides/n3",
+        json!({"kind": "pause", "by": "ana", "reason": "firmware"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    crate::failover::decision_until(on_leader, "n3", "paused on the leader", |d| {
+        d["override"]["kind"] == "pause" && d["override"]["by"] == "ana"
+    });
+}

@@ -101,6 +101,8 @@ pub struct Failover {
     nodes: Arc<dyn NodeActions>,
     /// Only the leading replica acts.
     leadership: Arc<Leadership>,
+    /// Where people's decisions are shared with the other replicas.
+    shared: std::sync::OnceLock<Arc<crate::shared::Shared>>,
     journal: Journal,
     inner: Mutex<Inner>,
     wake: Notify,
@@ -144,6 +146,7 @@ impl Failover {
             events,
             nodes,
             leadership,
+            shared: std::sync::OnceLock::new(),
             journal,
             inner: Mutex::new(Inner {
                 saved: memory.clone(),

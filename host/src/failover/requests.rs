@@ -79,8 +79,16 @@ impl Failover {
             at,
             expires_at,
         };
+        let change = json!({"event": "override", "override": o});
+        self.overridden(&o).await;
+        self.publish(&format!("override/{node}"), at, &change);
+        Ok(o)
+    }
+
+    /// Keep a node's override, with its record.
+    async fn overridden(&self, o: &Override) {
         let mut inner = self.inner.lock().await;
-        inner.memory.overrides.insert(node.to_string(), o.clone());
+        inner.memory.overrides.insert(o.node.clone(), o.clone());
         let record = Record {
             kind: "override".into(),
             reason: format!(
@@ -96,11 +104,48 @@ impl Failover {
                 o.reason
             ),
             by: Some(o.by.clone()),
-            ..blank(node, at)
+            ..blank(&o.node, o.at)
         };
         self.recorded(inner, record, json!({"event": "override", "override": o}))
             .await;
-        Ok(o)
+    }
+
+    /// Share a decision made here with the other replicas.
+    fn publish(&self, key: &str, at: crate::time::Timestamp, change: &Value) {
+        if let Some(shared) = self.shared.get() {
+            shared.publish(key, at, change);
+        }
+    }
+
+    /// Share this replica's decisions with the others from now on.
+    pub fn share(&self, shared: std::sync::Arc<crate::shared::Shared>) {
+        let _ = self.shared.set(shared);
+    }
+
+    /// Apply a decision another replica took (overrides set or lifted,
+    /// approvals): kept and recorded here too, and judged on at once.
+    pub async fn apply_shared(&self, change: Value) {
+        let field = |name: &str| change[name].as_str().unwrap_or_default().to_string();
+        match change["event"].as_str() {
+            Some("override") => {
+                if let Ok(o) = serde_json::from_value::<Override>(change["override"].clone()) {
+                    self.overridden(&o).await;
+                }
+            }
+            Some("override-cleared") => {
+                let at = change["at"].as_i64().unwrap_or_else(now);
+                let _ = self.lifted(&field("node"), &field("by"), at).await;
+            }
+            Some("approval") => {
+                if let Ok(approval) = serde_json::from_value::<Approval>(change["approval"].clone())
+                {
+                    let inner = self.inner.lock().await;
+                    self.approved(inner, &field("node"), &field("action"), approval)
+                        .await;
+                }
+            }
+            _ => tracing::warn!(%change, "a shared failover decision of an unknown kind"),
+        }
     }
 
     /// Lift a node's override.
@@ -111,6 +156,19 @@ impl Failover {
     ) -> Result<Override, FailoverError> {
         decider(by, None)?;
         let at = now();
+        let o = self.lifted(node, by, at).await?;
+        let change = json!({"event": "override-cleared", "node": node, "by": by, "at": at});
+        self.publish(&format!("override/{node}"), at, &change);
+        Ok(o)
+    }
+
+    /// Take a node's override away, with its record.
+    async fn lifted(
+        &self,
+        node: &str,
+        by: &str,
+        at: crate::time::Timestamp,
+    ) -> Result<Override, FailoverError> {
         let mut inner = self.inner.lock().await;
         let o = inner.memory.overrides.remove(node).ok_or_else(|| {
             FailoverError::NotFound("no-override", format!("node {node} has no override"))
@@ -152,7 +210,7 @@ impl Failover {
     ) -> Result<Approval, FailoverError> {
         decider(&request.by, request.reason.as_deref())?;
         let at = now();
-        let mut inner = self.inner.lock().await;
+        let inner = self.inner.lock().await;
         let report = inner.latest.reports.get(node).ok_or_else(|| {
             FailoverError::NotFound("no-such-node", format!("no decision on node {node}"))
         })?;
@@ -193,18 +251,32 @@ impl Failover {
             reason: request.reason,
             at,
         };
+        self.approved(inner, node, &request.action, approval.clone())
+            .await;
+        let change = json!({"event": "approval", "node": node, "action": request.action, "approval": approval});
+        self.publish(&format!("approval/{node}/{}", request.action), at, &change);
+        Ok(approval)
+    }
+
+    /// Keep an approval, with its record.
+    async fn approved(
+        &self,
+        mut inner: tokio::sync::MutexGuard<'_, Inner>,
+        node: &str,
+        action: &str,
+        approval: Approval,
+    ) {
         inner
             .memory
             .approvals
             .entry(node.to_string())
             .or_default()
-            .insert(request.action.clone(), approval.clone());
+            .insert(action.to_string(), approval.clone());
         let record = Record {
             kind: "approval".into(),
             reason: format!(
-                "{} approved `{}`{}",
+                "{} approved `{action}`{}",
                 approval.by,
-                request.action,
                 approval
                     .reason
                     .as_deref()
@@ -212,10 +284,13 @@ impl Failover {
                     .unwrap_or_default()
             ),
             by: Some(approval.by.clone()),
-            ..blank(node, at)
+            ..blank(node, approval.at)
         };
-        self.recorded(inner, record, json!({"event": "approval", "node": node, "action": request.action, "approval": approval}))
-            .await;
-        Ok(approval)
+        self.recorded(
+            inner,
+            record,
+            json!({"event": "approval", "node": node, "action": action, "approval": approval}),
+        )
+        .await;
     }
 }

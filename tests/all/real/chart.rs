@@ -398,6 +398,32 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
         "{taints}"
     );
 
+    // A status forced and lifted: shared with other replicas through a
+    // ConfigMap, written twice.
+    let (code, body) = server.send(
+        "PUT",
+        "/v1/apps/apps/web/override",
+        Some(&json!({"status": "stopped", "by": "ana", "reason": "maintenance"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = server.send("DELETE", "/v1/apps/apps/web/override?by=ana", None);
+    assert_eq!(code, 200, "{body}");
+    until_kubectl(
+        &cluster,
+        &[
+            "get",
+            "configmaps",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "verdict.dev/shared=status-override",
+            "-o",
+            "jsonpath={.items[0].data.change}",
+        ],
+        "the lifting shared",
+        |s| s.contains("\"cleared\""),
+    );
+
     // Every request verdict made was allowed, and it used every grant (the
     // Leases' deletion is on shutdown). The replicas are listed.
     let (code, replicas) = server.get("/v1/replicas");
