@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::serve::Server;
 
 /// Every operation of the HTTP API.
-const OPERATIONS: [(&str, &str); 29] = [
+const OPERATIONS: [(&str, &str); 30] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -42,6 +42,7 @@ const OPERATIONS: [(&str, &str); 29] = [
     ),
     ("get", "/v1/apps/{namespace}/{name}/overrides/history"),
     ("get", "/v1/events"),
+    ("get", "/v1/replicas"),
     ("get", "/openapi.json"),
 ];
 
