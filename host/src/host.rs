@@ -33,8 +33,9 @@ pub(crate) struct Host {
     pub leadership: Arc<Leadership>,
     /// The replicas' heartbeats, with leader election.
     members: Option<Arc<Members>>,
-    /// The election loop, which frees the Lease on shutdown.
-    elector: Option<tokio::task::JoinHandle<()>>,
+    /// The election loop and the heartbeat, which free the Lease and
+    /// take the heartbeat away on shutdown.
+    elector: Vec<tokio::task::JoinHandle<()>>,
     heartbeat: std::time::Duration,
     tokens: Arc<http::access::Tokens>,
     metrics: Arc<http::metrics::Metrics>,
@@ -54,7 +55,7 @@ pub(crate) struct Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        for task in &self.loops {
+        for task in self.loops.iter().chain(&self.elector) {
             task.abort();
         }
     }
@@ -397,8 +398,7 @@ impl Host {
             live: live.clone(),
         };
         let stopping = tokio::sync::watch::Sender::new(false);
-        let (leadership, members, elector) =
-            elect(config, client.as_ref(), &registry, &stopping, &mut loops);
+        let (leadership, members, elector) = elect(config, client.as_ref(), &registry, &stopping);
         let failover = match (&live, &client) {
             (Some(live), Some(client)) => {
                 let parts = (&registry, &tasks, &admission, &events);
@@ -490,11 +490,11 @@ impl Host {
         self.stopping.send_replace(true);
     }
 
-    /// Wait (a little) until the election loop has freed the Lease.
+    /// Wait (a little) until the election loop has freed the Lease and
+    /// the heartbeat is taken away.
     pub async fn released(&mut self) {
-        if let Some(elector) = self.elector.take() {
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), elector).await;
-        }
+        let ending = futures_util::future::join_all(self.elector.drain(..));
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(3), ending).await;
     }
 }
 
@@ -544,16 +544,15 @@ fn elect(
     client: Option<&kube::Client>,
     registry: &Arc<Registry>,
     stopping: &tokio::sync::watch::Sender<bool>,
-    loops: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> (
     Arc<Leadership>,
     Option<Arc<Members>>,
-    Option<tokio::task::JoinHandle<()>>,
+    Vec<tokio::task::JoinHandle<()>>,
 ) {
     let settings = &config.leader;
     let replica = settings.replica_name();
     let Some(client) = client.filter(|_| settings.enabled) else {
-        return (Leadership::solo(&replica), None, None);
+        return (Leadership::solo(&replica), None, Vec::new());
     };
     let namespace = &config.tasks.namespace;
     let leadership = Leadership::elected(&replica);
@@ -574,11 +573,9 @@ fn elect(
             policies(&registry);
         }
     });
-    loops.push(tokio::spawn(
-        Arc::clone(&members).beat(stopping.subscribe()),
-    ));
+    let beat = tokio::spawn(Arc::clone(&members).beat(stopping.subscribe()));
     tracing::info!(%replica, lease = %settings.lease, %namespace, "leader election: this replica acts only while it holds the lease");
-    (leadership, Some(members), Some(elector))
+    (leadership, Some(members), vec![elector, beat])
 }
 
 /// Run the host until Ctrl-C or SIGTERM: HTTPS when a certificate is

@@ -577,14 +577,10 @@ async fn watch_for_free(api: Api<Lease>, name: String, freed: Arc<Notify>) {
                     .as_ref()
                     .is_none_or(|s| s.holder_identity.as_deref().is_none_or(str::is_empty));
                 if free {
-                    freed.notify_waiters();
                     freed.notify_one();
                 }
             }
-            Ok(watcher::Event::Delete(_)) => {
-                freed.notify_waiters();
-                freed.notify_one();
-            }
+            Ok(watcher::Event::Delete(_)) => freed.notify_one(),
             Ok(_) => {}
             Err(error) => {
                 tracing::debug!(%error, "watching the lease failed; retrying");

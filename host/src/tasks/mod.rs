@@ -341,7 +341,7 @@ impl Tasks {
     /// reads the app's tasks afresh and admits again, seeing that task.
     pub async fn create<F>(
         &self,
-        mut request: NewTask,
+        request: NewTask,
         admit: impl Fn(Vec<types::Task>) -> F,
     ) -> Result<Task, TaskError>
     where
@@ -386,7 +386,6 @@ impl Tasks {
                 Err(error) => return Err(error.into()),
             }
         }
-        request.params.clear();
         Err(TaskError::Refused(Refusal::Conflict(format!(
             "tasks for {} are being asked for on other replicas at the same moment; ask again",
             request.app
