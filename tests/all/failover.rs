@@ -113,7 +113,7 @@ fn sim_node(cluster: &Cluster, name: &str) -> Value {
     cluster.sim().store().get(nodes(), "", name).unwrap()
 }
 
-fn pod_exists(cluster: &Cluster, name: &str) -> bool {
+pub fn pod_exists(cluster: &Cluster, name: &str) -> bool {
     cluster.sim().store().get(pods(), "shop", name).is_ok()
 }
 
