@@ -258,3 +258,124 @@ fn a_file_named_for_a_world_must_implement_it() {
     fixture.registry.reload();
     assert!(fixture.registry.policy(World::Failover).is_ok());
 }
+
+/// A folder as the kubelet writes a ConfigMap volume: the files live in a
+/// timestamped folder, `..data` links to it, and each key is a link
+/// through `..data`. An update writes a new timestamped folder, points
+/// `..data_tmp` at it, renames that over `..data` and removes the old one.
+struct ConfigMapVolume {
+    dir: std::path::PathBuf,
+    generation: u32,
+}
+
+impl ConfigMapVolume {
+    fn new(dir: &std::path::Path, key: &str, content: &[u8]) -> Self {
+        let mut volume = Self {
+            dir: dir.to_path_buf(),
+            generation: 0,
+        };
+        volume.update(key, content);
+        std::os::unix::fs::symlink(format!("..data/{key}"), dir.join(key)).unwrap();
+        volume
+    }
+
+    fn update(&mut self, key: &str, content: &[u8]) {
+        self.generation += 1;
+        let old = std::fs::read_link(self.dir.join("..data")).ok();
+        let timestamped = format!("..2026_12_01_00_00_00.{:09}", self.generation);
+        std::fs::create_dir(self.dir.join(&timestamped)).unwrap();
+        std::fs::write(self.dir.join(&timestamped).join(key), content).unwrap();
+        let tmp = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&timestamped, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
+        if let Some(old) = old {
+            std::fs::remove_dir_all(self.dir.join(old)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_configmap_volume_swap_is_noticed_under_load() {
+    let fixture = Fixture::new();
+    let bytes = |name: &str| std::fs::read(test_plugin(name)).unwrap();
+    let mut volume = ConfigMapVolume::new(fixture.dir.path(), "status.wasm", &bytes("stamp-a"));
+    fixture.registry.reload();
+    let _watcher = watch(
+        Arc::clone(&fixture.registry),
+        fixture.dir.path(),
+        Duration::from_millis(100),
+    )
+    .unwrap();
+    let serving = |registry: &verdict::plugins::Registry| {
+        registry
+            .get("status")
+            .and_then(|s| s.current())
+            .map(|v| v.info().version.clone())
+    };
+    assert_eq!(serving(&fixture.registry).as_deref(), Some("a"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let (registry, stop, tally) = (
+                Arc::clone(&fixture.registry),
+                Arc::clone(&stop),
+                Arc::clone(&tally),
+            );
+            std::thread::spawn(move || {
+                let input = app_input(&format!("app-{i}"));
+                while !stop.load(Ordering::Relaxed) {
+                    tally.calls.fetch_add(1, Ordering::Relaxed);
+                    let answer = registry
+                        .policy(World::Status)
+                        .map_err(|e| e.to_string())
+                        .and_then(|slot| {
+                            slot.call(|v| v.evaluate(&v.context(NOW), &input))
+                                .map_err(|e| e.to_string())
+                        });
+                    match answer {
+                        Err(_) => {
+                            tally.failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(answer)
+                            if answer.value.display.text != answer.version.info().version =>
+                        {
+                            tally.torn.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // Each update of the ConfigMap, as the kubelet makes it, serves.
+    for stamp in ["b", "c", "a", "b", "c", "a"] {
+        volume.update("status.wasm", &bytes(&format!("stamp-{stamp}")));
+        let took = wait_until(PATIENCE, || {
+            serving(&fixture.registry).as_deref() == Some(stamp)
+        });
+        let took = took.unwrap_or_else(|| panic!("version {stamp} never served"));
+        println!(
+            "..data swapped to {stamp}: serving {:.0} ms later",
+            took.as_secs_f64() * 1e3
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let calls = tally.calls.load(Ordering::Relaxed);
+    assert!(calls > 100, "the callers made only {calls} calls");
+    assert_eq!(tally.failed.load(Ordering::Relaxed), 0, "failed calls");
+    assert_eq!(tally.torn.load(Ordering::Relaxed), 0, "torn answers");
+    // The timestamped folders and links are not plugins.
+    let names: Vec<String> = fixture
+        .registry
+        .statuses()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["status"]);
+}
