@@ -22,7 +22,9 @@ use crate::failover::brakes::Maintenance;
 use crate::http::access::Secret;
 use crate::http::tls::TlsFiles;
 use crate::observe::resources::ResourceRef;
-use crate::{admission, events, executor, http, leader, observe, plugins, tasks, verdicts};
+use crate::{
+    admission, delivery, events, executor, http, leader, observe, plugins, tasks, verdicts,
+};
 
 /// Everything the host is built from.
 #[derive(Debug, Clone)]
@@ -44,6 +46,8 @@ pub struct Config {
     pub failover: FailoverConfig,
     pub executor: executor::Settings,
     pub leader: leader::Settings,
+    /// How OCI registries are reached (policies of `Policy` objects).
+    pub registries: delivery::oci::Registries,
     pub http: http::Settings,
     /// Serve HTTPS with this certificate and key (PEM files, reloaded when
     /// they change).
@@ -90,6 +94,7 @@ impl Config {
             failover: FailoverConfig::default(),
             executor: executor::Settings::default(),
             leader: leader::Settings::default(),
+            registries: delivery::oci::Registries::default(),
             http: http::Settings::default(),
             tls: None,
             read_tokens: Vec::new(),
@@ -173,6 +178,8 @@ pub struct ServeArgs {
     pub failover: FailoverConfig,
     #[command(flatten)]
     pub leader: leader::Settings,
+    #[command(flatten)]
+    pub registries: delivery::oci::Registries,
     #[command(flatten)]
     pub http: http::Settings,
 }
@@ -506,6 +513,7 @@ impl ServeArgs {
             failover,
             executor: self.executor,
             leader: self.leader,
+            registries: self.registries,
             http,
             tls,
             read_tokens,

@@ -77,6 +77,9 @@ pub enum Error {
 
     #[error("{0}")]
     Watch(#[from] crate::watch::WatchError),
+
+    #[error("{0}")]
+    Delivery(#[from] crate::delivery::DeliveryError),
 }
 
 /// The host's result type.

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use crate::admission::Admission;
 use crate::config::{ClusterSource, Config};
+use crate::delivery::Cache;
+use crate::delivery::policies::Policies;
 use crate::demo::Demo;
 use crate::error::{Error, Result};
 use crate::events::{Events, Kind};
@@ -424,6 +426,18 @@ impl Host {
                 (&live.overrides, failover.as_ref()),
                 &mut loops,
             );
+            let policies = Policies::new(
+                client.clone(),
+                &config.tasks.namespace,
+                Arc::clone(&registry),
+                (
+                    config.registries.clone(),
+                    Cache::new(&config.data_dir.join("delivered")),
+                ),
+                (Arc::clone(&leadership), members.clone()),
+                Arc::clone(&events),
+            );
+            loops.push(tokio::spawn(policies.follow()));
         }
         if let Some(demo) = &demo {
             loops.push(demo.play_tasks(Arc::clone(&tasks), admission.clone()));

@@ -27,6 +27,8 @@
 //! - [`overrides`]: states people forced on apps and instances;
 //! - [`plugins`]: the Wasm runtime, its limits and call metrics, the
 //!   registry and hot reload;
+//! - [`delivery`]: policies fetched from OCI registries and URLs, checked
+//!   against their digests and kept by digest;
 //! - [`verdicts`]: status evaluation, the live verdicts and their JSON form;
 //! - [`native`]: the default status rules compiled natively, for comparison;
 //! - [`admission`]: the one way a task is admitted and stored, and the
@@ -46,6 +48,7 @@
 
 pub mod admission;
 pub mod config;
+pub mod delivery;
 pub mod demo;
 pub mod error;
 pub mod events;

@@ -32,6 +32,9 @@ enum Command {
     Eval(verdict::offline::eval::EvalArgs),
     /// Run policy test cases; exits non-zero when any fails.
     Test(verdict::offline::test::TestArgs),
+    /// Push, pull and inspect policies as OCI artifacts.
+    #[command(subcommand)]
+    Policy(verdict::offline::policy::PolicyCommand),
 }
 
 fn main() -> ExitCode {
@@ -65,7 +68,7 @@ fn main() -> ExitCode {
     // warnings belong beside them.
     let default_level = match cli.command {
         Command::Serve(_) => "info",
-        Command::Eval(_) | Command::Test(_) => "warn",
+        Command::Eval(_) | Command::Test(_) | Command::Policy(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -93,6 +96,9 @@ fn main() -> ExitCode {
             )
         }
         Command::Eval(args) => verdict::offline::eval::run(&args).map(|out| print!("{out}")),
+        Command::Policy(command) => {
+            verdict::offline::policy::run(&command).map(|out| print!("{out}"))
+        }
         Command::Test(args) => match verdict::offline::test::run(&args) {
             Ok(outcome) => {
                 print!("{}", outcome.report);

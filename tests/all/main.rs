@@ -6,6 +6,7 @@ mod access;
 mod admission;
 mod crash;
 mod dashboard;
+mod delivery;
 mod events;
 mod failover;
 mod live;

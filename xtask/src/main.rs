@@ -247,6 +247,21 @@ fn apt_install(packages: &[&str]) -> Result<()> {
     run(&mut install, INSTALL)
 }
 
+/// The OCI registry the policy delivery tests push to and pull from:
+/// Debian's `docker-registry` (the CNCF distribution registry), installed
+/// when missing. The tests start their own on 127.0.0.1.
+fn ensure_registry() -> Result<()> {
+    if probe("docker-registry", &["--version"]).is_some() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing Debian's docker-registry for the policy delivery tests");
+    apt_install(&["docker-registry"])?;
+    if probe("docker-registry", &["--version"]).is_none() {
+        bail!("docker-registry is still missing after installing it");
+    }
+    Ok(())
+}
+
 /// The browser the dashboard test drives: Debian's Chromium and its
 /// WebDriver, installed when missing.
 fn ensure_browser() -> Result<()> {
@@ -576,6 +591,7 @@ fn lint() -> Result<()> {
 
 fn test() -> Result<()> {
     ensure_browser()?;
+    ensure_registry()?;
     let schemathesis = ensure_schemathesis()?;
     // The real-server suite's control plane: built (when Go is here) and
     // started once for the whole run, stopped when the run ends.

@@ -1,8 +1,10 @@
 //! Offline tools for policy authors: `verdict eval` runs the status policy on
-//! objects from files, `verdict test` runs policy test cases. Neither needs
+//! objects from files, `verdict test` runs policy test cases, `verdict
+//! policy` pushes, pulls and inspects policies in OCI registries. None needs
 //! a cluster or a running host.
 
 pub mod eval;
+pub mod policy;
 pub mod test;
 
 use std::path::PathBuf;

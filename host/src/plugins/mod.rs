@@ -21,9 +21,11 @@ use serde::Serialize;
 
 pub use error::{CallError, LoadError, PolicyError};
 pub use metrics::{CallHistograms, CallSeconds};
-pub use registry::{Answer, ErrorRecord, PluginStatus, Registry, ReloadReport, Slot};
+pub use registry::{
+    Answer, Delivered, ErrorRecord, Mode, PluginStatus, Registry, Rejected, ReloadReport, Slot,
+};
 pub use runtime::{CodeSource, Limits, Runtime};
-pub use version::{Version, VersionInfo, checked_answers, decode_answers};
+pub use version::{PACKAGE_VERSION, Version, VersionInfo, checked_answers, decode_answers};
 pub use watch::watch;
 
 /// The plugin folder, how it is watched, and the limits of each call.

@@ -57,6 +57,31 @@ pub struct Slot {
     /// are not compiled again on every event.
     rejected_hash: Mutex<Option<String>>,
     counters: Counters,
+    /// Where a delivered plugin came from and how it serves; `None` for a
+    /// file of the plugin folder.
+    delivered: Mutex<Option<Delivered>>,
+}
+
+/// A plugin delivered other than by the plugin folder (a `Policy` object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct Delivered {
+    /// The source, pinned (an OCI reference by digest, a URL).
+    pub source: String,
+    /// The digest served: the OCI manifest's, or the component's.
+    pub digest: String,
+    pub mode: Mode,
+}
+
+/// How a delivered plugin serves its world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// It answers for its world (before any plugin file of the folder).
+    Active,
+    /// It is asked the same questions as the active plugin of its world,
+    /// and its answers are only compared, never used.
+    Shadow,
 }
 
 /// An answer of a policy, with the version that gave it.
@@ -82,7 +107,17 @@ impl Slot {
             last_error: Mutex::new(None),
             rejected_hash: Mutex::new(None),
             counters: Counters::default(),
+            delivered: Mutex::new(None),
         }
+    }
+
+    /// Where a delivered plugin came from and how it serves.
+    pub fn delivered(&self) -> Option<Delivered> {
+        lock(&self.delivered).clone()
+    }
+
+    fn shadow(&self) -> bool {
+        self.delivered().is_some_and(|d| d.mode == Mode::Shadow)
     }
 
     pub fn name(&self) -> &str {
@@ -186,6 +221,7 @@ impl Slot {
             errors: self.counters.errors.load(Ordering::Relaxed),
             timeouts: self.counters.timeouts.load(Ordering::Relaxed),
             fallbacks: self.counters.fallbacks.load(Ordering::Relaxed),
+            delivered: self.delivered(),
         }
     }
 }
@@ -204,6 +240,9 @@ pub struct PluginStatus {
     /// The last good version before it, which answers when it fails.
     pub previous: Option<VersionInfo>,
     pub last_error: Option<ErrorRecord>,
+    /// Where a delivered plugin came from and how it serves (`None`: a
+    /// file of the plugin folder).
+    pub delivered: Option<Delivered>,
     pub calls: u64,
     pub errors: u64,
     pub timeouts: u64,
@@ -342,18 +381,141 @@ impl Registry {
             .cloned()
     }
 
-    /// The plugin serving `world`: the one named after the world
-    /// (`status.wasm` for the status world) when it implements it, else the
-    /// first by name that does.
+    /// The plugin serving `world`: a delivered one in active mode that
+    /// implements it (the first by name), else the file named after the
+    /// world (`status.wasm` for the status world) when it implements it,
+    /// else the first file by name that does. Shadows never serve.
     pub fn policy(&self, world: World) -> Result<Arc<Slot>, PolicyError> {
         let serves = |slot: &Slot| slot.current().is_some_and(|v| v.world() == world);
         let slots = self.slots();
+        let delivered = |s: &Arc<Slot>| s.delivered().is_some();
         slots
             .iter()
-            .find(|s| s.name == world.file_stem() && serves(s))
-            .or_else(|| slots.iter().find(|s| serves(s)))
+            .find(|s| delivered(s) && !s.shadow() && serves(s))
+            .or_else(|| {
+                slots
+                    .iter()
+                    .find(|s| !delivered(s) && s.name == world.file_stem() && serves(s))
+            })
+            .or_else(|| slots.iter().find(|s| !delivered(s) && serves(s)))
             .cloned()
             .ok_or(PolicyError::NotLoaded { world })
+    }
+
+    /// The delivered plugins in shadow mode for `world`.
+    pub fn shadows(&self, world: World) -> Vec<Arc<Slot>> {
+        self.slots()
+            .into_iter()
+            .filter(|s| s.shadow() && s.current().is_some_and(|v| v.world() == world))
+            .collect()
+    }
+
+    /// Load a delivered component as plugin `name`, checked as a file is
+    /// (a component that fails leaves what served serving); its settings
+    /// and where it came from kept with it.
+    pub fn install(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        settings: &str,
+        delivered: Delivered,
+    ) -> Result<VersionInfo, Rejected> {
+        let hash = hex::encode(Sha256::digest(bytes));
+        let path = PathBuf::from(&delivered.source);
+        let slot = self.get(name);
+        if let Some(slot) = &slot
+            && slot
+                .current()
+                .is_some_and(|v| v.info().hash == hash && v.settings() == settings)
+        {
+            *lock(&slot.delivered) = Some(delivered);
+            self.swapped.notify_one();
+            return Ok(slot.current().map(|v| v.info().clone()).expect("checked"));
+        }
+        let mut report = ReloadReport::default();
+        let candidate = Candidate {
+            name: name.to_string(),
+            path: path.clone(),
+            bytes: bytes.to_vec(),
+            hash: hash.clone(),
+        };
+        match Version::load(
+            &self.runtime,
+            name,
+            bytes,
+            hash.clone(),
+            settings.to_string(),
+        ) {
+            Ok(version) => {
+                let info = version.info().clone();
+                self.swap_in(&candidate, version, &mut report);
+                *lock(&self.slot_for(name, &path).delivered) = Some(delivered);
+                self.swapped.notify_one();
+                self.tell(&report);
+                Ok(info)
+            }
+            Err(error) => {
+                self.reject(name, &path, Some(hash), &error, &mut report);
+                if let Some(slot) = self.get(name)
+                    && slot.delivered().is_none()
+                {
+                    *lock(&slot.delivered) = Some(delivered);
+                }
+                self.tell(&report);
+                Err(report.rejected.pop().expect("a rejection was reported"))
+            }
+        }
+    }
+
+    /// Change how a delivered plugin serves (promotion, roll-back).
+    pub fn set_mode(&self, name: &str, mode: Mode) -> bool {
+        let Some(slot) = self.get(name) else {
+            return false;
+        };
+        let mut delivered = lock(&slot.delivered);
+        let Some(d) = delivered.as_mut() else {
+            return false;
+        };
+        d.mode = mode;
+        drop(delivered);
+        self.swapped.notify_one();
+        true
+    }
+
+    /// Unload a delivered plugin.
+    pub fn uninstall(&self, name: &str) -> bool {
+        let removed = {
+            let mut slots = self
+                .slots
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match slots.get(name) {
+                Some(slot) if slot.delivered().is_some() => slots.remove(name),
+                _ => None,
+            }
+        };
+        if removed.is_some() {
+            tracing::info!(plugin = %name, "delivered plugin removed: unloaded");
+            let report = ReloadReport {
+                unloaded: vec![name.to_string()],
+                ..ReloadReport::default()
+            };
+            self.swapped.notify_one();
+            self.tell(&report);
+        }
+        removed.is_some()
+    }
+
+    /// Tell the reload hooks.
+    fn tell(&self, report: &ReloadReport) {
+        for f in self
+            .on_reload
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            f(report);
+        }
     }
 
     /// Every plugin with its versions, errors and counters.
@@ -387,6 +549,10 @@ impl Registry {
         let mut candidates = Vec::new();
         for (name, path) in &files {
             let slot = self.get(name);
+            // A delivered plugin of the same name takes its place.
+            if slot.as_ref().is_some_and(|s| s.delivered().is_some()) {
+                continue;
+            }
             let bytes = match std::fs::read(path) {
                 Ok(bytes) => bytes,
                 // Gone between listing and reading: the next event tells.
@@ -479,8 +645,8 @@ impl Registry {
             .slots
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        slots.retain(|name, _| {
-            let keep = files.contains_key(name);
+        slots.retain(|name, slot| {
+            let keep = files.contains_key(name) || slot.delivered().is_some();
             if !keep {
                 tracing::info!(plugin = %name, "plugin file removed: unloaded");
                 report.unloaded.push(name.clone());
@@ -491,14 +657,7 @@ impl Registry {
         if !report.loaded.is_empty() || !report.unloaded.is_empty() {
             self.swapped.notify_one();
         }
-        for f in self
-            .on_reload
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-        {
-            f(&report);
-        }
+        self.tell(&report);
         report
     }
 

@@ -205,6 +205,19 @@ fn world_of_exports(exports: &[String]) -> Result<World, LoadError> {
 pub const PACKAGE_VERSION: &str = "0.2.0";
 
 impl Version {
+    /// The settings this version was loaded with (JSON text).
+    pub fn settings(&self) -> &str {
+        &self.settings
+    }
+
+    /// What a component is, checked as a reload checks it (compiled,
+    /// linked, described, smoke-tested), without serving it.
+    pub fn examine(runtime: &Arc<Runtime>, bytes: &[u8]) -> Result<VersionInfo, LoadError> {
+        use sha2::Digest as _;
+        let hash = hex::encode(sha2::Sha256::digest(bytes));
+        Self::load(runtime, "examined", bytes, hash, "{}".into()).map(|v| v.info)
+    }
+
     /// Compile (or load from cache), recognise the world, link, and validate:
     /// `describe` must answer and a smoke evaluation must succeed within the
     /// limits. Nothing is swapped in here.

@@ -398,6 +398,33 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
         "{taints}"
     );
 
+    // A Policy whose registry cannot be reached: the replica says so in
+    // its status.
+    cluster
+        .apply(
+            &json!({
+                "apiVersion": "verdict.dev/v1alpha1", "kind": "Policy",
+                "metadata": {"name": "unreachable", "namespace": NAMESPACE},
+                "spec": {"world": "status", "source": format!("127.0.0.1:1/none@sha256:{}", "0".repeat(64))},
+            })
+            .to_string(),
+        )
+        .unwrap();
+    until_kubectl(
+        &cluster,
+        &[
+            "get",
+            "policy",
+            "unreachable",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.status.replicas.outside.error} {.status.ready}",
+        ],
+        "the Policy's status says why it is not served",
+        |s| s.contains("127.0.0.1:1") && s.ends_with(" 0/1"),
+    );
+
     // A status forced and lifted: shared with other replicas through a
     // ConfigMap, written twice.
     let (code, body) = server.send(

@@ -1,0 +1,257 @@
+//! Policies delivered from elsewhere than the plugin folder: OCI artifacts
+//! pulled by digest ([`oci`]) and HTTPS URLs with their sha256. What is
+//! fetched is checked against its digest in memory, then kept in the data
+//! folder's cache by digest (written to a temporary file and renamed), so
+//! that nothing half-downloaded is ever loaded and a source that is away
+//! later does not take the policy with it.
+
+pub mod oci;
+pub mod policies;
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Why a policy could not be delivered.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("{0}")]
+    Reference(String),
+    #[error("the registry of {reference}: {message}")]
+    Registry { reference: String, message: String },
+    #[error("{0}")]
+    Artifact(String),
+    #[error("{what} has digest {found}, not {expected}: refused")]
+    Digest {
+        what: String,
+        expected: String,
+        found: String,
+    },
+    #[error("{url}: {message}")]
+    Fetch { url: String, message: String },
+    #[error("the policy cache {}: {message}", path.display())]
+    Cache { path: PathBuf, message: String },
+}
+
+/// Where a policy comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// An OCI artifact: `registry/repository@sha256:…` (or `:tag`, resolved
+    /// once to the digest it names), optionally written `oci://…`.
+    Oci(String),
+    /// A component at an HTTPS URL, with the sha256 it must have.
+    Url { url: String, sha256: String },
+}
+
+impl Source {
+    /// A source as written: an HTTP(S) URL with `sha256` beside it, else an
+    /// OCI reference.
+    pub fn parse(text: &str, sha256: Option<&str>) -> Result<Self, DeliveryError> {
+        let text = text.trim();
+        if text.starts_with("https://") || text.starts_with("http://") {
+            let sha256 = sha256
+                .map(|s| s.trim().trim_start_matches("sha256:").to_lowercase())
+                .filter(|s| s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()))
+                .ok_or_else(|| {
+                    DeliveryError::Reference(format!(
+                        "{text}: a URL needs the sha256 of what it serves (64 hex digits)"
+                    ))
+                })?;
+            return Ok(Self::Url {
+                url: text.to_string(),
+                sha256,
+            });
+        }
+        if text.is_empty() {
+            return Err(DeliveryError::Reference("the source is empty".into()));
+        }
+        Ok(Self::Oci(text.to_string()))
+    }
+}
+
+/// A component fetched and checked.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// `sha256:<hex>` of the component itself.
+    pub sha256: String,
+    /// The OCI manifest's digest, for an OCI source.
+    pub manifest: Option<String>,
+    /// The source pinned: an OCI reference by digest, or the URL.
+    pub pinned: String,
+    pub component: Vec<u8>,
+}
+
+/// Fetch a source's component, checked against its digest.
+pub async fn fetch(
+    registries: &oci::Registries,
+    source: &Source,
+) -> Result<Fetched, DeliveryError> {
+    match source {
+        Source::Oci(reference) => {
+            let pulled = oci::pull(registries, reference).await?;
+            Ok(Fetched {
+                sha256: oci::digest_of(&pulled.component),
+                manifest: Some(pulled.digest),
+                pinned: pulled.pinned,
+                component: pulled.component,
+            })
+        }
+        Source::Url { url, sha256 } => {
+            let failed = |message: String| DeliveryError::Fetch {
+                url: url.clone(),
+                message,
+            };
+            let response = reqwest::Client::new()
+                .get(url)
+                .timeout(std::time::Duration::from_secs(60))
+                .send()
+                .await
+                .and_then(reqwest::Response::error_for_status)
+                .map_err(|e| failed(e.to_string()))?;
+            let component = response
+                .bytes()
+                .await
+                .map_err(|e| failed(e.to_string()))?
+                .to_vec();
+            let found = hex::encode(Sha256::digest(&component));
+            if found != *sha256 {
+                return Err(DeliveryError::Digest {
+                    what: url.clone(),
+                    expected: format!("sha256:{sha256}"),
+                    found: format!("sha256:{found}"),
+                });
+            }
+            Ok(Fetched {
+                sha256: format!("sha256:{found}"),
+                manifest: None,
+                pinned: url.clone(),
+                component,
+            })
+        }
+    }
+}
+
+/// Components kept by the pinned source they came from (an OCI reference
+/// by digest, a URL with its sha256), in a folder of the data folder: a
+/// pinned source names its bytes for good, so a kept one needs no network.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    dir: PathBuf,
+}
+
+impl Cache {
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn paths(&self, pinned: &str) -> (PathBuf, PathBuf) {
+        let key = hex::encode(Sha256::digest(pinned.as_bytes()));
+        (
+            self.dir.join(format!("{key}.wasm")),
+            self.dir.join(format!("{key}.sha256")),
+        )
+    }
+
+    /// Keep a component (checked already) for its pinned source: the bytes
+    /// and their digest each written to a temporary file, synced and
+    /// renamed into place, the digest last.
+    pub fn keep(&self, fetched: &Fetched) -> Result<(), DeliveryError> {
+        let (component, digest) = self.paths(&fetched.pinned);
+        std::fs::create_dir_all(&self.dir).map_err(|e| DeliveryError::Cache {
+            path: self.dir.clone(),
+            message: e.to_string(),
+        })?;
+        write_atomically(&component, &fetched.component)?;
+        write_atomically(&digest, fetched.sha256.as_bytes())
+    }
+
+    /// The component kept for a pinned source, read and checked against
+    /// the digest kept with it.
+    pub fn get(&self, pinned: &str) -> Option<Fetched> {
+        let (component, digest) = self.paths(pinned);
+        let sha256 = std::fs::read_to_string(digest).ok()?;
+        let bytes = std::fs::read(component).ok()?;
+        (oci::digest_of(&bytes) == sha256).then(|| Fetched {
+            sha256,
+            manifest: pinned.split_once('@').map(|(_, d)| d.to_string()),
+            pinned: pinned.to_string(),
+            component: bytes,
+        })
+    }
+}
+
+/// Write a file whole or not at all: a temporary file beside it, synced,
+/// renamed over it.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), DeliveryError> {
+    use std::io::Write as _;
+    let failed = |e: std::io::Error| DeliveryError::Cache {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(failed)?;
+    file.write_all(bytes).map_err(failed)?;
+    file.as_file().sync_all().map_err(failed)?;
+    file.persist(path).map_err(|e| failed(e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_oci_references_or_urls_with_their_sha256() {
+        assert_eq!(
+            Source::parse("oci://r.example:5000/p/status@sha256:ab", None).unwrap(),
+            Source::Oci("oci://r.example:5000/p/status@sha256:ab".into())
+        );
+        let sha = "a".repeat(64);
+        assert_eq!(
+            Source::parse(
+                "https://example.com/status.wasm",
+                Some(&format!("sha256:{sha}"))
+            )
+            .unwrap(),
+            Source::Url {
+                url: "https://example.com/status.wasm".into(),
+                sha256: sha
+            }
+        );
+        let refused = Source::parse("https://example.com/status.wasm", None).unwrap_err();
+        assert!(
+            refused.to_string().contains("needs the sha256"),
+            "{refused}"
+        );
+        assert!(Source::parse("https://e/x.wasm", Some("abc")).is_err());
+        assert!(Source::parse("  ", None).is_err());
+    }
+
+    #[test]
+    fn the_cache_keeps_by_pinned_source_and_refuses_what_no_longer_matches() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path());
+        let component = b"not really a component".to_vec();
+        let pinned = "r:5000/p/status@sha256:0123";
+        let fetched = Fetched {
+            sha256: oci::digest_of(&component),
+            manifest: None,
+            pinned: pinned.into(),
+            component: component.clone(),
+        };
+        cache.keep(&fetched).unwrap();
+        assert_eq!(cache.get(pinned).map(|f| f.component), Some(component));
+        assert!(cache.get("r:5000/p/status@sha256:4567").is_none());
+        // Bytes changed on disk are not handed out.
+        let (path, _) = cache.paths(pinned);
+        std::fs::write(&path, b"changed on disk").unwrap();
+        assert!(cache.get(pinned).is_none());
+        // No temporary file is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+}
