@@ -202,3 +202,192 @@ fn policies_are_pushed_pulled_by_digest_and_inspected() {
     assert!(!ok);
     assert!(err.contains("is not a policy"), "{err}");
 }
+
+/// The Policy CRD served by the simulator, as the chart's `crds/` does.
+fn define_policies(cluster: &crate::live::Cluster) {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict/crds/policy-crd.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let object: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
+        cluster.apply(object);
+    }
+}
+
+/// Push a component; the pinned reference.
+pub fn push(registry: &Registry, component: &Path, reference: &str, data: &Path) -> String {
+    let (ok, out, err) = verdict(
+        &[
+            "policy",
+            "push",
+            component.to_str().unwrap(),
+            reference,
+            "--insecure-registry",
+            &registry.address,
+        ],
+        data,
+    );
+    assert!(ok, "{err}");
+    out.trim().rsplit(" as ").next().unwrap().to_string()
+}
+
+fn policy(name: &str, source: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "verdict.dev/v1alpha1", "kind": "Policy",
+        "metadata": {"name": name, "namespace": "verdict-system"},
+        "spec": {"world": "status", "source": source},
+    })
+}
+
+/// The digest a replica serves a delivered plugin at, from `/v1/plugins`.
+fn serving(server: &crate::serve::Server, name: &str) -> Option<String> {
+    let plugins = server.get("/v1/plugins").1;
+    plugins["plugins"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == name && p["active"] == true)
+        .and_then(|p| p["delivered"]["digest"].as_str().map(String::from))
+}
+
+#[test]
+fn a_policy_object_reaches_every_replica_without_a_failed_read() {
+    let Some(mut registry) =
+        Registry::start("a_policy_object_reaches_every_replica_without_a_failed_read")
+    else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let v1 = push(
+        &registry,
+        &default_plugin("status"),
+        &registry.reference("p/status:v1"),
+        data.path(),
+    );
+    let v2 = push(
+        &registry,
+        &crate::support::example_plugin("restart-budget"),
+        &registry.reference("p/status:v2"),
+        data.path(),
+    );
+    let v3 = push(
+        &registry,
+        &crate::support::test_plugin("stamp-a"),
+        &registry.reference("p/status:v3"),
+        data.path(),
+    );
+    let digest = |pinned: &str| pinned.rsplit('@').next().unwrap().to_string();
+
+    let cluster = crate::live::Cluster::start();
+    crate::tasks::define_tasks(&cluster);
+    define_policies(&cluster);
+    let url = cluster.sim().url();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let group = crate::replicas::Group::start(
+        &plugins,
+        &["--cluster-url", &url],
+        "verdict-system",
+        3,
+        &["--insecure-registry", &registry.address],
+    );
+    let status_of = || {
+        let store = cluster.sim().store();
+        let policies = store.find("verdict.dev", "v1alpha1", "policies").unwrap();
+        store
+            .get(policies, "verdict-system", "delivered")
+            .map(|p| p["status"].clone())
+            .unwrap_or_default()
+    };
+    let everywhere = |digest: &str| {
+        wait_until(crate::live::PATIENCE, || {
+            group
+                .alive()
+                .all(|(_, s)| serving(s, "delivered").as_deref() == Some(digest))
+        })
+    };
+
+    // A Policy by tag: resolved to its digest, served by every replica,
+    // which each say so; the leader sums it up.
+    cluster.apply(policy("delivered", &registry.reference("p/status:v1")));
+    assert!(
+        everywhere(&digest(&v1)).is_some(),
+        "{:?}",
+        group
+            .alive()
+            .map(|(_, s)| serving(s, "delivered"))
+            .collect::<Vec<_>>()
+    );
+    let summed = wait_until(crate::live::PATIENCE, || status_of()["ready"] == "3/3");
+    assert!(summed.is_some(), "{}", status_of());
+    let status = status_of();
+    assert_eq!(status["digest"], digest(&v1).as_str(), "{status}");
+    assert_eq!(
+        status["resolved"]["reference"],
+        v1.as_str(),
+        "the tag pinned once: {status}"
+    );
+    for name in &group.names {
+        assert_eq!(
+            status["replicas"][name]["digest"],
+            digest(&v1).as_str(),
+            "{status}"
+        );
+    }
+
+    // Edited to another version under read load: every replica swaps, no
+    // read fails.
+    let bases = group.alive().map(|(_, s)| s.base.clone()).collect();
+    let readers = crate::replicas::Readers::start(bases, "/v1/apps");
+    cluster.apply(policy("delivered", &v2));
+    assert!(everywhere(&digest(&v2)).is_some(), "{}", status_of());
+    let (made, failures) = readers.finish();
+    assert!(made > 20, "only {made} reads");
+    assert!(failures.is_empty(), "{failures:#?}");
+
+    // The registry goes down: a new version cannot be fetched, each replica
+    // says why, and the last good one keeps serving; back up, the new one
+    // serves.
+    registry.stop();
+    cluster.apply(policy("delivered", &v3));
+    let said = wait_until(crate::live::PATIENCE, || {
+        let status = status_of();
+        group.names.iter().all(|n| {
+            status["replicas"][n]["error"]
+                .as_str()
+                .is_some_and(|e| !e.is_empty())
+        })
+    });
+    assert!(said.is_some(), "{}", status_of());
+    assert!(
+        group
+            .alive()
+            .all(|(_, s)| serving(s, "delivered").as_deref() == Some(digest(&v2).as_str()))
+    );
+    registry.resume();
+    assert!(everywhere(&digest(&v3)).is_some(), "{}", status_of());
+
+    // Deleted: unloaded everywhere; the plugin folder's status policy
+    // serves again.
+    cluster
+        .sim()
+        .store()
+        .delete(
+            cluster
+                .sim()
+                .store()
+                .find("verdict.dev", "v1alpha1", "policies")
+                .unwrap(),
+            "verdict-system",
+            "delivered",
+        )
+        .unwrap();
+    let gone = wait_until(crate::live::PATIENCE, || {
+        group.alive().all(|(_, s)| {
+            s.get("/v1/plugins").1["plugins"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|p| p["name"] != "delivered")
+        })
+    });
+    assert!(gone.is_some());
+}

@@ -81,6 +81,15 @@ fn spec_of(object: &DynamicObject) -> Result<Spec, String> {
     })
 }
 
+/// The reference a Policy's tag was pinned to for its generation, when a
+/// replica resolved it.
+fn pinned_tag(object: &DynamicObject) -> Option<String> {
+    let resolved = &object.data["status"]["resolved"];
+    (resolved["generation"].as_i64() == object.metadata.generation)
+        .then(|| resolved["reference"].as_str().map(String::from))
+        .flatten()
+}
+
 /// The Policy controller of one replica.
 #[derive(Debug)]
 pub struct Policies {
@@ -178,6 +187,16 @@ impl Policies {
         let name = object.metadata.name.clone().unwrap_or_default();
         let generation = object.metadata.generation.unwrap_or(0);
         lock(&self.seen).insert(name.clone(), object.clone());
+        // A tag another replica resolved for this generation, that this one
+        // serves another digest of: serve the one it was pinned to.
+        let pinned = pinned_tag(&object);
+        let serving = self.registry.get(&name).and_then(|s| s.delivered());
+        if pinned
+            .as_ref()
+            .is_some_and(|p| serving.as_ref().is_some_and(|d| d.source != *p))
+        {
+            lock(&self.served).remove(&name);
+        }
         if lock(&self.served).get(&name) != Some(&generation) {
             let outcome = self.serve(&name, &object).await;
             let (digest, error) = match &outcome {
@@ -216,13 +235,30 @@ impl Policies {
     }
 
     /// Fetch, check and swap in a Policy's component; the digest served
-    /// (the OCI manifest's, or the component's for a URL).
+    /// (the OCI manifest's, or the component's for a URL). A tag is
+    /// resolved once for a generation: the first replica to resolve it
+    /// writes the pinned reference in the status, and the others use that.
     async fn serve(&self, name: &str, object: &DynamicObject) -> Result<String, String> {
-        let spec = spec_of(object)?;
+        let mut spec = spec_of(object)?;
+        let tagged = matches!(&spec.source, Source::Oci(r) if !r.contains("@sha256:"));
+        if let Some(pinned) = pinned_tag(object) {
+            spec.source = Source::Oci(pinned);
+        }
         let fetched = self
             .fetched(&spec.source)
             .await
             .map_err(|e| e.to_string())?;
+        if tagged && pinned_tag(object).is_none() {
+            let generation = object.metadata.generation.unwrap_or(0);
+            let resolved = json!({"status": {"resolved": {"generation": generation, "reference": fetched.pinned}}});
+            if let Err(error) = self
+                .api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&resolved))
+                .await
+            {
+                tracing::debug!(policy = %name, %error, "the tag's digest could not be written");
+            }
+        }
         let digest = fetched
             .manifest
             .clone()
