@@ -16,6 +16,7 @@
 //! test's pods land on it.
 
 mod chart;
+mod delivery;
 mod follow;
 mod replicas;
 mod tasks;
