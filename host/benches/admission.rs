@@ -80,6 +80,7 @@ fn main() {
     ));
     registry.reload();
     let admission = Admission {
+        shadows: None,
         registry,
         failure: FailureMode::Closed,
         live: None,

@@ -52,6 +52,8 @@ pub struct Admission {
     pub registry: Arc<Registry>,
     pub failure: FailureMode,
     pub live: Option<Live>,
+    /// The admission world's shadows, asked the same task requests.
+    pub shadows: Option<Arc<crate::shadow::Shadows>>,
 }
 
 /// A review the webhook cannot read.
@@ -98,6 +100,46 @@ async fn call<R: Send + 'static>(
 }
 
 impl Admission {
+    /// Ask the admission world's shadows the task request the active
+    /// policy answered, off this path.
+    fn shadow(
+        &self,
+        input: admission::AdmissionInput,
+        answer: &admission::TaskAdmission,
+        policy: &str,
+    ) {
+        let Some(shadows) = &self.shadows else { return };
+        let slots = self.registry.shadows(World::Admission);
+        if slots.is_empty() {
+            return;
+        }
+        let subject = format!(
+            "{}/{} {}",
+            input.request.app.namespace,
+            input.request.app.name,
+            crate::wit::WitName::wit_name(&input.request.action)
+        );
+        let active = [(
+            subject.clone(),
+            serde_json::to_value(answer).unwrap_or_default(),
+        )]
+        .into();
+        let job = crate::shadow::job(
+            slots.clone(),
+            policy.to_string(),
+            crate::time::now(),
+            active,
+            move |version, ctx| {
+                let answer = version.admit_task(ctx, &input)?;
+                Ok(vec![(
+                    subject.clone(),
+                    serde_json::to_value(answer).unwrap_or_default(),
+                )])
+            },
+        );
+        shadows.offer(&slots, job);
+    }
+
     /// What the host knows of an app: its observation and verdict.
     fn app(&self, id: &types::AppId) -> (Option<types::App>, Option<types::AppVerdict>) {
         let Some(live) = &self.live else {
@@ -150,6 +192,7 @@ impl Admission {
             verdict,
             tasks,
         };
+        let asked = input.clone();
         let answer = call(&self.registry, move |version, ctx| {
             version.admit_task(ctx, &input)
         })
@@ -158,6 +201,7 @@ impl Admission {
             Ok(answer) => answer,
             Err(error) => return self.task_failure(&request.app, &error),
         };
+        self.shadow(asked, &answer, &policy);
         let defaults = match serde_json::from_str::<Value>(&answer.defaults) {
             Ok(Value::Object(map)) => map,
             _ => {

@@ -23,7 +23,7 @@ use crate::http::access::Secret;
 use crate::http::tls::TlsFiles;
 use crate::observe::resources::ResourceRef;
 use crate::{
-    admission, delivery, events, executor, http, leader, observe, plugins, tasks, verdicts,
+    admission, delivery, events, executor, http, leader, observe, plugins, shadow, tasks, verdicts,
 };
 
 /// Everything the host is built from.
@@ -48,6 +48,7 @@ pub struct Config {
     pub leader: leader::Settings,
     /// How OCI registries are reached (policies of `Policy` objects).
     pub registries: delivery::oci::Registries,
+    pub shadow: shadow::Settings,
     pub http: http::Settings,
     /// Serve HTTPS with this certificate and key (PEM files, reloaded when
     /// they change).
@@ -95,6 +96,7 @@ impl Config {
             executor: executor::Settings::default(),
             leader: leader::Settings::default(),
             registries: delivery::oci::Registries::default(),
+            shadow: shadow::Settings::default(),
             http: http::Settings::default(),
             tls: None,
             read_tokens: Vec::new(),
@@ -180,6 +182,8 @@ pub struct ServeArgs {
     pub leader: leader::Settings,
     #[command(flatten)]
     pub registries: delivery::oci::Registries,
+    #[command(flatten)]
+    pub shadow: shadow::Settings,
     #[command(flatten)]
     pub http: http::Settings,
 }
@@ -514,6 +518,7 @@ impl ServeArgs {
             executor: self.executor,
             leader: self.leader,
             registries: self.registries,
+            shadow: self.shadow,
             http,
             tls,
             read_tokens,

@@ -18,6 +18,7 @@ use crate::leader::{Elector, Leadership, Members};
 use crate::observe::cluster::{self, Following, Observed};
 use crate::overrides::Overrides;
 use crate::plugins::{Registry, Runtime, watch};
+use crate::shadow::Shadows;
 use crate::shared::Shared;
 use crate::tasks::{Store, StoreKind, Tasks};
 use crate::verdicts::live::Live;
@@ -35,6 +36,9 @@ pub(crate) struct Host {
     pub leadership: Arc<Leadership>,
     /// The replicas' heartbeats, with leader election.
     members: Option<Arc<Members>>,
+    shadows: Arc<Shadows>,
+    /// The Policy objects' controller, with the Kubernetes task store.
+    policies: Option<Arc<Policies>>,
     /// The election loop and the heartbeat, which free the Lease and
     /// take the heartbeat away on shutdown.
     elector: Vec<tokio::task::JoinHandle<()>>,
@@ -282,7 +286,7 @@ fn observe(
     config: &Config,
     client: &kube::Client,
     observed: Arc<Observed>,
-    (registry, tasks, events): (&Arc<Registry>, &Arc<Tasks>, &Arc<Events>),
+    (registry, tasks, events, shadows): (&Arc<Registry>, &Arc<Tasks>, &Arc<Events>, &Arc<Shadows>),
     loops: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> Result<(Live, Following)> {
     let verdicts = Arc::new(Verdicts::with_threads(config.verdicts.derive_threads));
@@ -307,6 +311,7 @@ fn observe(
         live::Beside {
             tasks: Some(Arc::clone(tasks)),
             overrides: Some(Arc::clone(&overrides)),
+            shadows: Some(Arc::clone(shadows)),
         },
         Some(Arc::clone(events)),
     )));
@@ -386,9 +391,10 @@ impl Host {
             .map(|_| Arc::new(Observed::new(config.observe.group_by.clone())));
         let mut loops = Vec::new();
         let tasks = tasks(config, client.as_ref(), &observed, &events, &mut loops).await?;
+        let shadows = Shadows::start(config.shadow.clone(), Some(Arc::clone(&events)));
         let (live, following) = match (&client, observed) {
             (Some(client), Some(observed)) => {
-                let parts = (&registry, &tasks, &events);
+                let parts = (&registry, &tasks, &events, &shadows);
                 let live = observe(config, client, observed, parts, &mut loops)?;
                 (Some(live.0), Some(live.1))
             }
@@ -396,6 +402,7 @@ impl Host {
         };
         let admission = Admission {
             registry: Arc::clone(&registry),
+            shadows: Some(Arc::clone(&shadows)),
             failure: config.admission.failure,
             live: live.clone(),
         };
@@ -415,6 +422,10 @@ impl Host {
             }
             _ => None,
         };
+        if let Some(failover) = &failover {
+            failover.shadow_with(Arc::clone(&shadows));
+        }
+        let mut policies = None;
         if let (Some(client), Some(live), StoreKind::Kubernetes) =
             (&client, &live, config.tasks.store)
         {
@@ -426,7 +437,7 @@ impl Host {
                 (&live.overrides, failover.as_ref()),
                 &mut loops,
             );
-            let policies = Policies::new(
+            let controller = Policies::new(
                 client.clone(),
                 &config.tasks.namespace,
                 Arc::clone(&registry),
@@ -437,7 +448,8 @@ impl Host {
                 (Arc::clone(&leadership), members.clone()),
                 Arc::clone(&events),
             );
-            loops.push(tokio::spawn(policies.follow()));
+            loops.push(tokio::spawn(Arc::clone(&controller).follow()));
+            policies = Some(controller);
         }
         if let Some(demo) = &demo {
             loops.push(demo.play_tasks(Arc::clone(&tasks), admission.clone()));
@@ -458,6 +470,8 @@ impl Host {
             failover,
             leadership,
             members,
+            shadows,
+            policies,
             elector,
             heartbeat: config.http.heartbeat,
             tokens: Arc::new(http::access::Tokens::new(
@@ -488,6 +502,8 @@ impl Host {
             failover: self.failover.clone(),
             leadership: Arc::clone(&self.leadership),
             members: self.members.clone(),
+            shadows: Arc::clone(&self.shadows),
+            policies: self.policies.clone(),
             heartbeat: self.heartbeat,
             tokens: Arc::clone(&self.tokens),
             metrics: Arc::clone(&self.metrics),

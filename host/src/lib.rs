@@ -27,6 +27,8 @@
 //! - [`overrides`]: states people forced on apps and instances;
 //! - [`plugins`]: the Wasm runtime, its limits and call metrics, the
 //!   registry and hot reload;
+//! - [`shadow`]: plugins in shadow mode asked the active plugin's
+//!   questions, their answers compared;
 //! - [`delivery`]: policies fetched from OCI registries and URLs, checked
 //!   against their digests and kept by digest;
 //! - [`verdicts`]: status evaluation, the live verdicts and their JSON form;
@@ -63,6 +65,7 @@ pub mod offline;
 pub mod overrides;
 pub mod plugins;
 pub mod settings;
+pub mod shadow;
 pub mod shared;
 pub mod storage;
 pub mod tasks;

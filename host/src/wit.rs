@@ -18,6 +18,7 @@ mod generated {
         wasmtime::component::bindgen!({
             world: "failover-policy",
             path: "../wit",
+            additional_derives: [PartialEq, serde::Serialize],
             with: {
                 "verdict:policy/types": super::status::verdict::policy::types,
                 "verdict:policy/host": super::status::verdict::policy::host,
@@ -29,6 +30,7 @@ mod generated {
         wasmtime::component::bindgen!({
             world: "admission-policy",
             path: "../wit",
+            additional_derives: [PartialEq, serde::Serialize],
             with: {
                 "verdict:policy/types": super::status::verdict::policy::types,
                 "verdict:policy/host": super::status::verdict::policy::host,

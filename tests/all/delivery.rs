@@ -391,3 +391,154 @@ fn a_policy_object_reaches_every_replica_without_a_failed_read() {
     });
     assert!(gone.is_some());
 }
+
+/// A Deployment of one running pod, the Deployment labelled as in
+/// maintenance (which the restart-budget example displays as
+/// `Maintenance`, and the default rules do not).
+fn in_maintenance(cluster: &crate::live::Cluster, name: &str) {
+    cluster.apply(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "shop",
+            "labels": {"app.kubernetes.io/instance": name, "example.dev/maintenance": "true"}},
+        "spec": {"replicas": 1},
+        "status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1}
+    }));
+    cluster.apply(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("{name}-1"), "namespace": "shop",
+            "labels": {"app.kubernetes.io/instance": name, "pod-template-hash": "abc"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{name}-abc"), "uid": "u2", "controller": true}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "main", "image": "img:1"}]},
+        "status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "containerStatuses": [{"name": "main", "image": "img:1", "imageID": "", "ready": true, "restartCount": 0,
+                "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+    }));
+}
+
+#[test]
+fn a_shadow_differs_where_it_should_and_is_promoted_and_rolled_back() {
+    let Some(registry) =
+        Registry::start("a_shadow_differs_where_it_should_and_is_promoted_and_rolled_back")
+    else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let candidate = push(
+        &registry,
+        &crate::support::example_plugin("restart-budget"),
+        &registry.reference("p/candidate:1"),
+        data.path(),
+    );
+    let cluster = crate::live::Cluster::start();
+    in_maintenance(&cluster, "quiet");
+    crate::tasks::define_tasks(&cluster);
+    define_policies(&cluster);
+    let url = cluster.sim().url();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let group = crate::replicas::Group::start(
+        &plugins,
+        &["--cluster-url", &url],
+        "verdict-system",
+        2,
+        &["--insecure-registry", &registry.address],
+    );
+    let mut shadow = policy("candidate", &candidate);
+    shadow["spec"]["mode"] = serde_json::json!("shadow");
+    cluster.apply(shadow);
+
+    // The shadow answers the same questions as the folder's status policy;
+    // it differs on the app in maintenance alone, in its display.
+    let (a, b) = (group.server(0), group.server(1));
+    let mut report = serde_json::Value::Null;
+    let differs = wait_until(crate::live::PATIENCE, || {
+        report = a.get("/v1/policies/candidate/shadow").1;
+        report["by-subject"]["shop/quiet"].as_u64() > Some(0)
+            && report["compared"].as_u64() > Some(1)
+    });
+    assert!(differs.is_some(), "{report}");
+    let subjects: Vec<&String> = report["by-subject"].as_object().unwrap().keys().collect();
+    assert_eq!(subjects, ["shop/quiet"], "{report}");
+    assert!(report["by-field"]["display"].as_u64() > Some(0), "{report}");
+    assert_eq!(report["failed"], false);
+    assert!(
+        report["against"]
+            .as_str()
+            .unwrap()
+            .starts_with("default-status@"),
+        "{report}"
+    );
+    let example = report["examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["field"] == "display")
+        .unwrap();
+    assert_eq!(example["shadow"]["text"], "Maintenance", "{example}");
+    // Its answers are never used.
+    assert_ne!(
+        a.get("/v1/apps/shop/quiet").1["display"]["status"],
+        "Maintenance"
+    );
+
+    // Refused: promoting what is not a Policy, or without a reason.
+    let promote = |server: &crate::serve::Server, name: &str, body: serde_json::Value| {
+        server.send(
+            "POST",
+            &format!("/v1/policies/{name}/promote"),
+            Some(&body.to_string()),
+        )
+    };
+    assert_eq!(
+        promote(b, "nope", serde_json::json!({"by": "ana", "reason": "x"})).0,
+        404
+    );
+    assert_eq!(
+        promote(
+            b,
+            "candidate",
+            serde_json::json!({"by": "ana", "reason": " "})
+        )
+        .0,
+        422
+    );
+
+    // Promoted on one replica: active on both; the app in maintenance shows
+    // it.
+    let (code, body) = promote(
+        b,
+        "candidate",
+        serde_json::json!({"by": "ana", "reason": "only differs where intended"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    for server in [a, b] {
+        server.app_until(
+            "shop/quiet",
+            "the promoted policy's display",
+            crate::live::PATIENCE,
+            |v| v["display"]["text"] == "Maintenance",
+        );
+    }
+    let (code, again) = promote(
+        a,
+        "candidate",
+        serde_json::json!({"by": "ana", "reason": "again"}),
+    );
+    assert_eq!(code, 409, "{again}");
+
+    // Rolled back: the folder's policy serves again everywhere.
+    let (code, body) = b.send(
+        "POST",
+        "/v1/policies/candidate/rollback",
+        Some(&serde_json::json!({"by": "ana", "reason": "too early"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    for server in [a, b] {
+        server.app_until(
+            "shop/quiet",
+            "the folder's policy again",
+            crate::live::PATIENCE,
+            |v| v["display"]["text"] != "Maintenance",
+        );
+    }
+}

@@ -81,6 +81,36 @@ fn spec_of(object: &DynamicObject) -> Result<Spec, String> {
     })
 }
 
+/// Why a promotion or roll-back was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error("no Policy {0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the Kubernetes API: {0}")]
+    Kube(#[source] kube::Error),
+}
+
+/// Who decides and why: neither blank.
+fn decided(by: &str, reason: &str) -> Result<(), ChangeError> {
+    crate::overrides::decider(by, Some(reason)).map_err(ChangeError::Invalid)?;
+    if reason.trim().is_empty() {
+        return Err(ChangeError::Invalid("reason: say why".into()));
+    }
+    Ok(())
+}
+
+/// Annotations of a promotion and a roll-back.
+const PROMOTED_BY: &str = "verdict.dev/promoted-by";
+const PROMOTED_REASON: &str = "verdict.dev/promoted-reason";
+const PROMOTED_AT: &str = "verdict.dev/promoted-at";
+const REPLACED: &str = "verdict.dev/replaced";
+const ROLLED_BACK_BY: &str = "verdict.dev/rolled-back-by";
+const ROLLED_BACK_REASON: &str = "verdict.dev/rolled-back-reason";
+
 /// The reference a Policy's tag was pinned to for its generation, when a
 /// replica resolved it.
 fn pinned_tag(object: &DynamicObject) -> Option<String> {
@@ -302,6 +332,126 @@ impl Policies {
         let fetched = fetch(&self.registries, source).await?;
         self.cache.keep(&fetched)?;
         Ok(fetched)
+    }
+
+    async fn get(&self, name: &str) -> Result<DynamicObject, ChangeError> {
+        match self.api.get_opt(name).await {
+            Ok(Some(object)) => Ok(object),
+            Ok(None) => Err(ChangeError::NotFound(name.to_string())),
+            Err(error) => Err(ChangeError::Kube(error)),
+        }
+    }
+
+    async fn patch(&self, name: &str, patch: &Value) -> Result<(), ChangeError> {
+        self.api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(drop)
+            .map_err(ChangeError::Kube)
+    }
+
+    /// Make a shadow Policy the active one of its world, the active ones
+    /// of that world shadows: recorded on the Policy (who, why, when, what
+    /// it replaced) and told. A shadow that `failed` is promoted only when
+    /// `force`d. Every replica follows the edit.
+    pub async fn promote(
+        &self,
+        name: &str,
+        (by, reason): (&str, &str),
+        failed: Option<String>,
+        force: bool,
+    ) -> Result<Vec<String>, ChangeError> {
+        decided(by, reason)?;
+        let object = self.get(name).await?;
+        let spec = spec_of(&object).map_err(ChangeError::Invalid)?;
+        if spec.mode == Mode::Active {
+            return Err(ChangeError::Conflict(format!(
+                "Policy {name} is active already"
+            )));
+        }
+        if let Some(why) = failed.filter(|_| !force) {
+            return Err(ChangeError::Conflict(format!(
+                "the shadow {name} failed ({why}); promote it with \"force\": true to do it anyway"
+            )));
+        }
+        let all = self
+            .api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(ChangeError::Kube)?;
+        let replaced: Vec<String> = all
+            .items
+            .iter()
+            .filter(|o| o.metadata.name.as_deref() != Some(name))
+            .filter(|o| spec_of(o).is_ok_and(|s| s.world == spec.world && s.mode == Mode::Active))
+            .filter_map(|o| o.metadata.name.clone())
+            .collect();
+        for other in &replaced {
+            self.patch(other, &json!({"spec": {"mode": "shadow"}}))
+                .await?;
+        }
+        let at = crate::time::rfc3339(crate::time::now());
+        self.patch(
+            name,
+            &json!({
+                "metadata": {"annotations": {
+                    PROMOTED_BY: by.trim(), PROMOTED_REASON: reason, PROMOTED_AT: at,
+                    REPLACED: replaced.join(","),
+                }},
+                "spec": {"mode": "active"},
+            }),
+        )
+        .await?;
+        tracing::info!(policy = %name, %by, %reason, ?replaced, "Policy promoted");
+        self.tell(
+            name,
+            json!({"event": "promoted", "by": by.trim(), "reason": reason, "replaced": replaced}),
+        );
+        Ok(replaced)
+    }
+
+    /// Undo a promotion: the Policies it replaced active again, this one a
+    /// shadow; recorded and told.
+    pub async fn roll_back(
+        &self,
+        name: &str,
+        (by, reason): (&str, &str),
+    ) -> Result<Vec<String>, ChangeError> {
+        decided(by, reason)?;
+        let object = self.get(name).await?;
+        let annotations = object.metadata.annotations.clone().unwrap_or_default();
+        let restored: Vec<String> = annotations
+            .get(REPLACED)
+            .map(|r| {
+                r.split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if annotations.get(PROMOTED_BY).is_none() {
+            return Err(ChangeError::Conflict(format!(
+                "Policy {name} was not promoted; nothing to roll back"
+            )));
+        }
+        for other in &restored {
+            self.patch(other, &json!({"spec": {"mode": "active"}}))
+                .await?;
+        }
+        self.patch(
+            name,
+            &json!({
+                "metadata": {"annotations": {
+                    ROLLED_BACK_BY: by.trim(), ROLLED_BACK_REASON: reason,
+                    PROMOTED_BY: null, PROMOTED_REASON: null, PROMOTED_AT: null, REPLACED: null,
+                }},
+                "spec": {"mode": "shadow"},
+            }),
+        )
+        .await?;
+        tracing::info!(policy = %name, %by, %reason, ?restored, "Policy rolled back");
+        self.tell(name, json!({"event": "rolled-back", "by": by.trim(), "reason": reason, "restored": restored}));
+        Ok(restored)
     }
 
     /// The leader's summary: the digest most replicas serve at this

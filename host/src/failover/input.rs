@@ -86,6 +86,7 @@ impl Failover {
         at: types::Timestamp,
     ) -> Result<(Vec<wit::NodeDecision>, String), String> {
         let registry = Arc::clone(&self.registry);
+        let shadows = self.shadows.get().cloned();
         tokio::task::spawn_blocking(move || {
             let slot = registry
                 .policy(World::Failover)
@@ -94,7 +95,27 @@ impl Failover {
                 .call(|version| version.decide(&version.context(at), &input))
                 .map_err(|e| e.to_string())?;
             let info = answer.version.info();
-            Ok((answer.value, format!("{}@{}", info.name, info.version)))
+            let policy = format!("{}@{}", info.name, info.version);
+            let slots = registry.shadows(World::Failover);
+            if let Some(shadows) = shadows.filter(|_| !slots.is_empty()) {
+                let by_node =
+                    |decisions: &[wit::NodeDecision]| -> Vec<(String, serde_json::Value)> {
+                        decisions
+                            .iter()
+                            .map(|d| (d.node.clone(), serde_json::to_value(d).unwrap_or_default()))
+                            .collect()
+                    };
+                let active = by_node(&answer.value).into_iter().collect();
+                let job = crate::shadow::job(
+                    slots.clone(),
+                    policy.clone(),
+                    at,
+                    active,
+                    move |version, ctx| Ok(by_node(&version.decide(ctx, &input)?)),
+                );
+                shadows.offer(&slots, job);
+            }
+            Ok((answer.value, policy))
         })
         .await
         .unwrap_or_else(|e| Err(format!("the failover call panicked: {e}")))

@@ -103,6 +103,8 @@ pub struct Failover {
     leadership: Arc<Leadership>,
     /// Where people's decisions are shared with the other replicas.
     shared: std::sync::OnceLock<Arc<crate::shared::Shared>>,
+    /// The failover world's shadows, asked the same questions.
+    shadows: std::sync::OnceLock<Arc<crate::shadow::Shadows>>,
     journal: Journal,
     inner: Mutex<Inner>,
     wake: Notify,
@@ -147,6 +149,7 @@ impl Failover {
             nodes,
             leadership,
             shared: std::sync::OnceLock::new(),
+            shadows: std::sync::OnceLock::new(),
             journal,
             inner: Mutex::new(Inner {
                 saved: memory.clone(),
@@ -162,6 +165,11 @@ impl Failover {
 
     pub fn config(&self) -> &FailoverConfig {
         &self.config
+    }
+
+    /// Ask the failover world's shadows the active policy's questions.
+    pub fn shadow_with(&self, shadows: Arc<crate::shadow::Shadows>) {
+        let _ = self.shadows.set(shadows);
     }
 
     /// Judge the nodes every `every-ms`, and at once after an override or

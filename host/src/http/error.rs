@@ -133,6 +133,26 @@ impl From<FailoverError> for ApiError {
     }
 }
 
+impl From<crate::delivery::policies::ChangeError> for ApiError {
+    fn from(error: crate::delivery::policies::ChangeError) -> Self {
+        use crate::delivery::policies::ChangeError as E;
+        match error {
+            E::NotFound(name) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no-such-policy",
+                format!("no Policy {name}"),
+            ),
+            E::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            E::Invalid(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", m),
+            E::Kube(error) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cluster-unavailable",
+                format!("the Kubernetes API: {error}"),
+            ),
+        }
+    }
+}
+
 impl From<OverrideError> for ApiError {
     fn from(error: OverrideError) -> Self {
         match error {

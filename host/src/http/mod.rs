@@ -12,7 +12,8 @@
 //!   classifier;
 //! - `openapi`: the document's own parts;
 //! - one file of handlers per resource: `health`, `apps`, `plugins`,
-//!   `tasks`, `admission`, `failover`, `events`, `metrics`, `replicas`;
+//!   `tasks`, `admission`, `failover`, `events`, `metrics`, `replicas`,
+//!   `policies`;
 //! - [`access`], [`connections`], [`tls`]: tokens and origins, connection
 //!   bounds, HTTPS.
 
@@ -30,6 +31,7 @@ mod middleware;
 mod openapi;
 mod overrides;
 mod plugins;
+mod policies;
 mod replicas;
 mod tasks;
 pub mod tls;
@@ -125,6 +127,10 @@ pub(crate) struct AppState {
     pub leadership: Arc<crate::leader::Leadership>,
     /// The replicas' heartbeats, with leader election.
     pub members: Option<Arc<crate::leader::Members>>,
+    /// The shadows' comparisons.
+    pub shadows: Arc<crate::shadow::Shadows>,
+    /// The Policy objects' controller, with the Kubernetes task store.
+    pub policies: Option<Arc<crate::delivery::policies::Policies>>,
 }
 
 impl AppState {
@@ -196,6 +202,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(events::routes())
         .merge(metrics::routes())
         .merge(replicas::routes())
+        .merge(policies::routes())
         .split_for_parts();
     openapi::describe(&mut api);
     let document = Arc::new(api.to_pretty_json().unwrap_or_default());

@@ -12,9 +12,10 @@ use serde::Serialize;
 use super::view::AppView;
 use crate::events::{Events, Kind};
 use crate::observe::cluster::Observed;
-use crate::observe::{AppKey, Around};
+use crate::observe::{AppKey, Around, Snapshot};
 use crate::overrides::Overrides;
 use crate::plugins::{CallError, Registry, World};
+use crate::shadow::Shadows;
 use crate::tasks::Tasks;
 use crate::time::millis;
 use crate::wit::types;
@@ -119,11 +120,13 @@ impl Verdicts {
 }
 
 /// What the host holds beside the cluster that goes into each app's input:
-/// its tasks, and the overrides in force on it.
+/// its tasks, and the overrides in force on it; and the shadows asked the
+/// same questions.
 #[derive(Clone, Default)]
 pub struct Beside {
     pub tasks: Option<Arc<Tasks>>,
     pub overrides: Option<Arc<Overrides>>,
+    pub shadows: Option<Arc<Shadows>>,
 }
 
 /// Derive verdicts once: of every application when `full` (or when a
@@ -205,32 +208,61 @@ pub fn derive(
             .map(|o| o.in_force(key, millis(now)))
             .unwrap_or_default(),
     };
+    // The status world's shadows, asked the same questions.
+    let shadow_slots = match &beside.shadows {
+        Some(_) => registry.shadows(World::Status),
+        None => Vec::new(),
+    };
+    // One batch's typed inputs, from a snapshot.
+    let typed = |snapshot: &Snapshot, batch: &[AppKey]| {
+        let mut inputs = snapshot.inputs_for(batch, millis(now));
+        for input in &mut inputs {
+            input.app.observed_at = millis(observed_at);
+            let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
+            let Around { tasks, overrides } = around(&key);
+            input.tasks = tasks;
+            input.overrides = overrides;
+        }
+        inputs
+    };
     // One batch: evaluated from inputs built from the snapshot, or, for a
     // plugin that takes its batches encoded, from the snapshot encoded
     // directly (no copy of the observations). The snapshot is read-locked
-    // only while the batch is copied or encoded.
+    // only while the batch is copied or encoded. With shadows, both are
+    // made from one snapshot first, so that the shadows' questions are the
+    // active plugin's.
     let evaluate_batch = |batch: &[AppKey]| -> Result<Vec<(AppKey, LiveVerdict)>, String> {
+        let (encoded, shadow_inputs) = if shadow_slots.is_empty() {
+            (None, None)
+        } else {
+            let snapshot = observed.read();
+            let encoded = snapshot
+                .encode_inputs(batch, millis(observed_at), around)
+                .ok();
+            (encoded, Some(typed(&snapshot, batch)))
+        };
         let answer = slot.call(|version| {
             let ctx = version.context(millis(now));
             if version.info().encoded_batches {
-                let encoded = observed
-                    .read()
-                    .encode_inputs(batch, millis(observed_at), around)
-                    .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?;
+                let encoded = match &encoded {
+                    Some(encoded) => encoded.clone(),
+                    None => observed
+                        .read()
+                        .encode_inputs(batch, millis(observed_at), around)
+                        .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?,
+                };
                 version.evaluate_encoded(&ctx, encoded, batch)
             } else {
-                let mut inputs = observed.read().inputs_for(batch, millis(now));
-                for input in &mut inputs {
-                    input.app.observed_at = millis(observed_at);
-                    let key = (input.app.id.namespace.clone(), input.app.id.name.clone());
-                    let Around { tasks, overrides } = around(&key);
-                    input.tasks = tasks;
-                    input.overrides = overrides;
-                }
+                let inputs = match &shadow_inputs {
+                    Some(inputs) => inputs.clone(),
+                    None => typed(&observed.read(), batch),
+                };
                 version.evaluate_batch(&ctx, &inputs)
             }
         });
-        let results = answer.map_err(|e| e.to_string())?.value;
+        let answer = answer.map_err(|e| e.to_string())?;
+        let against = crate::shadow::named(&answer.version);
+        let results = answer.value;
         let mut derived = Vec::with_capacity(batch.len());
         for (key, result) in batch.iter().zip(results) {
             match result {
@@ -246,6 +278,23 @@ pub fn derive(
                     tracing::warn!(app = %format!("{}/{}", key.0, key.1), %refusal, "the status policy refused an app");
                 }
             }
+        }
+        if let (Some(shadows), Some(inputs)) = (&beside.shadows, shadow_inputs) {
+            let active = derived
+                .iter()
+                .map(|((ns, name), live)| {
+                    let verdict = serde_json::to_value(&live.verdict).unwrap_or_default();
+                    (format!("{ns}/{name}"), verdict)
+                })
+                .collect();
+            let job = crate::shadow::status_job(
+                shadow_slots.clone(),
+                inputs,
+                active,
+                against,
+                millis(now),
+            );
+            shadows.offer(&shadow_slots, job);
         }
         Ok(derived)
     };
