@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::serve::Server;
 
 /// Every operation of the HTTP API.
-const OPERATIONS: [(&str, &str); 30] = [
+const OPERATIONS: [(&str, &str); 34] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -43,6 +43,10 @@ const OPERATIONS: [(&str, &str); 30] = [
     ("get", "/v1/apps/{namespace}/{name}/overrides/history"),
     ("get", "/v1/events"),
     ("get", "/v1/replicas"),
+    ("get", "/v1/policies"),
+    ("get", "/v1/policies/{name}/shadow"),
+    ("post", "/v1/policies/{name}/promote"),
+    ("post", "/v1/policies/{name}/rollback"),
     ("get", "/openapi.json"),
 ];
 

@@ -405,7 +405,8 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
             &json!({
                 "apiVersion": "verdict.dev/v1alpha1", "kind": "Policy",
                 "metadata": {"name": "unreachable", "namespace": NAMESPACE},
-                "spec": {"world": "status", "source": format!("127.0.0.1:1/none@sha256:{}", "0".repeat(64))},
+                "spec": {"world": "status", "mode": "shadow",
+                    "source": format!("127.0.0.1:1/none@sha256:{}", "0".repeat(64))},
             })
             .to_string(),
         )
@@ -423,6 +424,21 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
         ],
         "the Policy's status says why it is not served",
         |s| s.contains("127.0.0.1:1") && s.ends_with(" 0/1"),
+    );
+
+    // Promoted by a person: the Policy is edited (and served by none, as
+    // its source cannot be reached: the plugin folder's still serves).
+    let (code, body) = server.send(
+        "POST",
+        "/v1/policies/unreachable/promote",
+        Some(&json!({"by": "ana", "reason": "checked"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    until_kubectl(
+        &cluster,
+        &["get", "policy", "unreachable", "-n", NAMESPACE, "-o", "jsonpath={.spec.mode} {.metadata.annotations.verdict\\.dev/promoted-by}"],
+        "the Policy promoted",
+        |s| s == "active ana",
     );
 
     // A status forced and lifted: shared with other replicas through a
