@@ -461,6 +461,7 @@ impl Host {
             failover: failover.clone(),
             events: Arc::clone(&events),
             leadership: Arc::clone(&leadership),
+            shadows: Arc::clone(&shadows),
         });
         Ok(Self {
             registry,

@@ -475,6 +475,19 @@ fn a_shadow_differs_where_it_should_and_is_promoted_and_rolled_back() {
         .find(|e| e["field"] == "display")
         .unwrap();
     assert_eq!(example["shadow"]["text"], "Maintenance", "{example}");
+    let metrics = reqwest::blocking::get(format!("{}/metrics", a.base))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics.contains(r#"verdict_shadow_differences_total{plugin="candidate",field="display"}"#),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("shadow"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     // Its answers are never used.
     assert_ne!(
         a.get("/v1/apps/shop/quiet").1["display"]["status"],

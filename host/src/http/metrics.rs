@@ -76,6 +76,17 @@ struct KindLabels {
     kind: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowLabels {
+    plugin: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FieldLabels {
+    plugin: String,
+    field: String,
+}
+
 /// What a scrape reads from the host's parts, at the time of the scrape.
 #[derive(Debug)]
 pub(crate) struct Sources {
@@ -85,6 +96,7 @@ pub(crate) struct Sources {
     pub failover: Option<Arc<Failover>>,
     pub events: Arc<Events>,
     pub leadership: Arc<crate::leader::Leadership>,
+    pub shadows: Arc<crate::shadow::Shadows>,
 }
 
 impl Metrics {
@@ -226,6 +238,59 @@ impl Collector for Sources {
             "plugin_fallbacks",
             "Calls the previous version answered",
             &fallbacks,
+        )?;
+
+        let compared: Family<ShadowLabels, Counter> = Family::default();
+        let differing: Family<FieldLabels, Counter> = Family::default();
+        let shadow_errors: Family<ShadowLabels, Counter> = Family::default();
+        let skipped: Family<ShadowLabels, Counter> = Family::default();
+        let failed: Family<ShadowLabels, Gauge> = Family::default();
+        for report in self.shadows.reports() {
+            let labels = ShadowLabels {
+                plugin: report.plugin.clone(),
+            };
+            compared.get_or_create(&labels).inc_by(report.compared);
+            shadow_errors.get_or_create(&labels).inc_by(report.errors);
+            skipped.get_or_create(&labels).inc_by(report.skipped);
+            failed.get_or_create(&labels).set(i64::from(report.failed));
+            for (field, count) in &report.by_field {
+                differing
+                    .get_or_create(&FieldLabels {
+                        plugin: report.plugin.clone(),
+                        field: field.clone(),
+                    })
+                    .inc_by(*count);
+            }
+        }
+        family(
+            encoder,
+            "shadow_compared",
+            "Answers of each shadow compared with the active policy's",
+            &compared,
+        )?;
+        family(
+            encoder,
+            "shadow_differences",
+            "Answers of each shadow that differed, by field",
+            &differing,
+        )?;
+        family(
+            encoder,
+            "shadow_errors",
+            "Failed calls of each shadow",
+            &shadow_errors,
+        )?;
+        family(
+            encoder,
+            "shadow_skipped",
+            "Questions not put to each shadow, to keep within its CPU share",
+            &skipped,
+        )?;
+        family(
+            encoder,
+            "shadow_failed",
+            "1 when a shadow failed too often to be promoted without force",
+            &failed,
         )?;
 
         let events: Family<KindLabels, Counter> = Family::default();

@@ -436,7 +436,15 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
     assert_eq!(code, 200, "{body}");
     until_kubectl(
         &cluster,
-        &["get", "policy", "unreachable", "-n", NAMESPACE, "-o", "jsonpath={.spec.mode} {.metadata.annotations.verdict\\.dev/promoted-by}"],
+        &[
+            "get",
+            "policy",
+            "unreachable",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.spec.mode} {.metadata.annotations.verdict\\.dev/promoted-by}",
+        ],
         "the Policy promoted",
         |s| s == "active ana",
     );
