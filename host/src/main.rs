@@ -32,6 +32,9 @@ enum Command {
     Eval(verdict::offline::eval::EvalArgs),
     /// Run policy test cases; exits non-zero when any fails.
     Test(verdict::offline::test::TestArgs),
+    /// Compare two status policies over objects from files: where their
+    /// verdicts differ (exits 1 when they do).
+    Diff(verdict::offline::diff::DiffArgs),
     /// Push, pull and inspect policies as OCI artifacts.
     #[command(subcommand)]
     Policy(verdict::offline::policy::PolicyCommand),
@@ -68,7 +71,7 @@ fn main() -> ExitCode {
     // warnings belong beside them.
     let default_level = match cli.command {
         Command::Serve(_) => "info",
-        Command::Eval(_) | Command::Test(_) | Command::Policy(_) => "warn",
+        Command::Eval(_) | Command::Test(_) | Command::Policy(_) | Command::Diff(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -96,6 +99,16 @@ fn main() -> ExitCode {
             )
         }
         Command::Eval(args) => verdict::offline::eval::run(&args).map(|out| print!("{out}")),
+        Command::Diff(args) => match verdict::offline::diff::run(&args) {
+            Ok(diff) => {
+                print!("{}", diff.report);
+                if diff.differ {
+                    return ExitCode::FAILURE;
+                }
+                Ok(())
+            }
+            Err(error) => Err(error),
+        },
         Command::Policy(command) => {
             verdict::offline::policy::run(&command).map(|out| print!("{out}"))
         }

@@ -338,7 +338,7 @@ impl Shadows {
 
 /// The top-level fields in which two answers differ (both objects), or
 /// `answer` when they are not objects and differ.
-fn differing_fields(active: &Value, shadow: &Value) -> Vec<String> {
+pub fn differing_fields(active: &Value, shadow: &Value) -> Vec<String> {
     match (active, shadow) {
         (Value::Object(a), Value::Object(b)) => {
             let mut fields: Vec<String> = a

@@ -334,3 +334,83 @@ fn the_rules_hold_across_a_swap_to_the_example_and_back() {
     let after = views_of_fixtures(&fixture, &inputs, now);
     assert_eq!(before, after);
 }
+
+#[test]
+fn diff_shows_where_two_status_policies_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = dir.path().join("objects.yaml");
+    // Two running apps; one labelled as in maintenance, which only the
+    // restart-budget example displays.
+    let app = |name: &str, maintenance: bool| {
+        format!(
+            r#"---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: shop, labels: {{app.kubernetes.io/instance: {name}{label}}}}}
+spec: {{replicas: 1}}
+status: {{replicas: 1, readyReplicas: 1, availableReplicas: 1, updatedReplicas: 1}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}-1, namespace: shop, labels: {{app.kubernetes.io/instance: {name}}}}}
+spec: {{nodeName: n1, containers: [{{name: main, image: img}}]}}
+status:
+  phase: Running
+  conditions: [{{type: Ready, status: "True"}}]
+  containerStatuses: [{{name: main, image: img, imageID: "", ready: true, restartCount: 0, state: {{running: {{startedAt: "2026-01-01T00:00:00Z"}}}}}}]
+"#,
+            label = if maintenance {
+                ", example.dev/maintenance: \"true\""
+            } else {
+                ""
+            }
+        )
+    };
+    std::fs::write(&objects, app("calm", false) + &app("quiet", true)).unwrap();
+    let default = workspace().join("target/plugins/status.wasm");
+    let example = workspace().join("target/example-plugins/restart-budget.wasm");
+    let args = |b: &Path| {
+        vec![
+            "diff".to_string(),
+            "--now".into(),
+            "2026-01-01T00:10:00Z".into(),
+            "--objects".into(),
+            objects.display().to_string(),
+            "--plugins".into(),
+            default.display().to_string(),
+            b.display().to_string(),
+        ]
+    };
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        verdict(&args)
+    };
+
+    let output = run(args(&example));
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    let text = stdout(&output);
+    assert!(text.contains("shop/quiet  display"), "{text}");
+    assert!(!text.contains("shop/calm"), "{text}");
+    assert!(text.ends_with("1 of 2 apps differ\n"), "{text}");
+
+    let mut json = args(&example);
+    json.push("--json".into());
+    let body: serde_json::Value = serde_json::from_slice(&run(json).stdout).unwrap();
+    assert_eq!(body["compared"], 2);
+    assert_eq!(body["differing"][0]["app"], "shop/quiet");
+    assert_eq!(
+        body["differing"][0]["fields"]["display"]["b"]["text"],
+        "Maintenance"
+    );
+
+    // A policy compared with itself: no difference, exit 0.
+    let same = run(args(&default));
+    assert!(same.status.success(), "{}", stdout(&same));
+    assert!(stdout(&same).ends_with("0 of 2 apps differ\n"));
+
+    // What is not a status policy is refused, saying so.
+    let admission = workspace().join("target/plugins/admission.wasm");
+    let refused = run(args(&admission));
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is not a status policy"));
+}

@@ -22,9 +22,9 @@ pub enum Format {
     Json,
 }
 
-/// The arguments of `verdict eval`.
+/// The apps to judge: objects and task records from files, at a time.
 #[derive(Debug, Clone, clap::Args)]
-pub struct EvalArgs {
+pub struct InputArgs {
     /// Files of Kubernetes objects: what `kubectl get namespaces,deployments,
     /// statefulsets,daemonsets,pods,nodes -A -o json` (or `-o yaml`) prints,
     /// with KubeVirt's and CDI's objects and those of `--resource` kinds.
@@ -52,6 +52,46 @@ pub struct EvalArgs {
     /// (repeatable; KubeVirt's and CDI's kinds always are).
     #[arg(long = "resource", value_name = "KIND")]
     pub resources: Vec<crate::observe::resources::ResourceRef>,
+}
+
+/// The apps read: their inputs, the evaluation time, and the kinds of
+/// object that were not observed (by count).
+pub(crate) struct Read {
+    pub inputs: Vec<crate::wit::status::AppInput>,
+    pub now: types::Timestamp,
+    pub skipped: std::collections::BTreeMap<String, usize>,
+}
+
+impl InputArgs {
+    /// Read the files into the apps' inputs.
+    pub(crate) fn read(&self) -> Result<Read> {
+        let now = match &self.now {
+            Some(text) => parse_time(text).map_err(Error::input("--now"))?,
+            None => crate::time::now(),
+        };
+        let mut kinds = crate::observe::resources::defaults();
+        kinds.extend(self.resources.iter().cloned());
+        let mut objects = Objects::new(self.group_by.clone(), kinds);
+        objects
+            .read(&self.objects, now)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let tasks = match &self.tasks {
+            Some(path) => read_tasks(path, now)?,
+            None => Vec::new(),
+        };
+        Ok(Read {
+            inputs: objects.snapshot.apps(&tasks, &[], now),
+            now,
+            skipped: objects.skipped,
+        })
+    }
+}
+
+/// The arguments of `verdict eval`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
 
     /// Settings for the policy, as a JSON object.
     #[arg(long, value_name = "JSON")]
@@ -91,10 +131,6 @@ pub(crate) fn read_tasks(path: &PathBuf, now: types::Timestamp) -> Result<Vec<ty
 
 /// Run `verdict eval`, returning what to print.
 pub fn run(args: &EvalArgs) -> Result<String> {
-    let now = match &args.now {
-        Some(text) => parse_time(text).map_err(Error::input("--now"))?,
-        None => crate::time::now(),
-    };
     if let Some(settings) = &args.settings {
         let parsed: Value =
             serde_json::from_str(settings).map_err(Error::input("--settings is not JSON"))?;
@@ -102,17 +138,11 @@ pub fn run(args: &EvalArgs) -> Result<String> {
             return Err(Error::Invalid("--settings must be a JSON object".into()));
         }
     }
-    let mut kinds = crate::observe::resources::defaults();
-    kinds.extend(args.resources.iter().cloned());
-    let mut objects = Objects::new(args.group_by.clone(), kinds);
-    objects
-        .read(&args.objects, now)
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-    let tasks = match &args.tasks {
-        Some(path) => read_tasks(path, now)?,
-        None => Vec::new(),
-    };
-    let inputs = objects.snapshot.apps(&tasks, &[], now);
+    let Read {
+        inputs,
+        now,
+        skipped,
+    } = args.input.read()?;
     let slot = args.policy.status_policy()?;
     let verdicts = verdicts::evaluate(&slot, &inputs, now, args.settings.as_deref())?;
 
@@ -129,10 +159,10 @@ pub fn run(args: &EvalArgs) -> Result<String> {
     }
     Ok(match args.output {
         Format::Json => {
-            let body = serde_json::json!({ "apps": views, "refused": refused, "skipped": objects.skipped });
+            let body = serde_json::json!({ "apps": views, "refused": refused, "skipped": skipped });
             serde_json::to_string_pretty(&body).unwrap_or_default() + "\n"
         }
-        Format::Table => table(&views, &refused, &objects.skipped),
+        Format::Table => table(&views, &refused, &skipped),
     })
 }
 

@@ -1,8 +1,10 @@
 //! Offline tools for policy authors: `verdict eval` runs the status policy on
 //! objects from files, `verdict test` runs policy test cases, `verdict
-//! policy` pushes, pulls and inspects policies in OCI registries. None needs
-//! a cluster or a running host.
+//! policy` pushes, pulls and inspects policies in OCI registries, `verdict
+//! diff` compares two status policies over the same objects. None needs a
+//! cluster or a running host.
 
+pub mod diff;
 pub mod eval;
 pub mod policy;
 pub mod test;
