@@ -555,3 +555,105 @@ fn a_shadow_differs_where_it_should_and_is_promoted_and_rolled_back() {
         );
     }
 }
+
+/// An ECDSA P-256 key pair made with openssl: the private key (PKCS#8
+/// PEM) and the public key (PEM).
+fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let private = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    let made = Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+        ])
+        .arg(&private)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let made = Command::new("openssl")
+        .args(["pkey", "-pubout", "-in"])
+        .arg(&private)
+        .arg("-out")
+        .arg(&public)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    (private, public)
+}
+
+#[test]
+fn a_configured_key_admits_only_artifacts_it_signed() {
+    let Some(registry) = Registry::start("a_configured_key_admits_only_artifacts_it_signed") else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let (private, public) = key_pair(data.path(), "team");
+    let (_, other_public) = key_pair(data.path(), "other");
+    let signed = push(
+        &registry,
+        &default_plugin("status"),
+        &registry.reference("p/signed:1"),
+        data.path(),
+    );
+    let unsigned = push(
+        &registry,
+        &default_plugin("admission"),
+        &registry.reference("p/unsigned:1"),
+        data.path(),
+    );
+    let insecure = ["--insecure-registry", registry.address.as_str()];
+
+    // Signed by tag: the signature sits beside the digest the tag names.
+    let tag = registry.reference("p/signed:1");
+    let mut args = vec![
+        "policy",
+        "sign",
+        tag.as_str(),
+        "--key",
+        private.to_str().unwrap(),
+    ];
+    args.extend(insecure);
+    let (ok, out, err) = verdict(&args, data.path());
+    assert!(ok, "{err}");
+    assert!(out.contains(&signed), "{out}");
+    let digest_hex = signed.rsplit("sha256:").next().unwrap();
+    assert!(
+        out.contains(&format!("p/signed:sha256-{digest_hex}.sig")),
+        "{out}"
+    );
+
+    let pull = |reference: &str, key: &Path| {
+        let output = data.path().join("pulled.wasm");
+        let _ = std::fs::remove_file(&output);
+        let mut args = vec![
+            "policy",
+            "pull",
+            reference,
+            "--output",
+            output.to_str().unwrap(),
+            "--verify-key",
+            key.to_str().unwrap(),
+        ];
+        args.extend(insecure);
+        let (ok, _, err) = verdict(&args, data.path());
+        (ok, output.exists(), err)
+    };
+    // The team's key admits what it signed.
+    let (ok, written, err) = pull(&signed, &public);
+    assert!(ok && written, "{err}");
+    // Another key does not; an unsigned artifact is refused; nothing is
+    // written either way.
+    let (ok, written, err) = pull(&signed, &other_public);
+    assert!(!ok && !written);
+    assert!(
+        err.contains("carries no valid signature") && err.contains("not the key's"),
+        "{err}"
+    );
+    let (ok, written, err) = pull(&unsigned, &public);
+    assert!(!ok && !written);
+    assert!(err.contains("carries no valid signature"), "{err}");
+}

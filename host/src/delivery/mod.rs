@@ -7,6 +7,7 @@
 
 pub mod oci;
 pub mod policies;
+pub mod signature;
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +32,8 @@ pub enum DeliveryError {
     Fetch { url: String, message: String },
     #[error("the policy cache {}: {message}", path.display())]
     Cache { path: PathBuf, message: String },
+    #[error("signature: {0}")]
+    Signature(String),
 }
 
 /// Where a policy comes from.

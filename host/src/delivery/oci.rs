@@ -44,6 +44,11 @@ pub struct Registries {
     /// repeat for more.
     #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
     pub insecure: Vec<String>,
+    /// A public key (ECDSA P-256 PEM, as `cosign generate-key-pair` writes
+    /// it): every artifact pulled must carry a signature by it (cosign's
+    /// format), else it is refused.
+    #[arg(long = "verify-key", value_name = "FILE")]
+    pub verify_key: Option<std::path::PathBuf>,
 }
 
 impl Registries {
@@ -237,6 +242,10 @@ pub async fn pull(registries: &Registries, reference: &str) -> Result<Pulled, De
             )));
         }
     };
+    if let Some(key) = &registries.verify_key {
+        let key = super::signature::public_key(key)?;
+        super::signature::verify(&client, &auth(), &reference, &digest, &key).await?;
+    }
     let pinned_reference = reference.clone_with_digest(digest.clone());
     let mut component = Vec::new();
     client
@@ -257,6 +266,20 @@ pub async fn pull(registries: &Registries, reference: &str) -> Result<Pulled, De
         component,
         annotations: manifest.annotations.unwrap_or_default(),
     })
+}
+
+/// Sign the artifact at `reference` (a tag resolved to its digest) with a
+/// PKCS#8 PEM private key; the pinned reference and the signature's.
+pub async fn sign(
+    registries: &Registries,
+    reference: &str,
+    key: &std::path::Path,
+) -> Result<(String, String), DeliveryError> {
+    let reference = parse(reference)?;
+    let client = registries.client();
+    let (_, digest) = manifest(&client, &reference).await?;
+    let signature = super::signature::sign(&client, &auth(), &reference, &digest, key).await?;
+    Ok((pinned(&reference, &digest), signature))
 }
 
 /// What the artifact at `reference` holds, without its component.

@@ -40,6 +40,17 @@ pub enum PolicyCommand {
         #[command(flatten)]
         registries: Registries,
     },
+    /// Sign an artifact (a tag resolved to its digest) in cosign's format,
+    /// with an unencrypted PKCS#8 PEM ECDSA P-256 private key; hosts with
+    /// `--verify-key` of its public key accept it.
+    Sign {
+        reference: String,
+        /// The private key.
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        #[command(flatten)]
+        registries: Registries,
+    },
     /// Show what an artifact holds: its digest, layers and annotations, as
     /// JSON.
     Inspect {
@@ -84,6 +95,14 @@ pub fn run(command: &PolicyCommand) -> Result<String> {
                 pulled.pinned,
                 output.display()
             ))
+        }
+        PolicyCommand::Sign {
+            reference,
+            key,
+            registries,
+        } => {
+            let (pinned, signature) = runtime.block_on(oci::sign(registries, reference, key))?;
+            Ok(format!("signed {pinned} as {signature}\n"))
         }
         PolicyCommand::Inspect {
             reference,
