@@ -170,7 +170,8 @@ pub async fn push(
         CONFIG_MEDIA_TYPE.to_string(),
         None,
     );
-    let manifest = OciImageManifest::build(&[layer.clone()], &config, Some(annotations));
+    let manifest =
+        OciImageManifest::build(std::slice::from_ref(&layer), &config, Some(annotations));
     client
         .push(&reference, &[layer], config, &auth(), Some(manifest))
         .await

@@ -429,7 +429,7 @@ impl Policies {
                     .collect()
             })
             .unwrap_or_default();
-        if annotations.get(PROMOTED_BY).is_none() {
+        if !annotations.contains_key(PROMOTED_BY) {
             return Err(ChangeError::Conflict(format!(
                 "Policy {name} was not promoted; nothing to roll back"
             )));

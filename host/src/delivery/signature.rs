@@ -90,7 +90,7 @@ pub async fn sign(
         )])),
     );
     let config = Config::oci_v1(b"{}".to_vec(), None);
-    let manifest = OciImageManifest::build(&[layer.clone()], &config, None);
+    let manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
     let target = Reference::with_tag(
         reference.registry().to_string(),
         reference.repository().to_string(),
