@@ -89,6 +89,13 @@ impl Registry {
     pub fn reference(&self, repository: &str) -> String {
         format!("{}/{repository}", self.address)
     }
+
+    /// `verdict ARGS` reaching this registry over plain HTTP.
+    pub fn verdict(&self, args: &[&str], data: &Path) -> (bool, String, String) {
+        let mut args = args.to_vec();
+        args.extend(["--insecure-registry", self.address.as_str()]);
+        verdict(&args, data)
+    }
 }
 
 /// `verdict ARGS`; its status, standard output and standard error.
@@ -112,14 +119,14 @@ fn policies_are_pushed_pulled_by_digest_and_inspected() {
         return;
     };
     let data = tempfile::tempdir().unwrap();
-    let insecure = ["--insecure-registry", registry.address.as_str()];
     let status = default_plugin("status");
     let tagged = registry.reference("policies/status:v1");
 
     // Push: checked to be a policy, annotated, pinned to its digest.
-    let mut args = vec!["policy", "push", status.to_str().unwrap(), tagged.as_str()];
-    args.extend(insecure);
-    let (ok, out, err) = verdict(&args, data.path());
+    let (ok, out, err) = registry.verdict(
+        &["policy", "push", status.to_str().unwrap(), tagged.as_str()],
+        data.path(),
+    );
     assert!(ok, "{err}");
     let pinned = out.trim().rsplit(" as ").next().unwrap().to_string();
     assert!(
@@ -132,9 +139,7 @@ fn policies_are_pushed_pulled_by_digest_and_inspected() {
     );
 
     // Inspect: the layout and annotations.
-    let mut args = vec!["policy", "inspect", tagged.as_str()];
-    args.extend(insecure);
-    let (ok, out, err) = verdict(&args, data.path());
+    let (ok, out, err) = registry.verdict(&["policy", "inspect", tagged.as_str()], data.path());
     assert!(ok, "{err}");
     let inspection: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(inspection["reference"], pinned.as_str());
@@ -156,15 +161,16 @@ fn policies_are_pushed_pulled_by_digest_and_inspected() {
 
     // Pull by digest: the same bytes.
     let output = data.path().join("pulled.wasm");
-    let mut args = vec![
-        "policy",
-        "pull",
-        pinned.as_str(),
-        "--output",
-        output.to_str().unwrap(),
-    ];
-    args.extend(insecure);
-    let (ok, out, err) = verdict(&args, data.path());
+    let (ok, out, err) = registry.verdict(
+        &[
+            "policy",
+            "pull",
+            pinned.as_str(),
+            "--output",
+            output.to_str().unwrap(),
+        ],
+        data.path(),
+    );
     assert!(ok, "{err}");
     assert!(out.contains(&pinned), "{out}");
     assert_eq!(
@@ -180,15 +186,16 @@ fn policies_are_pushed_pulled_by_digest_and_inspected() {
         "0".repeat(64)
     );
     let refused_output = data.path().join("refused.wasm");
-    let mut args = vec![
-        "policy",
-        "pull",
-        wrong.as_str(),
-        "--output",
-        refused_output.to_str().unwrap(),
-    ];
-    args.extend(insecure);
-    let (ok, _, err) = verdict(&args, data.path());
+    let (ok, _, err) = registry.verdict(
+        &[
+            "policy",
+            "pull",
+            wrong.as_str(),
+            "--output",
+            refused_output.to_str().unwrap(),
+        ],
+        data.path(),
+    );
     assert!(!ok);
     assert!(err.contains("verdict: "), "{err}");
     assert!(!refused_output.exists());
@@ -196,9 +203,10 @@ fn policies_are_pushed_pulled_by_digest_and_inspected() {
     // What is not a policy is not pushed.
     let garbage = data.path().join("garbage.wasm");
     std::fs::write(&garbage, b"not a component").unwrap();
-    let mut args = vec!["policy", "push", garbage.to_str().unwrap(), tagged.as_str()];
-    args.extend(insecure);
-    let (ok, _, err) = verdict(&args, data.path());
+    let (ok, _, err) = registry.verdict(
+        &["policy", "push", garbage.to_str().unwrap(), tagged.as_str()],
+        data.path(),
+    );
     assert!(!ok);
     assert!(err.contains("is not a policy"), "{err}");
 }
@@ -216,15 +224,8 @@ fn define_policies(cluster: &crate::live::Cluster) {
 
 /// Push a component; the pinned reference.
 pub fn push(registry: &Registry, component: &Path, reference: &str, data: &Path) -> String {
-    let (ok, out, err) = verdict(
-        &[
-            "policy",
-            "push",
-            component.to_str().unwrap(),
-            reference,
-            "--insecure-registry",
-            &registry.address,
-        ],
+    let (ok, out, err) = registry.verdict(
+        &["policy", "push", component.to_str().unwrap(), reference],
         data,
     );
     assert!(ok, "{err}");
@@ -605,19 +606,19 @@ fn a_configured_key_admits_only_artifacts_it_signed() {
         &registry.reference("p/unsigned:1"),
         data.path(),
     );
-    let insecure = ["--insecure-registry", registry.address.as_str()];
 
     // Signed by tag: the signature sits beside the digest the tag names.
     let tag = registry.reference("p/signed:1");
-    let mut args = vec![
-        "policy",
-        "sign",
-        tag.as_str(),
-        "--key",
-        private.to_str().unwrap(),
-    ];
-    args.extend(insecure);
-    let (ok, out, err) = verdict(&args, data.path());
+    let (ok, out, err) = registry.verdict(
+        &[
+            "policy",
+            "sign",
+            tag.as_str(),
+            "--key",
+            private.to_str().unwrap(),
+        ],
+        data.path(),
+    );
     assert!(ok, "{err}");
     assert!(out.contains(&signed), "{out}");
     let digest_hex = signed.rsplit("sha256:").next().unwrap();
@@ -629,17 +630,18 @@ fn a_configured_key_admits_only_artifacts_it_signed() {
     let pull = |reference: &str, key: &Path| {
         let output = data.path().join("pulled.wasm");
         let _ = std::fs::remove_file(&output);
-        let mut args = vec![
-            "policy",
-            "pull",
-            reference,
-            "--output",
-            output.to_str().unwrap(),
-            "--verify-key",
-            key.to_str().unwrap(),
-        ];
-        args.extend(insecure);
-        let (ok, _, err) = verdict(&args, data.path());
+        let (ok, _, err) = registry.verdict(
+            &[
+                "policy",
+                "pull",
+                reference,
+                "--output",
+                output.to_str().unwrap(),
+                "--verify-key",
+                key.to_str().unwrap(),
+            ],
+            data.path(),
+        );
         (ok, output.exists(), err)
     };
     // The team's key admits what it signed.

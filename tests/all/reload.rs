@@ -35,6 +35,76 @@ struct Tally {
     torn: AtomicU64,
 }
 
+/// Threads calling the status policy over and over, tallying failures and
+/// answers that mix two versions, until finished.
+struct Callers {
+    stop: Arc<AtomicBool>,
+    tally: Arc<Tally>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Callers {
+    fn start(registry: &Arc<verdict::plugins::Registry>, threads: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tally = Arc::new(Tally::default());
+        let workers = (0..threads)
+            .map(|i| {
+                let (registry, stop, tally) =
+                    (Arc::clone(registry), Arc::clone(&stop), Arc::clone(&tally));
+                std::thread::spawn(move || {
+                    let input = app_input(&format!("app-{i}"));
+                    while !stop.load(Ordering::Relaxed) {
+                        tally.calls.fetch_add(1, Ordering::Relaxed);
+                        let answer = registry
+                            .policy(World::Status)
+                            .map_err(|e| e.to_string())
+                            .and_then(|slot| {
+                                slot.call(|v| v.evaluate(&v.context(NOW), &input))
+                                    .map_err(|e| e.to_string())
+                            });
+                        match answer {
+                            Err(_) => {
+                                tally.failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(answer) => {
+                                // Every field a stamp plugin fills carries its
+                                // stamp, which is also its version.
+                                let v = &answer.value;
+                                let stamp = &answer.version.info().version;
+                                if &v.display.text != stamp
+                                    || &v.display.status != stamp
+                                    || &v.stable_reason != stamp
+                                {
+                                    tally.torn.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            tally,
+            workers,
+        }
+    }
+
+    /// Stop; calls made, failed and torn.
+    fn finish(self) -> (u64, u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for worker in self.workers {
+            worker.join().unwrap();
+        }
+        let t = &self.tally;
+        (
+            t.calls.load(Ordering::Relaxed),
+            t.failed.load(Ordering::Relaxed),
+            t.torn.load(Ordering::Relaxed),
+        )
+    }
+}
+
 /// How a new file reaches the folder.
 enum Write {
     Rename,
@@ -44,46 +114,7 @@ enum Write {
 #[test]
 fn plugins_swap_under_load_without_a_failed_call() {
     let (fixture, _watcher) = watched_with_stamp_a();
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let tally = Arc::new(Tally::default());
-    let workers: Vec<_> = (0..4)
-        .map(|i| {
-            let registry = Arc::clone(&fixture.registry);
-            let stop = Arc::clone(&stop);
-            let tally = Arc::clone(&tally);
-            std::thread::spawn(move || {
-                let input = app_input(&format!("app-{i}"));
-                while !stop.load(Ordering::Relaxed) {
-                    tally.calls.fetch_add(1, Ordering::Relaxed);
-                    let answer = registry
-                        .policy(World::Status)
-                        .map_err(|e| e.to_string())
-                        .and_then(|slot| {
-                            slot.call(|v| v.evaluate(&v.context(NOW), &input))
-                                .map_err(|e| e.to_string())
-                        });
-                    match answer {
-                        Err(_) => {
-                            tally.failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(answer) => {
-                            // Every field a stamp plugin fills carries its
-                            // stamp, which is also its version.
-                            let v = &answer.value;
-                            let stamp = &answer.version.info().version;
-                            if &v.display.text != stamp
-                                || &v.display.status != stamp
-                                || &v.stable_reason != stamp
-                            {
-                                tally.torn.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
+    let callers = Callers::start(&fixture.registry, 4);
 
     let serving = |registry: &verdict::plugins::Registry| {
         registry
@@ -152,22 +183,14 @@ fn plugins_swap_under_load_without_a_failed_call() {
         }
     }
 
-    stop.store(true, Ordering::Relaxed);
-    for worker in workers {
-        worker.join().unwrap();
-    }
-    let calls = tally.calls.load(Ordering::Relaxed);
+    let (calls, failed, torn) = callers.finish();
     println!(
         "{calls} calls, slowest swap {:.0} ms",
         latencies.iter().max().unwrap().as_secs_f64() * 1e3
     );
     assert!(calls > 100, "the callers made only {calls} calls");
-    assert_eq!(tally.failed.load(Ordering::Relaxed), 0, "failed calls");
-    assert_eq!(
-        tally.torn.load(Ordering::Relaxed),
-        0,
-        "answers mixing two versions"
-    );
+    assert_eq!(failed, 0, "failed calls");
+    assert_eq!(torn, 0, "answers mixing two versions");
 }
 
 #[test]
@@ -314,41 +337,7 @@ fn a_configmap_volume_swap_is_noticed_under_load() {
     };
     assert_eq!(serving(&fixture.registry).as_deref(), Some("a"));
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let tally = Arc::new(Tally::default());
-    let workers: Vec<_> = (0..3)
-        .map(|i| {
-            let (registry, stop, tally) = (
-                Arc::clone(&fixture.registry),
-                Arc::clone(&stop),
-                Arc::clone(&tally),
-            );
-            std::thread::spawn(move || {
-                let input = app_input(&format!("app-{i}"));
-                while !stop.load(Ordering::Relaxed) {
-                    tally.calls.fetch_add(1, Ordering::Relaxed);
-                    let answer = registry
-                        .policy(World::Status)
-                        .map_err(|e| e.to_string())
-                        .and_then(|slot| {
-                            slot.call(|v| v.evaluate(&v.context(NOW), &input))
-                                .map_err(|e| e.to_string())
-                        });
-                    match answer {
-                        Err(_) => {
-                            tally.failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(answer)
-                            if answer.value.display.text != answer.version.info().version =>
-                        {
-                            tally.torn.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(_) => {}
-                    }
-                }
-            })
-        })
-        .collect();
+    let callers = Callers::start(&fixture.registry, 3);
 
     // Each update of the ConfigMap, as the kubelet makes it, serves.
     for stamp in ["b", "c", "a", "b", "c", "a"] {
@@ -362,14 +351,10 @@ fn a_configmap_volume_swap_is_noticed_under_load() {
             took.as_secs_f64() * 1e3
         );
     }
-    stop.store(true, Ordering::Relaxed);
-    for worker in workers {
-        worker.join().unwrap();
-    }
-    let calls = tally.calls.load(Ordering::Relaxed);
+    let (calls, failed, torn) = callers.finish();
     assert!(calls > 100, "the callers made only {calls} calls");
-    assert_eq!(tally.failed.load(Ordering::Relaxed), 0, "failed calls");
-    assert_eq!(tally.torn.load(Ordering::Relaxed), 0, "torn answers");
+    assert_eq!(failed, 0, "failed calls");
+    assert_eq!(torn, 0, "torn answers");
     // The timestamped folders and links are not plugins.
     let names: Vec<String> = fixture
         .registry

@@ -2,8 +2,6 @@
 //! chart's CRD is served with its columns and its status subresource, and a
 //! Policy edited with kubectl reaches three replicas with no failed read.
 
-use std::path::Path;
-
 use serde_json::json;
 use verdict_testcluster::Cluster;
 
@@ -11,35 +9,6 @@ use super::{PATIENCE, plugins, shared, unique, until_kubectl};
 use crate::delivery::{Registry, push};
 use crate::replicas::{Group, Readers};
 use crate::support::{default_plugin, example_plugin, wait_until};
-
-/// The chart's Policy CRD, applied as `helm install` applies `crds/`.
-fn install_policy_crd(cluster: &Cluster) {
-    let crd =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict/crds/policy-crd.yaml");
-    cluster
-        .kubectl_run(
-            &[
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "-f",
-                crd.to_str().unwrap(),
-            ],
-            None,
-        )
-        .unwrap();
-    cluster
-        .kubectl_run(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "crd/policies.verdict.dev",
-                "--timeout=60s",
-            ],
-            None,
-        )
-        .unwrap();
-}
 
 fn apply_policy(cluster: &Cluster, namespace: &str, source: &str) {
     let policy = json!({
@@ -60,7 +29,7 @@ fn a_policy_edited_on_the_real_api_server_reaches_three_replicas() {
         return;
     };
     super::tasks::install_task_crd(cluster);
-    install_policy_crd(cluster);
+    super::tasks::install_crd(cluster, "policy-crd.yaml", "policies.verdict.dev");
     let namespace = unique("real-delivery");
     cluster.create_namespace(&namespace, &[]).unwrap();
     let data = tempfile::tempdir().unwrap();

@@ -10,10 +10,12 @@ use verdict_testcluster::Cluster;
 use super::{PATIENCE, follow, shared, unique};
 use crate::support::wait_until;
 
-/// The chart's Task CRD, applied as `helm install` applies `crds/`.
-pub fn install_task_crd(cluster: &Cluster) {
-    let crd =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict/crds/task-crd.yaml");
+/// A CRD of the chart's `crds/`, applied as `helm install` applies it,
+/// once the server serves it.
+pub fn install_crd(cluster: &Cluster, file: &str, name: &str) {
+    let crd = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/chart/verdict/crds")
+        .join(file);
     cluster
         .kubectl_run(
             &[
@@ -31,12 +33,17 @@ pub fn install_task_crd(cluster: &Cluster) {
             &[
                 "wait",
                 "--for=condition=Established",
-                "crd/tasks.verdict.dev",
+                &format!("crd/{name}"),
                 "--timeout=60s",
             ],
             None,
         )
         .unwrap();
+}
+
+/// The chart's Task CRD.
+pub fn install_task_crd(cluster: &Cluster) {
+    install_crd(cluster, "task-crd.yaml", "tasks.verdict.dev");
 }
 
 fn task(ns: &str, spec: Value) -> String {
