@@ -7,7 +7,8 @@
 //! The shadow thread is busy at most `--shadow-cpu-share` of the time
 //! (work beyond that is skipped, and counted); a shadow whose calls fail
 //! more often than `--shadow-max-error-rate` (over at least 20 calls) is
-//! marked failed, and is not promoted unless a person insists.
+//! marked failed (counted once it made `--shadow-min-calls`, 20), and is not
+//! promoted unless a person insists.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,10 +31,13 @@ pub struct Settings {
     /// what would go beyond is skipped.
     #[arg(long = "shadow-cpu-share", value_name = "SHARE", default_value = "0.25", value_parser = share)]
     pub cpu_share: f64,
-    /// The share of failed calls (errors and timeouts, over at least 20)
-    /// past which a shadow is marked failed.
+    /// The share of failed calls (errors and timeouts) past which a shadow
+    /// is marked failed.
     #[arg(long = "shadow-max-error-rate", value_name = "SHARE", default_value = "0.05", value_parser = share)]
     pub max_error_rate: f64,
+    /// The calls a shadow makes before its error rate counts.
+    #[arg(long = "shadow-min-calls", value_name = "N", default_value = "20", value_parser = crate::settings::positive)]
+    pub min_calls: usize,
 }
 
 impl Default for Settings {
@@ -49,8 +53,6 @@ fn share(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Calls before the error rate counts.
-const MIN_CALLS: u64 = 20;
 /// Examples kept per field.
 const EXAMPLES: usize = 5;
 /// Subjects counted one by one (beyond, only the totals grow).
@@ -61,6 +63,7 @@ const WINDOW: Duration = Duration::from_secs(10);
 /// One difference, as an example.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
+#[schema(as = ShadowExample)]
 pub struct Example {
     pub subject: String,
     pub field: String,
@@ -246,8 +249,7 @@ impl Shadows {
             report.timeouts += 1;
         }
         report.last_error = Some(error.to_string());
-        report.failed = report.calls >= MIN_CALLS
-            && report.errors as f64 / report.calls as f64 > self.settings.max_error_rate;
+        report.failed = self.failing(report);
     }
 
     /// Compare a shadow's answers with the active one's, subject by
@@ -292,13 +294,18 @@ impl Shadows {
                 });
             }
         }
-        record.report.failed = record.report.calls >= MIN_CALLS
-            && record.report.errors as f64 / record.report.calls as f64
-                > self.settings.max_error_rate;
+        record.report.failed = self.failing(&record.report);
         drop(records);
         if differed && !self.told.swap(true, Ordering::AcqRel) {
             self.tell(slot.name());
         }
+    }
+
+    /// Whether a shadow fails too often: past the error rate, once it made
+    /// enough calls.
+    fn failing(&self, report: &ShadowReport) -> bool {
+        report.calls >= self.settings.min_calls as u64
+            && report.errors as f64 / report.calls as f64 > self.settings.max_error_rate
     }
 
     /// One event per round of differences (not one per difference).

@@ -659,3 +659,162 @@ fn a_configured_key_admits_only_artifacts_it_signed() {
     assert!(!ok && !written);
     assert!(err.contains("carries no valid signature"), "{err}");
 }
+
+#[test]
+fn a_shadow_that_keeps_failing_is_marked_failed_and_promoted_only_by_force() {
+    let Some(registry) =
+        Registry::start("a_shadow_that_keeps_failing_is_marked_failed_and_promoted_only_by_force")
+    else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    // stamp-a traps on an app named `trap`.
+    let unruly = push(
+        &registry,
+        &crate::support::test_plugin("stamp-a"),
+        &registry.reference("p/unruly:1"),
+        data.path(),
+    );
+    let cluster = crate::live::Cluster::start();
+    in_maintenance(&cluster, "trap");
+    crate::tasks::define_tasks(&cluster);
+    define_policies(&cluster);
+    let url = cluster.sim().url();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let group = crate::replicas::Group::start(
+        &plugins,
+        &["--cluster-url", &url],
+        "verdict-system",
+        1,
+        &[
+            "--insecure-registry",
+            &registry.address,
+            "--shadow-min-calls",
+            "3",
+        ],
+    );
+    let server = group.server(0);
+    let mut shadow = policy("unruly", &unruly);
+    shadow["spec"]["mode"] = serde_json::json!("shadow");
+    cluster.apply(shadow);
+
+    // Each change of the trapping app is a question the shadow fails.
+    let report = || server.get("/v1/policies/unruly/shadow").1;
+    for round in 0..5 {
+        let calls = report()["calls"].as_u64().unwrap_or(0);
+        cluster.apply(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "trap-1", "namespace": "shop",
+                "labels": {"app.kubernetes.io/instance": "trap", "pod-template-hash": "abc"},
+                "annotations": {"round": round.to_string()},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trap-abc", "uid": "u2", "controller": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "main", "image": "img:1"}]},
+            "status": {"phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "containerStatuses": [{"name": "main", "image": "img:1", "imageID": "", "ready": true, "restartCount": round,
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+        }));
+        let asked = wait_until(crate::live::PATIENCE, || {
+            report()["calls"].as_u64().unwrap_or(0) > calls
+        });
+        assert!(asked.is_some(), "round {round}: {}", report());
+    }
+    let failed = report();
+    assert_eq!(failed["failed"], true, "{failed}");
+    assert!(failed["errors"].as_u64() >= Some(3), "{failed}");
+    assert!(
+        failed["last-error"].as_str().unwrap().contains("trap"),
+        "{failed}"
+    );
+    // The verdicts are the folder's policy's, whatever the shadow does.
+    assert_eq!(server.get("/v1/apps/shop/trap").0, 200);
+
+    let promote = |force: bool| {
+        server.send(
+            "POST",
+            "/v1/policies/unruly/promote",
+            Some(&serde_json::json!({"by": "ana", "reason": "try", "force": force}).to_string()),
+        )
+    };
+    let (code, body) = promote(false);
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed"),
+        "{body}"
+    );
+    let (code, body) = promote(true);
+    assert_eq!(code, 200, "{body}");
+}
+
+/// An HTTP server on 127.0.0.1 answering every GET with `body`.
+fn serve_bytes(body: Vec<u8>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/wasm\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
+        }
+    });
+    format!("http://{address}/status.wasm")
+}
+
+#[test]
+fn a_url_source_serves_only_bytes_of_its_sha256() {
+    let component = std::fs::read(crate::support::example_plugin("restart-budget")).unwrap();
+    let sha256 = {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(&component))
+    };
+    let url = serve_bytes(component);
+    let cluster = crate::live::Cluster::start();
+    crate::tasks::define_tasks(&cluster);
+    define_policies(&cluster);
+    let cluster_url = cluster.sim().url();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let group = crate::replicas::Group::start(
+        &plugins,
+        &["--cluster-url", &cluster_url],
+        "verdict-system",
+        1,
+        &[],
+    );
+    let server = group.server(0);
+    let status_of = || {
+        let store = cluster.sim().store();
+        let policies = store.find("verdict.dev", "v1alpha1", "policies").unwrap();
+        store
+            .get(policies, "verdict-system", "by-url")
+            .map(|p| p["status"].clone())
+            .unwrap_or_default()
+    };
+    let mut wrong = policy("by-url", &url);
+    wrong["spec"]["sha256"] = serde_json::json!("0".repeat(64));
+    cluster.apply(wrong);
+    let refused = wait_until(crate::live::PATIENCE, || {
+        status_of()["replicas"]["replica-0"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused"))
+    });
+    assert!(refused.is_some(), "{}", status_of());
+    assert!(serving(server, "by-url").is_none());
+
+    let mut right = policy("by-url", &url);
+    right["spec"]["sha256"] = serde_json::json!(sha256);
+    cluster.apply(right);
+    let served = wait_until(crate::live::PATIENCE, || {
+        serving(server, "by-url").as_deref() == Some(format!("sha256:{sha256}").as_str())
+    });
+    assert!(served.is_some(), "{}", status_of());
+}

@@ -134,6 +134,13 @@ pub struct Policies {
     seen: Mutex<BTreeMap<String, DynamicObject>>,
     /// The generation each Policy was served at here.
     served: Mutex<BTreeMap<String, i64>>,
+    /// Why each Policy could not be served, last (said once, not on every
+    /// try).
+    failing: Mutex<BTreeMap<String, String>>,
+    /// The generation each Policy was last tried at: a status write (its
+    /// own or another replica's) is no reason to try again; the retry
+    /// period is.
+    tried: Mutex<BTreeMap<String, i64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -159,6 +166,8 @@ impl Policies {
             events,
             seen: Mutex::default(),
             served: Mutex::default(),
+            failing: Mutex::default(),
+            tried: Mutex::default(),
         })
     }
 
@@ -171,12 +180,14 @@ impl Policies {
             tokio::select! {
                 event = events.next() => match event {
                     Some(Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object))) => {
-                        self.reconcile(object).await;
+                        self.reconcile(object, false).await;
                     }
                     Some(Ok(watcher::Event::Delete(object))) => {
                         let name = object.metadata.name.unwrap_or_default();
                         lock(&self.seen).remove(&name);
                         lock(&self.served).remove(&name);
+                        lock(&self.tried).remove(&name);
+                        lock(&self.failing).remove(&name);
                         if self.registry.uninstall(&name) {
                             self.tell(&name, json!({"event": "removed"}));
                         }
@@ -200,7 +211,7 @@ impl Policies {
                             .collect()
                     };
                     for object in behind {
-                        self.reconcile(object).await;
+                        self.reconcile(object, true).await;
                     }
                 }
             }
@@ -212,8 +223,9 @@ impl Policies {
         self.events.publish(Kind::Plugin, None, data);
     }
 
-    /// Serve a Policy as it is now, and say so in its status.
-    async fn reconcile(&self, object: DynamicObject) {
+    /// Serve a Policy as it is now (once per generation, and again on
+    /// `retry` while it fails), and say so in its status.
+    async fn reconcile(&self, object: DynamicObject, retry: bool) {
         let name = object.metadata.name.clone().unwrap_or_default();
         let generation = object.metadata.generation.unwrap_or(0);
         lock(&self.seen).insert(name.clone(), object.clone());
@@ -226,16 +238,25 @@ impl Policies {
             .is_some_and(|p| serving.as_ref().is_some_and(|d| d.source != *p))
         {
             lock(&self.served).remove(&name);
+            lock(&self.tried).remove(&name);
         }
-        if lock(&self.served).get(&name) != Some(&generation) {
+        let due = retry || lock(&self.tried).get(&name) != Some(&generation);
+        if due && lock(&self.served).get(&name) != Some(&generation) {
+            lock(&self.tried).insert(name.clone(), generation);
             let outcome = self.serve(&name, &object).await;
             let (digest, error) = match &outcome {
                 Ok(digest) => {
                     lock(&self.served).insert(name.clone(), generation);
+                    lock(&self.failing).remove(&name);
                     (Some(digest.clone()), None)
                 }
                 Err(error) => {
-                    tracing::warn!(policy = %name, %error, "a Policy could not be served; what served before still serves");
+                    let again = lock(&self.failing).insert(name.clone(), error.clone());
+                    if again.as_ref() == Some(error) {
+                        tracing::debug!(policy = %name, %error, "a Policy still cannot be served");
+                    } else {
+                        tracing::warn!(policy = %name, %error, "a Policy could not be served; what served before still serves");
+                    }
                     let serving = self
                         .registry
                         .get(&name)

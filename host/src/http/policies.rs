@@ -92,7 +92,7 @@ pub struct ChangeRequest {
 
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
-struct Changed {
+struct PolicyChanged {
     policy: String,
     /// The Policies that were active and are shadows now (promotion), or
     /// that are active again (roll-back).
@@ -109,12 +109,12 @@ fn controller(state: &AppState) -> Result<&crate::delivery::policies::Policies, 
     })
 }
 
-#[utoipa::path(post, path = "/v1/policies/{name}/promote", tag = "policies", params(("name" = String, Path, description = "The shadow Policy's name")), request_body = ChangeRequest, responses((status = 200, description = "Promoted: every replica follows the edited Policies", body = Changed), (status = 404, description = "No such Policy"), (status = 409, description = "Active already, or a failed shadow without force"), (status = 422, description = "A bad field, named")))]
+#[utoipa::path(post, path = "/v1/policies/{name}/promote", tag = "policies", params(("name" = String, Path, description = "The shadow Policy's name")), request_body = ChangeRequest, responses((status = 200, description = "Promoted: every replica follows the edited Policies", body = PolicyChanged), (status = 404, description = "No such Policy"), (status = 409, description = "Active already, or a failed shadow without force"), (status = 422, description = "A bad field, named")))]
 async fn promote(
     State(state): State<AppState>,
     Path(name): Path<String>,
     JsonBody(request): JsonBody<ChangeRequest>,
-) -> Result<Json<Changed>, ApiError> {
+) -> Result<Json<PolicyChanged>, ApiError> {
     let failed = state
         .shadows
         .report(&name)
@@ -124,22 +124,22 @@ async fn promote(
         .promote(&name, (&request.by, &request.reason), failed, request.force)
         .await?;
     state.shadows.forget(&name);
-    Ok(Json(Changed {
+    Ok(Json(PolicyChanged {
         policy: name,
         others,
     }))
 }
 
-#[utoipa::path(post, path = "/v1/policies/{name}/rollback", tag = "policies", params(("name" = String, Path, description = "The promoted Policy's name")), request_body = ChangeRequest, responses((status = 200, description = "Rolled back: what it replaced is active again, it a shadow", body = Changed), (status = 404, description = "No such Policy"), (status = 409, description = "It was not promoted"), (status = 422, description = "A bad field, named")))]
+#[utoipa::path(post, path = "/v1/policies/{name}/rollback", tag = "policies", params(("name" = String, Path, description = "The promoted Policy's name")), request_body = ChangeRequest, responses((status = 200, description = "Rolled back: what it replaced is active again, it a shadow", body = PolicyChanged), (status = 404, description = "No such Policy"), (status = 409, description = "It was not promoted"), (status = 422, description = "A bad field, named")))]
 async fn roll_back(
     State(state): State<AppState>,
     Path(name): Path<String>,
     JsonBody(request): JsonBody<ChangeRequest>,
-) -> Result<Json<Changed>, ApiError> {
+) -> Result<Json<PolicyChanged>, ApiError> {
     let others = controller(&state)?
         .roll_back(&name, (&request.by, &request.reason))
         .await?;
-    Ok(Json(Changed {
+    Ok(Json(PolicyChanged {
         policy: name,
         others,
     }))

@@ -76,6 +76,7 @@ pub struct Delivered {
 /// How a delivered plugin serves its world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
+#[schema(as = PolicyMode)]
 pub enum Mode {
     /// It answers for its world (before any plugin file of the folder).
     Active,
