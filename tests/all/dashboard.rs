@@ -380,3 +380,55 @@ fn the_dashboard_shows_which_replica_leads_and_follows_a_handover() {
         ),
     );
 }
+
+#[test]
+fn the_dashboard_shows_a_shadow_and_promotes_it() {
+    let Some(registry) =
+        crate::delivery::Registry::start("the_dashboard_shows_a_shadow_and_promotes_it")
+    else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let candidate = crate::delivery::push(
+        &registry,
+        &crate::support::example_plugin("restart-budget"),
+        &registry.reference("p/candidate:1"),
+        data.path(),
+    );
+    let cluster = Cluster::start();
+    crate::delivery::in_maintenance(&cluster, "quiet");
+    crate::tasks::define_tasks(&cluster);
+    crate::delivery::define_policies(&cluster);
+    let url = cluster.sim().url();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let group = crate::replicas::Group::start(
+        &plugins,
+        &["--cluster-url", &url],
+        "verdict-system",
+        1,
+        &["--insecure-registry", &registry.address],
+    );
+    let mut shadow = crate::delivery::policy("candidate", &candidate);
+    shadow["spec"]["mode"] = json!("shadow");
+    cluster.apply(shadow);
+    let browser = Browser::start();
+    browser.open(&format!("{}/", group.server(0).base));
+    let row = r#"const row = document.querySelector('#delivered tr[data-policy="candidate"]');"#;
+    browser.until(
+        "the shadow listed with its difference",
+        &format!("{row} return !!row && row.textContent.includes('shadow') && row.textContent.includes('display: ') && !!row.querySelector('[data-promote]');"),
+    );
+    // Promoted from the page (the prompts answered by the test).
+    browser.run("window.prompt = (q) => q.startsWith('Your') ? 'ana' : 'its differences are intended'; return true;");
+    browser.run(&format!(
+        "{row} row.querySelector('[data-promote]').click(); return true;"
+    ));
+    browser.until(
+        "the promotion answered",
+        "return document.getElementById('answer').textContent === 'candidate: promote done';",
+    );
+    browser.until(
+        "the policy shown active",
+        &format!("{row} return !!row && row.textContent.includes('active') && !!row.querySelector('[data-rollback]');"),
+    );
+}

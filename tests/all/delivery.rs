@@ -212,7 +212,7 @@ fn policies_are_pushed_pulled_by_digest_and_inspected() {
 }
 
 /// The Policy CRD served by the simulator, as the chart's `crds/` does.
-fn define_policies(cluster: &crate::live::Cluster) {
+pub fn define_policies(cluster: &crate::live::Cluster) {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict/crds/policy-crd.yaml");
     let text = std::fs::read_to_string(path).unwrap();
@@ -232,7 +232,7 @@ pub fn push(registry: &Registry, component: &Path, reference: &str, data: &Path)
     out.trim().rsplit(" as ").next().unwrap().to_string()
 }
 
-fn policy(name: &str, source: &str) -> serde_json::Value {
+pub fn policy(name: &str, source: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "verdict.dev/v1alpha1", "kind": "Policy",
         "metadata": {"name": name, "namespace": "verdict-system"},
@@ -396,7 +396,7 @@ fn a_policy_object_reaches_every_replica_without_a_failed_read() {
 /// A Deployment of one running pod, the Deployment labelled as in
 /// maintenance (which the restart-budget example displays as
 /// `Maintenance`, and the default rules do not).
-fn in_maintenance(cluster: &crate::live::Cluster, name: &str) {
+pub fn in_maintenance(cluster: &crate::live::Cluster, name: &str) {
     cluster.apply(serde_json::json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": "shop",
@@ -817,4 +817,71 @@ fn a_url_source_serves_only_bytes_of_its_sha256() {
         serving(server, "by-url").as_deref() == Some(format!("sha256:{sha256}").as_str())
     });
     assert!(served.is_some(), "{}", status_of());
+}
+
+#[test]
+fn an_admission_shadow_is_asked_the_task_requests_the_active_policy_answers() {
+    let Some(registry) =
+        Registry::start("an_admission_shadow_is_asked_the_task_requests_the_active_policy_answers")
+    else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let same = push(
+        &registry,
+        &default_plugin("admission"),
+        &registry.reference("p/admission:1"),
+        data.path(),
+    );
+    let cluster = crate::live::Cluster::start();
+    crate::tasks::define_tasks(&cluster);
+    define_policies(&cluster);
+    let url = cluster.sim().url();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let group = crate::replicas::Group::start(
+        &plugins,
+        &["--cluster-url", &url],
+        "verdict-system",
+        1,
+        &["--insecure-registry", &registry.address],
+    );
+    let server = group.server(0);
+    let mut shadow = policy("admission-next", &same);
+    shadow["spec"]["world"] = serde_json::json!("admission");
+    shadow["spec"]["mode"] = serde_json::json!("shadow");
+    cluster.apply(shadow);
+    let loaded = wait_until(crate::live::PATIENCE, || {
+        server.get("/v1/policies").1["policies"]
+            .as_array()
+            .is_some_and(|p| {
+                p.iter()
+                    .any(|p| p["name"] == "admission-next" && p["mode"] == "shadow")
+            })
+    });
+    assert!(loaded.is_some(), "{}", server.get("/v1/policies").1);
+
+    let (code, task) = crate::replicas::ask(server, "shop/web", "restart", serde_json::json!({}));
+    assert_eq!(code, 201, "{task}");
+    let mut report = serde_json::Value::Null;
+    let compared = wait_until(crate::live::PATIENCE, || {
+        report = server.get("/v1/policies/admission-next/shadow").1;
+        report["compared"].as_u64() >= Some(1)
+    });
+    assert!(compared.is_some(), "{report}");
+    // The same policy answers the same: no difference.
+    assert_eq!(report["differing"], 0, "{report}");
+    assert!(
+        report["against"]
+            .as_str()
+            .unwrap()
+            .starts_with("default-admission@"),
+        "{report}"
+    );
+    // The active policy decided: the task is the folder's policy's.
+    assert!(
+        task["admission"]["policy"]
+            .as_str()
+            .unwrap()
+            .starts_with("default-admission@")
+    );
 }
