@@ -885,3 +885,52 @@ fn an_admission_shadow_is_asked_the_task_requests_the_active_policy_answers() {
             .starts_with("default-admission@")
     );
 }
+
+#[test]
+fn a_failover_shadow_is_asked_the_nodes_the_active_policy_judges() {
+    let Some(registry) =
+        Registry::start("a_failover_shadow_is_asked_the_nodes_the_active_policy_judges")
+    else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let same = push(
+        &registry,
+        &default_plugin("failover"),
+        &registry.reference("p/failover:1"),
+        data.path(),
+    );
+    let cluster = crate::live::Cluster::start();
+    crate::tasks::define_tasks(&cluster);
+    define_policies(&cluster);
+    let url = cluster.sim().url();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let group = crate::replicas::Group::start(
+        &plugins,
+        &["--cluster-url", &url],
+        "verdict-system",
+        1,
+        &["--insecure-registry", &registry.address],
+    );
+    let server = group.server(0);
+    let mut shadow = policy("failover-next", &same);
+    shadow["spec"]["world"] = serde_json::json!("failover");
+    shadow["spec"]["mode"] = serde_json::json!("shadow");
+    cluster.apply(shadow);
+    // Failover judges the nodes on its own clock: the shadow is asked too,
+    // node by node, and the same policy answers the same.
+    let mut report = serde_json::Value::Null;
+    let compared = wait_until(crate::live::PATIENCE, || {
+        report = server.get("/v1/policies/failover-next/shadow").1;
+        report["compared"].as_u64() >= Some(2)
+    });
+    assert!(compared.is_some(), "{report}");
+    assert_eq!(report["differing"], 0, "{report}");
+    assert!(
+        report["against"]
+            .as_str()
+            .unwrap()
+            .starts_with("default-failover@"),
+        "{report}"
+    );
+}
