@@ -11,7 +11,6 @@
 //! promoted unless a person insists.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -127,8 +126,6 @@ pub struct Shadows {
     budget: Mutex<Budget>,
     queue: SyncSender<Job>,
     events: Option<Arc<Events>>,
-    /// Set while a difference summary waits to be published.
-    told: AtomicBool,
 }
 
 impl std::fmt::Debug for Shadows {
@@ -161,7 +158,6 @@ impl Shadows {
             }),
             queue,
             events,
-            told: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&shadows);
         let _ = std::thread::Builder::new()
@@ -296,7 +292,7 @@ impl Shadows {
         }
         record.report.failed = self.failing(&record.report);
         drop(records);
-        if differed && !self.told.swap(true, Ordering::AcqRel) {
+        if differed {
             self.tell(slot.name());
         }
     }
@@ -318,7 +314,6 @@ impl Shadows {
                     "compared": report.compared, "differing": report.differing, "by-field": report.by_field}),
             );
         }
-        self.told.store(false, Ordering::Release);
     }
 
     /// What a shadow did.

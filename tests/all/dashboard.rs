@@ -397,20 +397,12 @@ fn the_dashboard_shows_a_shadow_and_promotes_it() {
     );
     let cluster = Cluster::start();
     crate::delivery::in_maintenance(&cluster, "quiet");
-    crate::tasks::define_tasks(&cluster);
-    crate::delivery::define_policies(&cluster);
-    let url = cluster.sim().url();
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let group = crate::replicas::Group::start(
-        &plugins,
-        &["--cluster-url", &url],
-        "verdict-system",
-        1,
-        &["--insecure-registry", &registry.address],
-    );
-    let mut shadow = crate::delivery::policy("candidate", &candidate);
-    shadow["spec"]["mode"] = json!("shadow");
-    cluster.apply(shadow);
+    let group = crate::delivery::replicas(&cluster, Some(&registry), 1, &[]);
+    cluster.apply(crate::delivery::shadow_policy(
+        "candidate",
+        "status",
+        &candidate,
+    ));
     let browser = Browser::start();
     browser.open(&format!("{}/", group.server(0).base));
     let row = r#"const row = document.querySelector('#delivered tr[data-policy="candidate"]');"#;

@@ -212,7 +212,7 @@ fn policies_are_pushed_pulled_by_digest_and_inspected() {
 }
 
 /// The Policy CRD served by the simulator, as the chart's `crds/` does.
-pub fn define_policies(cluster: &crate::live::Cluster) {
+fn define_policies(cluster: &crate::live::Cluster) {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict/crds/policy-crd.yaml");
     let text = std::fs::read_to_string(path).unwrap();
@@ -220,6 +220,39 @@ pub fn define_policies(cluster: &crate::live::Cluster) {
         let object: serde_json::Value = serde::Deserialize::deserialize(document).unwrap();
         cluster.apply(object);
     }
+}
+
+/// `n` replicas following `cluster` (which is made to serve Tasks and
+/// Policies), reaching `registry` when there is one, with more flags.
+pub fn replicas(
+    cluster: &crate::live::Cluster,
+    registry: Option<&Registry>,
+    n: usize,
+    extra: &[&str],
+) -> crate::replicas::Group {
+    crate::tasks::define_tasks(cluster);
+    define_policies(cluster);
+    let url = cluster.sim().url();
+    let mut flags = extra.to_vec();
+    if let Some(registry) = registry {
+        flags.extend(["--insecure-registry", registry.address.as_str()]);
+    }
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    crate::replicas::Group::start(
+        &plugins,
+        &["--cluster-url", &url],
+        "verdict-system",
+        n,
+        &flags,
+    )
+}
+
+/// A Policy in shadow mode for `world`.
+pub fn shadow_policy(name: &str, world: &str, source: &str) -> serde_json::Value {
+    let mut shadow = policy(name, source);
+    shadow["spec"]["world"] = serde_json::json!(world);
+    shadow["spec"]["mode"] = serde_json::json!("shadow");
+    shadow
 }
 
 /// Push a component; the pinned reference.
@@ -232,7 +265,7 @@ pub fn push(registry: &Registry, component: &Path, reference: &str, data: &Path)
     out.trim().rsplit(" as ").next().unwrap().to_string()
 }
 
-pub fn policy(name: &str, source: &str) -> serde_json::Value {
+fn policy(name: &str, source: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "verdict.dev/v1alpha1", "kind": "Policy",
         "metadata": {"name": name, "namespace": "verdict-system"},
@@ -279,17 +312,7 @@ fn a_policy_object_reaches_every_replica_without_a_failed_read() {
     let digest = |pinned: &str| pinned.rsplit('@').next().unwrap().to_string();
 
     let cluster = crate::live::Cluster::start();
-    crate::tasks::define_tasks(&cluster);
-    define_policies(&cluster);
-    let url = cluster.sim().url();
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let group = crate::replicas::Group::start(
-        &plugins,
-        &["--cluster-url", &url],
-        "verdict-system",
-        3,
-        &["--insecure-registry", &registry.address],
-    );
+    let group = replicas(&cluster, Some(&registry), 3, &[]);
     let status_of = || {
         let store = cluster.sim().store();
         let policies = store.find("verdict.dev", "v1alpha1", "policies").unwrap();
@@ -433,20 +456,8 @@ fn a_shadow_differs_where_it_should_and_is_promoted_and_rolled_back() {
     );
     let cluster = crate::live::Cluster::start();
     in_maintenance(&cluster, "quiet");
-    crate::tasks::define_tasks(&cluster);
-    define_policies(&cluster);
-    let url = cluster.sim().url();
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let group = crate::replicas::Group::start(
-        &plugins,
-        &["--cluster-url", &url],
-        "verdict-system",
-        2,
-        &["--insecure-registry", &registry.address],
-    );
-    let mut shadow = policy("candidate", &candidate);
-    shadow["spec"]["mode"] = serde_json::json!("shadow");
-    cluster.apply(shadow);
+    let group = replicas(&cluster, Some(&registry), 2, &[]);
+    cluster.apply(shadow_policy("candidate", "status", &candidate));
 
     // The shadow answers the same questions as the folder's status policy;
     // it differs on the app in maintenance alone, in its display.
@@ -677,26 +688,9 @@ fn a_shadow_that_keeps_failing_is_marked_failed_and_promoted_only_by_force() {
     );
     let cluster = crate::live::Cluster::start();
     in_maintenance(&cluster, "trap");
-    crate::tasks::define_tasks(&cluster);
-    define_policies(&cluster);
-    let url = cluster.sim().url();
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let group = crate::replicas::Group::start(
-        &plugins,
-        &["--cluster-url", &url],
-        "verdict-system",
-        1,
-        &[
-            "--insecure-registry",
-            &registry.address,
-            "--shadow-min-calls",
-            "3",
-        ],
-    );
+    let group = replicas(&cluster, Some(&registry), 1, &["--shadow-min-calls", "3"]);
     let server = group.server(0);
-    let mut shadow = policy("unruly", &unruly);
-    shadow["spec"]["mode"] = serde_json::json!("shadow");
-    cluster.apply(shadow);
+    cluster.apply(shadow_policy("unruly", "status", &unruly));
 
     // Each change of the trapping app is a question the shadow fails.
     let report = || server.get("/v1/policies/unruly/shadow").1;
@@ -779,17 +773,7 @@ fn a_url_source_serves_only_bytes_of_its_sha256() {
     };
     let url = serve_bytes(component);
     let cluster = crate::live::Cluster::start();
-    crate::tasks::define_tasks(&cluster);
-    define_policies(&cluster);
-    let cluster_url = cluster.sim().url();
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let group = crate::replicas::Group::start(
-        &plugins,
-        &["--cluster-url", &cluster_url],
-        "verdict-system",
-        1,
-        &[],
-    );
+    let group = replicas(&cluster, None, 1, &[]);
     let server = group.server(0);
     let status_of = || {
         let store = cluster.sim().store();
@@ -834,22 +818,9 @@ fn an_admission_shadow_is_asked_the_task_requests_the_active_policy_answers() {
         data.path(),
     );
     let cluster = crate::live::Cluster::start();
-    crate::tasks::define_tasks(&cluster);
-    define_policies(&cluster);
-    let url = cluster.sim().url();
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let group = crate::replicas::Group::start(
-        &plugins,
-        &["--cluster-url", &url],
-        "verdict-system",
-        1,
-        &["--insecure-registry", &registry.address],
-    );
+    let group = replicas(&cluster, Some(&registry), 1, &[]);
     let server = group.server(0);
-    let mut shadow = policy("admission-next", &same);
-    shadow["spec"]["world"] = serde_json::json!("admission");
-    shadow["spec"]["mode"] = serde_json::json!("shadow");
-    cluster.apply(shadow);
+    cluster.apply(shadow_policy("admission-next", "admission", &same));
     let loaded = wait_until(crate::live::PATIENCE, || {
         server.get("/v1/policies").1["policies"]
             .as_array()
@@ -901,22 +872,9 @@ fn a_failover_shadow_is_asked_the_nodes_the_active_policy_judges() {
         data.path(),
     );
     let cluster = crate::live::Cluster::start();
-    crate::tasks::define_tasks(&cluster);
-    define_policies(&cluster);
-    let url = cluster.sim().url();
-    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let group = crate::replicas::Group::start(
-        &plugins,
-        &["--cluster-url", &url],
-        "verdict-system",
-        1,
-        &["--insecure-registry", &registry.address],
-    );
+    let group = replicas(&cluster, Some(&registry), 1, &[]);
     let server = group.server(0);
-    let mut shadow = policy("failover-next", &same);
-    shadow["spec"]["world"] = serde_json::json!("failover");
-    shadow["spec"]["mode"] = serde_json::json!("shadow");
-    cluster.apply(shadow);
+    cluster.apply(shadow_policy("failover-next", "failover", &same));
     // Failover judges the nodes on its own clock: the shadow is asked too,
     // node by node, and the same policy answers the same.
     let mut report = serde_json::Value::Null;

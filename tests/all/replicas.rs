@@ -434,21 +434,29 @@ fn two_replicas_asked_at_once_admit_one_task() {
     race_admissions(&group, &apps);
 }
 
-#[test]
-fn failover_acts_once_across_a_handover() {
+/// The failover test cluster, and `n` replicas enforcing failover on it
+/// with the failover tests' short clocks (their configuration file's
+/// folder, held while they run).
+fn enforcing_failover(n: usize) -> (Cluster, Group, tempfile::TempDir) {
     let cluster = crate::failover::cluster();
     crate::tasks::define_tasks(&cluster);
     let config = tempfile::tempdir().unwrap();
     let file = config.path().join("verdict.toml");
     std::fs::write(&file, crate::failover::CONFIG).unwrap();
     let url = cluster.sim().url();
-    let mut group = Group::start(
+    let group = Group::start(
         &plugins(),
         &["--cluster-url", &url, "--config", file.to_str().unwrap()],
         "verdict-system",
-        3,
+        n,
         &["--failover-enforce"],
     );
+    (cluster, group, config)
+}
+
+#[test]
+fn failover_acts_once_across_a_handover() {
+    let (cluster, mut group, _config) = enforcing_failover(3);
     let first = group.leader();
     let follower = group.other(first);
     crate::failover::lose(&cluster, "n2");
@@ -505,19 +513,7 @@ fn failover_acts_once_across_a_handover() {
 
 #[test]
 fn decisions_made_on_any_replica_count_on_every_replica() {
-    let cluster = crate::failover::cluster();
-    crate::tasks::define_tasks(&cluster);
-    let config = tempfile::tempdir().unwrap();
-    let file = config.path().join("verdict.toml");
-    std::fs::write(&file, crate::failover::CONFIG).unwrap();
-    let url = cluster.sim().url();
-    let group = Group::start(
-        &plugins(),
-        &["--cluster-url", &url, "--config", file.to_str().unwrap()],
-        "verdict-system",
-        2,
-        &["--failover-enforce"],
-    );
+    let (cluster, group, _config) = enforcing_failover(2);
     let leader = group.leader();
     let (on_leader, on_follower) = (group.server(leader), group.server(group.other(leader)));
 

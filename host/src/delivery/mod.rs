@@ -47,6 +47,19 @@ pub enum Source {
 }
 
 impl Source {
+    /// The source as it names its bytes for good: an OCI reference by
+    /// digest, or a URL (with its sha256); `None` for an OCI tag, which
+    /// must be resolved.
+    pub fn pinned(&self) -> Option<String> {
+        match self {
+            Source::Oci(reference) if reference.contains("@sha256:") => {
+                Some(reference.trim_start_matches("oci://").to_string())
+            }
+            Source::Oci(_) => None,
+            Source::Url { url, .. } => Some(url.clone()),
+        }
+    }
+
     /// A source as written: an HTTP(S) URL with `sha256` beside it, else an
     /// OCI reference.
     pub fn parse(text: &str, sha256: Option<&str>) -> Result<Self, DeliveryError> {

@@ -291,7 +291,7 @@ impl Policies {
     /// writes the pinned reference in the status, and the others use that.
     async fn serve(&self, name: &str, object: &DynamicObject) -> Result<String, String> {
         let mut spec = spec_of(object)?;
-        let tagged = matches!(&spec.source, Source::Oci(r) if !r.contains("@sha256:"));
+        let tagged = spec.source.pinned().is_none();
         if let Some(pinned) = pinned_tag(object) {
             spec.source = Source::Oci(pinned);
         }
@@ -340,14 +340,7 @@ impl Policies {
     /// A source's component: kept already when the source is pinned, else
     /// fetched (a tag resolved to its digest), checked and kept.
     async fn fetched(&self, source: &Source) -> Result<Fetched, DeliveryError> {
-        let pinned = match source {
-            Source::Oci(reference) if reference.contains("@sha256:") => {
-                Some(reference.trim_start_matches("oci://").to_string())
-            }
-            Source::Url { url, .. } => Some(url.clone()),
-            Source::Oci(_) => None,
-        };
-        if let Some(kept) = pinned.and_then(|p| self.cache.get(&p)) {
+        if let Some(kept) = source.pinned().and_then(|p| self.cache.get(&p)) {
             return Ok(kept);
         }
         let fetched = fetch(&self.registries, source).await?;
