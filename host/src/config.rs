@@ -38,6 +38,8 @@ pub struct Config {
     pub plugins: plugins::Settings,
     /// Settings handed to each plugin as JSON text, by plugin name.
     pub settings: BTreeMap<String, serde_json::Value>,
+    /// Plugins' own limits over `plugins.limits`, by plugin name.
+    pub plugin_limits: BTreeMap<String, plugins::Override>,
     pub observe: observe::Settings,
     pub tasks: tasks::Settings,
     pub verdicts: verdicts::Settings,
@@ -87,6 +89,7 @@ impl Config {
                 ..plugins::Settings::default()
             },
             settings: BTreeMap::new(),
+            plugin_limits: BTreeMap::new(),
             observe: observe::Settings::default(),
             tasks: tasks::Settings::default(),
             verdicts: verdicts::Settings::default(),
@@ -102,6 +105,14 @@ impl Config {
             read_tokens: Vec::new(),
             write_tokens: Vec::new(),
         }
+    }
+
+    /// Each plugin's own limits, in full, by name.
+    pub(crate) fn limits_by_plugin(&self) -> BTreeMap<String, plugins::Limits> {
+        self.plugin_limits
+            .iter()
+            .map(|(name, own)| (name.clone(), own.over(self.plugins.limits)))
+            .collect()
     }
 
     /// The settings text for one plugin (`{}` when none are configured).
@@ -220,6 +231,8 @@ pub struct FileConfig {
     values: BTreeMap<String, String>,
     /// `[settings.<plugin>]` tables.
     settings: BTreeMap<String, serde_json::Value>,
+    /// `[limits.<plugin>]` tables.
+    limits: BTreeMap<String, plugins::Override>,
     read_tokens: Vec<String>,
     write_tokens: Vec<String>,
     maintenance: Vec<Maintenance>,
@@ -258,6 +271,19 @@ impl FileConfig {
                             return Err(fail(format!("settings.{plugin}: must be a table")));
                         }
                         file.settings.insert(plugin, json);
+                    }
+                }
+                ("limits", toml::Value::Table(plugins)) => {
+                    for (plugin, limits) in plugins {
+                        let own: plugins::Override = limits
+                            .try_into()
+                            .map_err(|e| fail(format!("limits.{plugin}: {e}")))?;
+                        if own.call_timeout_ms == Some(0) || own.memory_limit_mib == Some(0) {
+                            return Err(fail(format!(
+                                "limits.{plugin}: limits must be at least 1"
+                            )));
+                        }
+                        file.limits.insert(plugin, own);
                     }
                 }
                 (tokens @ ("read-tokens" | "write-tokens"), value) => {
@@ -509,6 +535,7 @@ impl ServeArgs {
                 ..self.plugins
             },
             settings: file.map(|f| f.settings.clone()).unwrap_or_default(),
+            plugin_limits: file.map(|f| f.limits.clone()).unwrap_or_default(),
             observe,
             tasks: self.tasks,
             verdicts: self.verdicts,
@@ -640,6 +667,23 @@ fn effective(command: &Command, matches: &ArgMatches, config: &Config) -> String
         .filter_map(|(name, value)| V::try_from(value).ok().map(|v| (name.clone(), v)))
         .collect();
     top.insert("settings".into(), V::Table(settings));
+    let limits: toml::Table = config
+        .plugin_limits
+        .iter()
+        .map(|(name, own)| {
+            let mut table = toml::Table::new();
+            if let Some(ms) = own.call_timeout_ms {
+                table.insert("call-timeout-ms".into(), V::Integer(ms as i64));
+            }
+            if let Some(mib) = own.memory_limit_mib {
+                table.insert("memory-limit-mib".into(), V::Integer(mib as i64));
+            }
+            (name.clone(), V::Table(table))
+        })
+        .collect();
+    if !limits.is_empty() {
+        top.insert("limits".into(), V::Table(limits));
+    }
     let cluster = match &config.cluster {
         ClusterSource::Demo { .. } => "# cluster: the built-in demo (--demo)\n",
         ClusterSource::Infer => {
@@ -713,7 +757,8 @@ pub fn settings_table() -> String {
         "| — | — | `read-tokens = [...]`, `write-tokens = [...]` | — | tokens written in the file itself, beside those of the token files |\n\
          | — | — | `[[failover.maintenance]]` | — | times when nodes are expected to go down: `nodes` (names or `key=value` selectors), `from`, `until` (RFC 3339), `reason`; disruptive actions on them wait |\n\
          | — | — | `[[resources]]` | KubeVirt's `VirtualMachine`, `VirtualMachineInstance`, `VirtualMachineInstanceReplicaSet`, `VirtualMachineInstanceMigration`, `VirtualMachinePool` and CDI's `DataVolume` | further kinds to watch: `group`, `version`, `kind` each; a kind the server does not serve is looked for again every 2 s and watched once served (`/readyz` lists it meanwhile); `resources = []` watches none |\n\
-         | — | — | `[settings.<plugin>]` | — | settings handed to that plugin as JSON |\n",
+         | — | — | `[settings.<plugin>]` | — | settings handed to that plugin as JSON |\n\
+         | — | — | `[limits.<plugin>]` | — | that plugin's own `call-timeout-ms` and `memory-limit-mib` |\n",
     );
     table
 }

@@ -210,11 +210,10 @@ fn plugins(
             .entry("failover".into())
             .or_insert_with(|| crate::demo::FAILOVER_SETTINGS.into());
     }
-    let registry = Arc::new(Registry::new(
-        Arc::new(runtime),
-        config.plugins.dir.clone(),
-        settings,
-    ));
+    let registry = Arc::new(
+        Registry::new(Arc::new(runtime), config.plugins.dir.clone(), settings)
+            .with_limits(config.limits_by_plugin()),
+    );
     let (published, counted) = (Arc::clone(events), Arc::clone(metrics));
     registry.on_reload(move |report| {
         counted.scans.inc();

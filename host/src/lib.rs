@@ -12,6 +12,8 @@
 //! - [`settings`]: how a module declares its settings, once;
 //!
 //! Storage, folders, events (each with its own error type):
+//! - [`native`]: the default status rules compiled natively, for comparison
+//!   and for the policies that build on them (`defaults` of the WIT);
 //! - [`storage`]: the host's SQLite databases, opened and migrated;
 //! - [`watch`]: a debounced folder watch;
 //! - [`events`]: typed events with ids, a replay buffer and subscribers;
@@ -32,7 +34,6 @@
 //! - [`delivery`]: policies fetched from OCI registries and URLs, checked
 //!   against their digests and kept by digest;
 //! - [`verdicts`]: status evaluation, the live verdicts and their JSON form;
-//! - [`native`]: the default status rules compiled natively, for comparison;
 //! - [`admission`]: the one way a task is admitted and stored, and the
 //!   Kubernetes admission webhook;
 //! - [`failover`]: node health decisions, brakes, overrides and approvals;

@@ -38,6 +38,11 @@ enum Command {
     /// Push, pull and inspect policies as OCI artifacts.
     #[command(subcommand)]
     Policy(verdict::offline::policy::PolicyCommand),
+    /// Make a policy project in Rust, JavaScript or Python: a starting
+    /// rule, its cases, the WIT and a README of five steps.
+    New(verdict::offline::project::NewArgs),
+    /// Build a policy project into a component (`dist/NAME.wasm`).
+    Build(verdict::offline::project::BuildArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,7 +76,12 @@ fn main() -> ExitCode {
     // warnings belong beside them.
     let default_level = match cli.command {
         Command::Serve(_) => "info",
-        Command::Eval(_) | Command::Test(_) | Command::Policy(_) | Command::Diff(_) => "warn",
+        Command::Eval(_)
+        | Command::Test(_)
+        | Command::Policy(_)
+        | Command::Diff(_)
+        | Command::New(_)
+        | Command::Build(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -111,6 +121,10 @@ fn main() -> ExitCode {
         },
         Command::Policy(command) => {
             verdict::offline::policy::run(&command).map(|out| print!("{out}"))
+        }
+        Command::New(args) => verdict::offline::project::new(&args).map(|out| print!("{out}")),
+        Command::Build(args) => {
+            verdict::offline::project::build(&args).map(|out| println!("{}", out.display()))
         }
         Command::Test(args) => match verdict::offline::test::run(&args) {
             Ok(outcome) => {

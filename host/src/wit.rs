@@ -42,6 +42,7 @@ mod generated {
 pub use generated::admission::exports::verdict::policy::admission;
 pub use generated::failover::exports::verdict::policy::failover;
 pub use generated::status::exports::verdict::policy::status;
+pub use generated::status::verdict::policy::defaults;
 pub use generated::status::verdict::policy::host;
 pub use generated::status::verdict::policy::types;
 

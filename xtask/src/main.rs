@@ -16,16 +16,8 @@ mod layers;
 mod real_demo;
 
 use anyhow::{Context, Result, bail};
-use wait_timeout::ChildExt;
-
-const WASM_TARGET: &str = "wasm32-unknown-unknown";
-const DEBIAN_PACKAGES: [&str; 3] = ["rustc-web", "rust-web-src", "lld-22"];
-const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
-const DEBIAN_RUST_SRC: &str = "/usr/lib/rustlib/src/rust/library";
-
-const PROBE: Duration = Duration::from_secs(30);
-const INSTALL: Duration = Duration::from_secs(20 * 60);
-const BUILD: Duration = Duration::from_secs(40 * 60);
+use verdict_policy_build::process::{BUILD, INSTALL, apt_install, probe, run};
+use verdict_policy_build::rust;
 
 const HELP: &str = "\
 usage: cargo xtask VERB
@@ -128,125 +120,6 @@ fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
-/// Run a command to completion within `limit`, failing on a non-zero exit.
-fn run(command: &mut Command, limit: Duration) -> Result<()> {
-    let shown = format!("{command:?}");
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("could not start {shown}"))?;
-    match child.wait_timeout(limit)? {
-        Some(status) if status.success() => Ok(()),
-        Some(status) => bail!("{shown} failed with {status}"),
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{shown} did not finish within {}s", limit.as_secs())
-        }
-    }
-}
-
-/// Run a probe and return its standard output, or `None` when it fails, is
-/// missing, or does not answer within the probe timeout.
-fn probe(program: &str, args: &[&str]) -> Option<String> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let status = match child.wait_timeout(PROBE).ok()? {
-        Some(status) => status,
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-    };
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
-    status.success().then_some(out)
-}
-
-/// How the wasm32 standard library is obtained.
-enum Toolchain {
-    /// rustup's own target.
-    Rustup,
-    /// Debian's rustc with the standard library built from source.
-    Debian { wasm_ld: PathBuf },
-}
-
-fn find_wasm_ld() -> Option<PathBuf> {
-    let mut candidates = vec![
-        PathBuf::from("/usr/bin/wasm-ld"),
-        PathBuf::from("/usr/bin/wasm-ld-22"),
-    ];
-    if let Ok(entries) = std::fs::read_dir("/usr/lib") {
-        let mut llvm: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(OsStr::to_str)
-                    .is_some_and(|n| n.starts_with("llvm-"))
-            })
-            .map(|p| p.join("bin/wasm-ld"))
-            .collect();
-        llvm.sort();
-        candidates.extend(llvm.into_iter().rev());
-    }
-    candidates.into_iter().find(|p| p.is_file())
-}
-
-fn debian_ready() -> Option<Toolchain> {
-    let is_debian_rustc = probe(DEBIAN_RUSTC, &["--version"])?.contains("rustc");
-    (is_debian_rustc && Path::new(DEBIAN_RUST_SRC).is_dir())
-        .then(find_wasm_ld)
-        .flatten()
-        .map(|wasm_ld| Toolchain::Debian { wasm_ld })
-}
-
-fn choose_toolchain() -> Result<Toolchain> {
-    let installed = probe("rustup", &["target", "list", "--installed"]).unwrap_or_default();
-    if installed.lines().any(|l| l.trim() == WASM_TARGET) {
-        return Ok(Toolchain::Rustup);
-    }
-    if let Some(toolchain) = debian_ready() {
-        return Ok(toolchain);
-    }
-    eprintln!(
-        "xtask: rustup has no {WASM_TARGET} target; installing Debian's {} to build its standard library",
-        DEBIAN_PACKAGES.join(", ")
-    );
-    if probe("apt-get", &["--version"]).is_none() {
-        bail!(
-            "no {WASM_TARGET} standard library: run `rustup target add {WASM_TARGET}`, \
-             or install Debian's {}",
-            DEBIAN_PACKAGES.join(" ")
-        );
-    }
-    apt_install(&DEBIAN_PACKAGES)?;
-    debian_ready().context("Debian's Rust packages were installed but rustc, its library source or wasm-ld is still missing")
-}
-
-/// Install Debian packages (after refreshing the package lists).
-fn apt_install(packages: &[&str]) -> Result<()> {
-    let quiet = |c: &mut Command| {
-        c.env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null());
-    };
-    let mut update = Command::new("apt-get");
-    update.args(["update", "-qq"]);
-    quiet(&mut update);
-    run(&mut update, INSTALL)?;
-    let mut install = Command::new("apt-get");
-    install
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(packages);
-    quiet(&mut install);
-    run(&mut install, INSTALL)
-}
-
 /// The OCI registry the policy delivery tests push to and pull from:
 /// Debian's `docker-registry` (the CNCF distribution registry), installed
 /// when missing. The tests start their own on 127.0.0.1.
@@ -322,73 +195,26 @@ fn ensure_schemathesis() -> Result<PathBuf> {
     Ok(st)
 }
 
-/// A guest crate found in the plugin workspace.
-struct Guest {
-    /// The crate's folder name: the plugin's file name.
-    name: String,
-    /// The library target's name: the core module's file name.
-    lib: String,
-    /// Where its component goes under `target/`: `plugins` for the default
-    /// policies, `test-plugins` for `plugins/testing/*`, `example-plugins`
-    /// for `examples/*`.
-    output: &'static str,
-}
-
-fn guests(workspace: &Path) -> Result<Vec<Guest>> {
-    let output = cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(workspace)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running cargo metadata in {}", workspace.display()))?;
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&output.stdout).with_context(|| {
-            format!(
-                "cargo metadata in {} did not answer JSON",
-                workspace.display()
-            )
-        })?;
-    let mut found = Vec::new();
-    for package in metadata["packages"].as_array().into_iter().flatten() {
-        let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
-        let dir = manifest.parent().context("manifest without a folder")?;
-        let lib = package["targets"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|t| {
-                t["kind"]
-                    .as_array()
-                    .is_some_and(|k| k.iter().any(|k| k == "cdylib"))
-            })
-            .and_then(|t| t["name"].as_str());
-        let Some(lib) = lib else { continue };
-        found.push(Guest {
-            name: dir
-                .file_name()
-                .and_then(OsStr::to_str)
-                .unwrap_or_default()
-                .to_string(),
-            lib: lib.replace('-', "_"),
-            output: if dir.parent().is_some_and(|p| p.ends_with("testing")) {
-                "test-plugins"
-            } else if dir.parent().is_some_and(|p| p.ends_with("examples")) {
-                "example-plugins"
-            } else {
-                "plugins"
-            },
-        });
+/// Where a built guest crate's component goes under `target/`: `plugins`
+/// for the default policies, `test-plugins` for `plugins/testing/*`,
+/// `example-plugins` for `examples/*`.
+fn output_of(dir: &Path) -> &'static str {
+    if dir.parent().is_some_and(|p| p.ends_with("testing")) {
+        "test-plugins"
+    } else if dir.parent().is_some_and(|p| p.ends_with("examples")) {
+        "example-plugins"
+    } else {
+        "plugins"
     }
-    found.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(found)
 }
 
-/// Build every guest crate and encode it as a component. Returns the paths
-/// of the components written.
+/// Build every guest crate and encode it as a component, then the example
+/// policies in JavaScript and Python (installing their pinned tools under
+/// the target folder). Returns the paths of the components written.
 fn build_plugins() -> Result<Vec<PathBuf>> {
     let root = root();
     let wasm_target_dir = cargo_target_dir().join("wasm");
-    let toolchain = choose_toolchain()?;
+    let toolchain = rust::Toolchain::choose()?;
     let mut written = Vec::new();
     // Two workspaces: the plugins, and the examples that build on them.
     for workspace in [root.join("plugins"), root.join("examples")] {
@@ -399,70 +225,42 @@ fn build_plugins() -> Result<Vec<PathBuf>> {
             .file_name()
             .and_then(OsStr::to_str)
             .unwrap_or("plugins");
-        let wasm_target_dir = wasm_target_dir.join(name);
-        let mut build = cargo();
-        build
-            .args(["build", "--release", "--target", WASM_TARGET])
-            .arg("--target-dir")
-            .arg(&wasm_target_dir)
-            .current_dir(&workspace)
-            .stdin(Stdio::null());
-        if let Toolchain::Debian { wasm_ld } = &toolchain {
-            build
-                .args(["-Zbuild-std=std,panic_abort"])
-                .env("RUSTC_BOOTSTRAP", "1")
-                .env("RUSTC", DEBIAN_RUSTC)
-                .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", wasm_ld);
-        }
-        // A rustup toolchain file or override must not pick another compiler
-        // for the guest build than the one chosen above.
-        build
-            .env_remove("RUSTUP_TOOLCHAIN")
-            .env_remove("RUSTC_WRAPPER");
-        let started = Instant::now();
-        run(&mut build, BUILD)
-            .with_context(|| format!("building the crates of {}", workspace.display()))?;
-        eprintln!(
-            "xtask: {} built in {:.1}s",
-            workspace
-                .strip_prefix(&root)
-                .unwrap_or(&workspace)
-                .display(),
-            started.elapsed().as_secs_f64()
-        );
-        let modules = wasm_target_dir.join(WASM_TARGET).join("release");
-        for guest in guests(&workspace)? {
-            written.push(encode(&root, &modules, &guest)?);
+        let modules = toolchain.build(&workspace, &wasm_target_dir.join(name))?;
+        for krate in rust::cdylibs(&workspace)? {
+            let file = krate
+                .dir
+                .file_name()
+                .and_then(OsStr::to_str)
+                .unwrap_or_default()
+                .to_string();
+            let out = root
+                .join("target")
+                .join(output_of(&krate.dir))
+                .join(format!("{file}.wasm"));
+            rust::encode(&modules, &krate.lib, &out)?;
+            written.push(out);
         }
     }
+    let tools = verdict_policy_build::Tools::new(cargo_target_dir().join("policy-tools"));
+    for example in std::fs::read_dir(root.join("examples"))? {
+        let dir = example?.path();
+        let Ok(manifest) = verdict_policy_build::Manifest::read(&dir) else {
+            continue;
+        };
+        if manifest.language == verdict_policy_build::Language::Rust {
+            continue;
+        }
+        let started = Instant::now();
+        let out = verdict_policy_build::build(&dir, &root.join("target/example-plugins"), &tools)?;
+        eprintln!(
+            "xtask: {} ({} KiB, built in {:.1}s)",
+            out.strip_prefix(&root).unwrap_or(&out).display(),
+            std::fs::metadata(&out)?.len() / 1024,
+            started.elapsed().as_secs_f64()
+        );
+        written.push(out);
+    }
     Ok(written)
-}
-
-/// Encode a guest's core module as a component in `target/<output>/`.
-fn encode(root: &Path, modules: &Path, guest: &Guest) -> Result<PathBuf> {
-    let out_dir = root.join("target").join(guest.output);
-    std::fs::create_dir_all(&out_dir)?;
-    let module_path = modules.join(format!("{}.wasm", guest.lib));
-    let module = std::fs::read(&module_path)
-        .with_context(|| format!("reading {}", module_path.display()))?;
-    let started = Instant::now();
-    let component = wit_component::ComponentEncoder::default()
-        .module(&module)
-        .and_then(|e| e.validate(true).encode())
-        .with_context(|| format!("encoding {} as a component", module_path.display()))?;
-    let out = out_dir.join(format!("{}.wasm", guest.name));
-    // Write beside and rename, so a host watching the folder never reads
-    // half a file.
-    let partial = out_dir.join(format!(".{}.wasm.partial", guest.name));
-    std::fs::write(&partial, &component)?;
-    std::fs::rename(&partial, &out)?;
-    eprintln!(
-        "xtask: {} ({} KiB, encoded in {:.1} ms)",
-        out.strip_prefix(root).unwrap_or(&out).display(),
-        component.len() / 1024,
-        started.elapsed().as_secs_f64() * 1e3
-    );
-    Ok(out)
 }
 
 fn demo(rest: &[String]) -> Result<()> {

@@ -8,85 +8,66 @@
 //!   label `example.dev/maintenance=true` displays `Maintenance` (a warning)
 //!   instead of its stable status, unless one of its tasks is in flight.
 //!
-//! Everything else is the default rules' verdict, reused as a library.
+//! Everything else is the default rules' verdict. The same rule is written
+//! in JavaScript (`examples/restart-budget-js`) and Python
+//! (`examples/restart-budget-py`); all three pass `tests/cases.yaml`.
 
-use verdict_status::exports::verdict::policy::status::{AppInput, Guest};
-use verdict_status::verdict::policy::types::{
-    AppVerdict, ContainerKind, Context, Display, KeyValue, PluginInfo, Severity, StableStatus,
-};
+use verdict_policy::prelude::*;
 
 const MAINTENANCE_LABEL: &str = "example.dev/maintenance";
 
-struct RestartBudget;
+#[derive(serde::Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+struct Budget {
+    max_restarts: u32,
+    budget_window_ms: i64,
+}
 
-impl Guest for RestartBudget {
+impl Default for Budget {
+    fn default() -> Self {
+        Self {
+            max_restarts: 3,
+            budget_window_ms: 3_600_000,
+        }
+    }
+}
+
+pub struct RestartBudget;
+
+impl StatusPolicy for RestartBudget {
     fn describe() -> PluginInfo {
         PluginInfo {
-            name: "restart-budget".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            description: "The default rules, plus a restart budget and a maintenance display.".into(),
             settings_schema: Some(
                 r#"{"type":"object","properties":{"max-restarts":{"type":"integer","minimum":0},"budget-window-ms":{"type":"integer","minimum":0}}}"#.into(),
             ),
+            ..info(
+                "restart-budget",
+                env!("CARGO_PKG_VERSION"),
+                "The default rules, plus a restart budget and a maintenance display.",
+            )
         }
     }
 
-    fn evaluate(ctx: Context, input: AppInput) -> Result<AppVerdict, String> {
-        Ok(judge(&ctx, &input))
-    }
+    fn evaluate(ctx: &Context, input: &AppInput) -> Result<AppVerdict, String> {
+        let budget: Budget = settings(ctx)?;
+        let mut verdict = default_rules(ctx, input);
 
-    fn evaluate_batch(ctx: Context, inputs: Vec<AppInput>) -> Vec<Result<AppVerdict, String>> {
-        inputs.iter().map(|input| Ok(judge(&ctx, input))).collect()
-    }
-}
-
-// Batches can also come in encoded (faster across the boundary): the same
-// judgement through the default plugin's helper.
-impl verdict_status::exports::verdict::policy::status_encoded::Guest for RestartBudget {
-    fn evaluate_batch_encoded(ctx: Context, inputs: Vec<u8>) -> Result<Vec<u8>, String> {
-        verdict_status::evaluate_encoded(&inputs, |input| Ok(judge(&ctx, input)))
-    }
-}
-
-verdict_status::export!(RestartBudget with_types_in verdict_status);
-
-fn setting(ctx: &Context, key: &str, default: i64) -> i64 {
-    serde_json::from_str::<serde_json::Value>(&ctx.settings)
-        .ok()
-        .and_then(|v| v.get(key).and_then(serde_json::Value::as_i64))
-        .unwrap_or(default)
-}
-
-fn labelled(labels: &[KeyValue]) -> bool {
-    labels
-        .iter()
-        .any(|l| l.key == MAINTENANCE_LABEL && l.value == "true")
-}
-
-fn judge(ctx: &Context, input: &AppInput) -> AppVerdict {
-    let mut verdict = verdict_status::default_rules(ctx, input);
-    let max_restarts = setting(ctx, "max-restarts", 3);
-    let window = setting(ctx, "budget-window-ms", 3_600_000);
-
-    if verdict.stable == StableStatus::Running {
         let over_budget = input.app.pods.iter().find_map(|pod| {
-            pod.containers
-                .iter()
-                .find(|c| {
-                    c.kind == ContainerKind::Main
-                        && i64::from(c.restart_count) > max_restarts
-                        && c.last_state
-                            .as_ref()
-                            .and_then(|t| t.finished_at)
-                            .is_some_and(|at| ctx.now - at < window)
-                })
-                .map(|c| (pod, c))
+            let restarted = |c: &&Container| {
+                c.kind == ContainerKind::Main
+                    && c.restart_count > budget.max_restarts
+                    && c.last_state
+                        .as_ref()
+                        .and_then(|t| t.finished_at)
+                        .is_some_and(|at| ctx.now - at < budget.budget_window_ms)
+            };
+            pod.containers.iter().find(restarted).map(|c| (pod, c))
         });
-        if let Some((pod, c)) = over_budget {
+        if let (StableStatus::Running, Some((pod, c))) = (verdict.stable, over_budget) {
             verdict.stable = StableStatus::Degraded;
             verdict.stable_reason = format!(
-                "container {} of pod {} restarted {} times, over the budget of {max_restarts}",
-                c.name, pod.name, c.restart_count
+                "container {} of pod {} restarted {} times, over the budget of {}",
+                c.name, pod.name, c.restart_count, budget.max_restarts
             );
             if verdict.transitional.is_none() {
                 verdict.display = Display {
@@ -97,17 +78,65 @@ fn judge(ctx: &Context, input: &AppInput) -> AppVerdict {
                 };
             }
         }
+
+        let labelled = |labels: &[KeyValue]| {
+            labels
+                .iter()
+                .any(|l| l.key == MAINTENANCE_LABEL && l.value == "true")
+        };
+        let in_maintenance = labelled(&input.app.namespace_labels)
+            || input.app.workloads.iter().any(|w| labelled(&w.labels));
+        if in_maintenance && verdict.transitional.is_none() {
+            verdict.display = Display {
+                status: "maintenance".into(),
+                text: "Maintenance".into(),
+                severity: Severity::Warning,
+                progress: None,
+            };
+        }
+        Ok(verdict)
+    }
+}
+
+verdict_policy::status_policy!(RestartBudget);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verdict_policy::testing::{app, container, ctx, pod, with_settings};
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn restarted(times: u32, minutes_ago: i64) -> AppInput {
+        let web = container("web")
+            .restarts(times)
+            .last_exit(1, NOW - minutes_ago * 60_000);
+        app("shop", "web").pod(pod("web-1").container(web)).build()
     }
 
-    let in_maintenance = labelled(&input.app.namespace_labels)
-        || input.app.workloads.iter().any(|w| labelled(&w.labels));
-    if in_maintenance && verdict.transitional.is_none() {
-        verdict.display = Display {
-            status: "maintenance".into(),
-            text: "Maintenance".into(),
-            severity: Severity::Warning,
-            progress: None,
-        };
+    #[test]
+    fn over_the_budget_is_degraded() {
+        let verdict = RestartBudget::evaluate(&ctx(NOW), &restarted(7, 20)).unwrap();
+        assert_eq!(verdict.stable, StableStatus::Degraded);
+        assert_eq!(verdict.display.status, "degraded");
     }
-    verdict
+
+    #[test]
+    fn old_restarts_and_a_larger_budget_keep_it_running() {
+        let old = RestartBudget::evaluate(&ctx(NOW), &restarted(7, 120)).unwrap();
+        assert_eq!(old.stable, StableStatus::Running);
+        let larger = with_settings(NOW, r#"{"max-restarts": 10}"#);
+        let verdict = RestartBudget::evaluate(&larger, &restarted(7, 20)).unwrap();
+        assert_eq!(verdict.stable, StableStatus::Running);
+    }
+
+    #[test]
+    fn maintenance_shows_through_a_running_app() {
+        let input = app("shop", "web")
+            .namespace_label(MAINTENANCE_LABEL, "true")
+            .pod(pod("web-1").container(container("web")))
+            .build();
+        let verdict = RestartBudget::evaluate(&ctx(NOW), &input).unwrap();
+        assert_eq!(verdict.display.text, "Maintenance");
+    }
 }

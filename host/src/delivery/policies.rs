@@ -23,7 +23,7 @@ use super::oci::Registries;
 use super::{Cache, DeliveryError, Fetched, Source, fetch};
 use crate::events::{Events, Kind};
 use crate::leader::{Leadership, Members};
-use crate::plugins::{Delivered, Mode, Registry, World};
+use crate::plugins::{Delivered, Mode, Override, Registry, World};
 
 fn resource() -> ApiResource {
     ApiResource {
@@ -45,6 +45,8 @@ struct Spec {
     source: Source,
     settings: String,
     mode: Mode,
+    /// `spec.limits`: the plugin's own deadline and memory, when set.
+    limits: Override,
 }
 
 fn spec_of(object: &DynamicObject) -> Result<Spec, String> {
@@ -73,11 +75,24 @@ fn spec_of(object: &DynamicObject) -> Result<Spec, String> {
         Value::Null => "{}".to_string(),
         settings => settings.to_string(),
     };
+    let limit = |key: &str| match &spec["limits"][key] {
+        Value::Null => Ok(None),
+        value => value
+            .as_u64()
+            .filter(|n| *n > 0)
+            .map(Some)
+            .ok_or_else(|| format!("spec.limits.{key} must be a positive integer")),
+    };
+    let limits = Override {
+        call_timeout_ms: limit("callTimeoutMs")?,
+        memory_limit_mib: limit("memoryLimitMiB")?,
+    };
     Ok(Spec {
         world,
         source,
         settings,
         mode,
+        limits,
     })
 }
 
@@ -321,7 +336,13 @@ impl Policies {
         };
         let info = self
             .registry
-            .install(name, &fetched.component, &spec.settings, delivered)
+            .install(
+                name,
+                &fetched.component,
+                &spec.settings,
+                Some(spec.limits.over(self.registry.limits_for(name))),
+                delivered,
+            )
             .map_err(|rejected| rejected.error)?;
         if info.world != spec.world {
             self.registry.uninstall(name);

@@ -27,44 +27,7 @@ impl Failover {
             .collect();
         // With every node ready and nothing overridden (the usual case), no
         // pod needs looking at.
-        let pods = if watched.is_empty() {
-            None
-        } else {
-            Some(snapshot.pods.values())
-        };
-        let placements = pods
-            .into_iter()
-            .flatten()
-            .filter(|p| p.deleting_since.is_none())
-            .filter_map(|p| {
-                let node = p.node.as_deref().filter(|n| watched.contains(n))?;
-                let workload = p.owner.as_ref().and_then(|o| {
-                    Some(wit::WorkloadRef {
-                        kind: crate::observe::workload_kind_named(&o.kind)?,
-                        namespace: p.namespace.clone(),
-                        name: o.name.clone(),
-                    })
-                });
-                let workload_replicas = workload.as_ref().and_then(|w| {
-                    snapshot
-                        .workload(w.kind, &w.namespace, &w.name)
-                        .map(|w| w.desired_replicas)
-                });
-                Some(wit::Placement {
-                    namespace: p.namespace.clone(),
-                    pod: p.name.clone(),
-                    node: node.to_string(),
-                    stateful: p.owner.as_ref().is_some_and(|o| o.kind == "StatefulSet"),
-                    workload,
-                    workload_replicas,
-                })
-            })
-            .collect();
-        let instances = if watched.is_empty() {
-            Vec::new()
-        } else {
-            instances_on(&snapshot, &watched)
-        };
+        let (placements, instances) = placed(&snapshot, &watched);
         wit::FailoverInput {
             nodes,
             placements,
@@ -125,6 +88,53 @@ impl Failover {
 /// The instances of virtual machines on the watched nodes, with what
 /// starts them again, their pool or replica set, and whether a disk of
 /// theirs may be written from one node only.
+/// The pods and VM instances on the `watched` nodes (none watched: none
+/// looked at).
+pub(crate) fn placed(
+    snapshot: &Snapshot,
+    watched: &[&str],
+) -> (Vec<wit::Placement>, Vec<wit::InstancePlacement>) {
+    let pods = if watched.is_empty() {
+        None
+    } else {
+        Some(snapshot.pods.values())
+    };
+    let placements = pods
+        .into_iter()
+        .flatten()
+        .filter(|p| p.deleting_since.is_none())
+        .filter_map(|p| {
+            let node = p.node.as_deref().filter(|n| watched.contains(n))?;
+            let workload = p.owner.as_ref().and_then(|o| {
+                Some(wit::WorkloadRef {
+                    kind: crate::observe::workload_kind_named(&o.kind)?,
+                    namespace: p.namespace.clone(),
+                    name: o.name.clone(),
+                })
+            });
+            let workload_replicas = workload.as_ref().and_then(|w| {
+                snapshot
+                    .workload(w.kind, &w.namespace, &w.name)
+                    .map(|w| w.desired_replicas)
+            });
+            Some(wit::Placement {
+                namespace: p.namespace.clone(),
+                pod: p.name.clone(),
+                node: node.to_string(),
+                stateful: p.owner.as_ref().is_some_and(|o| o.kind == "StatefulSet"),
+                workload,
+                workload_replicas,
+            })
+        })
+        .collect();
+    let instances = if watched.is_empty() {
+        Vec::new()
+    } else {
+        instances_on(snapshot, watched)
+    };
+    (placements, instances)
+}
+
 fn instances_on(snapshot: &Snapshot, watched: &[&str]) -> Vec<wit::InstancePlacement> {
     let set_of = |o: &Generic| -> Option<wit::SetRef> {
         let (kind, name) = o.owner.as_ref()?;

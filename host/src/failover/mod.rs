@@ -38,6 +38,7 @@ use crate::wit::{failover as wit, types};
 pub use act::{BoxFuture, NodeActions};
 pub use brakes::FailoverConfig;
 use brakes::{Candidate, Gauges};
+pub(crate) use input::placed;
 use journal::{Journal, Memory};
 use model::{
     Action, ActionReport, Approval, Attempt, Decided, Health, NodeReport, Outcome, Override,

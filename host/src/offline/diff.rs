@@ -55,7 +55,7 @@ fn load(registry: &Registry, path: &PathBuf, name: &str) -> Result<Arc<Slot>> {
         mode: Mode::Active,
     };
     registry
-        .install(name, &bytes, "{}", delivered)
+        .install(name, &bytes, "{}", None, delivered)
         .map_err(|r| Error::Invalid(format!("{}: {}", path.display(), r.error)))?;
     let slot = registry.get(name).expect("installed");
     match slot.current().map(|v| v.world()) {

@@ -7,6 +7,7 @@
 pub mod diff;
 pub mod eval;
 pub mod policy;
+pub mod project;
 pub mod test;
 
 use std::path::PathBuf;
@@ -41,19 +42,31 @@ pub struct PolicyArgs {
         default_value = "verdict-data"
     )]
     pub data_dir: PathBuf,
+
+    /// The limits of each call (a Python policy needs more memory than the
+    /// default).
+    #[command(flatten)]
+    pub limits: Limits,
 }
 
 impl PolicyArgs {
     /// Load the plugin folder and pick the status plugin. A plugin that was
     /// asked for by name and did not load is an error with the reason.
     pub fn status_policy(&self) -> Result<Arc<Slot>> {
+        self.policy(Some(World::Status))
+    }
+
+    /// Load the plugin folder and pick the plugin named by `--policy` (of
+    /// `world`, when given), else the one serving `world` (the status
+    /// world when none is given).
+    pub fn policy(&self, world: Option<World>) -> Result<Arc<Slot>> {
         if !self.plugins.is_dir() {
             return Err(Error::Invalid(format!(
                 "plugin folder {} does not exist (build it with `cargo xtask plugins`)",
                 self.plugins.display()
             )));
         }
-        let runtime = Runtime::new(&self.data_dir.join("code-cache"), Limits::default())?;
+        let runtime = Runtime::new(&self.data_dir.join("code-cache"), self.limits)?;
         let registry = Registry::new(
             Arc::new(runtime),
             Some(self.plugins.clone()),
@@ -73,16 +86,16 @@ impl PolicyArgs {
                 })?
             }
             None => registry
-                .policy(World::Status)
+                .policy(world.unwrap_or(World::Status))
                 .map_err(Error::input(self.plugins.display().to_string()))?,
         };
         match slot.current() {
-            Some(version) if version.world() == World::Status => Ok(slot),
+            Some(version) if world.is_none_or(|w| w == version.world()) => Ok(slot),
             Some(version) => Err(Error::Invalid(format!(
                 "plugin {} implements {}, not {}",
                 slot.name(),
                 version.world(),
-                World::Status
+                world.unwrap_or(World::Status)
             ))),
             None => Err(Error::Invalid(format!(
                 "plugin {} is not loaded",

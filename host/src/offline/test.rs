@@ -19,6 +19,24 @@
 //! `instances`, objects by `Kind/name` under `objects`. A case may name
 //! further kinds to read as objects (`resources: [cert-manager.io/v1/Certificate]`)
 //! and overrides in force (`overrides:`, as `/v1/overrides` shows them).
+//!
+//! The cases of a failover policy expect decisions by node name, as
+//! `/v1/failover` shows them (the policy is asked about every node and
+//! every pod and VM instance placed on one):
+//!
+//! ```yaml
+//!   - name: a node gone for ten minutes is offline
+//!     objects: [...nodes and pods...]
+//!     expect:
+//!       n1: { health: offline, rule: offline }
+//! ```
+//!
+//! The cases of an admission policy carry a task `request` (the body of
+//! `POST /v1/tasks`) or an AdmissionReview's `review` (its `request`), and
+//! expect the answer — `decision` (`allow`, `deny`, `require-approval`),
+//! `reason`, `defaults`, `warnings`, `plan`; or `allowed`, `code`,
+//! `message`, `patch`, `warnings`. The task's application and its verdict
+//! (by the default status rules) come from the case's objects.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -29,13 +47,15 @@ use serde_json::Value;
 
 use super::PolicyArgs;
 use crate::error::{Error, Result};
+use crate::failover::model::Decided;
 use crate::observe::objects::{Objects, documents, substitute_now};
 use crate::observe::{Grouping, resources};
 use crate::overrides::OverrideRecord;
-use crate::plugins::Slot;
+use crate::plugins::{Slot, Version, World};
 use crate::tasks::TaskRecord;
 use crate::time::parse_time;
 use crate::verdicts::{self, view::AppView};
+use crate::wit::{admission, failover, status, types};
 
 /// The default evaluation time of a case.
 const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
@@ -85,7 +105,16 @@ struct Case {
     objects: Vec<Value>,
     #[serde(default)]
     tasks: Vec<Value>,
-    /// Expected verdict fields by app (`namespace/name`).
+    /// An admission policy's task request: `app`, `action`, `params`,
+    /// `requested_by`.
+    #[serde(default)]
+    request: Option<Value>,
+    /// An admission policy's AdmissionReview `request`, with the labels of
+    /// its namespace when the case's objects have it.
+    #[serde(default)]
+    review: Option<Value>,
+    /// Expected fields: of each app's verdict (`namespace/name`), each
+    /// node's decision (failover), or the answer (admission).
     expect: BTreeMap<String, Value>,
 }
 
@@ -136,7 +165,7 @@ fn collect_yaml(dir: &Path, into: &mut Vec<PathBuf>) -> Result<()> {
 /// Run every case of every file against the plugin.
 pub fn run(args: &TestArgs) -> Result<Outcome> {
     let files = case_files(&args.paths)?;
-    let slot = args.policy.status_policy()?;
+    let slot = args.policy.policy(None)?;
     let mut outcome = Outcome::default();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(Error::io(&file))?;
@@ -177,7 +206,39 @@ pub fn run(args: &TestArgs) -> Result<Outcome> {
     Ok(outcome)
 }
 
+/// What a case sets up: its time, objects, tasks and overrides.
+struct Setup {
+    now: types::Timestamp,
+    objects: Objects,
+    tasks: Vec<types::Task>,
+    overrides: Vec<OverrideRecord>,
+    settings: Option<String>,
+}
+
 fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<String>, String> {
+    let setup = set_up(file, case)?;
+    let version = slot
+        .current()
+        .ok_or_else(|| format!("plugin {} is not loaded", slot.name()))?;
+    let actual = match version.world() {
+        World::Status => status_answers(slot, &setup)?,
+        World::Failover => failover_answers(&version, &setup)?,
+        World::Admission => admission_answer(&version, &setup, case)?,
+    };
+    let mut mismatches = Vec::new();
+    for (key, expected) in &case.expect {
+        match actual.get(key) {
+            Some(got) => compare(key, expected, got, &mut mismatches),
+            None => mismatches.push(format!(
+                "{key}: nothing such (answered: {})",
+                actual.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+    Ok(mismatches)
+}
+
+fn set_up(file: &Path, case: &Case) -> std::result::Result<Setup, String> {
     let now = parse_time(case.now.as_deref().unwrap_or(DEFAULT_NOW))?;
     let base = file.parent().unwrap_or(Path::new("."));
     let paths: Vec<PathBuf> = case.files.iter().map(|f| base.join(f)).collect();
@@ -214,20 +275,39 @@ fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<St
             .map_err(|e| format!("overrides[{i}]: {}: {}", e.path(), e.inner()))?;
         overrides.push(record);
     }
-    let settings = case.settings.as_ref().map(Value::to_string);
-    let mut inputs = objects.snapshot.apps(&tasks, &[], now);
+    Ok(Setup {
+        now,
+        objects,
+        tasks,
+        overrides,
+        settings: case.settings.as_ref().map(Value::to_string),
+    })
+}
+
+/// The applications of a case, with their overrides in force.
+fn apps(setup: &Setup) -> Vec<status::AppInput> {
+    let mut inputs = setup.objects.snapshot.apps(&setup.tasks, &[], setup.now);
     for input in &mut inputs {
-        input.overrides = overrides
+        input.overrides = setup
+            .overrides
             .iter()
             .filter(|o| o.namespace == input.app.id.namespace && o.app == input.app.id.name)
-            .filter(|o| o.in_force(now))
+            .filter(|o| o.in_force(setup.now))
             .map(OverrideRecord::to_wit)
             .collect();
     }
-    let verdicts =
-        verdicts::evaluate(slot, &inputs, now, settings.as_deref()).map_err(|e| e.to_string())?;
+    inputs
+}
 
-    let mut actual: BTreeMap<String, Value> = BTreeMap::new();
+/// Each app's verdict, by `namespace/name`.
+fn status_answers(
+    slot: &Slot,
+    setup: &Setup,
+) -> std::result::Result<BTreeMap<String, Value>, String> {
+    let inputs = apps(setup);
+    let verdicts = verdicts::evaluate(slot, &inputs, setup.now, setup.settings.as_deref())
+        .map_err(|e| e.to_string())?;
+    let mut actual = BTreeMap::new();
     for (input, verdict) in inputs.iter().zip(verdicts) {
         let key = format!("{}/{}", input.app.id.namespace, input.app.id.name);
         let value = match verdict {
@@ -236,17 +316,119 @@ fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<St
         };
         actual.insert(key, value);
     }
-    let mut mismatches = Vec::new();
-    for (app, expected) in &case.expect {
-        match actual.get(app) {
-            Some(got) => compare(app, expected, got, &mut mismatches),
-            None => mismatches.push(format!(
-                "{app}: no such app (evaluated: {})",
-                actual.keys().cloned().collect::<Vec<_>>().join(", ")
-            )),
-        }
+    Ok(actual)
+}
+
+/// The context of a call: the case's time, and its settings or the
+/// plugin's.
+fn context(version: &Version, setup: &Setup) -> types::Context {
+    let mut ctx = version.context(setup.now);
+    if let Some(settings) = &setup.settings {
+        ctx.settings = settings.clone();
     }
-    Ok(mismatches)
+    ctx
+}
+
+/// Each node's decision, by node name.
+fn failover_answers(
+    version: &Version,
+    setup: &Setup,
+) -> std::result::Result<BTreeMap<String, Value>, String> {
+    let snapshot = &setup.objects.snapshot;
+    let nodes: Vec<&str> = snapshot.nodes.keys().map(String::as_str).collect();
+    let (placements, instances) = crate::failover::placed(snapshot, &nodes);
+    let input = failover::FailoverInput {
+        nodes: snapshot.nodes.values().cloned().collect(),
+        placements,
+        instances,
+        previous: Vec::new(),
+        overrides: Vec::new(),
+    };
+    let decisions = version
+        .decide(&context(version, setup), &input)
+        .map_err(|e| e.to_string())?;
+    Ok(decisions
+        .iter()
+        .map(|d| {
+            let view = serde_json::to_value(Decided::from_wit(d)).unwrap_or_default();
+            (d.node.clone(), view)
+        })
+        .collect())
+}
+
+/// The answer to the case's task request or AdmissionReview, by field.
+fn admission_answer(
+    version: &Version,
+    setup: &Setup,
+    case: &Case,
+) -> std::result::Result<BTreeMap<String, Value>, String> {
+    let ctx = context(version, setup);
+    let answer = match (&case.request, &case.review) {
+        (Some(request), None) => {
+            let request: crate::tasks::model::NewTask =
+                serde_json::from_value(request.clone()).map_err(|e| format!("request: {e}"))?;
+            let id = crate::tasks::parse_app(&request.app)?;
+            let input = apps(setup).into_iter().find(|input| input.app.id == id);
+            let verdict = input.as_ref().map(|input| {
+                let defaults = crate::native::Settings::parse("{}");
+                crate::native::evaluate(&defaults, setup.now, input)
+            });
+            let tasks = setup
+                .tasks
+                .iter()
+                .filter(|t| t.app == id)
+                .cloned()
+                .collect();
+            let input = admission::AdmissionInput {
+                request: admission::TaskRequest {
+                    app: id,
+                    action: request.action,
+                    params: Value::Object(request.params).to_string(),
+                    requested_by: request.requested_by,
+                },
+                app: input.map(|input| input.app),
+                verdict,
+                tasks,
+            };
+            let answer = version
+                .admit_task(&ctx, &input)
+                .map_err(|e| e.to_string())?;
+            let (decision, reason) = match answer.decision {
+                admission::Decision::Allow => ("allow", None),
+                admission::Decision::Deny(reason) => ("deny", Some(reason)),
+                admission::Decision::RequireApproval(reason) => ("require-approval", Some(reason)),
+            };
+            serde_json::json!({
+                "decision": decision,
+                "reason": reason,
+                "defaults": serde_json::from_str::<Value>(&answer.defaults).unwrap_or(Value::String(answer.defaults)),
+                "warnings": answer.warnings,
+                "plan": answer.plan.iter().map(|s| serde_json::json!({"name": s.name, "description": s.description})).collect::<Vec<_>>(),
+            })
+        }
+        (None, Some(review)) => {
+            let namespace_labels = review["namespace"]
+                .as_str()
+                .and_then(|ns| setup.objects.snapshot.namespaces.get(ns).cloned());
+            let input = admission::ReviewInput {
+                request: review.to_string(),
+                namespace_labels,
+            };
+            let answer = version.review(&ctx, &input).map_err(|e| e.to_string())?;
+            serde_json::json!({
+                "allowed": answer.allowed,
+                "code": answer.code,
+                "message": answer.message,
+                "patch": answer.patch,
+                "warnings": answer.warnings,
+            })
+        }
+        _ => return Err("an admission case has a `request` or a `review`, one of them".into()),
+    };
+    let Value::Object(fields) = answer else {
+        unreachable!("the answer is an object")
+    };
+    Ok(fields.into_iter().collect())
 }
 
 /// Turn the `groups` and `instances` lists into maps by name, so that

@@ -10,6 +10,7 @@ mod error;
 mod metrics;
 mod registry;
 mod runtime;
+mod sandbox;
 mod validate;
 mod version;
 mod watch;
@@ -24,7 +25,7 @@ pub use metrics::{CallHistograms, CallSeconds};
 pub use registry::{
     Answer, Delivered, ErrorRecord, Mode, PluginStatus, Registry, Rejected, ReloadReport, Slot,
 };
-pub use runtime::{CodeSource, Limits, Runtime};
+pub use runtime::{CodeSource, Limits, Override, Runtime};
 pub use version::{PACKAGE_VERSION, Version, VersionInfo, checked_answers, decode_answers};
 pub use watch::watch;
 

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::World;
 use super::error::{CallError, LoadError, PolicyError};
-use super::runtime::Runtime;
+use super::runtime::{Limits, Runtime};
 use super::version::{Version, VersionInfo};
 
 /// A failure recorded against a plugin: of loading a file, or of a call.
@@ -293,6 +293,8 @@ pub struct Registry {
     runtime: Arc<Runtime>,
     dir: Option<PathBuf>,
     settings: BTreeMap<String, String>,
+    /// Plugins' own limits, by name; the others have the runtime's.
+    limits: BTreeMap<String, Limits>,
     slots: RwLock<BTreeMap<String, Arc<Slot>>>,
     /// Reloads run one at a time (the watcher and `POST /v1/plugins/reload`).
     reloading: Mutex<()>,
@@ -322,11 +324,27 @@ impl Registry {
             runtime,
             dir,
             settings,
+            limits: BTreeMap::new(),
             slots: RwLock::new(BTreeMap::new()),
             reloading: Mutex::new(()),
             swapped: tokio::sync::Notify::new(),
             on_reload: RwLock::default(),
         }
+    }
+
+    /// Give the plugins named here limits of their own (a Python policy
+    /// needs more memory than a Rust one).
+    pub fn with_limits(mut self, limits: BTreeMap<String, Limits>) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits of plugin `name`.
+    pub fn limits_for(&self, name: &str) -> Limits {
+        self.limits
+            .get(name)
+            .copied()
+            .unwrap_or(self.runtime.limits)
     }
 
     /// Call latency by policy and version.
@@ -419,15 +437,17 @@ impl Registry {
         name: &str,
         bytes: &[u8],
         settings: &str,
+        limits: Option<Limits>,
         delivered: Delivered,
     ) -> Result<VersionInfo, Rejected> {
         let hash = hex::encode(Sha256::digest(bytes));
         let path = PathBuf::from(&delivered.source);
+        let limits = limits.unwrap_or_else(|| self.limits_for(name));
         let slot = self.get(name);
         if let Some(slot) = &slot
-            && slot
-                .current()
-                .is_some_and(|v| v.info().hash == hash && v.settings() == settings)
+            && slot.current().is_some_and(|v| {
+                v.info().hash == hash && v.settings() == settings && *v.limits() == limits
+            })
         {
             *lock(&slot.delivered) = Some(delivered);
             self.swapped.notify_one();
@@ -446,6 +466,7 @@ impl Registry {
             bytes,
             hash.clone(),
             settings.to_string(),
+            limits,
         ) {
             Ok(version) => {
                 let info = version.info().clone();
@@ -606,6 +627,7 @@ impl Registry {
                             &c.bytes,
                             c.hash.clone(),
                             settings,
+                            self.limits_for(&c.name),
                         );
                         (c, loaded)
                     })

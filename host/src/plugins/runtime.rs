@@ -8,12 +8,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter, Store};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::error::LoadError;
+use super::sandbox;
+use crate::native;
 use crate::settings;
-use crate::wit::{host, types};
+use crate::wit::{defaults, host, status, types};
 
 /// Limits applied to every plugin call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
@@ -91,8 +94,13 @@ impl Runtime {
         let engine = Engine::new(&config).map_err(|e| LoadError::Engine(e.into()))?;
 
         let mut linker = Linker::new(&engine);
+        let linking = |e: wasmtime::Error| LoadError::Engine(e.into());
         host::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)
-            .map_err(|e| LoadError::Engine(e.into()))?;
+            .map_err(linking)?;
+        defaults::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)
+            .map_err(linking)?;
+        // Components that import WASI get it, granting nothing (`sandbox`).
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(linking)?;
 
         std::fs::create_dir_all(cache_dir).map_err(|e| LoadError::CacheFolder {
             path: cache_dir.to_path_buf(),
@@ -194,26 +202,55 @@ impl Runtime {
         }
     }
 
-    /// A new store for one plugin instance, with the memory cap installed.
-    pub(crate) fn store(&self, plugin: Arc<str>) -> Store<StoreState> {
+    /// A new store for one plugin instance, with the memory cap of
+    /// `limits` installed and a WASI that grants nothing.
+    pub(crate) fn store(&self, plugin: Arc<str>, limits: &Limits) -> Store<StoreState> {
         let mut store = Store::new(
             &self.engine,
             StoreState {
+                wasi: sandbox::deny_all(&plugin),
+                table: ResourceTable::new(),
                 plugin,
                 limiter: MemoryCap {
-                    max_bytes: self.limits.memory_bytes,
+                    max_bytes: limits.memory_bytes,
                     exceeded: false,
                 },
+                defaults: None,
             },
         );
         store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_trap();
         store
     }
+}
 
+/// A plugin's own deadline and memory, each over the host's when set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Override {
+    pub call_timeout_ms: Option<u64>,
+    pub memory_limit_mib: Option<u64>,
+}
+
+impl Override {
+    /// `base` with what this sets in its place.
+    pub fn over(&self, base: Limits) -> Limits {
+        Limits {
+            call_timeout: self
+                .call_timeout_ms
+                .map_or(base.call_timeout, Duration::from_millis),
+            memory_bytes: self
+                .memory_limit_mib
+                .map_or(base.memory_bytes, |mib| (mib as usize) << 20),
+            ..base
+        }
+    }
+}
+
+impl Limits {
     /// How many epoch ticks make one call's deadline.
     pub(crate) fn deadline_ticks(&self) -> u64 {
-        (self.limits.call_timeout.as_millis() / TICK.as_millis()).max(1) as u64 + 1
+        (self.call_timeout.as_millis() / TICK.as_millis()).max(1) as u64 + 1
     }
 }
 
@@ -254,6 +291,19 @@ fn unsafe_deserialize(engine: &Engine, code: &[u8]) -> wasmtime::Result<Componen
 pub(crate) struct StoreState {
     pub(crate) plugin: Arc<str>,
     pub(crate) limiter: MemoryCap,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    /// The default status rules' settings as last parsed, with their text.
+    defaults: Option<(String, native::Settings)>,
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
 }
 
 /// Caps the linear memory of an instance and remembers whether the cap was
@@ -288,6 +338,19 @@ impl ResourceLimiter for MemoryCap {
 }
 
 impl types::Host for StoreState {}
+
+impl defaults::Host for StoreState {
+    fn status(&mut self, ctx: types::Context, input: status::AppInput) -> types::AppVerdict {
+        let settings = match &self.defaults {
+            Some((text, settings)) if *text == ctx.settings => settings,
+            _ => {
+                let parsed = native::Settings::parse(&ctx.settings);
+                &self.defaults.insert((ctx.settings, parsed)).1
+            }
+        };
+        native::evaluate(settings, ctx.now, &input)
+    }
+}
 
 impl host::Host for StoreState {
     fn log(&mut self, level: types::LogLevel, mut message: String) {

@@ -14,7 +14,7 @@ use wasmtime::component::Component;
 
 use super::World;
 use super::error::{CallError, LoadError};
-use super::runtime::{CodeSource, Runtime, StoreState};
+use super::runtime::{CodeSource, Limits, Runtime, StoreState};
 use super::validate::{self, OutputSize};
 use crate::wit::{
     AdmissionPolicy, AdmissionPolicyPre, FailoverPolicy, FailoverPolicyPre, StatusPolicy,
@@ -46,6 +46,11 @@ pub struct VersionInfo {
     /// Whether status batches go in encoded (the plugin exports
     /// `status-encoded`).
     pub encoded_batches: bool,
+    /// The deadline of one call, in milliseconds (the host's, or this
+    /// plugin's own).
+    pub call_timeout_ms: u64,
+    /// The memory one instance may grow to, in MiB.
+    pub memory_limit_mib: u64,
 }
 
 enum Pre {
@@ -78,6 +83,8 @@ pub struct Version {
     info: VersionInfo,
     plugin: Arc<str>,
     settings: String,
+    /// The limits of this plugin's calls: the host's, or its own.
+    limits: Limits,
     pre: Pre,
     pool: Mutex<Vec<Instance>>,
     runtime: Arc<Runtime>,
@@ -206,6 +213,10 @@ pub const PACKAGE_VERSION: &str = "0.2.0";
 
 impl Version {
     /// The settings this version was loaded with (JSON text).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     pub fn settings(&self) -> &str {
         &self.settings
     }
@@ -215,7 +226,15 @@ impl Version {
     pub fn examine(runtime: &Arc<Runtime>, bytes: &[u8]) -> Result<VersionInfo, LoadError> {
         use sha2::Digest as _;
         let hash = hex::encode(sha2::Sha256::digest(bytes));
-        Self::load(runtime, "examined", bytes, hash, "{}".into()).map(|v| v.info)
+        Self::load(
+            runtime,
+            "examined",
+            bytes,
+            hash,
+            "{}".into(),
+            runtime.limits,
+        )
+        .map(|v| v.info)
     }
 
     /// Compile (or load from cache), recognise the world, link, and validate:
@@ -227,6 +246,7 @@ impl Version {
         bytes: &[u8],
         hash: String,
         settings: String,
+        limits: Limits,
     ) -> Result<Self, LoadError> {
         let (component, code, compile_time) = runtime.compile(bytes, &hash)?;
         let world = world_of(runtime, &component)?;
@@ -256,9 +276,12 @@ impl Version {
                 code,
                 compile_ms: duration_ms(compile_time),
                 encoded_batches: encoded,
+                call_timeout_ms: limits.call_timeout.as_millis() as u64,
+                memory_limit_mib: (limits.memory_bytes >> 20) as u64,
             },
             plugin: Arc::from(plugin),
             settings,
+            limits,
             pre,
             pool: Mutex::new(Vec::new()),
             runtime: Arc::clone(runtime),
@@ -288,8 +311,8 @@ impl Version {
     }
 
     fn instantiate(&self) -> Result<Instance, CallError> {
-        let mut store = self.runtime.store(Arc::clone(&self.plugin));
-        store.set_epoch_deadline(self.runtime.deadline_ticks());
+        let mut store = self.runtime.store(Arc::clone(&self.plugin), &self.limits);
+        store.set_epoch_deadline(self.limits.deadline_ticks());
         let failed = |e: wasmtime::Error| CallError::Instantiate(e.into());
         let bound = match &self.pre {
             Pre::Status(pre) => {
@@ -323,7 +346,7 @@ impl Version {
         instance.store.data_mut().limiter.exceeded = false;
         instance
             .store
-            .set_epoch_deadline(self.runtime.deadline_ticks());
+            .set_epoch_deadline(self.limits.deadline_ticks());
         let started = std::time::Instant::now();
         let result = f(&mut instance.store, &instance.bound);
         self.runtime
@@ -346,7 +369,7 @@ impl Version {
         }
         drop(pool);
         let size = answer.output_size();
-        let limit = self.runtime.limits.output_bytes;
+        let limit = self.limits.output_bytes;
         if size > limit {
             return Err(CallError::OutputTooLarge { size, limit });
         }
@@ -355,10 +378,10 @@ impl Version {
 
     fn classify(&self, error: wasmtime::Error, store: &Store<StoreState>) -> CallError {
         if store.data().limiter.exceeded {
-            return CallError::Memory(self.runtime.limits.memory_bytes);
+            return CallError::Memory(self.limits.memory_bytes);
         }
         if let Some(wasmtime::Trap::Interrupt) = error.downcast_ref::<wasmtime::Trap>() {
-            return CallError::Timeout(self.runtime.limits.call_timeout.as_millis());
+            return CallError::Timeout(self.limits.call_timeout.as_millis());
         }
         CallError::trap(error)
     }

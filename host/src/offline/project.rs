@@ -1,0 +1,112 @@
+//! `verdict new` and `verdict build`: a policy project in Rust, JavaScript
+//! or Python made ready to edit, and built into a component a host loads.
+
+use std::path::PathBuf;
+
+use verdict_policy_build::scaffold::{self, Kind};
+use verdict_policy_build::{Language, Tools};
+
+use crate::error::{Error, Result};
+
+/// The language of `verdict new --lang`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    #[value(alias = "javascript")]
+    Js,
+    #[value(alias = "py")]
+    Python,
+}
+
+/// The world of `verdict new`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorldArg {
+    Status,
+    Failover,
+    Admission,
+}
+
+/// The arguments of `verdict new`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NewArgs {
+    /// Which kind of policy.
+    #[arg(value_name = "WORLD")]
+    pub world: WorldArg,
+    /// The policy's name (its component is `NAME.wasm`).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The language to write it in.
+    #[arg(long, value_name = "LANG", default_value = "rust")]
+    pub lang: Lang,
+    /// The project's folder [default: ./NAME].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// The `verdict-policy` crate a Rust project depends on [default: the
+    /// one of the source tree verdict was built from].
+    #[arg(long, value_name = "DIR", env = "VERDICT_SDK")]
+    pub sdk: Option<PathBuf>,
+}
+
+/// The arguments of `verdict build`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BuildArgs {
+    /// The policy project (the folder of its `policy.toml`).
+    #[arg(value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// Where the component goes [default: DIR/dist].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Where the pinned JavaScript and Python tools are installed
+    /// [default: ~/.cache/verdict/tools].
+    #[arg(long, value_name = "DIR", env = "VERDICT_TOOLS")]
+    pub tools: Option<PathBuf>,
+}
+
+/// The SDK beside this build of verdict.
+fn sdk_of_source_tree() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("plugins")
+        .join("sdk")
+}
+
+/// Make the project; what to do next.
+pub fn new(args: &NewArgs) -> Result<String> {
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.name));
+    let sdk = args.sdk.clone().unwrap_or_else(sdk_of_source_tree);
+    let kind = match args.world {
+        WorldArg::Status => Kind::Status,
+        WorldArg::Failover => Kind::Failover,
+        WorldArg::Admission => Kind::Admission,
+    };
+    let language = match args.lang {
+        Lang::Rust => Language::Rust,
+        Lang::Js => Language::Javascript,
+        Lang::Python => Language::Python,
+    };
+    let written = scaffold::create(&scaffold::Request {
+        kind,
+        name: &args.name,
+        language,
+        dir: &dir,
+        sdk: &sdk,
+    })
+    .map_err(|e| Error::Invalid(format!("{e:#}")))?;
+    let shown = dir.display();
+    Ok(format!(
+        "created {shown} ({} files)\nnext:\n  cd {shown}\n  verdict build\n  verdict test --plugins dist --policy {} tests\n",
+        written.len(),
+        args.name
+    ))
+}
+
+/// Build the project; the component's path.
+pub fn build(args: &BuildArgs) -> Result<PathBuf> {
+    let out = args.out.clone().unwrap_or_else(|| args.dir.join("dist"));
+    let tools = Tools::new(args.tools.clone().unwrap_or_else(Tools::default_dir));
+    verdict_policy_build::build(&args.dir, &out, &tools)
+        .map_err(|e| Error::Invalid(format!("{e:#}")))
+}

@@ -1,0 +1,258 @@
+//! Builds verdict policies into components a host can load, in the three
+//! languages verdict supports: a Rust crate (built for wasm32, encoded with
+//! `wit-component`), a JavaScript module (`componentize-js`, npm) or a
+//! Python module (`componentize-py`, PyPI). The JavaScript and Python tools
+//! are installed at pinned versions into a tools folder the first time they
+//! are needed, as on a fresh machine.
+//!
+//! A policy project says what it is in `policy.toml`:
+//!
+//! ```toml
+//! name = "restart-budget"   # the component's file name: <name>.wasm
+//! world = "status-policy"   # status-policy | failover-policy | admission-policy
+//! language = "python"       # rust | javascript | python
+//! source = "policy.py"      # the module (JavaScript, Python); not for Rust
+//! wit = "wit"               # the WIT folder it is written against
+//! ```
+
+pub mod process;
+pub mod rust;
+pub mod scaffold;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use process::{BUILD, INSTALL, apt_install, probe, run};
+
+/// componentize-js, pinned with its whole dependency tree (package-lock).
+pub const COMPONENTIZE_JS: &str = "0.23.0";
+/// componentize-py, pinned.
+pub const COMPONENTIZE_PY: &str = "0.25.1";
+
+const JS_PACKAGE: &str = include_str!("../tools/componentize-js/package.json");
+const JS_LOCK: &str = include_str!("../tools/componentize-js/package-lock.json");
+const JS_BUILD: &str = include_str!("../tools/componentize-js/build.mjs");
+
+/// The language a policy is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Rust,
+    #[serde(alias = "js")]
+    Javascript,
+    #[serde(alias = "py")]
+    Python,
+}
+
+/// A policy project's `policy.toml`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub name: String,
+    pub world: String,
+    pub language: Language,
+    /// The module to build (JavaScript: a file; Python: a module file).
+    pub source: Option<String>,
+    /// The WIT folder, relative to the project.
+    #[serde(default = "default_wit")]
+    pub wit: String,
+}
+
+fn default_wit() -> String {
+    "wit".into()
+}
+
+impl Manifest {
+    /// Read `dir/policy.toml`.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join("policy.toml");
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!("{} is not a policy project (no policy.toml)", dir.display())
+        })?;
+        let manifest: Manifest =
+            toml::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        let worlds = ["status-policy", "failover-policy", "admission-policy"];
+        if !worlds.contains(&manifest.world.as_str()) {
+            bail!(
+                "{}: world `{}` is none of {}",
+                path.display(),
+                manifest.world,
+                worlds.join(", ")
+            );
+        }
+        let valid_name = !manifest.name.is_empty()
+            && manifest
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if !valid_name {
+            bail!(
+                "{}: name `{}` must be lower-case letters, digits, - and _",
+                path.display(),
+                manifest.name
+            );
+        }
+        if manifest.language != Language::Rust && manifest.source.is_none() {
+            bail!("{}: `source` names the module to build", path.display());
+        }
+        Ok(manifest)
+    }
+}
+
+/// Where the pinned JavaScript and Python tools are installed.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    pub dir: PathBuf,
+}
+
+impl Tools {
+    /// `$VERDICT_TOOLS`, else `$XDG_CACHE_HOME/verdict/tools`, else
+    /// `~/.cache/verdict/tools`.
+    pub fn default_dir() -> PathBuf {
+        if let Some(dir) = std::env::var_os("VERDICT_TOOLS") {
+            return PathBuf::from(dir);
+        }
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir);
+        cache.join("verdict").join("tools")
+    }
+
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// componentize-js installed (`npm ci` from the pinned lock); its build
+    /// script.
+    pub fn componentize_js(&self) -> Result<PathBuf> {
+        let dir = self.dir.join(format!("componentize-js-{COMPONENTIZE_JS}"));
+        let script = dir.join("build.mjs");
+        let stamp = dir.join("installed");
+        let wanted = format!("{JS_PACKAGE}{JS_LOCK}{JS_BUILD}");
+        if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+            return Ok(script);
+        }
+        if probe("npm", &["--version"]).is_none() {
+            bail!("building a JavaScript policy needs Node.js and npm on the PATH");
+        }
+        eprintln!(
+            "installing componentize-js {COMPONENTIZE_JS} into {}",
+            dir.display()
+        );
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("package.json"), JS_PACKAGE)?;
+        std::fs::write(dir.join("package-lock.json"), JS_LOCK)?;
+        std::fs::write(&script, JS_BUILD)?;
+        run(
+            Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+                .current_dir(&dir),
+            INSTALL,
+        )
+        .context("installing componentize-js from npm")?;
+        std::fs::write(&stamp, wanted)?;
+        Ok(script)
+    }
+
+    /// componentize-py installed with pip into a folder of its own; that
+    /// folder (for `PYTHONPATH`).
+    pub fn componentize_py(&self) -> Result<PathBuf> {
+        let dir = self.dir.join(format!("componentize-py-{COMPONENTIZE_PY}"));
+        let stamp = dir.join("installed");
+        let python = probe("python3", &["--version"])
+            .context("building a Python policy needs python3 on the PATH")?;
+        if std::fs::read_to_string(&stamp).ok().as_deref() == Some(python.as_str()) {
+            return Ok(dir);
+        }
+        eprintln!(
+            "installing componentize-py {COMPONENTIZE_PY} into {}",
+            dir.display()
+        );
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        let pip = |dir: &Path| {
+            run(
+                Command::new("python3")
+                    .args([
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--disable-pip-version-check",
+                    ])
+                    .args(["--no-deps", "--only-binary", ":all:", "--target"])
+                    .arg(dir)
+                    .arg(format!("componentize-py=={COMPONENTIZE_PY}")),
+                INSTALL,
+            )
+        };
+        if pip(&dir).is_err() {
+            // Debian's Python keeps pip in a package of its own.
+            apt_install(&["python3-pip"])?;
+            pip(&dir).context("installing componentize-py from PyPI")?;
+        }
+        std::fs::write(&stamp, python)?;
+        Ok(dir)
+    }
+}
+
+/// Build the policy project in `dir` into `out_dir/<name>.wasm`; the
+/// component's path.
+pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
+    let manifest = Manifest::read(dir)?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let out = std::fs::canonicalize(out_dir)?.join(format!("{}.wasm", manifest.name));
+    let dir = std::fs::canonicalize(dir)?;
+    match manifest.language {
+        Language::Rust => {
+            let toolchain = rust::Toolchain::choose()?;
+            let modules = toolchain.build(&dir, &dir.join("target"))?;
+            let krate = rust::cdylibs(&dir)?
+                .into_iter()
+                .find(|c| c.dir == dir)
+                .context("the project's Cargo.toml builds no cdylib")?;
+            rust::encode(&modules, &krate.lib, &out)?;
+        }
+        Language::Javascript => {
+            let script = tools.componentize_js()?;
+            let source = manifest.source.as_deref().unwrap_or_default();
+            run(
+                Command::new("node")
+                    .arg(&script)
+                    .arg(dir.join(source))
+                    .arg(dir.join(&manifest.wit))
+                    .arg(&manifest.world)
+                    .arg(&out)
+                    .current_dir(&dir),
+                BUILD,
+            )
+            .with_context(|| format!("building {source} with componentize-js"))?;
+        }
+        Language::Python => {
+            let site = tools.componentize_py()?;
+            let source = manifest.source.as_deref().unwrap_or_default();
+            let module = source.strip_suffix(".py").unwrap_or(source);
+            // componentize-py writes its output in place: written beside
+            // and renamed, a host watching the folder never reads half.
+            let partial = out.with_file_name(format!(".{}.wasm.partial", manifest.name));
+            run(
+                Command::new("python3")
+                    .args(["-c", "import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; script()"])
+                    .args(["-d"])
+                    .arg(dir.join(&manifest.wit))
+                    .args(["-w", &manifest.world, "componentize", module, "-o"])
+                    .arg(&partial)
+                    .env("PYTHONPATH", &site)
+                    .current_dir(&dir),
+                BUILD,
+            )
+            .with_context(|| format!("building {source} with componentize-py"))?;
+            std::fs::rename(&partial, &out)?;
+        }
+    }
+    Ok(out)
+}

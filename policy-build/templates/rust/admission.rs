@@ -1,0 +1,60 @@
+//! {{name}}: an admission policy. Deleting an application in a namespace
+//! labelled `environment=production` is denied; scaling above
+//! `max-replicas` (default 10) waits for a person's approval; the rest is
+//! allowed. AdmissionReviews are all allowed.
+
+use verdict_policy::admission::{AdmissionInput, Decision, TaskAdmission};
+use verdict_policy::prelude::*;
+
+#[derive(serde::Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+struct Settings {
+    max_replicas: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { max_replicas: 10 }
+    }
+}
+
+pub struct Policy;
+
+impl AdmissionPolicy for Policy {
+    fn describe() -> PluginInfo {
+        info(
+            "{{name}}",
+            env!("CARGO_PKG_VERSION"),
+            "No deletes in production; large scale-ups need approval.",
+        )
+    }
+
+    fn admit_task(ctx: &Context, input: &AdmissionInput) -> Result<TaskAdmission, String> {
+        let settings: Settings = settings(ctx)?;
+        let production = input.app.as_ref().is_some_and(|app| {
+            app.namespace_labels
+                .iter()
+                .any(|l| l.key == "environment" && l.value == "production")
+        });
+        let params: verdict_policy::serde_json::Value =
+            verdict_policy::serde_json::from_str(&input.request.params).map_err(|e| e.to_string())?;
+        let replicas = params["replicas"].as_u64().unwrap_or(0);
+        let decision = match input.request.action {
+            TaskAction::Delete if production => {
+                Decision::Deny("applications in production are not deleted".into())
+            }
+            TaskAction::Scale if replicas > settings.max_replicas => Decision::RequireApproval(
+                format!("{replicas} replicas is over {}", settings.max_replicas),
+            ),
+            _ => Decision::Allow,
+        };
+        Ok(TaskAdmission {
+            decision,
+            defaults: "{}".into(),
+            warnings: Vec::new(),
+            plan: Vec::new(),
+        })
+    }
+}
+
+verdict_policy::admission_policy!(Policy);
