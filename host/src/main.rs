@@ -43,6 +43,9 @@ enum Command {
     New(verdict::offline::project::NewArgs),
     /// Build a policy project into a component (`dist/NAME.wasm`).
     Build(verdict::offline::project::BuildArgs),
+    /// Measure a status policy over objects from files: per-app latency,
+    /// throughput, instance memory, load time cold and from the cache.
+    Bench(verdict::offline::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,7 +84,8 @@ fn main() -> ExitCode {
         | Command::Policy(_)
         | Command::Diff(_)
         | Command::New(_)
-        | Command::Build(_) => "warn",
+        | Command::Build(_)
+        | Command::Bench(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -122,6 +126,7 @@ fn main() -> ExitCode {
         Command::Policy(command) => {
             verdict::offline::policy::run(&command).map(|out| print!("{out}"))
         }
+        Command::Bench(args) => verdict::offline::bench::run(&args).map(|(_, out)| print!("{out}")),
         Command::New(args) => verdict::offline::project::new(&args).map(|out| print!("{out}")),
         Command::Build(args) => {
             verdict::offline::project::build(&args).map(|out| println!("{}", out.display()))

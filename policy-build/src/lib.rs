@@ -210,7 +210,12 @@ pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
     match manifest.language {
         Language::Rust => {
             let toolchain = rust::Toolchain::choose()?;
-            let modules = toolchain.build(&dir, &dir.join("target"))?;
+            // `CARGO_TARGET_DIR` when set (several policies share one
+            // build of the wasm32 standard library), else the project's.
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| dir.join("target"));
+            let modules = toolchain.build(&dir, &target)?;
             let krate = rust::cdylibs(&dir)?
                 .into_iter()
                 .find(|c| c.dir == dir)

@@ -9,6 +9,7 @@ mod dashboard;
 mod delivery;
 mod events;
 mod failover;
+mod languages;
 mod live;
 mod lua_rules;
 mod metrics;

@@ -65,7 +65,9 @@ verbs:
             minutes, memory at the start, middle and end; `bench
             --handover [--rounds N]`: three replicas, the leader stopped by
             SIGTERM and SIGKILL, the time until another leads — on the
-            control plane of `cluster up` when it runs, else the simulator)
+            control plane of `cluster up` when it runs, else the simulator;
+            `bench --languages`: the restart-budget rule in Rust,
+            JavaScript and Python side by side, by `verdict bench`)
 ";
 
 fn main() -> ExitCode {
@@ -208,9 +210,9 @@ fn output_of(dir: &Path) -> &'static str {
     }
 }
 
-/// Build every guest crate and encode it as a component, then the example
-/// policies in JavaScript and Python (installing their pinned tools under
-/// the target folder). Returns the paths of the components written.
+/// Build every guest crate and encode it as a component, then the
+/// policies in JavaScript and Python of `examples/` and `plugins/testing/`
+/// (installing their pinned tools under the target folder). Returns the paths of the components written.
 fn build_plugins() -> Result<Vec<PathBuf>> {
     let root = root();
     let wasm_target_dir = cargo_target_dir().join("wasm");
@@ -242,23 +244,29 @@ fn build_plugins() -> Result<Vec<PathBuf>> {
         }
     }
     let tools = verdict_policy_build::Tools::new(cargo_target_dir().join("policy-tools"));
-    for example in std::fs::read_dir(root.join("examples"))? {
-        let dir = example?.path();
-        let Ok(manifest) = verdict_policy_build::Manifest::read(&dir) else {
-            continue;
-        };
-        if manifest.language == verdict_policy_build::Language::Rust {
-            continue;
+    let folders = [
+        (root.join("examples"), "example-plugins"),
+        (root.join("plugins/testing"), "test-plugins"),
+    ];
+    for (folder, output) in folders {
+        for project in std::fs::read_dir(&folder)? {
+            let dir = project?.path();
+            let Ok(manifest) = verdict_policy_build::Manifest::read(&dir) else {
+                continue;
+            };
+            if manifest.language == verdict_policy_build::Language::Rust {
+                continue;
+            }
+            let started = Instant::now();
+            let out = verdict_policy_build::build(&dir, &root.join("target").join(output), &tools)?;
+            eprintln!(
+                "xtask: {} ({} KiB, built in {:.1}s)",
+                out.strip_prefix(&root).unwrap_or(&out).display(),
+                std::fs::metadata(&out)?.len() / 1024,
+                started.elapsed().as_secs_f64()
+            );
+            written.push(out);
         }
-        let started = Instant::now();
-        let out = verdict_policy_build::build(&dir, &root.join("target/example-plugins"), &tools)?;
-        eprintln!(
-            "xtask: {} ({} KiB, built in {:.1}s)",
-            out.strip_prefix(&root).unwrap_or(&out).display(),
-            std::fs::metadata(&out)?.len() / 1024,
-            started.elapsed().as_secs_f64()
-        );
-        written.push(out);
     }
     Ok(written)
 }
@@ -585,6 +593,31 @@ fn bench(rest: &[String]) -> Result<()> {
                     "--",
                     "--quick",
                 ])
+                .current_dir(root()),
+            BUILD,
+        );
+    }
+    // `--languages`: the restart-budget rule in Rust, JavaScript and
+    // Python, measured side by side.
+    if rest.iter().any(|a| a == "--languages") {
+        build_plugins()?;
+        let quick: Vec<&str> = rest
+            .iter()
+            .any(|a| a == "--quick")
+            .then_some("--quick")
+            .into_iter()
+            .collect();
+        return run(
+            cargo()
+                .args([
+                    "bench",
+                    "--package",
+                    "verdict",
+                    "--bench",
+                    "languages",
+                    "--",
+                ])
+                .args(quick)
                 .current_dir(root()),
             BUILD,
         );

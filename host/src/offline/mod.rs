@@ -4,6 +4,7 @@
 //! diff` compares two status policies over the same objects. None needs a
 //! cluster or a running host.
 
+pub mod bench;
 pub mod diff;
 pub mod eval;
 pub mod policy;

@@ -214,6 +214,7 @@ impl Runtime {
                 limiter: MemoryCap {
                     max_bytes: limits.memory_bytes,
                     exceeded: false,
+                    peak: 0,
                 },
                 defaults: None,
             },
@@ -311,6 +312,8 @@ impl WasiView for StoreState {
 pub(crate) struct MemoryCap {
     max_bytes: usize,
     pub(crate) exceeded: bool,
+    /// The most linear memory the instance was granted, in bytes.
+    pub(crate) peak: usize,
 }
 
 impl ResourceLimiter for MemoryCap {
@@ -324,6 +327,7 @@ impl ResourceLimiter for MemoryCap {
             self.exceeded = true;
             return Ok(false);
         }
+        self.peak = self.peak.max(desired);
         Ok(true)
     }
 

@@ -213,6 +213,18 @@ pub const PACKAGE_VERSION: &str = "0.2.0";
 
 impl Version {
     /// The settings this version was loaded with (JSON text).
+    /// The most linear memory any pooled instance of this version was
+    /// granted, in bytes (an instance's memory only grows).
+    pub fn instance_memory(&self) -> usize {
+        self.pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|i| i.store.data().limiter.peak)
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
