@@ -17,6 +17,7 @@ mod misbehaving;
 mod mix;
 mod offline;
 mod openapi;
+mod projects;
 mod real;
 mod reload;
 mod replicas;

@@ -63,15 +63,19 @@ fn the_default_status_cases_pass() {
 }
 
 #[test]
-fn the_example_plugin_cases_pass() {
-    let output = verdict(&[
-        "test",
-        "--plugins",
-        "target/example-plugins",
-        "examples/restart-budget/tests",
-    ]);
-    assert!(output.status.success(), "{}", stdout(&output));
-    assert_eq!(tally(&output), (5, 0));
+fn the_example_plugin_cases_pass_in_every_language() {
+    for policy in ["restart-budget", "restart-budget-js", "restart-budget-py"] {
+        let output = verdict(&[
+            "test",
+            "--plugins",
+            "target/example-plugins",
+            "--policy",
+            policy,
+            "examples/restart-budget/tests",
+        ]);
+        assert!(output.status.success(), "{policy}: {}", stdout(&output));
+        assert_eq!(tally(&output), (5, 0), "{policy}");
+    }
 }
 
 #[test]

@@ -220,17 +220,20 @@ fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<St
     let version = slot
         .current()
         .ok_or_else(|| format!("plugin {} is not loaded", slot.name()))?;
-    let actual = match version.world() {
-        World::Status => status_answers(slot, &setup)?,
-        World::Failover => failover_answers(&version, &setup)?,
-        World::Admission => admission_answer(&version, &setup, case)?,
+    let (actual, missing) = match version.world() {
+        World::Status => (status_answers(slot, &setup)?, "no such app (evaluated"),
+        World::Failover => (failover_answers(&version, &setup)?, "no such node (decided"),
+        World::Admission => (
+            admission_answer(&version, &setup, case)?,
+            "no such field (answered",
+        ),
     };
     let mut mismatches = Vec::new();
     for (key, expected) in &case.expect {
         match actual.get(key) {
             Some(got) => compare(key, expected, got, &mut mismatches),
             None => mismatches.push(format!(
-                "{key}: nothing such (answered: {})",
+                "{key}: {missing}: {})",
                 actual.keys().cloned().collect::<Vec<_>>().join(", ")
             )),
         }

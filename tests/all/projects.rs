@@ -1,0 +1,144 @@
+//! `verdict new` and `verdict build` over the real binary: a project of
+//! every world in every language builds, and its cases pass straight away;
+//! a Rust project's unit tests pass natively; a broken project says why.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Where cargo builds: `CARGO_TARGET_DIR`, else the workspace's `target/`
+/// (as `cargo xtask` has it; the pinned tools are installed under it).
+fn target() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
+}
+
+fn verdict(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(args)
+        .current_dir(dir)
+        .env("VERDICT_TOOLS", target().join("policy-tools"))
+        .env("VERDICT_DATA_DIR", dir.join(".verdict-data"))
+        // The Rust projects share one build of the wasm32 standard library.
+        .env("CARGO_TARGET_DIR", target().join("projects-wasm"))
+        .output()
+        .unwrap()
+}
+
+fn said(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Make, build and test one project; the project's folder.
+fn made_built_tested(root: &Path, world: &str, lang: &str) -> PathBuf {
+    let name = format!("{world}-{lang}");
+    let output = verdict(root, &["new", world, &name, "--lang", lang]);
+    assert!(output.status.success(), "new {name}: {}", said(&output));
+    let dir = root.join(&name);
+    for file in ["policy.toml", "README.md", "tests/cases.yaml"] {
+        assert!(dir.join(file).is_file(), "{name} has no {file}");
+    }
+    let output = verdict(&dir, &["build"]);
+    assert!(output.status.success(), "build {name}: {}", said(&output));
+    let component = dir.join("dist").join(format!("{name}.wasm"));
+    assert!(component.is_file(), "{name}: no {}", component.display());
+    let output = verdict(
+        &dir,
+        &["test", "--plugins", "dist", "--policy", &name, "tests"],
+    );
+    let text = said(&output);
+    assert!(output.status.success(), "test {name}: {text}");
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("passed"))
+        .unwrap_or_default();
+    assert!(
+        last.ends_with(" 0 failed") && !last.starts_with("0 passed"),
+        "{name}: {last}"
+    );
+    println!("{name}: {last}");
+    dir
+}
+
+fn every_world(lang: &str) {
+    let root = tempfile::tempdir().unwrap();
+    for world in ["status", "failover", "admission"] {
+        made_built_tested(root.path(), world, lang);
+    }
+}
+
+#[test]
+fn javascript_projects_build_and_pass_their_cases() {
+    every_world("js");
+}
+
+#[test]
+fn python_projects_build_and_pass_their_cases() {
+    every_world("python");
+}
+
+#[test]
+fn rust_projects_build_pass_their_cases_and_their_unit_tests() {
+    every_world("rust");
+    // The status project's unit tests, natively, with the SDK's builders.
+    let root = tempfile::tempdir().unwrap();
+    let output = verdict(root.path(), &["new", "status", "native", "--lang", "rust"]);
+    assert!(output.status.success(), "{}", said(&output));
+    let output = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["test", "--quiet"])
+        .current_dir(root.path().join("native"))
+        .env("CARGO_TARGET_DIR", target().join("projects-native"))
+        .env_remove("RUSTC_WRAPPER")
+        .output()
+        .unwrap();
+    let text = said(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
+}
+
+#[test]
+fn what_cannot_be_made_or_built_says_why() {
+    let root = tempfile::tempdir().unwrap();
+    let output = verdict(root.path(), &["new", "status", "Bad_Name", "--lang", "js"]);
+    assert_eq!(output.status.code(), Some(2), "{}", said(&output));
+    assert!(said(&output).contains("lower-case"), "{}", said(&output));
+
+    let output = verdict(root.path(), &["new", "status", "twice", "--lang", "js"]);
+    assert!(output.status.success(), "{}", said(&output));
+    let output = verdict(root.path(), &["new", "status", "twice", "--lang", "js"]);
+    assert!(said(&output).contains("not empty"), "{}", said(&output));
+
+    // A syntax error in the rule fails the build, naming the tool.
+    let dir = root.path().join("twice");
+    std::fs::write(dir.join("policy.js"), "export const status = {").unwrap();
+    let output = verdict(&dir, &["build"]);
+    assert!(!output.status.success());
+    assert!(
+        said(&output).contains("componentize-js"),
+        "{}",
+        said(&output)
+    );
+    assert!(
+        !dir.join("dist/twice.wasm").exists(),
+        "nothing half-built is left"
+    );
+
+    let output = verdict(root.path(), &["build"]);
+    assert!(
+        said(&output).contains("no policy.toml"),
+        "{}",
+        said(&output)
+    );
+}
