@@ -26,14 +26,19 @@ verbs:
   plugins   build every plugin crate into a component:
             target/plugins/<name>.wasm (the default policies),
             target/test-plugins/<name>.wasm (plugins the tests use) and
-            target/example-plugins/<name>.wasm (examples/)
+            target/example-plugins/<name>.wasm (examples/); and the
+            JavaScript and Python policies of examples/ and
+            plugins/testing/ (their policy.toml), installing the pinned
+            componentize-js (npm) and componentize-py (PyPI) under
+            target/policy-tools
   demo      build the plugins and run `verdict serve --demo` with them: the
             host on the built-in demo cluster; `demo --real` plays the demo
             on the real control plane (`cluster up`), KWOK running the pods
   lint      cargo fmt --check, the host's layer order (a module uses only
             those above it in host/src/lib.rs's list), the build without
             the demo cluster, and clippy with warnings denied
-  test      plugins, lint, then every test of the workspace and a short
+  test      plugins, lint, the example policies' unit tests, then every
+            test of the workspace and a short
             run of each fuzzer (what CI runs;
             installs Debian's chromium and chromium-driver for the
             dashboard test when missing; builds the control plane with Go
@@ -257,6 +262,15 @@ fn build_plugins() -> Result<Vec<PathBuf>> {
             if manifest.language == verdict_policy_build::Language::Rust {
                 continue;
             }
+            let out = root
+                .join("target")
+                .join(output)
+                .join(format!("{}.wasm", manifest.name));
+            let inputs = [dir.clone(), dir.join(&manifest.wit), tools.dir.clone()];
+            if up_to_date(&out, &inputs) {
+                written.push(out);
+                continue;
+            }
             let started = Instant::now();
             let out = verdict_policy_build::build(&dir, &root.join("target").join(output), &tools)?;
             eprintln!(
@@ -269,6 +283,33 @@ fn build_plugins() -> Result<Vec<PathBuf>> {
         }
     }
     Ok(written)
+}
+
+/// Whether `out` is newer than every file under `inputs` (a component
+/// built by another tool is built again only when its sources change).
+fn up_to_date(out: &Path, inputs: &[PathBuf]) -> bool {
+    fn newest(path: &Path, depth: usize) -> Option<std::time::SystemTime> {
+        let meta = std::fs::metadata(path).ok()?;
+        if !meta.is_dir() {
+            return meta.modified().ok();
+        }
+        if depth == 0 {
+            return None;
+        }
+        std::fs::read_dir(path)
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_name() != "node_modules" && e.file_name() != "__pycache__")
+            .filter_map(|e| newest(&e.path(), depth - 1))
+            .max()
+    }
+    let Some(built) = std::fs::metadata(out).and_then(|m| m.modified()).ok() else {
+        return false;
+    };
+    inputs
+        .iter()
+        .filter_map(|input| newest(input, 3))
+        .all(|changed| changed < built)
 }
 
 fn demo(rest: &[String]) -> Result<()> {
@@ -402,6 +443,17 @@ fn test() -> Result<()> {
     // The real-server suite's control plane: built (when Go is here) and
     // started once for the whole run, stopped when the run ends.
     let real = real_cluster()?;
+    // The example policies' own unit tests, natively (the Rust SDK's
+    // builders and the default rules as a library).
+    run(
+        cargo()
+            .args(["test", "--quiet"])
+            .arg("--target-dir")
+            .arg(cargo_target_dir().join("examples-native"))
+            .current_dir(root().join("examples")),
+        BUILD,
+    )
+    .context("the example policies' unit tests")?;
     let mut command = cargo();
     command
         .args(["test", "--workspace", "--no-fail-fast"])

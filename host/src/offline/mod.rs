@@ -1,8 +1,10 @@
 //! Offline tools for policy authors: `verdict eval` runs the status policy on
-//! objects from files, `verdict test` runs policy test cases, `verdict
-//! policy` pushes, pulls and inspects policies in OCI registries, `verdict
-//! diff` compares two status policies over the same objects. None needs a
-//! cluster or a running host.
+//! objects from files, `verdict test` runs policy test cases (of every
+//! world), `verdict bench` measures a status policy, `verdict policy`
+//! pushes, pulls and inspects policies in OCI registries, `verdict diff`
+//! compares two status policies over the same objects, `verdict new` and
+//! `verdict build` make and build policy projects. None needs a cluster or
+//! a running host.
 
 pub mod bench;
 pub mod diff;

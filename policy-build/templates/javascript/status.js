@@ -5,7 +5,9 @@
 // WIT values in JavaScript: records are objects with camelCase fields,
 // enums are their WIT names as strings ('running', 'warning'), options are
 // a value or undefined, 64-bit integers (timestamps such as ctx.now) are
-// BigInts. Throwing from `evaluate` answers an error for that app.
+// BigInts. An exception that escapes a call traps it (the host keeps the
+// app's last verdict): `evaluateBatch` catches one per app and answers it
+// as that app's error.
 import { status as defaultStatus } from 'verdict:policy/defaults@0.2.0';
 import { log } from 'verdict:policy/host@0.2.0';
 
