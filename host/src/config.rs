@@ -810,6 +810,37 @@ mod tests {
     }
 
     #[test]
+    fn a_plugin_s_own_limits_read_over_the_host_s_and_mistakes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "memory-limit-mib = 32\n[limits.py]\nmemory-limit-mib = 128\n[limits.slow]\ncall-timeout-ms = 900\n",
+        );
+        let served = Serve::parse(&["--config", path.to_str().unwrap()]).unwrap();
+        assert!(
+            served.effective.contains("[limits.py]"),
+            "{}",
+            served.effective
+        );
+        let config = served.config;
+        let limits = config.limits_by_plugin();
+        assert_eq!(limits["py"].memory_bytes, 128 << 20);
+        assert_eq!(limits["py"].call_timeout, Duration::from_millis(100));
+        assert_eq!(limits["slow"].memory_bytes, 32 << 20);
+        assert_eq!(limits["slow"].call_timeout, Duration::from_millis(900));
+
+        for (text, says) in [
+            ("[limits.py]\nmemory-mib = 128\n", "unknown field"),
+            ("[limits.py]\ncall-timeout-ms = 0\n", "at least 1"),
+            ("[limits.py]\ncall-timeout-ms = \"fast\"\n", "limits.py"),
+        ] {
+            let path = write(dir.path(), text);
+            let error = parse(&["--config", path.to_str().unwrap()]).unwrap_err();
+            assert!(error.to_string().contains(says), "{text}: {error}");
+        }
+    }
+
+    #[test]
     fn the_example_configuration_parses() {
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/verdict.toml");
         let file = FileConfig::read(&example).unwrap();

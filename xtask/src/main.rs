@@ -30,7 +30,7 @@ verbs:
             JavaScript and Python policies of examples/ and
             plugins/testing/ (their policy.toml), installing the pinned
             componentize-js (npm) and componentize-py (PyPI) under
-            target/policy-tools
+            target/policy-tools (`plugins --rust`: the Rust crates only)
   demo      build the plugins and run `verdict serve --demo` with them: the
             host on the built-in demo cluster; `demo --real` plays the demo
             on the real control plane (`cluster up`), KWOK running the pods
@@ -80,8 +80,11 @@ fn main() -> ExitCode {
     let verb = args.first().map(String::as_str).unwrap_or("help");
     let rest = &args[args.len().min(1)..];
     let outcome = match verb {
+        // `plugins --rust`: the Rust crates only (an image build needs no
+        // Node.js or Python).
+        "plugins" if rest.iter().any(|a| a == "--rust") => build_rust_plugins().map(|_| ()),
         "plugins" => build_plugins().map(|_| ()),
-        "demo" => build_plugins().and_then(|_| demo(rest)),
+        "demo" => build_rust_plugins().and_then(|_| demo(rest)),
         "lint" => lint(),
         "test" => build_plugins()
             .and_then(|_| lint())
@@ -219,6 +222,14 @@ fn output_of(dir: &Path) -> &'static str {
 /// policies in JavaScript and Python of `examples/` and `plugins/testing/`
 /// (installing their pinned tools under the target folder). Returns the paths of the components written.
 fn build_plugins() -> Result<Vec<PathBuf>> {
+    let mut written = build_rust_plugins()?;
+    written.extend(build_other_languages()?);
+    Ok(written)
+}
+
+/// Build every guest crate of `plugins/` and `examples/` and encode it as a
+/// component.
+fn build_rust_plugins() -> Result<Vec<PathBuf>> {
     let root = root();
     let wasm_target_dir = cargo_target_dir().join("wasm");
     let toolchain = rust::Toolchain::choose()?;
@@ -248,6 +259,15 @@ fn build_plugins() -> Result<Vec<PathBuf>> {
             written.push(out);
         }
     }
+    Ok(written)
+}
+
+/// Build the JavaScript and Python policies of `examples/` and
+/// `plugins/testing/` (their `policy.toml`), installing the pinned tools
+/// under the target folder; each only when its sources changed.
+fn build_other_languages() -> Result<Vec<PathBuf>> {
+    let root = root();
+    let mut written = Vec::new();
     let tools = verdict_policy_build::Tools::new(cargo_target_dir().join("policy-tools"));
     let folders = [
         (root.join("examples"), "example-plugins"),

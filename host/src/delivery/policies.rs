@@ -558,6 +558,24 @@ mod tests {
         .unwrap();
         assert_eq!((spec.world, spec.mode), (World::Admission, Mode::Shadow));
         assert_eq!(spec.settings, r#"{"max":2}"#);
+        assert_eq!(spec.limits, Override::default());
+        let spec = spec_of(&policy(json!({
+            "world": "status", "source": "r/p:v2",
+            "limits": {"memoryLimitMiB": 128, "callTimeoutMs": 250}
+        })))
+        .unwrap();
+        assert_eq!(
+            spec.limits,
+            Override {
+                call_timeout_ms: Some(250),
+                memory_limit_mib: Some(128)
+            }
+        );
+        let wrong = spec_of(&policy(json!({
+            "world": "status", "source": "r/p:v2", "limits": {"memoryLimitMiB": 0}
+        })))
+        .unwrap_err();
+        assert!(wrong.contains("spec.limits.memoryLimitMiB"), "{wrong}");
         let wrong = spec_of(&policy(json!({"world": "weather", "source": "r/p:v1"}))).unwrap_err();
         assert!(wrong.contains("spec.world"), "{wrong}");
         let wrong = spec_of(&policy(

@@ -190,3 +190,39 @@ impl tokio::io::AsyncWrite for LogStream {
         Poll::Ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_taken_by_lines_within_one_budget_for_both_streams() {
+        let plugin: Arc<str> = Arc::from("p");
+        let budget = Arc::new(Mutex::new(100));
+        let out = LogStream::new(&plugin, "stdout", &budget);
+        let err = LogStream::new(&plugin, "stderr", &budget);
+        out.take(b"one line\nhalf ");
+        assert_eq!(*out.line.lock().unwrap(), b"half ");
+        err.take(&[b'x'; 60]);
+        assert_eq!(*budget.lock().unwrap(), 100 - 14 - 60);
+        // Past the budget, output is dropped, not kept.
+        out.take(&[b'y'; 60]);
+        assert_eq!(*budget.lock().unwrap(), 0);
+        assert_eq!(out.line.lock().unwrap().len(), 5 + 26);
+        out.take(b"more\n");
+        assert_eq!(
+            out.line.lock().unwrap().len(),
+            5 + 26,
+            "nothing taken past the budget"
+        );
+    }
+
+    #[test]
+    fn a_long_line_is_cut() {
+        let plugin: Arc<str> = Arc::from("p");
+        let budget = Arc::new(Mutex::new(OUTPUT_BUDGET));
+        let out = LogStream::new(&plugin, "stdout", &budget);
+        out.take(&vec![b'z'; MAX_LINE * 2]);
+        assert_eq!(out.line.lock().unwrap().len(), MAX_LINE);
+    }
+}
