@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use verdict::plugins::{CodeSource, Limits, Override, Registry, Runtime, World, watch};
+use verdict::plugins::{
+    CodeSource, Limits, Override, Registry, Runtime, VersionInfo, World, watch,
+};
 use verdict::wit::{status, types};
 
 use crate::support::{
@@ -115,6 +117,17 @@ fn over_budget() -> status::AppInput {
     input
 }
 
+/// What plugin `name` serves.
+fn info_of(registry: &Registry, name: &str) -> VersionInfo {
+    registry
+        .get(name)
+        .unwrap()
+        .current()
+        .unwrap()
+        .info()
+        .clone()
+}
+
 /// The verdict of the status plugin serving, and which plugin gave it.
 fn judged(
     registry: &Registry,
@@ -197,13 +210,7 @@ fn the_rule_in_three_languages_swaps_under_load_without_a_failed_call() {
         .unwrap_or_else(|| panic!("{name} never served"));
         // Calls went on while it compiled.
         assert!(wait_until(PATIENCE, || calls.load(Ordering::Relaxed) > before + 10).is_some());
-        let info = registry
-            .get("status")
-            .unwrap()
-            .current()
-            .unwrap()
-            .info()
-            .clone();
+        let info = info_of(&registry, "status");
         println!(
             "{name}: serving {:.0} ms after the write ({:?}, {:.0} ms)",
             took.as_secs_f64() * 1e3,
@@ -339,13 +346,7 @@ fn a_large_component_compiles_once_and_loads_from_the_cache() {
             let started = Instant::now();
             let report = registry.reload();
             assert!(report.rejected.is_empty(), "{:?}", report.rejected);
-            let info = registry
-                .get("status")
-                .unwrap()
-                .current()
-                .unwrap()
-                .info()
-                .clone();
+            let info = info_of(&registry, "status");
             (info, started.elapsed())
         };
         let (cold, cold_time) = load();
