@@ -136,7 +136,9 @@ impl Tools {
             return Ok(script);
         }
         if probe("npm", &["--version"]).is_none() {
-            bail!("building a JavaScript policy needs Node.js and npm on the PATH");
+            eprintln!("building a JavaScript policy needs Node.js and npm; installing Debian's");
+            apt_install(&["nodejs", "npm"])
+                .context("building a JavaScript policy needs Node.js and npm on the PATH")?;
         }
         eprintln!(
             "installing componentize-js {COMPONENTIZE_JS} into {}",
