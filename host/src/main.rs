@@ -128,9 +128,7 @@ fn main() -> ExitCode {
         }
         Command::Bench(args) => verdict::offline::bench::run(&args).map(|(_, out)| print!("{out}")),
         Command::New(args) => verdict::offline::project::new(&args).map(|out| print!("{out}")),
-        Command::Build(args) => {
-            verdict::offline::project::build(&args).map(|out| println!("{}", out.display()))
-        }
+        Command::Build(args) => verdict::offline::project::build(&args).map(|out| print!("{out}")),
         Command::Test(args) => match verdict::offline::test::run(&args) {
             Ok(outcome) => {
                 print!("{}", outcome.report);

@@ -121,8 +121,13 @@ impl Tools {
         cache.join("verdict").join("tools")
     }
 
+    /// Tools under `dir` (made absolute: the builds run in the project's
+    /// folder).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        let dir = dir.into();
+        Self {
+            dir: std::path::absolute(&dir).unwrap_or(dir),
+        }
     }
 
     /// componentize-js installed (`npm ci` from the pinned lock); its build
@@ -199,6 +204,19 @@ impl Tools {
         }
         std::fs::write(&stamp, python)?;
         Ok(dir)
+    }
+}
+
+/// The interfaces a component imports, by name (`verdict:policy/host@0.2.0`,
+/// `wasi:filesystem/preopens@0.2.9`, …).
+pub fn imports(component: &[u8]) -> Result<Vec<String>> {
+    match wit_component::decode(component).context("reading the component's world")? {
+        wit_component::DecodedWasm::Component(resolve, world) => Ok(resolve.worlds[world]
+            .imports
+            .keys()
+            .map(|key| resolve.name_world_key(key))
+            .collect()),
+        wit_component::DecodedWasm::WitPackage(..) => bail!("a WIT package, not a component"),
     }
 }
 

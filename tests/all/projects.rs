@@ -51,6 +51,18 @@ fn made_built_tested(root: &Path, world: &str, lang: &str) -> PathBuf {
     }
     let output = verdict(&dir, &["build"]);
     assert!(output.status.success(), "build {name}: {}", said(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let imports = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("imports: "))
+        .unwrap_or_else(|| panic!("build {name} does not say what it imports: {stdout}"));
+    // JavaScript and Rust policies import nothing of WASI; Python's
+    // interpreter does (the host grants it nothing).
+    assert_eq!(
+        imports.contains("wasi:"),
+        lang == "python",
+        "{name}: {imports}"
+    );
     let component = dir.join("dist").join(format!("{name}.wasm"));
     assert!(component.is_file(), "{name}: no {}", component.display());
     let output = verdict(

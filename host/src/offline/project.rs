@@ -103,10 +103,21 @@ pub fn new(args: &NewArgs) -> Result<String> {
     ))
 }
 
-/// Build the project; the component's path.
-pub fn build(args: &BuildArgs) -> Result<PathBuf> {
+/// Build the project; what to print: the component, its size and what it
+/// imports.
+pub fn build(args: &BuildArgs) -> Result<String> {
     let out = args.out.clone().unwrap_or_else(|| args.dir.join("dist"));
     let tools = Tools::new(args.tools.clone().unwrap_or_else(Tools::default_dir));
-    verdict_policy_build::build(&args.dir, &out, &tools)
-        .map_err(|e| Error::Invalid(format!("{e:#}")))
+    let failed = |e: anyhow::Error| Error::Invalid(format!("{e:#}"));
+    let component = verdict_policy_build::build(&args.dir, &out, &tools).map_err(failed)?;
+    let bytes = std::fs::read(&component).map_err(Error::io(&component))?;
+    let imports = verdict_policy_build::imports(&bytes).map_err(failed)?;
+    Ok(format!(
+        "{} ({} KiB)
+imports: {}
+",
+        component.display(),
+        bytes.len() / 1024,
+        imports.join(", ")
+    ))
 }

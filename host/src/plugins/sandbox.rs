@@ -3,9 +3,10 @@
 //! linked, none of it useful. No preopened folders (a file open finds
 //! nothing), no sockets (TCP, UDP and name lookups refused), no
 //! environment, no arguments, an empty stdin, wall and monotonic clocks that
-//! stand still at zero (a policy's time is `ctx.now`), and stdout and stderr
-//! written to the host's log line by line, tagged with the plugin, up to a
-//! bounded number of bytes per instance.
+//! stand still at zero (a policy's time is `ctx.now`), random bytes that are
+//! the same fixed sequence in every instance (a policy is a function of its
+//! input), and stdout and stderr written to the host's log line by line,
+//! tagged with the plugin, up to a bounded number of bytes per instance.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder};
+use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder};
 
 /// Bytes of stdout and stderr together one instance may write to the log;
 /// beyond it, output is dropped (said once).
@@ -35,7 +36,15 @@ pub(crate) fn deny_all(plugin: &Arc<str>) -> WasiCtx {
         .socket_addr_check(|_, _| Box::pin(async { false }))
         .wall_clock(Frozen)
         .monotonic_clock(Frozen)
+        .secure_random(Deterministic::new(fixed_bytes()))
+        .insecure_random(Deterministic::new(fixed_bytes()))
+        .insecure_random_seed(0)
         .build()
+}
+
+/// The "random" bytes: a fixed permutation of 0..=255, cycled.
+fn fixed_bytes() -> Vec<u8> {
+    (0..256u32).map(|i| ((i * 167 + 13) % 256) as u8).collect()
 }
 
 /// A clock that always says zero.
