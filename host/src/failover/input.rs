@@ -85,9 +85,6 @@ impl Failover {
     }
 }
 
-/// The instances of virtual machines on the watched nodes, with what
-/// starts them again, their pool or replica set, and whether a disk of
-/// theirs may be written from one node only.
 /// The pods and VM instances on the `watched` nodes (none watched: none
 /// looked at).
 pub(crate) fn placed(
@@ -135,6 +132,9 @@ pub(crate) fn placed(
     (placements, instances)
 }
 
+/// The instances of virtual machines on the watched nodes, with what
+/// starts them again, their pool or replica set, and whether a disk of
+/// theirs may be written from one node only.
 fn instances_on(snapshot: &Snapshot, watched: &[&str]) -> Vec<wit::InstancePlacement> {
     let set_of = |o: &Generic| -> Option<wit::SetRef> {
         let (kind, name) = o.owner.as_ref()?;

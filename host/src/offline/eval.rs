@@ -129,15 +129,21 @@ pub(crate) fn read_tasks(path: &PathBuf, now: types::Timestamp) -> Result<Vec<ty
     Ok(tasks)
 }
 
-/// Run `verdict eval`, returning what to print.
-pub fn run(args: &EvalArgs) -> Result<String> {
-    if let Some(settings) = &args.settings {
+/// `--settings`, when given, must be a JSON object.
+pub(crate) fn check_settings(settings: Option<&str>) -> Result<()> {
+    if let Some(settings) = settings {
         let parsed: Value =
             serde_json::from_str(settings).map_err(Error::input("--settings is not JSON"))?;
         if !parsed.is_object() {
             return Err(Error::Invalid("--settings must be a JSON object".into()));
         }
     }
+    Ok(())
+}
+
+/// Run `verdict eval`, returning what to print.
+pub fn run(args: &EvalArgs) -> Result<String> {
+    check_settings(args.settings.as_deref())?;
     let Read {
         inputs,
         now,

@@ -113,9 +113,7 @@ pub fn build(args: &BuildArgs) -> Result<String> {
     let bytes = std::fs::read(&component).map_err(Error::io(&component))?;
     let imports = verdict_policy_build::imports(&bytes).map_err(failed)?;
     Ok(format!(
-        "{} ({} KiB)
-imports: {}
-",
+        "{} ({} KiB)\nimports: {}\n",
         component.display(),
         bytes.len() / 1024,
         imports.join(", ")

@@ -322,16 +322,6 @@ fn status_answers(
     Ok(actual)
 }
 
-/// The context of a call: the case's time, and its settings or the
-/// plugin's.
-fn context(version: &Version, setup: &Setup) -> types::Context {
-    let mut ctx = version.context(setup.now);
-    if let Some(settings) = &setup.settings {
-        ctx.settings = settings.clone();
-    }
-    ctx
-}
-
 /// Each node's decision, by node name.
 fn failover_answers(
     version: &Version,
@@ -348,7 +338,10 @@ fn failover_answers(
         overrides: Vec::new(),
     };
     let decisions = version
-        .decide(&context(version, setup), &input)
+        .decide(
+            &version.context_with(setup.now, setup.settings.as_deref()),
+            &input,
+        )
         .map_err(|e| e.to_string())?;
     Ok(decisions
         .iter()
@@ -365,7 +358,7 @@ fn admission_answer(
     setup: &Setup,
     case: &Case,
 ) -> std::result::Result<BTreeMap<String, Value>, String> {
-    let ctx = context(version, setup);
+    let ctx = version.context_with(setup.now, setup.settings.as_deref());
     let answer = match (&case.request, &case.review) {
         (Some(request), None) => {
             let request: crate::tasks::model::NewTask =

@@ -45,7 +45,7 @@ impl Default for Limits {
 pub(crate) const TICK: Duration = Duration::from_millis(2);
 
 /// Longest log message a plugin may write; longer ones are cut.
-const MAX_LOG_MESSAGE: usize = 4096;
+pub(crate) const MAX_LOG_MESSAGE: usize = 4096;
 
 /// Where compiled code came from, for the registry and for tests that check
 /// a restart does not recompile.

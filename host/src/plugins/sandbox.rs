@@ -1,5 +1,5 @@
-//! The WASI a component gets when it imports WASI (JavaScript and Python
-//! policies do; Rust ones built by `cargo xtask plugins` do not): all of it
+//! The WASI a component gets when it imports WASI (Python policies do;
+//! Rust and JavaScript ones built by `verdict build` do not): all of it
 //! linked, none of it useful. No preopened folders (a file open finds
 //! nothing), no sockets (TCP, UDP and name lookups refused), no
 //! environment, no arguments, an empty stdin, wall and monotonic clocks that
@@ -21,8 +21,9 @@ use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, W
 /// beyond it, output is dropped (said once).
 pub(crate) const OUTPUT_BUDGET: usize = 64 << 10;
 
-/// Longest line written to the log; longer ones are cut.
-const MAX_LINE: usize = 4096;
+/// Longest line written to the log; longer ones are cut (as the `log`
+/// import's messages are).
+const MAX_LINE: usize = super::runtime::MAX_LOG_MESSAGE;
 
 /// A WASI context that grants nothing, for one instance of `plugin`.
 pub(crate) fn deny_all(plugin: &Arc<str>) -> WasiCtx {

@@ -316,9 +316,15 @@ impl Version {
 
     /// The context of a call at `now`, with this plugin's settings.
     pub fn context(&self, now: types::Timestamp) -> types::Context {
+        self.context_with(now, None)
+    }
+
+    /// The context of a call at `now`, with `settings` in place of this
+    /// plugin's when given.
+    pub fn context_with(&self, now: types::Timestamp, settings: Option<&str>) -> types::Context {
         types::Context {
             now,
-            settings: self.settings.clone(),
+            settings: settings.unwrap_or(&self.settings).to_string(),
         }
     }
 

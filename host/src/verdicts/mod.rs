@@ -44,13 +44,8 @@ pub fn evaluate(
 ) -> Result<Vec<Result<types::AppVerdict, String>>, PolicyError> {
     let mut verdicts = Vec::with_capacity(inputs.len());
     for batch in inputs.chunks(BATCH) {
-        let answer = slot.call(|version| {
-            let mut ctx = version.context(now);
-            if let Some(settings) = settings {
-                ctx.settings = settings.to_string();
-            }
-            version.evaluate_batch(&ctx, batch)
-        })?;
+        let answer = slot
+            .call(|version| version.evaluate_batch(&version.context_with(now, settings), batch))?;
         verdicts.extend(answer.value);
     }
     Ok(verdicts)
