@@ -1,7 +1,11 @@
 //! Benchmark of admission: the latency of an `AdmissionReview` answered by
 //! the default admission policy, in-process (the host's admission path, no
-//! HTTP) and over loopback HTTP against the `verdict` binary; and of task
-//! creation over HTTP (admission plus a synced SQLite write).
+//! HTTP) and over loopback HTTP against the `verdict` binary; of task
+//! creation over HTTP (admission plus a synced SQLite write); and of
+//! well-behaved reviews beside a flood of slow ones (the test policy `gate`,
+//! which spins until its call limit on objects annotated
+//! `verdict.dev/misbehave: spin`), with the calls at
+//! once bounded and shed past the queue deadline, and without a bound.
 //!
 //! Run with `cargo xtask bench` (release profile); `--quick` for a short run.
 
@@ -84,6 +88,7 @@ fn main() {
         registry,
         failure: FailureMode::Closed,
         live: None,
+        gate: verdict::admission::Gate::new(&Default::default()),
     };
     let tokio = tokio::runtime::Runtime::new().unwrap();
     for (kind, body) in &bodies {
@@ -150,4 +155,129 @@ fn main() {
         "task creation (admission + synced SQLite write), HTTP",
         &mut samples,
     );
+
+    drop(_host);
+    flood(&workspace, quick);
+}
+
+/// Well-behaved reviews sent one after another while `spinning` slow ones
+/// are in flight at once, against the binary with `flags`; the normal
+/// reviews' latencies, how many were shed, and how long the flood took.
+fn beside_a_flood(
+    workspace: &Path,
+    flags: &[&str],
+    spinning: usize,
+    normal: usize,
+) -> (Vec<Duration>, usize, Duration) {
+    let plugins = tempfile::tempdir().unwrap();
+    for name in ["status", "failover"] {
+        std::fs::copy(
+            workspace.join(format!("target/plugins/{name}.wasm")),
+            plugins.path().join(format!("{name}.wasm")),
+        )
+        .unwrap();
+    }
+    std::fs::copy(
+        workspace.join("target/test-plugins/gate.wasm"),
+        plugins.path().join("admission.wasm"),
+    )
+    .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut all = vec!["--demo"];
+    all.extend_from_slice(flags);
+    let (child, base) = spawn_verdict(plugins.path(), data.path(), &all, "error");
+    let _host = support::KillOnDrop(child);
+    let fine = review("pod-create.json", "shop");
+    let slow = {
+        let mut pod: Value = serde_json::from_str(&fine).unwrap();
+        pod["request"]["object"]["metadata"]["annotations"] =
+            json!({"verdict.dev/misbehave": "spin"});
+        pod.to_string()
+    };
+    let post = |client: &reqwest::blocking::Client, body: &str| -> Value {
+        client
+            .post(format!("{base}/v1/admission/review"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        post(&client, &fine);
+    }
+    let started = Instant::now();
+    let flood: Vec<_> = (0..spinning)
+        .map(|_| {
+            let (slow, base) = (slow.clone(), base.clone());
+            std::thread::spawn(move || {
+                reqwest::blocking::Client::builder()
+                    .timeout(Duration::from_secs(300))
+                    .build()
+                    .unwrap()
+                    .post(format!("{base}/v1/admission/review"))
+                    .header("content-type", "application/json")
+                    .body(slow)
+                    .send()
+                    .map(drop)
+            })
+        })
+        .collect();
+    // Let the flood arrive before the first well-behaved review.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut samples = Vec::with_capacity(normal);
+    let mut shed = 0;
+    for _ in 0..normal {
+        let sent = Instant::now();
+        let answer = post(&client, &fine);
+        samples.push(sent.elapsed());
+        if answer["response"]["allowed"] != true {
+            shed += 1;
+        }
+    }
+    for request in flood {
+        let _ = request.join();
+    }
+    (samples, shed, started.elapsed())
+}
+
+fn flood(workspace: &Path, quick: bool) {
+    let (spinning, normal) = if quick { (100, 20) } else { (400, 50) };
+    let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
+    println!();
+    println!(
+        "Well-behaved reviews beside {spinning} slow ones at once (each spins until the 100 ms call limit); the API server's webhook timeout is 10 s:"
+    );
+    println!();
+    println!(
+        "| calls at once | normal reviews | p50 | p99 | slowest | shed (failure mode's answer) | flood drained in |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (what, flags) in [
+        (
+            "unbounded (512, no queue deadline)",
+            &[
+                "--admission-concurrency",
+                "512",
+                "--admission-queue-ms",
+                "600000",
+            ][..],
+        ),
+        ("bounded (one per core, 2 s queue: the defaults)", &[][..]),
+    ] {
+        let (mut samples, shed, took) = beside_a_flood(workspace, flags, spinning, normal);
+        println!(
+            "| {what} | {} | {} | {} | {} | {shed} | {} |",
+            samples.len(),
+            secs(percentile(&mut samples, 0.5)),
+            secs(percentile(&mut samples, 0.99)),
+            secs(percentile(&mut samples, 1.0)),
+            secs(took),
+        );
+    }
 }

@@ -38,6 +38,15 @@ pub struct Settings {
         default_value = "closed"
     )]
     pub failure: FailureMode,
+    /// Admission policy calls run at once (0: one per core); more wait.
+    #[arg(long = "admission-concurrency", value_name = "N", default_value = "0")]
+    pub concurrency: usize,
+    /// How long a review or task request waits for room among the calls
+    /// running, in milliseconds; then it is answered by the failure mode
+    /// (shed), so that a flood of slow reviews cannot push the others past
+    /// the API server's webhook timeout.
+    #[arg(long = "admission-queue-ms", value_name = "MS", default_value = "2000", value_parser = crate::settings::positive_millis)]
+    pub queue: std::time::Duration,
 }
 
 impl Default for Settings {
@@ -54,6 +63,32 @@ pub struct Admission {
     pub live: Option<Live>,
     /// The admission world's shadows, asked the same task requests.
     pub shadows: Option<Arc<crate::shadow::Shadows>>,
+    /// Room for the policy calls running at once.
+    pub gate: Arc<Gate>,
+}
+
+/// A bound on the admission policy's calls at once, and on how long a call
+/// waits for room (the status world's calls are bounded by the derivation's
+/// threads, the failover world's by its one evaluation at a time).
+#[derive(Debug)]
+pub struct Gate {
+    room: tokio::sync::Semaphore,
+    calls: usize,
+    wait: std::time::Duration,
+}
+
+impl Gate {
+    pub fn new(settings: &Settings) -> Arc<Self> {
+        let calls = match settings.concurrency {
+            0 => std::thread::available_parallelism().map_or(2, usize::from),
+            n => n,
+        };
+        Arc::new(Self {
+            room: tokio::sync::Semaphore::new(calls),
+            calls,
+            wait: settings.queue,
+        })
+    }
 }
 
 /// A review the webhook cannot read.
@@ -75,11 +110,21 @@ pub enum BadReview {
     NoRequest,
 }
 
-/// Call the admission policy off the async threads.
+/// Call the admission policy off the async threads, once there is room
+/// for the call (or shed when there is none in time).
 async fn call<R: Send + 'static>(
-    registry: &Arc<Registry>,
+    (registry, gate): (&Arc<Registry>, &Gate),
     f: impl Fn(&crate::plugins::Version, &types::Context) -> Result<R, CallError> + Send + 'static,
 ) -> Result<(R, String), PolicyError> {
+    let busy = || PolicyError::Busy {
+        world: World::Admission,
+        calls: gate.calls,
+        waited_ms: gate.wait.as_millis() as u64,
+    };
+    let _room = tokio::time::timeout(gate.wait, gate.room.acquire())
+        .await
+        .map_err(|_| busy())?
+        .map_err(|_| busy())?;
     let registry = Arc::clone(registry);
     tokio::task::spawn_blocking(move || {
         let slot = registry.policy(World::Admission)?;
@@ -140,23 +185,40 @@ impl Admission {
         shadows.offer(&slots, job);
     }
 
-    /// What the host knows of an app: its observation and verdict.
-    fn app(&self, id: &types::AppId) -> (Option<types::App>, Option<types::AppVerdict>) {
+    /// What the host knows of an app: its observation and verdict. An app
+    /// never seen before (no object, no task yet) has no verdict served:
+    /// the status policy is asked for one now, from the same observation,
+    /// so that a first request is judged on the facts a second one would
+    /// be.
+    async fn app(&self, id: &types::AppId) -> (Option<types::App>, Option<types::AppVerdict>) {
         let Some(live) = &self.live else {
             return (None, None);
         };
         let key = (id.namespace.clone(), id.name.clone());
-        let app = live
-            .observed
-            .read()
-            .inputs_for([&key], crate::time::now())
-            .pop()
-            .map(|input| input.app);
-        let verdict = live
+        let now = crate::time::now();
+        let input = live.observed.read().inputs_for([&key], now).pop();
+        let served = live
             .verdicts
             .get(&id.namespace, &id.name)
             .map(|v| v.verdict);
-        (app, verdict)
+        let verdict = match (served, &input) {
+            (Some(verdict), _) => Some(verdict),
+            (None, None) => None,
+            (None, Some(input)) => {
+                let (registry, input) = (Arc::clone(&self.registry), input.clone());
+                tokio::task::spawn_blocking(move || {
+                    let slot = registry.policy(World::Status).ok()?;
+                    let mut verdicts =
+                        crate::verdicts::evaluate(&slot, std::slice::from_ref(&input), now, None)
+                            .ok()?;
+                    verdicts.pop()?.ok()
+                })
+                .await
+                .ok()
+                .flatten()
+            }
+        };
+        (input.map(|i| i.app), verdict)
     }
 
     /// The one way a task is asked for: admitted by the admission policy
@@ -180,7 +242,7 @@ impl Admission {
             warnings: Vec::new(),
             policy: None,
         })?;
-        let (app, verdict) = self.app(&id);
+        let (app, verdict) = self.app(&id).await;
         let input = admission::AdmissionInput {
             request: admission::TaskRequest {
                 app: id,
@@ -193,7 +255,7 @@ impl Admission {
             tasks,
         };
         let asked = input.clone();
-        let answer = call(&self.registry, move |version, ctx| {
+        let answer = call((&self.registry, &self.gate), move |version, ctx| {
             version.admit_task(ctx, &input)
         })
         .await;
@@ -269,7 +331,7 @@ impl Admission {
             request: value["request"].to_string(),
             namespace_labels,
         };
-        let answer = call(&self.registry, move |version, ctx| {
+        let answer = call((&self.registry, &self.gate), move |version, ctx| {
             version.review(ctx, &input)
         })
         .await;

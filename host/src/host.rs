@@ -44,6 +44,7 @@ pub(crate) struct Host {
     elector: Vec<tokio::task::JoinHandle<()>>,
     heartbeat: std::time::Duration,
     tokens: Arc<http::access::Tokens>,
+    hosts: Arc<http::access::Hosts>,
     metrics: Arc<http::metrics::Metrics>,
     body_limit: usize,
     request_timeout: std::time::Duration,
@@ -212,7 +213,8 @@ fn plugins(
     }
     let registry = Arc::new(
         Registry::new(Arc::new(runtime), config.plugins.dir.clone(), settings)
-            .with_limits(config.limits_by_plugin()),
+            .with_limits(config.limits_by_plugin())
+            .with_chosen(config.plugins.chosen()),
     );
     let (published, counted) = (Arc::clone(events), Arc::clone(metrics));
     registry.on_reload(move |report| {
@@ -404,6 +406,7 @@ impl Host {
             shadows: Some(Arc::clone(&shadows)),
             failure: config.admission.failure,
             live: live.clone(),
+            gate: crate::admission::Gate::new(&config.admission),
         };
         let stopping = tokio::sync::watch::Sender::new(false);
         let (leadership, members, elector) = elect(config, client.as_ref(), &registry, &stopping);
@@ -478,6 +481,7 @@ impl Host {
                 &config.read_tokens,
                 &config.write_tokens,
             )),
+            hosts: Arc::new(http::access::Hosts::new(&config.http.allowed_hosts)),
             metrics,
             body_limit: config.http.body_limit,
             request_timeout: config.http.request_timeout,
@@ -506,6 +510,7 @@ impl Host {
             policies: self.policies.clone(),
             heartbeat: self.heartbeat,
             tokens: Arc::clone(&self.tokens),
+            hosts: Arc::clone(&self.hosts),
             metrics: Arc::clone(&self.metrics),
             body_limit: self.body_limit,
             request_timeout: self.request_timeout,

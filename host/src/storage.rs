@@ -68,6 +68,38 @@ impl StorageError {
     }
 }
 
+/// Write a file whole or not at all: a temporary file beside it, synced,
+/// renamed over it ([`persist`]).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut file = tempfile::NamedTempFile::new_in(folder_of(path))?;
+    file.write_all(bytes)?;
+    persist(file, path)
+}
+
+/// The folder a file is in (`.` for a bare name).
+pub fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Put a temporary file written beside `path` in its place: synced,
+/// renamed over it, and the folder synced, so that a crash leaves the old
+/// file or the new one. A file replaced keeps its permissions; a new one
+/// gets the usual `0644`.
+pub fn persist(mut file: tempfile::NamedTempFile, path: &Path) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+    file.flush()?;
+    file.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))?;
+    file.as_file().sync_all()?;
+    file.persist(path).map_err(|e| e.error)?;
+    std::fs::File::open(folder_of(path))?.sync_all()
+}
+
 /// Open (creating when missing) a database of the host's and migrate it:
 /// `migrations[n]` takes it from schema version `n` to `n + 1`. `what` names
 /// it in messages.

@@ -30,14 +30,25 @@ pub(crate) fn rfc3339(at: Timestamp) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
-/// Parse RFC 3339 text (`2026-01-01T00:00:00Z`) into milliseconds.
+/// Parse RFC 3339 text (`2026-01-01T00:00:00Z`, `2026-12-20T00:00:00+01:00`,
+/// with or without fractions of a second) into milliseconds. A time
+/// without an offset is refused: it could be any time zone's.
 pub(crate) fn parse_time(text: &str) -> Result<Timestamp, String> {
-    let time = humantime::parse_rfc3339_weak(text.trim())
-        .map_err(|e| format!("`{text}` is not an RFC 3339 time: {e}"))?;
-    let since = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_err(|_| format!("`{text}` is before 1970"))?;
-    Ok(since.as_millis() as Timestamp)
+    let trimmed = text.trim();
+    let time: jiff::Timestamp = trimmed.parse().map_err(|e: jiff::Error| {
+        if trimmed.parse::<jiff::civil::DateTime>().is_ok() {
+            format!(
+                "`{text}` has no offset: say which time zone it is in (`{trimmed}Z` for UTC, or an offset such as `{trimmed}+01:00`)"
+            )
+        } else {
+            format!("`{text}` is not an RFC 3339 time: {e}")
+        }
+    })?;
+    let at = time.as_millisecond();
+    if at < 0 {
+        return Err(format!("`{text}` is before 1970"));
+    }
+    Ok(at)
 }
 
 /// Times in JSON as RFC 3339 text with milliseconds
@@ -84,5 +95,32 @@ pub(crate) mod text_opt {
         let text = <Option<std::borrow::Cow<'de, str>> as serde::Deserialize>::deserialize(d)?;
         text.map(|t| super::parse_time(&t).map_err(serde::de::Error::custom))
             .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rfc3339_time_reads_and_one_without_an_offset_is_refused() {
+        let utc = parse_time("2026-12-19T23:00:00Z").unwrap();
+        assert_eq!(parse_time("2026-12-20T00:00:00+01:00").unwrap(), utc);
+        assert_eq!(parse_time("2026-12-19T18:00:00-05:00").unwrap(), utc);
+        assert_eq!(parse_time("2026-12-19T23:00:00.000+00:00").unwrap(), utc);
+        assert_eq!(parse_time("2026-12-19t23:00:00z").unwrap(), utc);
+        assert_eq!(parse_time("2026-12-19T23:00:00.250Z").unwrap(), utc + 250);
+        let bare = parse_time("2026-12-20T00:00:00").unwrap_err();
+        assert!(bare.contains("no offset"), "{bare}");
+        assert!(
+            parse_time("yesterday")
+                .unwrap_err()
+                .contains("not an RFC 3339 time")
+        );
+        assert!(
+            parse_time("1969-12-31T23:59:59Z")
+                .unwrap_err()
+                .contains("before 1970")
+        );
     }
 }

@@ -213,3 +213,80 @@ fn another_origin_cannot_write_even_without_tokens() {
         .unwrap();
     assert_eq!(read.status(), 200);
 }
+
+/// One request over a raw connection, its `Host` as given; the status.
+fn raw(base: &str, method: &str, path: &str, host: &str, body: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let address = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let origin = format!("http://{host}");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\norigin: {origin}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+#[test]
+fn a_name_rebound_to_this_server_is_refused_for_reads_and_writes() {
+    let cluster = crate::live::Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let server = crate::live::start_host(
+        &cluster,
+        data.path(),
+        &["--allowed-host", "verdict.example.com"],
+    );
+    let port = server.base.rsplit(':').next().unwrap().to_string();
+    let body = r#"{"app": "shop/web", "action": "delete"}"#;
+    // A page on rebind.attacker.example whose name now resolves to
+    // 127.0.0.1: its Origin matches its Host, and the Host is refused.
+    let rebound = format!("rebind.attacker.example:{port}");
+    for (method, path, body) in [
+        ("POST", "/v1/tasks", body),
+        ("GET", "/v1/apps", ""),
+        ("GET", "/", ""),
+    ] {
+        let (status, answer) = raw(&server.base, method, path, &rebound, body);
+        assert_eq!(status, 421, "{method} {path}: {answer}");
+        assert!(answer.contains("unknown-host"), "{answer}");
+    }
+    assert!(
+        server.get("/v1/tasks").1["tasks"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "no task was made"
+    );
+    // The probes answer whatever the name.
+    assert_eq!(raw(&server.base, "GET", "/healthz", &rebound, "").0, 200);
+    // Its addresses, localhost and the names given are served.
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("verdict.example.com:{port}"),
+    ] {
+        let (status, answer) = raw(&server.base, "GET", "/v1/apps", &host, "");
+        assert_eq!(status, 200, "{host}: {answer}");
+    }
+    let (status, answer) = raw(
+        &server.base,
+        "POST",
+        "/v1/tasks",
+        &format!("verdict.example.com:{port}"),
+        r#"{"app": "shop/web", "action": "restart"}"#,
+    );
+    assert_ne!(status, 421, "{answer}");
+    assert_ne!(status, 403, "{answer}");
+}

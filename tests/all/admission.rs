@@ -213,6 +213,70 @@ fn a_failing_policy_answers_by_the_failure_mode() {
     assert!(gate["timeouts"].as_u64().unwrap() >= 2, "{gate}");
 }
 
+#[test]
+fn a_flood_of_slow_reviews_is_shed_by_the_failure_mode_and_others_still_pass() {
+    let cluster = Cluster::start();
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(default_plugin("status"), plugins.path().join("status.wasm")).unwrap();
+    std::fs::copy(test_plugin("gate"), plugins.path().join("admission.wasm")).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let url = cluster.sim().url();
+    // One call at once, a short wait for room: twenty spinning reviews
+    // cannot all be answered by the policy in time.
+    let server = Server::start_with(
+        plugins.path(),
+        data.path(),
+        &[
+            "--cluster-url",
+            &url,
+            "--call-timeout-ms",
+            "200",
+            "--admission-concurrency",
+            "1",
+            "--admission-queue-ms",
+            "300",
+        ],
+    );
+    let mut pod: Value = serde_json::from_str(&review("pod-create.json", "shop")).unwrap();
+    pod["request"]["object"]["metadata"]["annotations"] = json!({"verdict.dev/misbehave": "spin"});
+    let spinning = pod.to_string();
+    let flood: Vec<_> = (0..20)
+        .map(|_| {
+            let (base, body) = (server.base.clone(), spinning.clone());
+            std::thread::spawn(move || -> Value {
+                reqwest::blocking::Client::new()
+                    .post(format!("{base}/v1/admission/review"))
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .unwrap()
+                    .json()
+                    .unwrap()
+            })
+        })
+        .collect();
+    let answers: Vec<Value> = flood.into_iter().map(|t| t.join().unwrap()).collect();
+    // Every one answered, by the failure mode (closed): cut off at the
+    // call limit, or shed for want of room, saying so.
+    for answer in &answers {
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+        assert_eq!(answer["response"]["status"]["code"], 503, "{answer}");
+    }
+    let shed = answers
+        .iter()
+        .filter(|a| {
+            a["response"]["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("busy") && m.contains("shed"))
+        })
+        .count();
+    assert!(shed > 0, "none was shed: {answers:#?}");
+    assert!(shed < answers.len(), "the policy answered none itself");
+    // With room again, a well-behaved review is the policy's to answer.
+    let fine = answer(&server, &review("pod-create.json", "shop"), POD_UID);
+    assert_eq!(fine["allowed"], true, "{fine}");
+}
+
 fn certificate(path: &Path, names: &[&str]) -> reqwest::Certificate {
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     let issued = rcgen::generate_simple_self_signed(names).unwrap();

@@ -175,6 +175,10 @@ fn verdicts_follow_the_cluster() {
     assert_eq!(listed["apps"].as_array().unwrap().len(), 1);
     let (_, none) = server.get("/v1/apps?status=panic");
     assert!(none["apps"].as_array().unwrap().is_empty());
+    // A status no rule gives is a typo, said as one (as a bad task phase is).
+    let (code, bogus) = server.get("/v1/apps?status=bogus");
+    assert_eq!(code, 422, "{bogus}");
+    assert_eq!(bogus["error"]["field"], "status", "{bogus}");
 
     // The namespace goes: the app has not existed since.
     let namespaces = verdict_sim::resources::find("", "v1", "namespaces").unwrap();
@@ -185,6 +189,19 @@ fn verdicts_follow_the_cluster() {
         .unwrap();
     let gone = until(&server, "not-existed", |v| v["stable"] == "not-existed");
     assert!(gone["groups"].as_array().unwrap().is_empty());
+    // Known still, but gone: no status is forced on it.
+    let (code, refused) = server.send(
+        "PUT",
+        "/v1/apps/shop/web/override",
+        Some(r#"{"status": "running", "by": "ana", "reason": "keep"}"#),
+    );
+    assert_eq!(code, 404, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no longer exists")),
+        "{refused}"
+    );
     let (code, missing) = server.get("/v1/apps/shop/nothing");
     assert_eq!(
         (code, missing["error"]["code"].as_str()),

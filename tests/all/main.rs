@@ -7,6 +7,7 @@ mod admission;
 mod crash;
 mod dashboard;
 mod delivery;
+mod disk;
 mod events;
 mod failover;
 mod languages;

@@ -143,6 +143,102 @@ fn a_restart_uses_the_code_cache() {
     }
 }
 
+/// The compiled-code cache's entries (`*.cwasm`) under a data folder.
+fn cache_entries(data: &Path) -> Vec<std::path::PathBuf> {
+    let mut entries: Vec<_> = std::fs::read_dir(data.join("code-cache"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    entries.sort();
+    entries
+}
+
+#[test]
+fn a_damaged_cache_entry_is_compiled_again_not_loaded() {
+    use std::io::{Seek as _, SeekFrom, Write as _};
+    let plugins = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    install_defaults(plugins.path());
+    drop(Server::start(plugins.path(), data.path()));
+    let entries = cache_entries(data.path());
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    // Damage each entry as a bad disk page would: the same size, a page of
+    // its code overwritten (loaded as it is, this crashes the host).
+    for entry in &entries {
+        let length = std::fs::metadata(entry).unwrap().len();
+        let mut file = std::fs::OpenOptions::new().write(true).open(entry).unwrap();
+        file.seek(SeekFrom::Start(length / 2)).unwrap();
+        file.write_all(&[0xcc; 4096]).unwrap();
+    }
+    // And one entry without the digest kept beside it.
+    std::fs::remove_file(entries[0].with_extension("cwasm.sha256")).unwrap();
+    let damaged: Vec<Vec<u8>> = entries.iter().map(|e| std::fs::read(e).unwrap()).collect();
+
+    let second = Server::start(plugins.path(), data.path());
+    assert_eq!(code_sources(&second), ["compiled", "compiled", "compiled"]);
+    assert_eq!(second.get("/readyz").0, 200);
+    drop(second);
+    // Compiled again and written whole with its digest: the next start
+    // uses the cache.
+    for (entry, damaged) in entries.iter().zip(&damaged) {
+        assert_ne!(&std::fs::read(entry).unwrap(), damaged);
+        assert!(entry.with_extension("cwasm.sha256").is_file());
+    }
+    let third = Server::start(plugins.path(), data.path());
+    assert_eq!(code_sources(&third), ["cache", "cache", "cache"]);
+}
+
+/// `/v1/plugins`' entry of a plugin.
+fn plugin_entry(server: &Server, name: &str) -> Value {
+    let (_, body) = server.get("/v1/plugins");
+    body["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no plugin {name}: {body}"))
+}
+
+#[test]
+fn a_folder_says_which_policy_serves_each_world() {
+    let plugins = tempfile::tempdir().unwrap();
+    install_defaults(plugins.path());
+    std::fs::copy(
+        crate::support::example_plugin("restart-budget"),
+        plugins.path().join("restart-budget.wasm"),
+    )
+    .unwrap();
+    // By default the file named after the world serves it; the other one
+    // says why it does not, and how to make it serve.
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(plugins.path(), data.path());
+    let budget = plugin_entry(&server, "restart-budget");
+    assert_eq!(budget["active"], false, "{budget}");
+    let why = budget["not_serving"].as_str().unwrap_or_default();
+    assert!(why.contains("status.wasm serves the status world"), "{why}");
+    assert!(why.contains("status-policy = \"restart-budget\""), "{why}");
+    assert!(plugin_entry(&server, "status")["not_serving"].is_null());
+    drop(server);
+    // Named in the configuration, it serves, and the default says so.
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        plugins.path(),
+        data.path(),
+        &["--status-policy", "restart-budget"],
+    );
+    assert_eq!(plugin_entry(&server, "restart-budget")["active"], true);
+    let default = plugin_entry(&server, "status");
+    assert_eq!(default["active"], false, "{default}");
+    assert!(
+        default["not_serving"]
+            .as_str()
+            .is_some_and(|w| w.contains("restart-budget.wasm serves")),
+        "{default}"
+    );
+}
+
 #[test]
 fn plugins_and_reload_over_http() {
     let plugins = tempfile::tempdir().unwrap();

@@ -822,3 +822,33 @@ fn applications_known_only_from_tasks_are_bounded() {
     let (_, listed) = server.get("/v1/tasks?app=ghost/app-7");
     assert_eq!(listed["tasks"], json!([]), "{listed}");
 }
+
+#[test]
+fn a_never_seen_app_is_judged_on_the_same_facts_the_first_time_and_the_second() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = host(&cluster, data.path(), "sqlite");
+    let restart = json!({"app": "ghost/web", "action": "restart"});
+    let (first, answer) = create(&server, restart.clone());
+    let (second, again) = create(&server, restart);
+    assert_eq!(
+        first, 403,
+        "a restart of an app that does not exist: {answer}"
+    );
+    assert_eq!(
+        (first, &answer["error"]["message"]),
+        (second, &again["error"]["message"])
+    );
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("does not exist")),
+        "{answer}"
+    );
+    // Creating it is what is let in.
+    let (code, created) = create(
+        &server,
+        json!({"app": "ghost/web", "action": "create", "params": {"image": "web:1"}}),
+    );
+    assert_eq!(code, 201, "{created}");
+}

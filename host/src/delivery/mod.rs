@@ -1,9 +1,10 @@
 //! Policies delivered from elsewhere than the plugin folder: OCI artifacts
 //! pulled by digest ([`oci`]) and HTTPS URLs with their sha256. What is
-//! fetched is checked against its digest in memory, then kept in the data
-//! folder's cache by digest (written to a temporary file and renamed), so
-//! that nothing half-downloaded is ever loaded and a source that is away
-//! later does not take the policy with it.
+//! fetched is bounded (a deadline, a largest size) and checked against its
+//! digest, then kept in the data folder's cache by digest (written to a
+//! temporary file, synced and renamed), so that nothing half-downloaded is
+//! ever loaded and a source that is away later does not take the policy
+//! with it.
 
 pub mod oci;
 pub mod policies;
@@ -32,6 +33,12 @@ pub enum DeliveryError {
     Fetch { url: String, message: String },
     #[error("the policy cache {}: {message}", path.display())]
     Cache { path: PathBuf, message: String },
+    /// The file a pull writes (`verdict policy pull -o`).
+    #[error("{}: {message}", path.as_ref().map_or_else(|| "the output".to_string(), |p| p.display().to_string()))]
+    Output {
+        path: Option<PathBuf>,
+        message: String,
+    },
     #[error("signature: {0}")]
     Signature(String),
 }
@@ -97,19 +104,63 @@ pub struct Fetched {
     pub component: Vec<u8>,
 }
 
-/// Fetch a source's component, checked against its digest.
+/// An error of an HTTP client with its causes: "error decoding response
+/// body" alone does not say that the connection was dropped.
+pub(crate) fn described(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The body of an answer, at most `limit` bytes (`what` names it when it
+/// is longer), read as it arrives.
+pub(crate) async fn read_bounded(
+    mut response: reqwest::Response,
+    limit: u64,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    let over = || format!("{what} is over {limit} bytes: refused");
+    if response.content_length().is_some_and(|n| n > limit) {
+        return Err(over());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| {
+        format!(
+            "{what} broke off after {} bytes: {}",
+            body.len(),
+            described(&e)
+        )
+    })? {
+        if (body.len() + chunk.len()) as u64 > limit {
+            return Err(over());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Fetch a source's component, checked against its digest, within the
+/// pull deadline and the largest component accepted.
 pub async fn fetch(
     registries: &oci::Registries,
     source: &Source,
 ) -> Result<Fetched, DeliveryError> {
     match source {
         Source::Oci(reference) => {
-            let pulled = oci::pull(registries, reference).await?;
+            let mut component = Vec::new();
+            let pulled = oci::pull(registries, reference, &mut component).await?;
             Ok(Fetched {
-                sha256: oci::digest_of(&pulled.component),
+                sha256: pulled.component_digest,
                 manifest: Some(pulled.digest),
                 pinned: pulled.pinned,
-                component: pulled.component,
+                component,
             })
         }
         Source::Url { url, sha256 } => {
@@ -117,18 +168,26 @@ pub async fn fetch(
                 url: url.clone(),
                 message,
             };
-            let response = reqwest::Client::new()
-                .get(url)
-                .timeout(std::time::Duration::from_secs(60))
-                .send()
+            let download = async {
+                let response = registries
+                    .http()?
+                    .get(url)
+                    .send()
+                    .await
+                    .and_then(reqwest::Response::error_for_status)
+                    .map_err(|e| failed(described(&e)))?;
+                read_bounded(
+                    response,
+                    registries.max_component_bytes(),
+                    &format!(
+                        "the component (the largest accepted is {} MiB, --max-component-mib)",
+                        registries.max_component_mib
+                    ),
+                )
                 .await
-                .and_then(reqwest::Response::error_for_status)
-                .map_err(|e| failed(e.to_string()))?;
-            let component = response
-                .bytes()
-                .await
-                .map_err(|e| failed(e.to_string()))?
-                .to_vec();
+                .map_err(failed)
+            };
+            let component = registries.within(url, download).await?;
             let found = hex::encode(Sha256::digest(&component));
             if found != *sha256 {
                 return Err(DeliveryError::Digest {
@@ -198,23 +257,12 @@ impl Cache {
     }
 }
 
-/// Write a file whole or not at all: a temporary file beside it, synced,
-/// renamed over it.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), DeliveryError> {
-    use std::io::Write as _;
-    let failed = |e: std::io::Error| DeliveryError::Cache {
+/// Write a cache file whole or not at all ([`crate::storage::write_atomically`]).
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), DeliveryError> {
+    crate::storage::write_atomically(path, bytes).map_err(|e| DeliveryError::Cache {
         path: path.to_path_buf(),
         message: e.to_string(),
-    };
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(failed)?;
-    file.write_all(bytes).map_err(failed)?;
-    file.as_file().sync_all().map_err(failed)?;
-    file.persist(path).map_err(|e| failed(e.error))?;
-    Ok(())
+    })
 }
 
 #[cfg(test)]

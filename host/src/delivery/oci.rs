@@ -9,19 +9,33 @@
 //!
 //! A pull checks the manifest's digest against the reference's (when it
 //! names one) and the layer's against the manifest's; nothing is handed on
-//! before both match.
+//! before both match. Every pull is bounded: a deadline to connect, one for
+//! any silence of the registry, one for the whole pull; a manifest of at
+//! most 4 MiB (as Kubernetes' registries have it); a component of at most
+//! its declared size and the `--max-component-mib` setting, streamed to its
+//! destination as it arrives.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
 
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::manifest::OciImageManifest;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::DeliveryError;
 use crate::plugins::VersionInfo;
+
+/// The largest manifest read.
+pub const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
+/// How long a connection to a registry may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a registry may be silent: for its first byte, and between any
+/// two reads after it.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The component's layer.
 pub const LAYER_MEDIA_TYPE: &str = "application/wasm";
@@ -37,7 +51,7 @@ const DESCRIPTION: &str = "org.opencontainers.image.description";
 const CREATED: &str = "org.opencontainers.image.created";
 
 /// How registries are reached.
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 #[group(skip)]
 pub struct Registries {
     /// Registries (`host:port`) reached over plain HTTP instead of HTTPS;
@@ -49,6 +63,27 @@ pub struct Registries {
     /// format), else it is refused.
     #[arg(long = "verify-key", value_name = "FILE")]
     pub verify_key: Option<std::path::PathBuf>,
+    /// The longest one pull may take, whole (manifest, signature and
+    /// component), in seconds; a registry that sends slower is left.
+    #[arg(long = "pull-timeout-s", value_name = "SECONDS", default_value_t = 120,
+        value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub pull_timeout_s: u64,
+    /// The largest policy component accepted from a registry or a URL, in
+    /// MiB.
+    #[arg(long = "max-component-mib", value_name = "MIB", default_value_t = 64,
+        value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_component_mib: u64,
+}
+
+impl Default for Registries {
+    fn default() -> Self {
+        Self {
+            insecure: Vec::new(),
+            verify_key: None,
+            pull_timeout_s: 120,
+            max_component_mib: 64,
+        }
+    }
 }
 
 impl Registries {
@@ -57,13 +92,54 @@ impl Registries {
         // host's (ring) serves it.
         let _ = rustls::crypto::ring::default_provider().install_default();
         Client::new(ClientConfig {
-            protocol: if self.insecure.is_empty() {
-                ClientProtocol::Https
-            } else {
-                ClientProtocol::HttpsExcept(self.insecure.clone())
-            },
+            protocol: self.protocol(),
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            read_timeout: Some(READ_TIMEOUT),
             ..ClientConfig::default()
         })
+    }
+
+    fn protocol(&self) -> ClientProtocol {
+        if self.insecure.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(self.insecure.clone())
+        }
+    }
+
+    /// The largest component accepted, in bytes.
+    pub fn max_component_bytes(&self) -> u64 {
+        self.max_component_mib * 1024 * 1024
+    }
+
+    /// A plain HTTP client with the pull's connect and silence deadlines.
+    pub(super) fn http(&self) -> Result<reqwest::Client, DeliveryError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .build()
+            .map_err(|e| DeliveryError::Reference(format!("an HTTP client: {e}")))
+    }
+
+    /// Run one pull (or inspection) of `what` within the pull deadline.
+    pub(super) async fn within<T>(
+        &self,
+        what: &str,
+        work: impl Future<Output = Result<T, DeliveryError>>,
+    ) -> Result<T, DeliveryError> {
+        let deadline = Duration::from_secs(self.pull_timeout_s);
+        tokio::time::timeout(deadline, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(DeliveryError::Registry {
+                    reference: what.to_string(),
+                    message: format!(
+                        "not done within the pull deadline of {} s (--pull-timeout-s): left",
+                        self.pull_timeout_s
+                    ),
+                })
+            })
     }
 }
 
@@ -101,14 +177,16 @@ pub fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-/// A policy pulled and checked.
+/// A policy pulled and checked (its component written to the sink the
+/// pull was given).
 #[derive(Debug, Clone)]
 pub struct Pulled {
     /// The reference pinned to the manifest's digest.
     pub pinned: String,
     /// The manifest's digest.
     pub digest: String,
-    pub component: Vec<u8>,
+    /// `sha256:<hex>` of the component.
+    pub component_digest: String,
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -177,7 +255,7 @@ pub async fn push(
         .await
         .map_err(|e| registry(&reference, e))?;
     // The digest of the manifest as the registry holds it.
-    let (_, digest) = self::manifest(&client, &reference).await?;
+    let (_, digest) = self::manifest(registries, &client, &reference).await?;
     Ok(pinned(&reference, &digest))
 }
 
@@ -190,20 +268,67 @@ fn pinned(reference: &Reference, digest: &str) -> String {
     .whole()
 }
 
-/// The manifest of `reference`, its digest checked against the
-/// reference's when it names one.
+/// The manifest of `reference`, at most [`MAX_MANIFEST_BYTES`], its digest
+/// checked against the reference's when it names one.
 async fn manifest(
+    registries: &Registries,
     client: &Client,
     reference: &Reference,
 ) -> Result<(OciImageManifest, String), DeliveryError> {
-    let (raw, _) = client
-        .pull_manifest_raw(
-            reference,
-            &auth(),
-            &[oci_client::manifest::OCI_IMAGE_MEDIA_TYPE],
-        )
+    let failed = |message: String| DeliveryError::Registry {
+        reference: reference.whole(),
+        message,
+    };
+    let token = client
+        .auth(reference, &auth(), RegistryOperation::Pull)
         .await
         .map_err(|e| registry(reference, e))?;
+    let host = reference.resolve_registry();
+    let url = format!(
+        "{}://{host}/v2/{}/manifests/{}",
+        if registries.insecure.iter().any(|h| h == host) {
+            "http"
+        } else {
+            "https"
+        },
+        reference.repository(),
+        reference
+            .digest()
+            .unwrap_or_else(|| reference.tag().unwrap_or("latest")),
+    );
+    let mut request = registries.http()?.get(&url).header(
+        reqwest::header::ACCEPT,
+        [
+            oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+            oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE,
+            oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+        ]
+        .join(", "),
+    );
+    match (token, auth()) {
+        (Some(token), _) => request = request.bearer_auth(token),
+        (None, RegistryAuth::Basic(user, password)) => {
+            request = request.basic_auth(user, Some(password));
+        }
+        _ => {}
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| failed(super::described(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = super::read_bounded(response, 4096, "the answer")
+            .await
+            .unwrap_or_default();
+        return Err(failed(format!(
+            "{url} answered {status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        )));
+    }
+    let raw = super::read_bounded(response, MAX_MANIFEST_BYTES, "the manifest")
+        .await
+        .map_err(failed)?;
     let digest = digest_of(&raw);
     if let Some(expected) = reference.digest()
         && expected != digest
@@ -214,7 +339,20 @@ async fn manifest(
             found: digest,
         });
     }
-    let manifest: OciImageManifest = serde_json::from_slice(&raw).map_err(|e| {
+    let kind: serde_json::Value = serde_json::from_slice(&raw).map_err(|e| {
+        DeliveryError::Artifact(format!(
+            "the manifest of {} is not JSON: {e}",
+            reference.whole()
+        ))
+    })?;
+    if kind.get("manifests").is_some() {
+        return Err(DeliveryError::Artifact(format!(
+            "{} is an image index (a list of manifests, {}), not a policy artifact: push the policy with `verdict policy push`",
+            reference.whole(),
+            kind["mediaType"].as_str().unwrap_or("no media type")
+        )));
+    }
+    let manifest: OciImageManifest = serde_json::from_value(kind).map_err(|e| {
         DeliveryError::Artifact(format!(
             "the manifest of {} does not read: {e}",
             reference.whole()
@@ -224,11 +362,28 @@ async fn manifest(
 }
 
 /// Pull the policy at `reference` (a tag is resolved to the digest it
-/// names now), every digest checked.
-pub async fn pull(registries: &Registries, reference: &str) -> Result<Pulled, DeliveryError> {
+/// names now), every digest checked, within the pull deadline; its
+/// component is written to `sink` as it arrives, never more than the
+/// manifest declares or the largest component accepted.
+pub async fn pull(
+    registries: &Registries,
+    reference: &str,
+    sink: &mut (dyn std::io::Write + Send),
+) -> Result<Pulled, DeliveryError> {
+    registries
+        .within(reference, pull_within(registries, reference, sink))
+        .await
+}
+
+async fn pull_within(
+    registries: &Registries,
+    reference: &str,
+    sink: &mut (dyn std::io::Write + Send),
+) -> Result<Pulled, DeliveryError> {
+    use futures_util::StreamExt as _;
     let reference = parse(reference)?;
     let client = registries.client();
-    let (manifest, digest) = manifest(&client, &reference).await?;
+    let (manifest, digest) = manifest(registries, &client, &reference).await?;
     let layer = match manifest.layers.as_slice() {
         [layer] if layer.media_type == LAYER_MEDIA_TYPE => layer.clone(),
         layers => {
@@ -243,17 +398,65 @@ pub async fn pull(registries: &Registries, reference: &str) -> Result<Pulled, De
             )));
         }
     };
+    let declared = u64::try_from(layer.size).map_err(|_| {
+        DeliveryError::Artifact(format!(
+            "the manifest of {} declares a component of {} bytes",
+            reference.whole(),
+            layer.size
+        ))
+    })?;
+    let max = registries.max_component_bytes();
+    if declared > max {
+        return Err(DeliveryError::Artifact(format!(
+            "the component of {} is {declared} bytes, over the largest accepted ({} MiB, --max-component-mib): refused",
+            reference.whole(),
+            registries.max_component_mib
+        )));
+    }
     if let Some(key) = &registries.verify_key {
         let key = super::signature::public_key(key)?;
         super::signature::verify(&client, &auth(), &reference, &digest, &key).await?;
     }
     let pinned_reference = reference.clone_with_digest(digest.clone());
-    let mut component = Vec::new();
-    client
-        .pull_blob(&pinned_reference, &layer, &mut component)
+    let broke = |message: String| DeliveryError::Registry {
+        reference: reference.whole(),
+        message,
+    };
+    let mut stream = client
+        .pull_blob_stream(&pinned_reference, &layer)
         .await
         .map_err(|e| registry(&reference, e))?;
-    let found = digest_of(&component);
+    let mut hasher = Sha256::new();
+    let mut received = 0u64;
+    let mut head = Vec::with_capacity(8);
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            broke(format!(
+                "the component's transfer broke off after {received} of {declared} bytes: {e}"
+            ))
+        })?;
+        received += chunk.len() as u64;
+        if received > declared {
+            return Err(DeliveryError::Artifact(format!(
+                "the registry sent more of the component of {} than the {declared} bytes its manifest declares: refused",
+                reference.whole()
+            )));
+        }
+        if head.len() < 8 {
+            head.extend(chunk.iter().take(8 - head.len()));
+        }
+        hasher.update(&chunk);
+        sink.write_all(&chunk).map_err(|e| DeliveryError::Output {
+            path: None,
+            message: e.to_string(),
+        })?;
+    }
+    if received != declared {
+        return Err(broke(format!(
+            "the component's transfer ended after {received} of the {declared} bytes its manifest declares"
+        )));
+    }
+    let found = format!("sha256:{}", hex::encode(hasher.finalize()));
     if found != layer.digest {
         return Err(DeliveryError::Digest {
             what: format!("the component of {}", reference.whole()),
@@ -261,10 +464,17 @@ pub async fn pull(registries: &Registries, reference: &str) -> Result<Pulled, De
             found,
         });
     }
+    if !crate::plugins::is_component(&head) {
+        return Err(DeliveryError::Artifact(format!(
+            "{} holds {received} bytes that are not a WebAssembly component (they begin {:02x?}): not a policy",
+            reference.whole(),
+            head
+        )));
+    }
     Ok(Pulled {
         pinned: pinned(&reference, &digest),
         digest,
-        component,
+        component_digest: found,
         annotations: manifest.annotations.unwrap_or_default(),
     })
 }
@@ -278,7 +488,7 @@ pub async fn sign(
 ) -> Result<(String, String), DeliveryError> {
     let reference = parse(reference)?;
     let client = registries.client();
-    let (_, digest) = manifest(&client, &reference).await?;
+    let (_, digest) = manifest(registries, &client, &reference).await?;
     let signature = super::signature::sign(&client, &auth(), &reference, &digest, key).await?;
     Ok((pinned(&reference, &digest), signature))
 }
@@ -288,9 +498,12 @@ pub async fn inspect(
     registries: &Registries,
     reference: &str,
 ) -> Result<Inspection, DeliveryError> {
+    let what = reference.to_string();
     let reference = parse(reference)?;
     let client = registries.client();
-    let (manifest, digest) = manifest(&client, &reference).await?;
+    let (manifest, digest) = registries
+        .within(&what, manifest(registries, &client, &reference))
+        .await?;
     Ok(Inspection {
         reference: pinned(&reference, &digest),
         digest,

@@ -156,6 +156,11 @@ pub struct Policies {
     /// own or another replica's) is no reason to try again; the retry
     /// period is.
     tried: Mutex<BTreeMap<String, i64>>,
+    /// The reconciliation under way for each Policy, with the generation
+    /// it serves: each runs on its own, so that a slow registry holds up
+    /// only its own Policies, and a deleted or edited Policy's is
+    /// cancelled.
+    running: Mutex<BTreeMap<String, (i64, tokio::task::AbortHandle)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -183,6 +188,7 @@ impl Policies {
             served: Mutex::default(),
             failing: Mutex::default(),
             tried: Mutex::default(),
+            running: Mutex::default(),
         })
     }
 
@@ -195,10 +201,13 @@ impl Policies {
             tokio::select! {
                 event = events.next() => match event {
                     Some(Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object))) => {
-                        self.reconcile(object, false).await;
+                        self.start(object, false);
                     }
                     Some(Ok(watcher::Event::Delete(object))) => {
                         let name = object.metadata.name.unwrap_or_default();
+                        if let Some((_, running)) = lock(&self.running).remove(&name) {
+                            running.abort();
+                        }
                         lock(&self.seen).remove(&name);
                         lock(&self.served).remove(&name);
                         lock(&self.tried).remove(&name);
@@ -226,11 +235,38 @@ impl Policies {
                             .collect()
                     };
                     for object in behind {
-                        self.reconcile(object, true).await;
+                        self.start(object, true);
                     }
                 }
             }
         }
+    }
+
+    /// Reconcile a Policy on a task of its own, unless one is under way
+    /// for the same generation; one for an older generation is cancelled.
+    fn start(self: &Arc<Self>, object: DynamicObject, retry: bool) {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let generation = object.metadata.generation.unwrap_or(0);
+        let mut running = lock(&self.running);
+        match running.get(&name) {
+            Some((at, task)) if *at == generation && !task.is_finished() => {
+                // Still at it: what it learns is what this event asks; the
+                // leader sums up the replicas' statuses as they come.
+                lock(&self.seen).insert(name.clone(), object.clone());
+                if self.leadership.acting().is_some() {
+                    let this = Arc::clone(self);
+                    tokio::spawn(async move { this.sum_up(&name, &object).await });
+                }
+                return;
+            }
+            Some((_, task)) => task.abort(),
+            None => {}
+        }
+        let this = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            this.reconcile(object, retry).await;
+        });
+        running.insert(name, (generation, task.abort_handle()));
     }
 
     fn tell(&self, name: &str, mut data: Value) {

@@ -49,14 +49,61 @@ fn payload(reference: &Reference, digest: &str) -> Vec<u8> {
     .unwrap_or_default()
 }
 
+/// What a PEM key that is not the P-256 one expected holds, in words: its
+/// algorithm and curve as its own document names them (an error that
+/// printed the OID expected would not say which key was given).
+fn key_kind(pem: &str) -> String {
+    use p256::pkcs8::der::{Decode as _, Document};
+    use p256::pkcs8::spki::{AlgorithmIdentifierRef, SubjectPublicKeyInfoRef};
+    let named = |algorithm: &AlgorithmIdentifierRef<'_>| {
+        let curve = algorithm.parameters_oid().ok().map(|o| o.to_string());
+        match (algorithm.oid.to_string().as_str(), curve.as_deref()) {
+            ("1.2.840.113549.1.1.1", _) => "an RSA key".to_string(),
+            ("1.2.840.10045.2.1", Some("1.2.840.10045.3.1.7")) => "an ECDSA P-256 key".to_string(),
+            ("1.2.840.10045.2.1", Some("1.3.132.0.34")) => "an ECDSA P-384 key".to_string(),
+            ("1.2.840.10045.2.1", Some("1.3.132.0.35")) => "an ECDSA P-521 key".to_string(),
+            ("1.2.840.10045.2.1", curve) => {
+                format!(
+                    "an ECDSA key on the curve {}",
+                    curve.unwrap_or("(none named)")
+                )
+            }
+            ("1.3.101.112", _) => "an Ed25519 key".to_string(),
+            (oid, _) => format!("a key of the algorithm {oid}"),
+        }
+    };
+    let Ok((label, document)) = Document::from_pem(pem) else {
+        return "not a PEM document".into();
+    };
+    match label {
+        "PUBLIC KEY" => SubjectPublicKeyInfoRef::from_der(document.as_bytes()).map_or_else(
+            |_| "a PUBLIC KEY that does not read".into(),
+            |k| named(&k.algorithm),
+        ),
+        "PRIVATE KEY" => p256::pkcs8::PrivateKeyInfo::from_der(document.as_bytes()).map_or_else(
+            |_| "a PRIVATE KEY that does not read".into(),
+            |k| named(&k.algorithm),
+        ),
+        "EC PRIVATE KEY" => {
+            "a SEC1 EC key (convert it with `openssl pkcs8 -topk8 -nocrypt`)".into()
+        }
+        "RSA PRIVATE KEY" | "RSA PUBLIC KEY" => "an RSA key".into(),
+        "ENCRYPTED PRIVATE KEY" => {
+            "an encrypted key (decrypt it with `openssl pkcs8 -topk8 -nocrypt`)".into()
+        }
+        other => format!("a PEM `{other}`, not a key"),
+    }
+}
+
 /// A public key from its PEM file.
 pub fn public_key(path: &std::path::Path) -> Result<VerifyingKey, DeliveryError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| invalid(format!("the public key {}: {e}", path.display())))?;
     VerifyingKey::from_public_key_pem(&text).map_err(|e| {
         invalid(format!(
-            "the public key {} is not an ECDSA P-256 PEM key: {e}",
-            path.display()
+            "the public key {} is {}, not an ECDSA P-256 public key (as `cosign generate-key-pair` writes): {e}",
+            path.display(),
+            key_kind(&text)
         ))
     })
 }
@@ -74,8 +121,9 @@ pub async fn sign(
         .map_err(|e| invalid(format!("the private key {}: {e}", key.display())))?;
     let signing = SigningKey::from_pkcs8_pem(&text).map_err(|e| {
         invalid(format!(
-            "the private key {} is not a PKCS#8 PEM P-256 key: {e}",
-            key.display()
+            "the private key {} is {}, not an unencrypted PKCS#8 ECDSA P-256 key: {e}",
+            key.display(),
+            key_kind(&text)
         ))
     })?;
     let payload = payload(reference, digest);
@@ -175,4 +223,31 @@ pub async fn verify(
         reasons.push("no signature layer".into());
     }
     Err(unsigned(reasons.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_of_another_kind_is_named_as_what_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        for (algorithm, kind) in [
+            (&rcgen::PKCS_ECDSA_P384_SHA384, "an ECDSA P-384 key"),
+            (&rcgen::PKCS_ED25519, "an Ed25519 key"),
+        ] {
+            let pair = rcgen::KeyPair::generate_for(algorithm).unwrap();
+            let public = dir.path().join("key.pub");
+            std::fs::write(&public, pair.public_key_pem()).unwrap();
+            let error = public_key(&public).unwrap_err().to_string();
+            assert!(error.contains(kind), "{error}");
+            assert!(!error.contains("1.2.840.10045.3.1.7"), "{error}");
+            assert_eq!(key_kind(&pair.serialize_pem()), kind);
+        }
+        let p256 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let public = dir.path().join("p256.pub");
+        std::fs::write(&public, p256.public_key_pem()).unwrap();
+        assert!(public_key(&public).is_ok());
+        assert_eq!(key_kind("not pem"), "not a PEM document");
+    }
 }

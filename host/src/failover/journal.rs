@@ -166,10 +166,19 @@ impl Journal {
 
 impl super::Failover {
     /// Save what changed; a failed write is logged and tried again next
-    /// time, the state kept in memory meanwhile.
+    /// time, the state kept in memory meanwhile (what the evaluation loop
+    /// decides on its own).
     pub(super) async fn save(&self, inner: &mut super::Inner) {
+        if let Err(error) = self.commit(inner).await {
+            tracing::error!(%error, "could not save the failover state; retrying");
+        }
+    }
+
+    /// Save what changed, or say why not: the records not saved stay
+    /// pending.
+    pub(super) async fn commit(&self, inner: &mut super::Inner) -> Result<(), StorageError> {
         if inner.pending.is_empty() && inner.memory == inner.saved {
-            return;
+            return Ok(());
         }
         let journal = self.journal.clone();
         let memory = inner.memory.clone();
@@ -179,10 +188,13 @@ impl super::Failover {
             .await
             .unwrap_or_else(|e| Err(StorageError::Worker(e)));
         match result {
-            Ok(()) => inner.saved = memory,
+            Ok(()) => {
+                inner.saved = memory;
+                Ok(())
+            }
             Err(error) => {
-                tracing::error!(%error, "could not save the failover state; retrying");
                 inner.pending = records;
+                Err(error)
             }
         }
     }

@@ -80,14 +80,15 @@ impl Failover {
             expires_at,
         };
         let change = json!({"event": "override", "override": o});
-        self.overridden(&o).await;
+        self.overridden(&o).await?;
         self.publish(&format!("override/{node}"), at, &change);
         Ok(o)
     }
 
-    /// Keep a node's override, with its record.
-    async fn overridden(&self, o: &Override) {
+    /// Keep a node's override, with its record: on disk, or not at all.
+    async fn overridden(&self, o: &Override) -> Result<(), FailoverError> {
         let mut inner = self.inner.lock().await;
+        let before = inner.memory.clone();
         inner.memory.overrides.insert(o.node.clone(), o.clone());
         let record = Record {
             kind: "override".into(),
@@ -106,8 +107,13 @@ impl Failover {
             by: Some(o.by.clone()),
             ..blank(&o.node, o.at)
         };
-        self.recorded(inner, record, json!({"event": "override", "override": o}))
-            .await;
+        self.recorded(
+            inner,
+            before,
+            record,
+            json!({"event": "override", "override": o}),
+        )
+        .await
     }
 
     /// Share a decision made here with the other replicas.
@@ -128,20 +134,30 @@ impl Failover {
         let field = |name: &str| change[name].as_str().unwrap_or_default().to_string();
         match change["event"].as_str() {
             Some("override") => {
-                if let Ok(o) = serde_json::from_value::<Override>(change["override"].clone()) {
-                    self.overridden(&o).await;
+                if let Ok(o) = serde_json::from_value::<Override>(change["override"].clone())
+                    && let Err(error) = self.overridden(&o).await
+                {
+                    tracing::error!(%error, node = %o.node, "an override shared by another replica could not be kept here");
                 }
             }
             Some("override-cleared") => {
                 let at = change["at"].as_i64().unwrap_or_else(now);
-                let _ = self.lifted(&field("node"), &field("by"), at).await;
+                if let Err(error @ FailoverError::Storage(_)) =
+                    self.lifted(&field("node"), &field("by"), at).await
+                {
+                    tracing::error!(%error, "an override lifted by another replica could not be lifted here");
+                }
             }
             Some("approval") => {
                 if let Ok(approval) = serde_json::from_value::<Approval>(change["approval"].clone())
                 {
                     let inner = self.inner.lock().await;
-                    self.approved(inner, &field("node"), &field("action"), approval)
-                        .await;
+                    if let Err(error) = self
+                        .approved(inner, &field("node"), &field("action"), approval)
+                        .await
+                    {
+                        tracing::error!(%error, "an approval given on another replica could not be kept here");
+                    }
                 }
             }
             _ => tracing::warn!(%change, "a shared failover decision of an unknown kind"),
@@ -170,6 +186,7 @@ impl Failover {
         at: crate::time::Timestamp,
     ) -> Result<Override, FailoverError> {
         let mut inner = self.inner.lock().await;
+        let before = inner.memory.clone();
         let o = inner.memory.overrides.remove(node).ok_or_else(|| {
             FailoverError::NotFound("no-override", format!("node {node} has no override"))
         })?;
@@ -181,25 +198,36 @@ impl Failover {
         };
         self.recorded(
             inner,
+            before,
             record,
             json!({"event": "override-cleared", "node": node, "by": by}),
         )
-        .await;
+        .await?;
         Ok(o)
     }
 
-    /// Keep a person's record, tell the event stream, and judge again now.
+    /// Keep a person's decision with its record, on disk before anyone is
+    /// told; tell the event stream, and judge again now. When the write
+    /// fails, the state is as it was `before` and the error says why.
     pub(super) async fn recorded(
         &self,
         mut inner: tokio::sync::MutexGuard<'_, Inner>,
+        before: super::journal::Memory,
         record: Record,
         event: Value,
-    ) {
+    ) -> Result<(), FailoverError> {
+        let (seq, pending) = (inner.next_seq, inner.pending.len());
         Self::record(&mut inner, record);
-        self.save(&mut inner).await;
+        if let Err(error) = self.commit(&mut inner).await {
+            inner.memory = before;
+            inner.pending.truncate(pending);
+            inner.next_seq = seq;
+            return Err(error.into());
+        }
         drop(inner);
         self.events.publish(Kind::Failover, None, event);
         self.wake.notify_one();
+        Ok(())
     }
 
     /// Approve an action the latest decision on a node proposes.
@@ -252,20 +280,21 @@ impl Failover {
             at,
         };
         self.approved(inner, node, &request.action, approval.clone())
-            .await;
+            .await?;
         let change = json!({"event": "approval", "node": node, "action": request.action, "approval": approval});
         self.publish(&format!("approval/{node}/{}", request.action), at, &change);
         Ok(approval)
     }
 
-    /// Keep an approval, with its record.
+    /// Keep an approval, with its record: on disk, or not at all.
     async fn approved(
         &self,
         mut inner: tokio::sync::MutexGuard<'_, Inner>,
         node: &str,
         action: &str,
         approval: Approval,
-    ) {
+    ) -> Result<(), FailoverError> {
+        let before = inner.memory.clone();
         inner
             .memory
             .approvals
@@ -288,9 +317,10 @@ impl Failover {
         };
         self.recorded(
             inner,
+            before,
             record,
             json!({"event": "approval", "node": node, "action": action, "approval": approval}),
         )
-        .await;
+        .await
     }
 }

@@ -11,6 +11,13 @@
 //! `Origin` is not this server is refused, and a mutation's body must be
 //! JSON — so that a page elsewhere cannot post a task with a plain form or
 //! a `text/plain` body to a host that has no tokens configured.
+//!
+//! And the server answers only the names it is reached by: the `Host` of a
+//! request (read or write) must be an address (an IP literal, which DNS
+//! rebinding cannot forge), `localhost`, or a name given with
+//! `--allowed-host` (the chart gives the Service's). A page on a name of an
+//! attacker's that resolves to this server is refused, as its `Origin`
+//! would otherwise match its `Host`.
 
 use std::sync::Arc;
 
@@ -86,6 +93,70 @@ impl Tokens {
         } else {
             Grant::None
         }
+    }
+}
+
+/// The names, beyond addresses and `localhost`, that this server is
+/// reached by.
+#[derive(Debug, Default)]
+pub(crate) struct Hosts {
+    names: Vec<String>,
+}
+
+impl Hosts {
+    pub fn new(names: &[String]) -> Self {
+        Self {
+            names: names
+                .iter()
+                .map(|n| n.trim().trim_end_matches('.').to_ascii_lowercase())
+                .filter(|n| !n.is_empty())
+                .collect(),
+        }
+    }
+
+    /// Whether a `Host` (with or without its port) names this server.
+    fn allows(&self, host: &str) -> bool {
+        let host = host.trim();
+        let name = match host.strip_prefix('[') {
+            // `[::1]:8080`
+            Some(rest) => rest.split(']').next().unwrap_or_default(),
+            None => match host.rsplit_once(':') {
+                Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+                _ => host,
+            },
+        };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        name.parse::<std::net::IpAddr>().is_ok()
+            || name == "localhost"
+            || self.names.contains(&name)
+    }
+}
+
+/// Refuse requests for a name this server is not reached by (see the
+/// module's documentation); the probes and the webhook are answered
+/// whatever name the caller used.
+pub(crate) async fn known_host(
+    State(hosts): State<Arc<Hosts>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let open = ["/healthz", "/readyz", "/v1/admission/review"].contains(&request.uri().path());
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()));
+    match host {
+        Some(host) if !open && !hosts.allows(&host) => ApiError::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            "unknown-host",
+            format!(
+                "this server is not reached by the name `{host}`: add it with --allowed-host (the chart's `http.allowedHosts`)"
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
     }
 }
 
@@ -213,6 +284,36 @@ pub(crate) async fn guard(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_are_addresses_localhost_or_names_given() {
+        let hosts = Hosts::new(&[
+            "verdict.verdict-system.svc".into(),
+            "Verdict.example.".into(),
+        ]);
+        for allowed in [
+            "127.0.0.1:8080",
+            "127.0.0.1",
+            "[::1]:8080",
+            "10.1.2.3:8443",
+            "localhost:8080",
+            "LOCALHOST",
+            "verdict.verdict-system.svc:443",
+            "verdict.example",
+            "verdict.example.:80",
+        ] {
+            assert!(hosts.allows(allowed), "{allowed}");
+        }
+        for refused in [
+            "rebind.attacker.example:8080",
+            "127.0.0.1.nip.io:8080",
+            "localhost.attacker.example",
+            "verdict",
+            "",
+        ] {
+            assert!(!hosts.allows(refused), "{refused}");
+        }
+    }
 
     #[test]
     fn tokens_grant_what_they_are_for() {

@@ -34,7 +34,7 @@ struct AppList {
     apps: Vec<AppStatus>,
 }
 
-#[utoipa::path(get, path = "/v1/apps", tag = "apps", params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("status" = Option<String>, Query, description = "Only this stable or displayed status")), responses((status = 200, description = "Every application's verdict", body = AppList), (status = 404, description = "The host follows no cluster")))]
+#[utoipa::path(get, path = "/v1/apps", tag = "apps", params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("status" = Option<String>, Query, description = "Only this stable or displayed status")), responses((status = 200, description = "Every application's verdict", body = AppList), (status = 404, description = "The host follows no cluster"), (status = 422, description = "An unknown status, named")))]
 async fn list_apps(
     State(state): State<AppState>,
     Query(filter): Query<AppFilter>,
@@ -61,6 +61,9 @@ async fn list_apps(
             })
             .map(|v| with_objects(v.status(live.stale_after, until), &snapshot))
             .collect();
+    if let Some(status) = &filter.status {
+        known_status(status, || live.verdicts.all())?;
+    }
     Ok(Json(AppList { apps }))
 }
 
@@ -84,6 +87,32 @@ async fn get_app(
                 format!("no app {namespace}/{name} is known"),
             )
         })
+}
+
+/// A status filter names a stable status, a transition, or a displayed
+/// status a policy serves now (a policy may display its own, such as
+/// `maintenance`); anything else is a typo, said as one.
+fn known_status(
+    status: &str,
+    verdicts: impl FnOnce() -> Vec<crate::verdicts::live::LiveVerdict>,
+) -> Result<(), ApiError> {
+    use crate::wit::types::{StableStatus, Transition};
+    if StableStatus::NAMES.contains(&status)
+        || Transition::NAMES.contains(&status)
+        || verdicts()
+            .iter()
+            .any(|v| v.verdict.display.status == status)
+    {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "status",
+        format!(
+            "status: unknown status `{status}`, expected one of: {}, {}, or a status a policy displays now",
+            StableStatus::NAMES.join(", "),
+            Transition::NAMES.join(", ")
+        ),
+    ))
 }
 
 /// An app's status with what was observed of its objects of the

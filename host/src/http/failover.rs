@@ -79,7 +79,7 @@ async fn failover_history(
     Ok(Json(History { records }))
 }
 
-#[utoipa::path(put, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path)), request_body = OverrideRequest, responses((status = 200, description = "The override in force", body = OverrideSet), (status = 404, description = "No such node"), (status = 422, description = "A bad field, named")))]
+#[utoipa::path(put, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path)), request_body = OverrideRequest, responses((status = 200, description = "The override in force", body = OverrideSet), (status = 404, description = "No such node"), (status = 422, description = "A bad field, named"), (status = 503, description = "The failover state could not be saved: nothing changed")))]
 async fn put_override(
     State(state): State<AppState>,
     Path(node): Path<String>,
@@ -96,7 +96,7 @@ struct ByQuery {
     by: Option<String>,
 }
 
-#[utoipa::path(delete, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path), ("by" = String, Query, min_length = 1, max_length = 256, pattern = r"\S", description = "Who lifts it")), responses((status = 200, description = "The override lifted", body = OverrideLifted), (status = 404, description = "No override on the node")))]
+#[utoipa::path(delete, path = "/v1/failover/overrides/{node}", tag = "failover", params(("node" = String, Path), ("by" = String, Query, min_length = 1, max_length = 256, pattern = r"\S", description = "Who lifts it")), responses((status = 200, description = "The override lifted", body = OverrideLifted), (status = 404, description = "No override on the node"), (status = 503, description = "The failover state could not be saved: nothing changed")))]
 async fn delete_override(
     State(state): State<AppState>,
     Path(node): Path<String>,
@@ -108,7 +108,7 @@ async fn delete_override(
     Ok(Json(OverrideLifted { lifted }))
 }
 
-#[utoipa::path(post, path = "/v1/failover/nodes/{node}/approve", tag = "failover", params(("node" = String, Path)), request_body = ApprovalRequest, responses((status = 200, description = "The approval", body = Approved), (status = 404, description = "No such decision or action"), (status = 409, description = "The action needs no approval, or has one")))]
+#[utoipa::path(post, path = "/v1/failover/nodes/{node}/approve", tag = "failover", params(("node" = String, Path)), request_body = ApprovalRequest, responses((status = 200, description = "The approval", body = Approved), (status = 404, description = "No such decision or action"), (status = 409, description = "The action needs no approval, or has one"), (status = 503, description = "The failover state could not be saved: nothing changed")))]
 async fn approve_action(
     State(state): State<AppState>,
     Path(node): Path<String>,

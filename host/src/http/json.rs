@@ -39,6 +39,85 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonOrEmpty<T> {
     }
 }
 
+/// A JSON value in which no object has a key twice: serde_json would keep
+/// the last (`"action":"restart","action":"delete"` a delete), which a
+/// client that sent both may not mean, and a check of the first may not see.
+struct Unique(Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key `{key}` appears twice in one object"
+                )));
+            }
+            let Unique(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
 /// Read a body: not JSON is a 400, a wrong field a 422 naming it. An empty
 /// body, or `null`, reads as `{}` where `empty_ok`.
 fn parse<T: DeserializeOwned>(bytes: &Bytes, empty_ok: bool) -> Result<T, ApiError> {
@@ -49,7 +128,7 @@ fn parse<T: DeserializeOwned>(bytes: &Bytes, empty_ok: bool) -> Result<T, ApiErr
     };
     // Syntax first, so that a body that is not JSON is told apart from a
     // JSON body of the wrong shape.
-    let value: Value = serde_json::from_slice(text).map_err(|e| {
+    let Unique(value) = serde_json::from_slice(text).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid-json",
@@ -100,6 +179,24 @@ mod tests {
 
     fn read(body: &str, empty_ok: bool) -> Result<Decision, ApiError> {
         parse(&Bytes::from(body.to_string()), empty_ok)
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_naming_it() {
+        for body in [
+            r#"{"by": "ana", "by": "bob"}"#,
+            r#"{"reason": {"why": 1, "why": 2}}"#,
+            r#"{"reason": [{"by": 1, "by": 1}]}"#,
+        ] {
+            let error = read(body, false).unwrap_err();
+            assert_eq!(error.status, StatusCode::BAD_REQUEST, "{body}");
+            assert_eq!(error.code, "invalid-json", "{body}");
+            assert!(error.message.contains("appears twice"), "{}", error.message);
+        }
+        let error = read(r#"{"by": "ana", "by": "bob"}"#, false).unwrap_err();
+        assert!(error.message.contains("`by`"), "{}", error.message);
+        // The same key in two objects is no duplicate.
+        assert!(read(r#"{"by": "ana", "reason": "x"}"#, false).is_ok());
     }
 
     #[test]

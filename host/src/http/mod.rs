@@ -94,6 +94,17 @@ pub struct Settings {
     /// `write-tokens = [...]`; with no token at all, everything is open).
     #[arg(long = "write-tokens-file", value_name = "FILE")]
     pub write_tokens_file: Option<std::path::PathBuf>,
+    /// A name this server is reached by, beyond its addresses and
+    /// `localhost` (a Service's DNS name, an Ingress host); repeat for more.
+    /// A request for any other name is refused, so that a page on a name
+    /// rebound to this server's address cannot use it.
+    #[arg(
+        long = "allowed-host",
+        value_name = "NAME",
+        env = "VERDICT_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for Settings {
@@ -116,6 +127,8 @@ pub(crate) struct AppState {
     /// How often an idle event stream gets a heartbeat.
     pub heartbeat: Duration,
     pub tokens: Arc<access::Tokens>,
+    /// The names this server is reached by.
+    pub hosts: Arc<access::Hosts>,
     pub metrics: Arc<metrics::Metrics>,
     /// The largest request body taken.
     pub body_limit: usize,
@@ -234,6 +247,10 @@ pub(crate) fn router(state: AppState) -> Router {
             access::guard,
         ))
         .layer(axum::middleware::from_fn(access::same_origin))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state.hosts),
+            access::known_host,
+        ))
         .layer(axum::middleware::from_fn(middleware::request_size))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(tower_http::limit::RequestBodyLimitLayer::new(

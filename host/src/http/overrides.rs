@@ -104,6 +104,24 @@ fn known_app(live: &Live, namespace: &str, name: &str) -> Result<AppKey, ApiErro
     }
 }
 
+/// The app, when something of it is in the cluster now: a status forced
+/// on an app that no longer exists (or never did) would be forced on
+/// nothing, and would keep a name known for ever.
+fn observed_app(live: &Live, namespace: &str, name: &str) -> Result<AppKey, ApiError> {
+    let key = known_app(live, namespace, name)?;
+    if live.observed.read().has_app(&key) {
+        Ok(key)
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no-such-app",
+            format!(
+                "app {namespace}/{name} no longer exists (no workload, pod or object of it is observed): there is nothing to force a status on"
+            ),
+        ))
+    }
+}
+
 /// The instance, when the app has one of that name (a virtual machine, or
 /// an instance no virtual machine owns).
 fn known_instance(live: &Live, app: &AppKey, instance: &str) -> Result<(), ApiError> {
@@ -180,7 +198,7 @@ async fn put_app_override(
     JsonBody(request): JsonBody<ForceRequest>,
 ) -> Result<Json<Changed>, ApiError> {
     let live = state.live()?;
-    let (namespace, name) = known_app(live, &namespace, &name)?;
+    let (namespace, name) = observed_app(live, &namespace, &name)?;
     force(
         Arc::clone(&live.overrides),
         (namespace, name, None),
@@ -206,7 +224,7 @@ async fn put_instance_override(
     JsonBody(request): JsonBody<ForceRequest>,
 ) -> Result<Json<Changed>, ApiError> {
     let live = state.live()?;
-    let app = known_app(live, &namespace, &name)?;
+    let app = observed_app(live, &namespace, &name)?;
     known_instance(live, &app, &instance)?;
     force(
         Arc::clone(&live.overrides),

@@ -33,7 +33,7 @@ async fn list_plugins(State(state): State<AppState>) -> Json<PluginList> {
     })
 }
 
-#[utoipa::path(post, path = "/v1/plugins/reload", tag = "plugins", responses((status = 200, description = "What the reload loaded, rejected, unloaded and left", body = ReloadReport), (status = 409, description = "No plugin folder")))]
+#[utoipa::path(post, path = "/v1/plugins/reload", tag = "plugins", responses((status = 200, description = "What the reload loaded, rejected, unloaded and left", body = ReloadReport), (status = 409, description = "No plugin folder"), (status = 503, description = "The plugin folder cannot be read: nothing changed")))]
 async fn reload_plugins(State(state): State<AppState>) -> Result<Json<ReloadReport>, ApiError> {
     if state.registry.dir().is_none() {
         return Err(ApiError::new(
@@ -53,5 +53,12 @@ async fn reload_plugins(State(state): State<AppState>) -> Result<Json<ReloadRepo
                 "the reload did not complete",
             )
         })?;
+    if let Some(error) = report.folder_error {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "plugin-folder-unreadable",
+            format!("{error}; what served before still serves"),
+        ));
+    }
     Ok(Json(report))
 }

@@ -1,9 +1,10 @@
 //! `verdict policy push | pull | inspect`: policies as OCI artifacts in a
 //! registry (see [`crate::delivery::oci`] for the layout).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::delivery::DeliveryError;
 use crate::delivery::oci::{self, Registries};
 use crate::error::{Error, Result};
 use crate::plugins::{Limits, Runtime, Version};
@@ -34,7 +35,8 @@ pub enum PolicyCommand {
     /// digest checked; prints the pinned reference.
     Pull {
         reference: String,
-        /// Where to write the component.
+        /// Where to write the component: a new path, or a regular file
+        /// replaced whole (its mode kept) once every check passed.
         #[arg(long, short, value_name = "FILE")]
         output: PathBuf,
         #[command(flatten)]
@@ -88,8 +90,7 @@ pub fn run(command: &PolicyCommand) -> Result<String> {
             output,
             registries,
         } => {
-            let pulled = runtime.block_on(oci::pull(registries, reference))?;
-            crate::delivery::write_atomically(output, &pulled.component)?;
+            let pulled = pull_to(&runtime, registries, reference, output)?;
             Ok(format!(
                 "pulled {} to {}\n",
                 pulled.pinned,
@@ -112,4 +113,52 @@ pub fn run(command: &PolicyCommand) -> Result<String> {
             Ok(serde_json::to_string_pretty(&inspection).unwrap_or_default() + "\n")
         }
     }
+}
+
+/// Pull a policy into `output`: the component streamed into a temporary
+/// file beside it, synced, and renamed over it once every check passed.
+/// Anything but a regular file or a new path (a symlink, a device, a
+/// folder) is refused untouched.
+fn pull_to(
+    runtime: &tokio::runtime::Runtime,
+    registries: &Registries,
+    reference: &str,
+    output: &Path,
+) -> Result<oci::Pulled> {
+    let refused = |message: String| DeliveryError::Output {
+        path: Some(output.to_path_buf()),
+        message,
+    };
+    match std::fs::symlink_metadata(output) {
+        Ok(m) if m.file_type().is_file() => {}
+        Ok(m) => {
+            let what = if m.file_type().is_symlink() {
+                "a symbolic link"
+            } else if m.is_dir() {
+                "a folder"
+            } else {
+                "not a regular file (a device, a FIFO or a socket)"
+            };
+            return Err(refused(format!(
+                "is {what}: a policy is written only to a regular file or a new path"
+            ))
+            .into());
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(refused(e.to_string()).into()),
+    }
+    let io = |e: std::io::Error| refused(e.to_string());
+    let mut file =
+        tempfile::NamedTempFile::new_in(crate::storage::folder_of(output)).map_err(io)?;
+    let pulled = runtime
+        .block_on(oci::pull(registries, reference, &mut file))
+        .map_err(|e| match e {
+            DeliveryError::Output {
+                path: None,
+                message,
+            } => refused(message),
+            other => other,
+        })?;
+    crate::storage::persist(file, output).map_err(io)?;
+    Ok(pulled)
 }

@@ -209,6 +209,15 @@ pub enum PolicyError {
     #[error("plugin {0} was unloaded")]
     Unloaded(String),
 
+    #[error(
+        "the {world} policy is busy ({calls} calls at once, the most allowed) and had no room for this one within {waited_ms} ms: shed"
+    )]
+    Busy {
+        world: World,
+        calls: usize,
+        waited_ms: u64,
+    },
+
     #[error("the call of plugin {plugin} did not finish: {source}")]
     Panicked {
         plugin: String,
@@ -237,6 +246,7 @@ impl PolicyError {
             Self::NotLoaded { .. } => "not-loaded",
             Self::Failed { error, .. } => error.kind(),
             Self::Unloaded(_) => "unloaded",
+            Self::Busy { .. } => "busy",
             Self::Panicked { .. } => "panic",
         }
     }

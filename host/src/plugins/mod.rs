@@ -25,7 +25,7 @@ pub use metrics::{CallHistograms, CallSeconds};
 pub use registry::{
     Answer, Delivered, ErrorRecord, Mode, PluginStatus, Registry, Rejected, ReloadReport, Slot,
 };
-pub use runtime::{CodeSource, Limits, Override, Runtime};
+pub use runtime::{CodeSource, Limits, Override, Runtime, is_component};
 pub use version::{PACKAGE_VERSION, Version, VersionInfo, checked_answers, decode_answers};
 pub use watch::watch;
 
@@ -42,8 +42,33 @@ pub struct Settings {
     /// in milliseconds.
     #[arg(long = "reload-debounce-ms", value_name = "MS", default_value = "150", value_parser = crate::settings::millis)]
     pub reload_debounce: Duration,
+    /// The plugin of the folder that serves the status world, by name (its
+    /// file without `.wasm`) [default: `status`, else the only one that
+    /// implements the world].
+    #[arg(long = "status-policy", value_name = "NAME")]
+    pub status_policy: Option<String>,
+    /// The plugin that serves the failover world [default: `failover`].
+    #[arg(long = "failover-policy", value_name = "NAME")]
+    pub failover_policy: Option<String>,
+    /// The plugin that serves the admission world [default: `admission`].
+    #[arg(long = "admission-policy", value_name = "NAME")]
+    pub admission_policy: Option<String>,
     #[command(flatten)]
     pub limits: Limits,
+}
+
+impl Settings {
+    /// The plugin chosen to serve each world, where one is named.
+    pub fn chosen(&self) -> std::collections::BTreeMap<World, String> {
+        [
+            (World::Status, &self.status_policy),
+            (World::Failover, &self.failover_policy),
+            (World::Admission, &self.admission_policy),
+        ]
+        .into_iter()
+        .filter_map(|(world, name)| Some((world, name.clone()?)))
+        .collect()
+    }
 }
 
 impl Default for Settings {
@@ -53,7 +78,7 @@ impl Default for Settings {
 }
 
 /// The three kinds of policy a plugin can implement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 pub enum World {
     #[serde(rename = "status-policy")]
     Status,

@@ -218,6 +218,7 @@ impl Slot {
             current: info(self.current.load_full()),
             previous: info(self.previous.load_full()),
             last_error: lock(&self.last_error).clone(),
+            not_serving: None,
             calls: self.counters.calls.load(Ordering::Relaxed),
             errors: self.counters.errors.load(Ordering::Relaxed),
             timeouts: self.counters.timeouts.load(Ordering::Relaxed),
@@ -241,6 +242,9 @@ pub struct PluginStatus {
     /// The last good version before it, which answers when it fails.
     pub previous: Option<VersionInfo>,
     pub last_error: Option<ErrorRecord>,
+    /// Why a plugin that loaded does not serve its world, and how to make
+    /// it serve.
+    pub not_serving: Option<String>,
     /// Where a delivered plugin came from and how it serves (`None`: a
     /// file of the plugin folder).
     pub delivered: Option<Delivered>,
@@ -275,7 +279,15 @@ pub struct ReloadReport {
     pub rejected: Vec<Rejected>,
     pub unloaded: Vec<String>,
     pub unchanged: Vec<String>,
+    /// Why the plugin folder could not be read (nothing was changed then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folder_error: Option<String>,
 }
+
+/// The largest plugin file read: a component this large is a mistake (the
+/// largest policies, JavaScript and Python ones, are tens of MiB), and its
+/// size is checked before a byte of it is read.
+pub const MAX_PLUGIN_FILE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// A file to load in this reload.
 struct Candidate {
@@ -295,6 +307,8 @@ pub struct Registry {
     settings: BTreeMap<String, String>,
     /// Plugins' own limits, by name; the others have the runtime's.
     limits: BTreeMap<String, Limits>,
+    /// The plugin of the folder chosen to serve each world.
+    chosen: BTreeMap<World, String>,
     slots: RwLock<BTreeMap<String, Arc<Slot>>>,
     /// Reloads run one at a time (the watcher and `POST /v1/plugins/reload`).
     reloading: Mutex<()>,
@@ -325,11 +339,19 @@ impl Registry {
             dir,
             settings,
             limits: BTreeMap::new(),
+            chosen: BTreeMap::new(),
             slots: RwLock::new(BTreeMap::new()),
             reloading: Mutex::new(()),
             swapped: tokio::sync::Notify::new(),
             on_reload: RwLock::default(),
         }
+    }
+
+    /// Name the plugin of the folder that serves a world (where none is
+    /// named, the file named after the world does).
+    pub fn with_chosen(mut self, chosen: BTreeMap<World, String>) -> Self {
+        self.chosen = chosen;
+        self
     }
 
     /// Give the plugins named here limits of their own (a Python policy
@@ -401,21 +423,25 @@ impl Registry {
     }
 
     /// The plugin serving `world`: a delivered one in active mode that
-    /// implements it (the first by name), else the file named after the
-    /// world (`status.wasm` for the status world) when it implements it,
-    /// else the first file by name that does. Shadows never serve.
+    /// implements it (the first by name), else the file chosen for the
+    /// world (`--status-policy NAME`), else the file named after the world
+    /// (`status.wasm` for the status world) when it implements it, else the
+    /// first file by name that does. Shadows never serve.
     pub fn policy(&self, world: World) -> Result<Arc<Slot>, PolicyError> {
         let serves = |slot: &Slot| slot.current().is_some_and(|v| v.world() == world);
         let slots = self.slots();
         let delivered = |s: &Arc<Slot>| s.delivered().is_some();
+        let chosen = self.chosen.get(&world).map(String::as_str);
+        let named = |name: &str| {
+            slots
+                .iter()
+                .find(|s| !delivered(s) && s.name == name && serves(s))
+        };
         slots
             .iter()
             .find(|s| delivered(s) && !s.shadow() && serves(s))
-            .or_else(|| {
-                slots
-                    .iter()
-                    .find(|s| !delivered(s) && s.name == world.file_stem() && serves(s))
-            })
+            .or_else(|| chosen.and_then(named))
+            .or_else(|| named(world.file_stem()))
             .or_else(|| slots.iter().find(|s| !delivered(s) && serves(s)))
             .cloned()
             .ok_or(PolicyError::NotLoaded { world })
@@ -540,7 +566,8 @@ impl Registry {
         }
     }
 
-    /// Every plugin with its versions, errors and counters.
+    /// Every plugin with its versions, errors and counters, and why one
+    /// that loaded does not serve.
     pub fn statuses(&self) -> Vec<PluginStatus> {
         let active: BTreeSet<String> = World::ALL
             .into_iter()
@@ -549,8 +576,38 @@ impl Registry {
             .collect();
         self.slots()
             .iter()
-            .map(|s| s.status(active.contains(&s.name)))
+            .map(|s| {
+                let mut status = s.status(active.contains(&s.name));
+                status.not_serving = self.why_not_serving(s);
+                status
+            })
             .collect()
+    }
+
+    /// Why a plugin that loaded does not serve its world (`None` when it
+    /// does, or never loaded: its error says why then).
+    pub fn why_not_serving(&self, slot: &Slot) -> Option<String> {
+        let world = slot.current()?.world();
+        let serving = self.policy(world).ok()?;
+        if serving.name == slot.name {
+            return None;
+        }
+        if slot.shadow() {
+            return Some(format!(
+                "a shadow: asked the questions {} answers, never serving",
+                serving.name
+            ));
+        }
+        let short = world.file_stem();
+        let by = if serving.delivered().is_some() {
+            format!("the delivered Policy {}", serving.name)
+        } else {
+            format!("{}.wasm", serving.name)
+        };
+        Some(format!(
+            "loaded, not serving: {by} serves the {short} world; to serve this one, set `{short}-policy = \"{name}\"` (--{short}-policy {name}) or name its file {short}.wasm",
+            name = slot.name
+        ))
     }
 
     /// Bring the registry in line with the plugin folder.
@@ -563,7 +620,11 @@ impl Registry {
         let files = match plugin_files(dir) {
             Ok(files) => files,
             Err(error) => {
-                tracing::error!(dir = %dir.display(), %error, "cannot read the plugin folder");
+                tracing::error!(dir = %dir.display(), %error, "cannot read the plugin folder; what served before still serves");
+                report.folder_error = Some(format!(
+                    "the plugin folder {} cannot be read: {error}",
+                    dir.display()
+                ));
                 return report;
             }
         };
@@ -575,7 +636,7 @@ impl Registry {
             if slot.as_ref().is_some_and(|s| s.delivered().is_some()) {
                 continue;
             }
-            let bytes = match std::fs::read(path) {
+            let bytes = match read_bounded(path) {
                 Ok(bytes) => bytes,
                 // Gone between listing and reading: the next event tells.
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
@@ -588,6 +649,13 @@ impl Registry {
             let hash = hex::encode(Sha256::digest(&bytes));
             if let Some(slot) = &slot {
                 if slot.current().is_some_and(|v| v.info().hash == hash) {
+                    // The file serving is back (a bad one was replaced by
+                    // the good one): the bad one's error is over.
+                    *lock(&slot.rejected_hash) = None;
+                    let mut last = lock(&slot.last_error);
+                    if last.as_ref().is_some_and(|e| e.during == "load") {
+                        *last = None;
+                    }
                     report.unchanged.push(name.clone());
                     continue;
                 }
@@ -680,6 +748,14 @@ impl Registry {
         if !report.loaded.is_empty() || !report.unloaded.is_empty() {
             self.swapped.notify_one();
         }
+        for loaded in &report.loaded {
+            if let Some(why) = self
+                .get(&loaded.plugin)
+                .and_then(|s| self.why_not_serving(&s))
+            {
+                tracing::warn!(plugin = %loaded.plugin, name = %loaded.info.name, "{why}");
+            }
+        }
         self.tell(&report);
         report
     }
@@ -741,6 +817,21 @@ impl Registry {
             still_serving,
         });
     }
+}
+
+/// A plugin file, its size checked before it is read.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    let size = std::fs::metadata(path)?.len();
+    if size > MAX_PLUGIN_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{size} bytes, over the largest plugin file read ({} MiB): not read",
+                MAX_PLUGIN_FILE_BYTES / (1024 * 1024)
+            ),
+        ));
+    }
+    std::fs::read(path)
 }
 
 /// The `*.wasm` files of the plugin folder by plugin name. Hidden files

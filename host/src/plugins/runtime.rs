@@ -5,9 +5,10 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use sha2::{Digest as _, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -155,9 +156,10 @@ impl Runtime {
             if let Some(component) = self.deserialize(&cached) {
                 return Ok((component, CodeSource::Cache, started.elapsed()));
             }
-            // An unreadable entry (a crash mid-write, another version) is
-            // compiled again and overwritten.
+            // An unreadable entry (a crash mid-write, another version, a
+            // damaged file) is compiled again and overwritten.
             let _ = std::fs::remove_file(&cached);
+            let _ = std::fs::remove_file(digest_beside(&cached));
         }
         match wasm_kind(bytes) {
             WasmKind::Component => {}
@@ -178,8 +180,16 @@ impl Runtime {
         Ok((component, CodeSource::Compiled, elapsed))
     }
 
+    /// A cache entry, given to wasmtime only when its bytes have the
+    /// digest kept beside it: compiled code is trusted, so a damaged entry
+    /// (a bad sector, a crash mid-write, a hand) must never be loaded.
     fn deserialize(&self, path: &Path) -> Option<Component> {
         let code = std::fs::read(path).ok()?;
+        let kept = std::fs::read_to_string(digest_beside(path)).unwrap_or_default();
+        if kept.trim() != hex::encode(Sha256::digest(&code)) {
+            tracing::warn!(path = %path.display(), "a cached compilation fails its integrity check (its digest is missing or differs); compiling again");
+            return None;
+        }
         match unsafe_deserialize(&self.engine, &code) {
             Ok(component) => Some(component),
             Err(error) => {
@@ -189,15 +199,15 @@ impl Runtime {
         }
     }
 
-    /// Write a cache entry through a temporary file and a rename, so that a
-    /// crash never leaves half an entry under the final name.
+    /// Write a cache entry and its digest, each through a synced temporary
+    /// file and a rename, the digest last: a crash leaves no entry under
+    /// its final name that its digest vouches for but that is not whole.
     fn store_in_cache(&self, path: &Path, code: &[u8]) {
-        static WRITES: AtomicU64 = AtomicU64::new(0);
-        let unique = WRITES.fetch_add(1, Ordering::Relaxed);
-        let partial = path.with_extension(format!("partial-{}-{unique}", std::process::id()));
-        let written = std::fs::write(&partial, code).and_then(|()| std::fs::rename(&partial, path));
+        let digest = hex::encode(Sha256::digest(code));
+        let written = crate::storage::write_atomically(path, code).and_then(|()| {
+            crate::storage::write_atomically(&digest_beside(path), digest.as_bytes())
+        });
         if let Err(error) = written {
-            let _ = std::fs::remove_file(&partial);
             tracing::warn!(path = %path.display(), %error, "could not cache compiled code");
         }
     }
@@ -261,10 +271,20 @@ impl Drop for Runtime {
     }
 }
 
+/// Where the digest of a cache entry is kept.
+fn digest_beside(entry: &Path) -> PathBuf {
+    entry.with_extension("cwasm.sha256")
+}
+
 enum WasmKind {
     Component,
     CoreModule,
     Neither,
+}
+
+/// Whether bytes begin as a WebAssembly component does.
+pub fn is_component(bytes: &[u8]) -> bool {
+    matches!(wasm_kind(bytes), WasmKind::Component)
 }
 
 /// Tell a component from a core module by the binary header: both start with

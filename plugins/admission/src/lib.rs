@@ -309,6 +309,28 @@ fn containers(object: &Value) -> impl Iterator<Item = &Value> {
 }
 
 /// Escape a key for a JSON Pointer (RFC 6901).
+/// A name as a label value: itself when it is one (63 characters at
+/// most), else a readable prefix and a hash of the whole name, 63
+/// characters in all, as Kubernetes tools shorten names — two long names
+/// with the same prefix stay apart.
+fn label_value(name: &str) -> String {
+    const MAX: usize = 63;
+    const HASH: usize = 10;
+    if name.len() <= MAX {
+        return name.to_string();
+    }
+    // FNV-1a, 64 bits: stable across builds and hosts.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let hash = format!("{hash:016x}");
+    // A label value ends in an alphanumeric character: the prefix may not
+    // end in `-`, `_` or `.` before the separator.
+    let prefix: String = name.chars().take(MAX - HASH - 1).collect();
+    let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    format!("{prefix}-{}", &hash[..HASH])
+}
+
 fn pointer_key(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
@@ -371,15 +393,16 @@ fn review(
     let creating = request.get("operation").and_then(Value::as_str) == Some("CREATE");
     if creating && matches!(kind, "Deployment" | "StatefulSet") && !name.is_empty() {
         let labels = object.pointer("/metadata/labels").filter(|l| l.is_object());
+        let value = label_value(name);
         let patch = match labels {
             None => serde_json::json!([{
                 "op": "add", "path": "/metadata/labels",
-                "value": { settings.app_label.as_str(): name },
+                "value": { settings.app_label.as_str(): value },
             }]),
             Some(labels) if labels.get(&settings.app_label).is_none() => serde_json::json!([{
                 "op": "add",
                 "path": format!("/metadata/labels/{}", pointer_key(&settings.app_label)),
-                "value": name,
+                "value": value,
             }]),
             Some(_) => Value::Null,
         };

@@ -153,6 +153,13 @@ pub fn evaluate_app(settings: &Settings, now: Timestamp, input: &AppInput) -> Ap
         }
         stable = forced_stable(&f.status).unwrap_or(stable);
         stable_reason = format!("forced by {}: {}", f.by, f.reason);
+        if app.workloads.is_empty() && app.pods.is_empty() && app.objects.is_empty() {
+            // Forced on an app deleted since: say so, rather than show a
+            // forced status of nothing.
+            stable_reason = format!(
+                "{stable_reason}; the app no longer exists (no workload, pod or object of it is observed): lift the override"
+            );
+        }
     }
     let transitional = input
         .tasks
@@ -173,6 +180,9 @@ pub fn evaluate_app(settings: &Settings, now: Timestamp, input: &AppInput) -> Ap
         // A person's decision ranks above everything, tasks included.
         display = display_of(stable, &stable_reason, None, None);
         display.text = format!("{} — {stable_reason}", stable_word(stable));
+        if app.workloads.is_empty() && app.pods.is_empty() && app.objects.is_empty() {
+            display.severity = Severity::Warning;
+        }
     }
 
     AppVerdict {
@@ -288,30 +298,42 @@ fn stable_status(
     }
     let rollout = stuck_rollout(app);
     if ready < expected {
-        let stuck = groups
+        // Seed 000: fewer ready replicas than expected is degraded; panic is
+        // for an app that as a whole cannot serve — no replica ready while
+        // some are expected and something failing, or every replica failing.
+        let failing: Vec<&GroupVerdict> = groups
             .iter()
             .zip(&app.pods)
-            .find(|(g, p)| is_failing(eval, g, p));
-        if let Some((group, _)) = stuck {
-            return (
-                StableStatus::Panic,
-                format!(
-                    "{ready}/{expected} ready; pod {} is {}",
-                    group.name, group.reason
-                ),
-            );
+            .filter(|(g, p)| is_failing(eval, g, p))
+            .map(|(g, _)| g)
+            .collect();
+        let whole = ready == 0 || (!app.pods.is_empty() && failing.len() == app.pods.len());
+        if let Some(named) = pods_named(&failing) {
+            let status = if whole {
+                StableStatus::Panic
+            } else {
+                StableStatus::Degraded
+            };
+            return (status, format!("{ready}/{expected} ready; {named}"));
         }
         if let Some(rollout) = &rollout {
+            let status = if ready == 0 {
+                StableStatus::Panic
+            } else {
+                StableStatus::Degraded
+            };
             return (
-                StableStatus::Panic,
+                status,
                 format!("{ready}/{expected} ready; the rollout of {rollout} is stuck"),
             );
         }
         if let Some(failing) = &judged.failing {
-            return (
-                StableStatus::Panic,
-                format!("{ready}/{expected} ready; {failing}"),
-            );
+            let status = if ready == 0 {
+                StableStatus::Panic
+            } else {
+                StableStatus::Degraded
+            };
+            return (status, format!("{ready}/{expected} ready; {failing}"));
         }
         let waiting = judged
             .waiting
@@ -361,6 +383,28 @@ fn stable_status(
         StableStatus::Running,
         format!("{ready}/{expected} replicas ready"),
     )
+}
+
+/// The failing pods named with their reasons (`pod web-1 is
+/// CrashLoopBackOff`, `pods web-1 (CrashLoopBackOff), web-2 (Error)`), the
+/// first few of many; `None` for none.
+fn pods_named(failing: &[&GroupVerdict]) -> Option<String> {
+    const SHOWN: usize = 3;
+    match failing {
+        [] => None,
+        [one] => Some(format!("pod {} is {}", one.name, one.reason)),
+        many => {
+            let mut names: Vec<String> = many
+                .iter()
+                .take(SHOWN)
+                .map(|g| format!("{} ({})", g.name, g.reason))
+                .collect();
+            if many.len() > SHOWN {
+                names.push(format!("{} more", many.len() - SHOWN));
+            }
+            Some(format!("pods {} are failing", names.join(", ")))
+        }
+    }
 }
 
 /// The workload whose controller gave up on its rollout, described.
@@ -851,7 +895,14 @@ fn instance_verdict(eval: &mut Eval<'_>, c: &Container) -> InstanceVerdict {
                     )
                 })
             });
-            (InstanceStatus::Pending, w.reason.clone(), message)
+            // Waiting to run again after crashing is a restart, not a
+            // start that has yet to happen.
+            let status = if w.reason.as_deref() == Some("CrashLoopBackOff") {
+                InstanceStatus::RunningRestarting
+            } else {
+                InstanceStatus::Pending
+            };
+            (status, w.reason.clone(), message)
         }
         ContainerState::Terminated(t) if t.exit_code == 0 => (
             InstanceStatus::Succeeded,

@@ -176,6 +176,47 @@ fn the_api_server_calls_verdicts_webhooks_over_tls() {
     let labels: Value = serde_json::from_str(&labels).unwrap();
     assert_eq!(labels["app.kubernetes.io/instance"], "shop", "{labels}");
     assert_eq!(labels["team"], "a", "{labels}");
+    // A name longer than a label value may be (63 characters) is labelled
+    // with a readable prefix and a hash, which the API server takes.
+    let long = format!("checkout-{}", "payments-service-".repeat(5))
+        .trim_end_matches('-')
+        .to_string();
+    assert!(long.len() > 63, "{long}");
+    let long_deployment = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": long, "namespace": prod},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"run": "checkout"}},
+            "template": {
+                "metadata": {"labels": {"run": "checkout"}},
+                "spec": {"containers": [{"name": "checkout", "image": "checkout:1",
+                    "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]},
+            },
+        },
+    });
+    cluster.apply(&long_deployment.to_string()).unwrap();
+    let labels = cluster
+        .kubectl_run(
+            &[
+                "get",
+                "deployment",
+                &long,
+                "-n",
+                prod,
+                "-o",
+                "jsonpath={.metadata.labels}",
+            ],
+            None,
+        )
+        .unwrap();
+    let labels: Value = serde_json::from_str(&labels).unwrap();
+    let instance = labels["app.kubernetes.io/instance"].as_str().unwrap();
+    assert!(instance.len() <= 63, "{instance}");
+    assert!(
+        instance.starts_with("checkout-payments-service-"),
+        "{instance}"
+    );
 
     // verdict goes down: with failurePolicy Fail the API server refuses…
     server.kill();
