@@ -70,7 +70,11 @@ local function instance_verdict(ev, c)
       local t = c.last_state
       message = string.format("last run ended with code %d%s", t.exit_code, t.reason and (" (" .. t.reason .. ")") or "")
     end
-    status, reason = "pending", state.reason
+    if state.reason == "CrashLoopBackOff" then
+      status, reason = "running-restarting", state.reason
+    else
+      status, reason = "pending", state.reason
+    end
   elseif state.kind == "terminated" and state.exit_code == 0 then
     status, reason, message = "succeeded", state.reason or "Completed", state.message
   elseif state.kind == "terminated" then
@@ -307,13 +311,28 @@ local function stable_status(ev, app, groups, expected, ready)
   if expected == 0 then return "stopped", "scaled to zero replicas" end
   local rollout = stuck_rollout(app)
   if ready < expected then
+    local failing = {}
     for k, g in ipairs(groups) do
-      if is_failing(ev, g, app.pods[k]) then
-        return "panic", string.format("%d/%d ready; pod %s is %s", ready, expected, g.name, g.reason)
+      if is_failing(ev, g, app.pods[k]) then failing[#failing + 1] = g end
+    end
+    local whole = ready == 0 or (#app.pods > 0 and #failing == #app.pods)
+    if #failing > 0 then
+      local named
+      if #failing == 1 then
+        named = string.format("pod %s is %s", failing[1].name, failing[1].reason)
+      else
+        local names = {}
+        for i = 1, math.min(#failing, 3) do
+          names[#names + 1] = string.format("%s (%s)", failing[i].name, failing[i].reason)
+        end
+        if #failing > 3 then names[#names + 1] = string.format("%d more", #failing - 3) end
+        named = "pods " .. table.concat(names, ", ") .. " are failing"
       end
+      return whole and "panic" or "degraded", string.format("%d/%d ready; %s", ready, expected, named)
     end
     if rollout then
-      return "panic", string.format("%d/%d ready; the rollout of %s is stuck", ready, expected, rollout)
+      return ready == 0 and "panic" or "degraded",
+        string.format("%d/%d ready; the rollout of %s is stuck", ready, expected, rollout)
     end
     return "degraded", string.format("%d/%d replicas ready", ready, expected)
   end

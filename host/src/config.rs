@@ -851,6 +851,21 @@ mod tests {
         assert!(file.settings.contains_key("status"));
         // Every key of it is a setting, and every value reads.
         serve_command(ServeArgs::augment_args(Command::new("serve")), Some(&file)).unwrap();
+        // It runs the demo and writes nowhere inside the repository.
+        let config = parse(&["--config", example.to_str().unwrap()]).unwrap();
+        assert!(
+            matches!(config.cluster, ClusterSource::Demo { .. }),
+            "the example runs the demo cluster"
+        );
+        let repository =
+            std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).unwrap();
+        assert!(
+            !std::path::absolute(&config.data_dir)
+                .unwrap()
+                .starts_with(&repository),
+            "{}",
+            config.data_dir.display()
+        );
     }
 
     #[test]

@@ -214,7 +214,8 @@ fn plugins(
     let registry = Arc::new(
         Registry::new(Arc::new(runtime), config.plugins.dir.clone(), settings)
             .with_limits(config.limits_by_plugin())
-            .with_chosen(config.plugins.chosen()),
+            .with_chosen(config.plugins.chosen())
+            .with_demotion(config.plugins.demotion()),
     );
     let (published, counted) = (Arc::clone(events), Arc::clone(metrics));
     registry.on_reload(move |report| {

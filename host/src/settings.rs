@@ -81,3 +81,11 @@ mod tests {
         assert!(millis("soon").unwrap_err().contains("`soon`"));
     }
 }
+
+/// A share from 0 to 1 (`0.25`).
+pub fn share(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(n) if (0.0..=1.0).contains(&n) => Ok(n),
+        _ => Err(format!("`{text}` is not a share from 0 to 1")),
+    }
+}

@@ -28,11 +28,11 @@ use crate::time::{Timestamp, now};
 pub struct Settings {
     /// The share of one core the shadow evaluation may keep busy (0 to 1);
     /// what would go beyond is skipped.
-    #[arg(long = "shadow-cpu-share", value_name = "SHARE", default_value = "0.25", value_parser = share)]
+    #[arg(long = "shadow-cpu-share", value_name = "SHARE", default_value = "0.25", value_parser = crate::settings::share)]
     pub cpu_share: f64,
     /// The share of failed calls (errors and timeouts) past which a shadow
     /// is marked failed.
-    #[arg(long = "shadow-max-error-rate", value_name = "SHARE", default_value = "0.05", value_parser = share)]
+    #[arg(long = "shadow-max-error-rate", value_name = "SHARE", default_value = "0.05", value_parser = crate::settings::share)]
     pub max_error_rate: f64,
     /// The calls a shadow makes before its error rate counts.
     #[arg(long = "shadow-min-calls", value_name = "N", default_value = "20", value_parser = crate::settings::positive)]
@@ -42,13 +42,6 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         crate::settings::defaults()
-    }
-}
-
-fn share(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(n) if (0.0..=1.0).contains(&n) => Ok(n),
-        _ => Err(format!("`{text}` is not a share from 0 to 1")),
     }
 }
 
@@ -447,6 +440,7 @@ mod tests {
 
     #[test]
     fn a_share_is_from_zero_to_one() {
+        use crate::settings::share;
         assert_eq!(share("0.25"), Ok(0.25));
         assert!(share("1.5").is_err());
         assert!(share("lots").is_err());

@@ -20,7 +20,7 @@ pub mod rust;
 pub mod scaffold;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
@@ -101,6 +101,17 @@ impl Manifest {
     }
 }
 
+/// The user's cache folder of verdict — the policy tools and the compiled
+/// code of the offline commands, never a project's folder:
+/// `$XDG_CACHE_HOME/verdict`, else `~/.cache/verdict`.
+pub fn cache_home() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("verdict")
+}
+
 /// Where the pinned JavaScript and Python tools are installed.
 #[derive(Debug, Clone)]
 pub struct Tools {
@@ -108,17 +119,12 @@ pub struct Tools {
 }
 
 impl Tools {
-    /// `$VERDICT_TOOLS`, else `$XDG_CACHE_HOME/verdict/tools`, else
-    /// `~/.cache/verdict/tools`.
+    /// `$VERDICT_TOOLS`, else `tools` in [`cache_home`].
     pub fn default_dir() -> PathBuf {
         if let Some(dir) = std::env::var_os("VERDICT_TOOLS") {
             return PathBuf::from(dir);
         }
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir);
-        cache.join("verdict").join("tools")
+        cache_home().join("tools")
     }
 
     /// Tools under `dir` (made absolute: the builds run in the project's
@@ -245,6 +251,7 @@ pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
         Language::Javascript => {
             let script = tools.componentize_js()?;
             let source = manifest.source.as_deref().unwrap_or_default();
+            check_syntax(Language::Javascript, &dir, source)?;
             run(
                 Command::new("node")
                     .arg(&script)
@@ -260,19 +267,25 @@ pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
         Language::Python => {
             let site = tools.componentize_py()?;
             let source = manifest.source.as_deref().unwrap_or_default();
+            check_syntax(Language::Python, &dir, source)?;
             let module = source.strip_suffix(".py").unwrap_or(source);
             // componentize-py writes its output in place: written beside
-            // and renamed, a host watching the folder never reads half.
+            // and renamed, a host watching the folder never reads half. It
+            // runs in a copy of the project, since it leaves `__pycache__`
+            // where the module is: nothing is written into the project.
             let partial = out.with_file_name(format!(".{}.wasm.partial", manifest.name));
+            let work = tempfile::tempdir()?;
+            copy_sources(&dir, work.path())?;
             run(
                 Command::new("python3")
                     .args(["-c", "import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; script()"])
                     .args(["-d"])
-                    .arg(dir.join(&manifest.wit))
+                    .arg(work.path().join(&manifest.wit))
                     .args(["-w", &manifest.world, "componentize", module, "-o"])
                     .arg(&partial)
                     .env("PYTHONPATH", &site)
-                    .current_dir(&dir),
+                    .env("PYTHONDONTWRITEBYTECODE", "1")
+                    .current_dir(work.path()),
                 BUILD,
             )
             .with_context(|| format!("building {source} with componentize-py"))?;
@@ -280,4 +293,140 @@ pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
         }
     }
     Ok(out)
+}
+
+/// A project's sources copied into `to` (not its `dist/`, `target/`, or
+/// hidden folders): where a tool that writes beside its inputs runs.
+fn copy_sources(from: &Path, to: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let text = name.to_string_lossy();
+        if text.starts_with('.') || text == "dist" || text == "target" || text == "__pycache__" {
+            continue;
+        }
+        let (source, target) = (entry.path(), to.join(&name));
+        if entry.file_type()?.is_dir() {
+            std::fs::create_dir_all(&target)?;
+            copy_sources(&source, &target)?;
+        } else {
+            std::fs::copy(&source, &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// A JavaScript or Python source's syntax checked before its tool sees it,
+/// so that a mistake is told as `file:line:column: message` rather than
+/// buried in the tool's stack trace.
+fn check_syntax(language: Language, dir: &Path, source: &str) -> Result<()> {
+    let path = dir.join(source);
+    let output = match language {
+        Language::Javascript => {
+            // `node --check` reads a `.mjs` file as the module it is.
+            let copy = tempfile::Builder::new().suffix(".mjs").tempfile()?;
+            std::fs::copy(&path, copy.path())?;
+            Command::new("node")
+                .arg("--check")
+                .arg(copy.path())
+                .stdin(Stdio::null())
+                .output()
+        }
+        Language::Python => Command::new("python3")
+            .args([
+                "-c",
+                "import ast, sys\n\
+                 try:\n    ast.parse(open(sys.argv[1]).read(), sys.argv[1])\n\
+                 except SyntaxError as e:\n    print(f'{e.lineno}:{e.offset or 1}:{e.msg}', file=sys.stderr); sys.exit(1)",
+            ])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .output(),
+        Language::Rust => return Ok(()),
+    };
+    // Without the interpreter the tool's own run says what is missing.
+    let Ok(output) = output else { return Ok(()) };
+    if output.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&output.stderr);
+    bail!("{source}:{}", syntax_error(language, &said))
+}
+
+/// `line:column: message` from what `node --check` or the Python check
+/// printed.
+fn syntax_error(language: Language, said: &str) -> String {
+    let lines: Vec<&str> = said.lines().collect();
+    match language {
+        Language::Python => {
+            let first = lines.first().copied().unwrap_or_default();
+            let mut parts = first.splitn(3, ':');
+            let line = parts.next().filter(|p| !p.is_empty()).unwrap_or("1");
+            let column = parts.next().unwrap_or("1");
+            let message = parts.next().unwrap_or("invalid syntax");
+            format!("{line}:{column}: SyntaxError: {message}")
+        }
+        _ => {
+            // `/tmp/x.mjs:LINE`, the line, a caret under the column, then
+            // `SyntaxError: …`.
+            let line = lines
+                .first()
+                .and_then(|l| l.rsplit(':').next())
+                .and_then(|n| n.trim().parse::<u32>().ok())
+                .unwrap_or(1);
+            let column = lines
+                .iter()
+                .skip(1)
+                .find_map(|l| l.find('^'))
+                .map_or(1, |c| c + 1);
+            let message = lines
+                .iter()
+                .find(|l| l.contains("Error: ") && !l.trim_start().starts_with("at "))
+                .map_or_else(|| said.trim().to_string(), |l| l.trim().to_string());
+            format!("{line}:{column}: {message}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syntax_errors_are_told_as_line_column_message() {
+        let node = "/tmp/.tmpA1.mjs:3\n  let x = ;\n          ^\n\nSyntaxError: Unexpected token ';'\n    at internalCompileFunction (node:internal/vm:76:18)\n";
+        assert_eq!(
+            syntax_error(Language::Javascript, node),
+            "3:11: SyntaxError: Unexpected token ';'"
+        );
+        assert_eq!(
+            syntax_error(Language::Python, "4:9:invalid syntax\n"),
+            "4:9: SyntaxError: invalid syntax"
+        );
+    }
+
+    #[test]
+    fn a_source_that_does_not_parse_is_refused_naming_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("policy.py"), "def status(:\n    pass\n").unwrap();
+        if probe("python3", &["--version"]).is_some() {
+            let error = check_syntax(Language::Python, dir.path(), "policy.py")
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with("policy.py:1:"), "{error}");
+            assert!(error.contains("SyntaxError"), "{error}");
+        }
+        std::fs::write(
+            dir.path().join("policy.js"),
+            "export const a = 1;\nconst x = ;\n",
+        )
+        .unwrap();
+        if probe("node", &["--version"]).is_some() {
+            let error = check_syntax(Language::Javascript, dir.path(), "policy.js")
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with("policy.js:2:11: "), "{error}");
+            assert!(error.contains("SyntaxError"), "{error}");
+        }
+    }
 }

@@ -102,7 +102,7 @@ impl Registry {
 pub fn verdict(args: &[&str], data: &Path) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(args)
-        .env("VERDICT_DATA_DIR", data)
+        .env("VERDICT_CACHE_DIR", data)
         .output()
         .unwrap();
     (
@@ -265,7 +265,7 @@ pub fn push(registry: &Registry, component: &Path, reference: &str, data: &Path)
     out.trim().rsplit(" as ").next().unwrap().to_string()
 }
 
-fn policy(name: &str, source: &str) -> serde_json::Value {
+pub fn policy(name: &str, source: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "verdict.dev/v1alpha1", "kind": "Policy",
         "metadata": {"name": name, "namespace": "verdict-system"},
@@ -274,7 +274,7 @@ fn policy(name: &str, source: &str) -> serde_json::Value {
 }
 
 /// The digest a replica serves a delivered plugin at, from `/v1/plugins`.
-fn serving(server: &crate::serve::Server, name: &str) -> Option<String> {
+pub fn serving(server: &crate::serve::Server, name: &str) -> Option<String> {
     let plugins = server.get("/v1/plugins").1;
     plugins["plugins"]
         .as_array()?
@@ -744,7 +744,7 @@ fn a_shadow_that_keeps_failing_is_marked_failed_and_promoted_only_by_force() {
 }
 
 /// An HTTP server on 127.0.0.1 answering every GET with `body`.
-fn serve_bytes(body: Vec<u8>) -> String {
+pub fn serve_bytes(body: Vec<u8>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
     std::thread::spawn(move || {

@@ -111,7 +111,7 @@ fn a_full_disk_answers_503_and_keeps_only_what_it_acknowledged() {
         code, 503,
         "an override not saved is not acknowledged: {refused}"
     );
-    assert_eq!(refused["code"], "store-failed", "{refused}");
+    assert_eq!(refused["error"]["code"], "store-failed", "{refused}");
     let (code, task) = send(
         &server,
         "POST",

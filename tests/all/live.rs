@@ -455,3 +455,48 @@ fn verdicts_that_are_not_derived_again_turn_stale() {
         "{fresh}"
     );
 }
+
+#[test]
+fn a_verdict_the_previous_version_gave_says_so() {
+    let cluster = Cluster::start();
+    cluster.apply(deployment(1, 1));
+    cluster.apply(pod("web-1", None));
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        crate::support::default_plugin("status"),
+        plugins.path().join("status.wasm"),
+    )
+    .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let url = cluster.sim().url();
+    let server = Server::start_with(plugins.path(), data.path(), &["--cluster-url", &url]);
+    until(&server, "running", |v| {
+        v["stable"] == "running" && v["fallback"].is_null()
+    });
+    // A new version that traps on an app of the batch: the version before
+    // it answers for the batch, and each of its verdicts says so.
+    std::fs::copy(
+        crate::support::test_plugin("stamp-b"),
+        plugins.path().join("status.wasm"),
+    )
+    .unwrap();
+    let mut trap = deployment(1, 1);
+    trap["metadata"]["name"] = json!("trap");
+    trap["metadata"]["labels"] = json!({"app.kubernetes.io/instance": "trap"});
+    cluster.apply(trap);
+    let marked = until(&server, "marked as the previous version's", |v| {
+        !v["fallback"].is_null()
+    });
+    assert!(
+        marked["fallback"]["answered_by"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("default-status@")),
+        "{marked}"
+    );
+    assert!(
+        marked["fallback"]["because"]
+            .as_str()
+            .is_some_and(|b| b.contains("stamp-b") || b.contains("unruly")),
+        "{marked}"
+    );
+}

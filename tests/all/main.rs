@@ -20,6 +20,7 @@ mod offline;
 mod openapi;
 mod projects;
 mod real;
+mod registries;
 mod reload;
 mod replicas;
 mod resources;

@@ -222,3 +222,76 @@ fn deleting_a_plugin_file_unloads_it() {
     ));
     assert!(fixture.registry.statuses().is_empty());
 }
+
+#[test]
+fn a_version_that_fails_too_many_calls_is_demoted_to_the_one_before() {
+    use std::sync::Arc;
+    use verdict::plugins::{Demotion, Registry, Runtime};
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(
+        &crate::support::shared_cache(),
+        crate::support::test_limits(),
+    )
+    .unwrap();
+    let registry = Registry::new(
+        Arc::new(runtime),
+        Some(dir.path().to_path_buf()),
+        Default::default(),
+    )
+    .with_demotion(Demotion {
+        max_error_rate: 0.5,
+        min_calls: 4,
+    });
+    std::fs::copy(default_plugin("status"), dir.path().join("status.wasm")).unwrap();
+    registry.reload();
+    std::fs::copy(test_plugin("stamp-b"), dir.path().join("status.wasm")).unwrap();
+    registry.reload();
+    let call = |app: &str| {
+        let slot = registry.policy(World::Status).unwrap();
+        slot.call(|v| v.evaluate(&v.context(NOW), &app_input(app)))
+            .unwrap()
+    };
+    // Some apps it answers, some it fails on: under the share, it serves.
+    assert!(!call("web").fell_back);
+    let fell = call("trap");
+    assert!(fell.fell_back);
+    assert!(
+        fell.failure
+            .as_deref()
+            .is_some_and(|f| f.contains("unruly-b") && f.contains("trapped")),
+        "{:?}",
+        fell.failure
+    );
+    assert!(!call("web").fell_back);
+    // Past it, the version before it serves again, said so.
+    call("trap");
+    call("trap");
+    let answer = call("web");
+    assert_eq!(answer.version.info().name, "default-status");
+    assert!(!answer.fell_back);
+    let status = registry
+        .statuses()
+        .into_iter()
+        .find(|s| s.name == "status")
+        .unwrap();
+    let error = status.last_error.unwrap();
+    assert_eq!(error.kind, "demoted", "{error:?}");
+    assert!(
+        error.message.contains("failed 3 of its 5 calls"),
+        "{}",
+        error.message
+    );
+    // The demoted file is not loaded again until it changes.
+    let report = registry.reload();
+    assert!(report.loaded.is_empty(), "{report:?}");
+    assert_eq!(
+        registry
+            .policy(World::Status)
+            .unwrap()
+            .current()
+            .unwrap()
+            .info()
+            .name,
+        "default-status"
+    );
+}

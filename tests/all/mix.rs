@@ -2,8 +2,8 @@
 //! apps of a Deployment and its pods, most pods running and healthy, the
 //! rest restarting, crash-looping, pulling images, unschedulable, not ready,
 //! OOM-killed, terminating, on an unreachable node, initialising or
-//! overloaded; some apps with tasks in flight or failed, some with failing
-//! health checks. Deterministic: the same arguments give the same cluster.
+//! overloaded; one app in 50 down (every pod crash-looping); some apps with
+//! tasks in flight or failed, some with failing health checks. Deterministic: the same arguments give the same cluster.
 
 use verdict::wit::{status, types};
 
@@ -77,7 +77,7 @@ fn terminated(code: i32, reason: &str, finished: i64) -> types::TerminatedState 
 }
 
 /// One pod in the state the draw picks.
-fn pod(rng: &mut Rng, namespace: &str, app: &str, index: usize) -> types::Pod {
+fn pod(rng: &mut Rng, namespace: &str, app: &str, index: usize, down: bool) -> types::Pod {
     let mut main = container(app, types::ContainerKind::Main);
     let mut containers = Vec::new();
     if rng.percent() < 30 {
@@ -101,6 +101,8 @@ fn pod(rng: &mut Rng, namespace: &str, app: &str, index: usize) -> types::Pod {
     let mut node = format!("n{}", 1 + index % 2);
     let mut deleting_since = None;
     let draw = rng.percent();
+    // An app that is down has every pod crash-looping.
+    let draw = if down { 85 } else { draw };
     match draw {
         0..80 => {}
         80..84 => {
@@ -275,8 +277,10 @@ pub fn cluster(apps: usize, pods_per_app: usize) -> Vec<status::AppInput> {
                 namespace: namespace.clone(),
                 name: name.clone(),
             };
+            // One app in 50 is down: every replica failing.
+            let down = a % 50 == 49;
             let pods: Vec<types::Pod> = (0..pods_per_app)
-                .map(|i| pod(&mut rng, &namespace, &name, i))
+                .map(|i| pod(&mut rng, &namespace, &name, i, down))
                 .collect();
             let ready = pods
                 .iter()

@@ -24,7 +24,7 @@ fn verdict(args: &[&str]) -> Output {
     let data = tempfile::tempdir().unwrap();
     Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(args)
-        .env("VERDICT_DATA_DIR", data.path())
+        .env("VERDICT_CACHE_DIR", data.path())
         .current_dir(workspace())
         .output()
         .unwrap()

@@ -24,8 +24,9 @@ fn verdict(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(args)
         .current_dir(dir)
-        .env("VERDICT_TOOLS", target().join("policy-tools"))
-        .env("VERDICT_DATA_DIR", dir.join(".verdict-data"))
+        // The tools and the code cache where `cargo xtask` and `verdict
+        // build` keep them (the user's cache folder, or $VERDICT_TOOLS):
+        // nothing is written into the project.
         // The Rust projects share one build of the wasm32 standard library.
         .env("CARGO_TARGET_DIR", target().join("projects-wasm"))
         .output()
@@ -81,6 +82,28 @@ fn made_built_tested(root: &Path, world: &str, lang: &str) -> PathBuf {
         "{name}: {last}"
     );
     println!("{name}: {last}");
+    // Building and testing wrote nothing into the project but `dist/` (and
+    // a Rust crate's own `Cargo.lock`): no cache, no data folder.
+    let mut written: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !["dist", "Cargo.lock", "target"].contains(&n.as_str()))
+        .collect();
+    written.sort();
+    let made = verdict(
+        root,
+        &["new", world, &format!("{name}-fresh"), "--lang", lang],
+    );
+    assert!(made.status.success());
+    let mut fresh: Vec<String> = std::fs::read_dir(root.join(format!("{name}-fresh")))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    fresh.sort();
+    assert_eq!(
+        written, fresh,
+        "{name}: building and testing wrote into the project"
+    );
     dir
 }
 

@@ -289,12 +289,65 @@ fn plugins_and_reload_over_http() {
             .contains("no world")
     );
 
+    // A 2 GB sparse file is refused on its size, before a byte is read.
+    let huge = plugins.path().join("status.wasm");
+    let good = std::fs::read(&huge).unwrap();
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(2 << 30)
+        .unwrap();
+    let (status, report) = server.post("/v1/plugins/reload");
+    assert_eq!(status, 200, "{report}");
+    let refused = report["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["plugin"] == "status")
+        .unwrap_or_else(|| panic!("{report}"))
+        .clone();
+    assert!(
+        refused["error"].as_str().unwrap().contains("not read"),
+        "{refused}"
+    );
+    assert_eq!(refused["still_serving"], true);
+    assert!(plugin_entry(&server, "status")["last_error"].is_object());
+    // The good file back: served as before, and its error is over.
+    std::fs::write(&huge, &good).unwrap();
+    let (status, report) = server.post("/v1/plugins/reload");
+    assert_eq!(status, 200, "{report}");
+    let status_plugin = plugin_entry(&server, "status");
+    assert!(status_plugin["last_error"].is_null(), "{status_plugin}");
+
     let (status, body) = server.get("/v1/nothing-here");
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], "not-found");
     let (status, body) = server.get("/v1/plugins/reload");
     assert_eq!(status, 405);
     assert_eq!(body["error"]["code"], "method-not-allowed");
+}
+
+#[test]
+fn a_plugin_folder_that_cannot_be_read_is_an_error_of_the_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    install_defaults(&plugins);
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(&plugins, data.path());
+    // The folder becomes a symlink loop.
+    std::fs::rename(&plugins, dir.path().join("gone")).unwrap();
+    std::os::unix::fs::symlink(&plugins, &plugins).unwrap();
+    let (status, body) = server.post("/v1/plugins/reload");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "plugin-folder-unreadable", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot be read") && m.contains("still serves")),
+        "{body}"
+    );
+    // What served still serves.
+    assert_eq!(code_sources(&server).len(), 3);
 }
 
 #[test]

@@ -29,8 +29,9 @@ verbs:
             target/example-plugins/<name>.wasm (examples/); and the
             JavaScript and Python policies of examples/ and
             plugins/testing/ (their policy.toml), installing the pinned
-            componentize-js (npm) and componentize-py (PyPI) under
-            target/policy-tools (`plugins --rust`: the Rust crates only)
+            componentize-js (npm) and componentize-py (PyPI) where
+            `verdict build` keeps them ($VERDICT_TOOLS, else
+            ~/.cache/verdict/tools; `plugins --rust`: the Rust crates only)
   demo      build the plugins and run `verdict serve --demo` with them: the
             host on the built-in demo cluster; `demo --real` plays the demo
             on the real control plane (`cluster up`), KWOK running the pods
@@ -268,7 +269,8 @@ fn build_rust_plugins() -> Result<Vec<PathBuf>> {
 fn build_other_languages() -> Result<Vec<PathBuf>> {
     let root = root();
     let mut written = Vec::new();
-    let tools = verdict_policy_build::Tools::new(cargo_target_dir().join("policy-tools"));
+    // The tools `verdict build` uses too: installed once for both.
+    let tools = verdict_policy_build::Tools::new(verdict_policy_build::Tools::default_dir());
     let folders = [
         (root.join("examples"), "example-plugins"),
         (root.join("plugins/testing"), "test-plugins"),

@@ -95,15 +95,26 @@ fn key_kind(pem: &str) -> String {
     }
 }
 
+/// The decoder's own error, where the key is the kind expected (for
+/// another kind, it names the curve it expected, which only misleads).
+fn detail(pem: &str, error: &dyn std::fmt::Display) -> String {
+    if key_kind(pem) == "an ECDSA P-256 key" {
+        format!(": {error}")
+    } else {
+        String::new()
+    }
+}
+
 /// A public key from its PEM file.
 pub fn public_key(path: &std::path::Path) -> Result<VerifyingKey, DeliveryError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| invalid(format!("the public key {}: {e}", path.display())))?;
     VerifyingKey::from_public_key_pem(&text).map_err(|e| {
         invalid(format!(
-            "the public key {} is {}, not an ECDSA P-256 public key (as `cosign generate-key-pair` writes): {e}",
+            "the public key {} is {}, not an ECDSA P-256 public key (as `cosign generate-key-pair` writes){}",
             path.display(),
-            key_kind(&text)
+            key_kind(&text),
+            detail(&text, &e)
         ))
     })
 }
@@ -121,9 +132,10 @@ pub async fn sign(
         .map_err(|e| invalid(format!("the private key {}: {e}", key.display())))?;
     let signing = SigningKey::from_pkcs8_pem(&text).map_err(|e| {
         invalid(format!(
-            "the private key {} is {}, not an unencrypted PKCS#8 ECDSA P-256 key: {e}",
+            "the private key {} is {}, not an unencrypted PKCS#8 ECDSA P-256 key{}",
             key.display(),
-            key_kind(&text)
+            key_kind(&text),
+            detail(&text, &e)
         ))
     })?;
     let payload = payload(reference, digest);

@@ -95,15 +95,11 @@ pub struct Settings {
     #[arg(long = "write-tokens-file", value_name = "FILE")]
     pub write_tokens_file: Option<std::path::PathBuf>,
     /// A name this server is reached by, beyond its addresses and
-    /// `localhost` (a Service's DNS name, an Ingress host); repeat for more.
+    /// `localhost` (a Service's DNS name, an Ingress host); repeat for more,
+    /// or separate them with commas.
     /// A request for any other name is refused, so that a page on a name
     /// rebound to this server's address cannot use it.
-    #[arg(
-        long = "allowed-host",
-        value_name = "NAME",
-        env = "VERDICT_ALLOWED_HOSTS",
-        value_delimiter = ','
-    )]
+    #[arg(long = "allowed-host", value_name = "NAME", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
 }
 

@@ -28,14 +28,10 @@ pub struct DiffArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Folder for the compiled-code cache.
-    #[arg(
-        long,
-        env = "VERDICT_DATA_DIR",
-        value_name = "DIR",
-        default_value = "verdict-data"
-    )]
-    pub data_dir: PathBuf,
+    /// Folder for the compiled-code cache [default: `code-cache` in the
+    /// user's cache folder, `~/.cache/verdict`].
+    #[arg(long = "cache-dir", env = "VERDICT_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// What `verdict diff` found: the text to print, and whether the policies
@@ -72,7 +68,7 @@ fn load(registry: &Registry, path: &PathBuf, name: &str) -> Result<Arc<Slot>> {
 pub fn run(args: &DiffArgs) -> Result<Diff> {
     let Read { inputs, now, .. } = args.input.read()?;
     let runtime = Arc::new(Runtime::new(
-        &args.data_dir.join("code-cache"),
+        &super::code_cache(args.cache_dir.as_deref()),
         Limits::default(),
     )?);
     let registry = Registry::new(runtime, None, Default::default());

@@ -37,19 +37,24 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,
 
-    /// Folder for the compiled-code cache.
-    #[arg(
-        long,
-        env = "VERDICT_DATA_DIR",
-        value_name = "DIR",
-        default_value = "verdict-data"
-    )]
-    pub data_dir: PathBuf,
+    /// Folder for the compiled-code cache [default: `code-cache` in the
+    /// user's cache folder, `~/.cache/verdict`].
+    #[arg(long = "cache-dir", env = "VERDICT_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 
     /// The limits of each call (a Python policy needs more memory than the
     /// default).
     #[command(flatten)]
     pub limits: Limits,
+}
+
+/// The offline commands' compiled-code cache: the folder given, else
+/// `code-cache` in the user's cache folder — never the project's folder.
+pub(crate) fn code_cache(dir: Option<&std::path::Path>) -> PathBuf {
+    dir.map_or_else(
+        || verdict_policy_build::cache_home().join("code-cache"),
+        std::path::Path::to_path_buf,
+    )
 }
 
 impl PolicyArgs {
@@ -69,7 +74,7 @@ impl PolicyArgs {
                 self.plugins.display()
             )));
         }
-        let runtime = Runtime::new(&self.data_dir.join("code-cache"), self.limits)?;
+        let runtime = Runtime::new(&code_cache(self.cache_dir.as_deref()), self.limits)?;
         let registry = Registry::new(
             Arc::new(runtime),
             Some(self.plugins.clone()),

@@ -22,14 +22,10 @@ pub enum PolicyCommand {
         reference: String,
         #[command(flatten)]
         registries: Registries,
-        /// Folder for the compiled-code cache.
-        #[arg(
-            long,
-            env = "VERDICT_DATA_DIR",
-            value_name = "DIR",
-            default_value = "verdict-data"
-        )]
-        data_dir: PathBuf,
+        /// Folder for the compiled-code cache [default: `code-cache` in the
+        /// user's cache folder, `~/.cache/verdict`].
+        #[arg(long = "cache-dir", env = "VERDICT_CACHE_DIR", value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
     },
     /// Pull a policy (by digest, or a tag resolved to its digest), every
     /// digest checked; prints the pinned reference.
@@ -70,10 +66,10 @@ pub fn run(command: &PolicyCommand) -> Result<String> {
             file,
             reference,
             registries,
-            data_dir,
+            cache_dir,
         } => {
             let component = std::fs::read(file).map_err(Error::io(file))?;
-            let engine = Runtime::new(&data_dir.join("code-cache"), Limits::default())?;
+            let engine = Runtime::new(&super::code_cache(cache_dir.as_deref()), Limits::default())?;
             let info = Version::examine(&Arc::new(engine), &component)
                 .map_err(|e| Error::Invalid(format!("{} is not a policy: {e}", file.display())))?;
             let pinned = runtime.block_on(oci::push(registries, reference, &component, &info))?;

@@ -23,14 +23,15 @@ use serde::Serialize;
 pub use error::{CallError, LoadError, PolicyError};
 pub use metrics::{CallHistograms, CallSeconds};
 pub use registry::{
-    Answer, Delivered, ErrorRecord, Mode, PluginStatus, Registry, Rejected, ReloadReport, Slot,
+    Answer, Delivered, Demotion, ErrorRecord, Mode, PluginStatus, Registry, Rejected, ReloadReport,
+    Slot,
 };
 pub use runtime::{CodeSource, Limits, Override, Runtime, is_component};
 pub use version::{PACKAGE_VERSION, Version, VersionInfo, checked_answers, decode_answers};
 pub use watch::watch;
 
 /// The plugin folder, how it is watched, and the limits of each call.
-#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 #[group(skip)]
 pub struct Settings {
     /// The folder of plugin components, watched for changes; without one
@@ -53,11 +54,27 @@ pub struct Settings {
     /// The plugin that serves the admission world [default: `admission`].
     #[arg(long = "admission-policy", value_name = "NAME")]
     pub admission_policy: Option<String>,
+    /// The share of its calls a new version may fail (traps, timeouts,
+    /// limits, malformed answers) before the version it replaced is put
+    /// back in its place (0 to 1).
+    #[arg(long = "demote-error-rate", value_name = "SHARE", default_value = "0.5", value_parser = crate::settings::share)]
+    pub demote_error_rate: f64,
+    /// The calls a new version makes before its share of failures counts.
+    #[arg(long = "demote-min-calls", value_name = "N", default_value = "20", value_parser = crate::settings::positive)]
+    pub demote_min_calls: usize,
     #[command(flatten)]
     pub limits: Limits,
 }
 
 impl Settings {
+    /// When a failing version is demoted.
+    pub fn demotion(&self) -> Demotion {
+        Demotion {
+            max_error_rate: self.demote_error_rate,
+            min_calls: self.demote_min_calls as u64,
+        }
+    }
+
     /// The plugin chosen to serve each world, where one is named.
     pub fn chosen(&self) -> std::collections::BTreeMap<World, String> {
         [

@@ -42,6 +42,30 @@ struct Counters {
     errors: AtomicU64,
     timeouts: AtomicU64,
     fallbacks: AtomicU64,
+    /// Calls of the version serving now, and how many of them failed:
+    /// what its demotion is judged on.
+    current_calls: AtomicU64,
+    current_failures: AtomicU64,
+}
+
+/// When a version that fails too many of its calls is demoted to the one
+/// before it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Demotion {
+    /// The share of failed calls (traps, timeouts, limits, malformed
+    /// answers) past which it is demoted.
+    pub max_error_rate: f64,
+    /// The calls it makes before its share counts.
+    pub min_calls: u64,
+}
+
+impl Default for Demotion {
+    fn default() -> Self {
+        Self {
+            max_error_rate: 0.5,
+            min_calls: 20,
+        }
+    }
 }
 
 /// One plugin: the file it comes from and the versions loaded from it.
@@ -60,6 +84,7 @@ pub struct Slot {
     /// Where a delivered plugin came from and how it serves; `None` for a
     /// file of the plugin folder.
     delivered: Mutex<Option<Delivered>>,
+    demotion: Demotion,
 }
 
 /// A plugin delivered other than by the plugin folder (a `Policy` object).
@@ -92,6 +117,8 @@ pub struct Answer<R> {
     pub version: Arc<Version>,
     /// Whether the serving version failed and the previous one answered.
     pub fell_back: bool,
+    /// Why the serving version did not answer, when the previous one did.
+    pub failure: Option<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -99,8 +126,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Slot {
-    fn new(name: &str, file: &Path) -> Self {
+    fn new(name: &str, file: &Path, demotion: Demotion) -> Self {
         Self {
+            demotion,
             name: name.to_string(),
             file: file.to_path_buf(),
             current: ArcSwapOption::empty(),
@@ -174,10 +202,12 @@ impl Slot {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let error = match f(&current) {
             Ok(value) => {
+                self.counters.current_calls.fetch_add(1, Ordering::Relaxed);
                 return Ok(Answer {
                     value,
                     version: current,
                     fell_back: false,
+                    failure: None,
                 });
             }
             Err(error) => error,
@@ -188,11 +218,13 @@ impl Slot {
             error,
         };
         if matches!(error, CallError::Refused(_)) {
+            self.counters.current_calls.fetch_add(1, Ordering::Relaxed);
             return Err(failed(error));
         }
         let Some(previous) = self.previous.load_full() else {
             return Err(failed(error));
         };
+        self.judge(&current, &previous, &error);
         match f(&previous) {
             Ok(value) => {
                 self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -200,6 +232,11 @@ impl Slot {
                     value,
                     version: previous,
                     fell_back: true,
+                    failure: Some(format!(
+                        "{}@{} failed: {error}",
+                        current.info().name,
+                        current.info().version
+                    )),
                 })
             }
             Err(second) => {
@@ -207,6 +244,47 @@ impl Slot {
                 Err(failed(error))
             }
         }
+    }
+
+    /// Count a failed call of the serving version; past the share of
+    /// failures allowed, put the version before it back in its place —
+    /// recorded, logged, and its file not loaded again until it changes.
+    fn judge(&self, current: &Arc<Version>, previous: &Arc<Version>, error: &CallError) {
+        let calls = self.counters.current_calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let failures = self
+            .counters
+            .current_failures
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        let Demotion {
+            max_error_rate,
+            min_calls,
+        } = self.demotion;
+        if calls < min_calls || (failures as f64) <= max_error_rate * calls as f64 {
+            return;
+        }
+        let swapped = self
+            .current
+            .compare_and_swap(&Some(Arc::clone(current)), Some(Arc::clone(previous)));
+        if !swapped.as_ref().is_some_and(|v| Arc::ptr_eq(v, current)) {
+            // Another call demoted it, or a new version came meanwhile.
+            return;
+        }
+        self.previous.store(None);
+        self.counters.current_calls.store(0, Ordering::Relaxed);
+        self.counters.current_failures.store(0, Ordering::Relaxed);
+        let (bad, good) = (current.info(), previous.info());
+        let message = format!(
+            "{}@{} failed {failures} of its {calls} calls (more than {:.0} %; the last: {error}): demoted, {}@{} serves again",
+            bad.name,
+            bad.version,
+            max_error_rate * 100.0,
+            good.name,
+            good.version
+        );
+        tracing::error!(plugin = %self.name, "{message}");
+        *lock(&self.rejected_hash) = Some(bad.hash.clone());
+        self.record("call", "demoted", message, Some(bad.hash.clone()));
     }
 
     fn status(&self, active: bool) -> PluginStatus {
@@ -309,6 +387,8 @@ pub struct Registry {
     limits: BTreeMap<String, Limits>,
     /// The plugin of the folder chosen to serve each world.
     chosen: BTreeMap<World, String>,
+    /// When a failing version is demoted.
+    demotion: Demotion,
     slots: RwLock<BTreeMap<String, Arc<Slot>>>,
     /// Reloads run one at a time (the watcher and `POST /v1/plugins/reload`).
     reloading: Mutex<()>,
@@ -340,11 +420,18 @@ impl Registry {
             settings,
             limits: BTreeMap::new(),
             chosen: BTreeMap::new(),
+            demotion: Demotion::default(),
             slots: RwLock::new(BTreeMap::new()),
             reloading: Mutex::new(()),
             swapped: tokio::sync::Notify::new(),
             on_reload: RwLock::default(),
         }
+    }
+
+    /// When a version that fails too many of its calls is demoted.
+    pub fn with_demotion(mut self, demotion: Demotion) -> Self {
+        self.demotion = demotion;
+        self
     }
 
     /// Name the plugin of the folder that serves a world (where none is
@@ -768,7 +855,7 @@ impl Registry {
         Arc::clone(
             slots
                 .entry(name.to_string())
-                .or_insert_with(|| Arc::new(Slot::new(name, path))),
+                .or_insert_with(|| Arc::new(Slot::new(name, path, self.demotion))),
         )
     }
 
@@ -779,6 +866,8 @@ impl Registry {
         if replaced.is_some() {
             slot.previous.store(replaced);
         }
+        slot.counters.current_calls.store(0, Ordering::Relaxed);
+        slot.counters.current_failures.store(0, Ordering::Relaxed);
         *lock(&slot.rejected_hash) = None;
         *lock(&slot.last_error) = None;
         tracing::info!(

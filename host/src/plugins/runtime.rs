@@ -147,6 +147,7 @@ impl Runtime {
     /// `hash` is the hex SHA-256 of `bytes`.
     pub(crate) fn compile(
         &self,
+        plugin: &str,
         bytes: &[u8],
         hash: &str,
     ) -> Result<(Component, CodeSource, Duration), LoadError> {
@@ -168,6 +169,13 @@ impl Runtime {
                 return Err(LoadError::NotWasm);
             }
         }
+        // A large component (JavaScript's, Python's) takes tens of seconds
+        // on a small machine: said when it starts, not only when it ends.
+        tracing::info!(
+            plugin,
+            "compiling {plugin} ({:.1} MiB)…",
+            bytes.len() as f64 / (1024.0 * 1024.0)
+        );
         let code = self
             .engine
             .precompile_component(bytes)

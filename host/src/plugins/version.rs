@@ -260,7 +260,7 @@ impl Version {
         settings: String,
         limits: Limits,
     ) -> Result<Self, LoadError> {
-        let (component, code, compile_time) = runtime.compile(bytes, &hash)?;
+        let (component, code, compile_time) = runtime.compile(plugin, bytes, &hash)?;
         let world = world_of(runtime, &component)?;
         let encoded = world == World::Status
             && component

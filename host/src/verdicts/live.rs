@@ -40,6 +40,19 @@ pub struct LiveVerdict {
     pub recheck_after: Option<types::Timestamp>,
     /// When the observations it was derived from were last known current.
     pub observed_at: SystemTime,
+    /// When the serving version failed and the one before it answered:
+    /// which answered, and why.
+    pub fallback: Option<Fallback>,
+}
+
+/// A verdict the serving version of the policy did not give: the version
+/// before it did.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Fallback {
+    /// The version that answered (`name@version`).
+    pub answered_by: String,
+    /// Why the serving version did not.
+    pub because: String,
 }
 
 /// The latest verdicts, and the applications ever seen.
@@ -262,6 +275,14 @@ pub fn derive(
         });
         let answer = answer.map_err(|e| e.to_string())?;
         let against = crate::shadow::named(&answer.version);
+        let fallback = answer.fell_back.then(|| Fallback {
+            answered_by: format!(
+                "{}@{}",
+                answer.version.info().name,
+                answer.version.info().version
+            ),
+            because: answer.failure.clone().unwrap_or_default(),
+        });
         let results = answer.value;
         let mut derived = Vec::with_capacity(batch.len());
         for (key, result) in batch.iter().zip(results) {
@@ -272,6 +293,7 @@ pub fn derive(
                         recheck_after: verdict.recheck_after,
                         verdict,
                         observed_at,
+                        fallback: fallback.clone(),
                     },
                 )),
                 Err(refusal) => {
@@ -475,6 +497,10 @@ pub struct AppStatus {
     /// could not be watched, or the status policy could not derive the
     /// verdict again, and this may no longer be the truth.
     pub stale: bool,
+    /// Set when the serving version of the status policy failed on this
+    /// app and the version before it gave this verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Fallback>,
 }
 
 impl LiveVerdict {
@@ -490,6 +516,7 @@ impl LiveVerdict {
             observed_at: humantime::format_rfc3339_millis(observed_at).to_string(),
             observation_age_ms: age.as_millis() as u64,
             stale: age > stale_after,
+            fallback: self.fallback.clone(),
         }
     }
 }
@@ -528,6 +555,7 @@ mod tests {
             recheck_after: verdict.recheck_after,
             verdict,
             observed_at,
+            fallback: None,
         }
     }
 
