@@ -62,6 +62,14 @@ fn scaled(text: &str, shift: u32) -> Result<usize, String> {
         .ok_or_else(|| format!("{n} is out of range"))
 }
 
+/// A share from 0 to 1 (`0.25`).
+pub fn share(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(n) if (0.0..=1.0).contains(&n) => Ok(n),
+        _ => Err(format!("`{text}` is not a share from 0 to 1")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,13 +87,5 @@ mod tests {
                 .contains("out of range")
         );
         assert!(millis("soon").unwrap_err().contains("`soon`"));
-    }
-}
-
-/// A share from 0 to 1 (`0.25`).
-pub fn share(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(n) if (0.0..=1.0).contains(&n) => Ok(n),
-        _ => Err(format!("`{text}` is not a share from 0 to 1")),
     }
 }
