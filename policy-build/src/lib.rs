@@ -280,7 +280,7 @@ pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
                 Command::new("python3")
                     .args(["-c", "import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; script()"])
                     .args(["-d"])
-                    .arg(work.path().join(&manifest.wit))
+                    .arg(dir.join(&manifest.wit))
                     .args(["-w", &manifest.world, "componentize", module, "-o"])
                     .arg(&partial)
                     .env("PYTHONPATH", &site)

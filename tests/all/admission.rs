@@ -118,23 +118,20 @@ fn the_webhook_answers_reviews_by_the_default_policy() {
 
 /// A host whose admission policy is the `gate` test plugin.
 fn gated(cluster: &Cluster, mode: &str) -> (Server, tempfile::TempDir, tempfile::TempDir) {
+    gated_with(cluster, &["--admission-failure", mode])
+}
+
+/// A host whose admission policy is the test plugin `gate`, which
+/// misbehaves on request, with calls limited to 200 ms and more flags.
+fn gated_with(cluster: &Cluster, extra: &[&str]) -> (Server, tempfile::TempDir, tempfile::TempDir) {
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(default_plugin("status"), plugins.path().join("status.wasm")).unwrap();
     std::fs::copy(test_plugin("gate"), plugins.path().join("admission.wasm")).unwrap();
     let data = tempfile::tempdir().unwrap();
     let url = cluster.sim().url();
-    let server = Server::start_with(
-        plugins.path(),
-        data.path(),
-        &[
-            "--cluster-url",
-            &url,
-            "--admission-failure",
-            mode,
-            "--call-timeout-ms",
-            "200",
-        ],
-    );
+    let mut flags = vec!["--cluster-url", url.as_str(), "--call-timeout-ms", "200"];
+    flags.extend_from_slice(extra);
+    let server = Server::start_with(plugins.path(), data.path(), &flags);
     (server, plugins, data)
 }
 
@@ -216,21 +213,11 @@ fn a_failing_policy_answers_by_the_failure_mode() {
 #[test]
 fn a_flood_of_slow_reviews_is_shed_by_the_failure_mode_and_others_still_pass() {
     let cluster = Cluster::start();
-    let plugins = tempfile::tempdir().unwrap();
-    std::fs::copy(default_plugin("status"), plugins.path().join("status.wasm")).unwrap();
-    std::fs::copy(test_plugin("gate"), plugins.path().join("admission.wasm")).unwrap();
-    let data = tempfile::tempdir().unwrap();
-    let url = cluster.sim().url();
     // One call at once, a short wait for room: twenty spinning reviews
     // cannot all be answered by the policy in time.
-    let server = Server::start_with(
-        plugins.path(),
-        data.path(),
+    let (server, _plugins, _data) = gated_with(
+        &cluster,
         &[
-            "--cluster-url",
-            &url,
-            "--call-timeout-ms",
-            "200",
             "--admission-concurrency",
             "1",
             "--admission-queue-ms",

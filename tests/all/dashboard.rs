@@ -187,6 +187,20 @@ fn the_dashboard_shows_live_status_and_actions_in_a_browser() {
         "same page",
         "the page reloaded"
     );
+    // The reason is said once, in Why, not again beside the badge; with no
+    // tokens configured there is no Token button.
+    assert_eq!(
+        browser.run(&format!(
+            "{row} const [, status, , why] = row.querySelectorAll('td'); \
+             return why.textContent.length > 0 && !status.textContent.includes(why.textContent);"
+        )),
+        true,
+        "Status repeats Why"
+    );
+    assert_eq!(
+        browser.run("return document.getElementById('token').hidden;"),
+        true
+    );
 
     // Start an action from the page: the admission answer shows, and the
     // task's progress follows the executor's reports.
@@ -194,6 +208,12 @@ fn the_dashboard_shows_live_status_and_actions_in_a_browser() {
     browser.until(
         "the detail panel",
         "return document.getElementById('detail-title').textContent === 'shop/web';",
+    );
+    // A Deployment is not migrated: that is for virtual machines.
+    assert_eq!(
+        browser.run("return document.querySelector('#actions [data-action=\"migrate\"]').hidden;"),
+        true,
+        "Migrate… offered on a Deployment"
     );
     browser.until(
         "the app's widget with its phase and condition",

@@ -159,21 +159,24 @@ fn the_api_server_calls_verdicts_webhooks_over_tls() {
     let mut with_limits = super::deployment(prod, "shop", 0, "0s");
     with_limits["metadata"]["labels"] = serde_json::json!({"team": "a"});
     cluster.apply(&with_limits.to_string()).unwrap();
-    let labels = cluster
-        .kubectl_run(
-            &[
-                "get",
-                "deployment",
-                "shop",
-                "-n",
-                prod,
-                "-o",
-                "jsonpath={.metadata.labels}",
-            ],
-            None,
-        )
-        .unwrap();
-    let labels: Value = serde_json::from_str(&labels).unwrap();
+    let labels_of = |name: &str| -> Value {
+        let labels = cluster
+            .kubectl_run(
+                &[
+                    "get",
+                    "deployment",
+                    name,
+                    "-n",
+                    prod,
+                    "-o",
+                    "jsonpath={.metadata.labels}",
+                ],
+                None,
+            )
+            .unwrap();
+        serde_json::from_str(&labels).unwrap()
+    };
+    let labels = labels_of("shop");
     assert_eq!(labels["app.kubernetes.io/instance"], "shop", "{labels}");
     assert_eq!(labels["team"], "a", "{labels}");
     // A name longer than a label value may be (63 characters) is labelled
@@ -196,21 +199,7 @@ fn the_api_server_calls_verdicts_webhooks_over_tls() {
         },
     });
     cluster.apply(&long_deployment.to_string()).unwrap();
-    let labels = cluster
-        .kubectl_run(
-            &[
-                "get",
-                "deployment",
-                &long,
-                "-n",
-                prod,
-                "-o",
-                "jsonpath={.metadata.labels}",
-            ],
-            None,
-        )
-        .unwrap();
-    let labels: Value = serde_json::from_str(&labels).unwrap();
+    let labels = labels_of(&long);
     let instance = labels["app.kubernetes.io/instance"].as_str().unwrap();
     assert!(instance.len() <= 63, "{instance}");
     assert!(
