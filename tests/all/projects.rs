@@ -155,16 +155,20 @@ fn what_cannot_be_made_or_built_says_why() {
     let output = verdict(root.path(), &["new", "status", "twice", "--lang", "js"]);
     assert!(said(&output).contains("not empty"), "{}", said(&output));
 
-    // A syntax error in the rule fails the build, naming the tool.
+    // A syntax error in the rule fails the build, said as
+    // file:line:column: message, not as the tool's stack trace.
     let dir = root.path().join("twice");
-    std::fs::write(dir.join("policy.js"), "export const status = {").unwrap();
+    std::fs::write(
+        dir.join("policy.js"),
+        "export const status = {\n  evaluate(ctx, input) { return ; ]\n};\n",
+    )
+    .unwrap();
     let output = verdict(&dir, &["build"]);
     assert!(!output.status.success());
-    assert!(
-        said(&output).contains("componentize-js"),
-        "{}",
-        said(&output)
-    );
+    let text = said(&output);
+    assert!(text.contains("policy.js:2:"), "{text}");
+    assert!(text.contains("SyntaxError"), "{text}");
+    assert!(!text.contains("    at "), "a stack trace: {text}");
     assert!(
         !dir.join("dist/twice.wasm").exists(),
         "nothing half-built is left"

@@ -177,7 +177,7 @@ fn a_damaged_cache_entry_is_compiled_again_not_loaded() {
 
     let second = Server::start(plugins.path(), data.path());
     assert_eq!(code_sources(&second), ["compiled", "compiled", "compiled"]);
-    assert_eq!(second.get("/readyz").0, 200);
+    assert_eq!(second.get("/healthz").0, 200);
     drop(second);
     // Compiled again and written whole with its digest: the next start
     // uses the cache.

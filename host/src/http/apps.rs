@@ -29,12 +29,34 @@ struct AppFilter {
     status: Option<String>,
 }
 
+/// The statuses apps are listed by: a stable status or a transition (a
+/// policy's own displayed status, such as `maintenance`, is taken too while
+/// an app shows it).
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "kebab-case")]
+#[allow(dead_code)]
+enum StatusName {
+    Running,
+    Degraded,
+    Stopped,
+    Panic,
+    NotExisted,
+    Creating,
+    Starting,
+    Stopping,
+    Restarting,
+    Updating,
+    Scaling,
+    Deleting,
+    Migrating,
+}
+
 #[derive(Serialize, utoipa::ToSchema)]
 struct AppList {
     apps: Vec<AppStatus>,
 }
 
-#[utoipa::path(get, path = "/v1/apps", tag = "apps", params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("status" = Option<String>, Query, description = "Only this stable or displayed status")), responses((status = 200, description = "Every application's verdict", body = AppList), (status = 404, description = "The host follows no cluster"), (status = 422, description = "An unknown status, named")))]
+#[utoipa::path(get, path = "/v1/apps", tag = "apps", params(("namespace" = Option<String>, Query, description = "Only this namespace"), ("status" = Option<StatusName>, Query, description = "Only this stable or displayed status")), responses((status = 200, description = "Every application's verdict", body = AppList), (status = 404, description = "The host follows no cluster"), (status = 422, description = "An unknown status, named")))]
 async fn list_apps(
     State(state): State<AppState>,
     Query(filter): Query<AppFilter>,
