@@ -57,6 +57,11 @@ fn row(what: &str, samples: &mut [Duration]) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `--flood`: the flood's figures alone, at full size.
+    if std::env::args().any(|a| a == "--flood") {
+        flood(&Path::new(env!("CARGO_MANIFEST_DIR")).join(".."), false);
+        return;
+    }
     let calls = if quick { 300 } else { 5_000 };
     let tasks = if quick { 50 } else { 500 };
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
