@@ -408,24 +408,30 @@ mod tests {
     #[test]
     fn a_source_that_does_not_parse_is_refused_naming_its_line() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("policy.py"), "def status(:\n    pass\n").unwrap();
-        if probe("python3", &["--version"]).is_some() {
-            let error = check_syntax(Language::Python, dir.path(), "policy.py")
+        for (language, tool, file, source, said) in [
+            (
+                Language::Python,
+                "python3",
+                "policy.py",
+                "def status(:\n    pass\n",
+                "policy.py:1:",
+            ),
+            (
+                Language::Javascript,
+                "node",
+                "policy.js",
+                "export const a = 1;\nconst x = ;\n",
+                "policy.js:2:11: ",
+            ),
+        ] {
+            if probe(tool, &["--version"]).is_none() {
+                continue;
+            }
+            std::fs::write(dir.path().join(file), source).unwrap();
+            let error = check_syntax(language, dir.path(), file)
                 .unwrap_err()
                 .to_string();
-            assert!(error.starts_with("policy.py:1:"), "{error}");
-            assert!(error.contains("SyntaxError"), "{error}");
-        }
-        std::fs::write(
-            dir.path().join("policy.js"),
-            "export const a = 1;\nconst x = ;\n",
-        )
-        .unwrap();
-        if probe("node", &["--version"]).is_some() {
-            let error = check_syntax(Language::Javascript, dir.path(), "policy.js")
-                .unwrap_err()
-                .to_string();
-            assert!(error.starts_with("policy.js:2:11: "), "{error}");
+            assert!(error.starts_with(said), "{error}");
             assert!(error.contains("SyntaxError"), "{error}");
         }
     }
