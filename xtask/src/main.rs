@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+mod features;
 mod layers;
 mod real_demo;
 
@@ -426,6 +427,7 @@ fn lint() -> Result<()> {
             violations.len()
         );
     }
+    features::check(&root)?;
     // The production build without the demo cluster must keep compiling.
     run(
         cargo()
