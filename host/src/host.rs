@@ -224,6 +224,15 @@ fn plugins(
         counted.rejections.inc_by(report.rejected.len() as u64);
         publish_reload(&published, report);
     });
+    let (published, counted) = (Arc::clone(events), Arc::clone(metrics));
+    registry.on_demotion(move |demoted| {
+        counted.demotions.inc();
+        published.publish(
+            Kind::Plugin,
+            None,
+            serde_json::json!({"event": "demoted", "plugin": demoted}),
+        );
+    });
     let report = registry.reload();
     tracing::info!(
         loaded = report.loaded.len(),
@@ -305,6 +314,10 @@ fn observe(
         .map_err(Error::Storage)?,
     );
     loops.push(tokio::spawn(Arc::clone(&overrides).lapse_forever()));
+    let kept = Arc::clone(&overrides);
+    tasks.count_kept_elsewhere(crate::tasks::KeptElsewhere(Box::new(move || {
+        kept.apps(crate::time::now())
+    })));
     let following = cluster::follow(client.clone(), &observed, &config.observe.resources);
     loops.push(tokio::spawn(live::derive_forever(
         Arc::clone(&observed),

@@ -258,6 +258,15 @@ impl Overrides {
         self.read().values().cloned().collect()
     }
 
+    /// The applications with an override in force at `now`.
+    pub fn apps(&self, now: Timestamp) -> std::collections::BTreeSet<AppKey> {
+        self.read()
+            .iter()
+            .filter(|(_, o)| o.in_force(now))
+            .map(|((ns, name, _), _)| (ns.clone(), name.clone()))
+            .collect()
+    }
+
     /// The overrides in force on an app and its instances at `now`, as
     /// policies take them.
     pub fn in_force(&self, app: &AppKey, now: Timestamp) -> Vec<types::StatusOverride> {

@@ -242,6 +242,9 @@ fn a_version_that_fails_too_many_calls_is_demoted_to_the_one_before() {
         max_error_rate: 0.5,
         min_calls: 4,
     });
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let heard = Arc::clone(&told);
+    registry.on_demotion(move |d| heard.lock().unwrap().push(d.clone()));
     std::fs::copy(default_plugin("status"), dir.path().join("status.wasm")).unwrap();
     registry.reload();
     std::fs::copy(test_plugin("stamp-b"), dir.path().join("status.wasm")).unwrap();
@@ -276,6 +279,12 @@ fn a_version_that_fails_too_many_calls_is_demoted_to_the_one_before() {
         .unwrap();
     let error = status.last_error.unwrap();
     assert_eq!(error.kind, "demoted", "{error:?}");
+    // Told once, naming both versions (the host publishes it as an event).
+    let told = told.lock().unwrap().clone();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].plugin, "status");
+    assert!(told[0].demoted.starts_with("unruly-b@"), "{told:?}");
+    assert!(told[0].serving.starts_with("default-status@"), "{told:?}");
     assert!(
         error.message.contains("failed 3 of its 5 calls"),
         "{}",

@@ -779,15 +779,34 @@ fn task_lists_come_in_pages() {
 }
 
 #[test]
-fn applications_known_only_from_tasks_are_bounded() {
+fn applications_known_only_from_tasks_or_overrides_are_bounded() {
     let cluster = cluster();
     let data = tempfile::tempdir().unwrap();
     let server = host(&cluster, data.path(), "sqlite");
     let limit = verdict::tasks::MAX_APPS_WITHOUT_WORKLOAD;
-    // As many names that exist nowhere as are kept, each with a task in
-    // flight.
+    // An app forced while it existed, then deleted: its override keeps it
+    // known, and it counts as one of the apps without a workload.
+    let (code, forced) = server.send(
+        "PUT",
+        "/v1/apps/prod/db/override",
+        Some(r#"{"status": "running", "by": "ana", "reason": "keep"}"#),
+    );
+    assert_eq!(code, 200, "{forced}");
+    let deployments = verdict_sim::resources::find("apps", "v1", "deployments").unwrap();
+    cluster
+        .sim()
+        .store()
+        .delete(deployments, "prod", "db")
+        .unwrap();
+    server.app_until("prod/db", "gone", PATIENCE, |v| {
+        v["stable_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no longer exists"))
+    });
+    // As many more names that exist nowhere as are kept, each with a task
+    // in flight.
     let mut ids = Vec::new();
-    for n in 0..limit {
+    for n in 0..limit - 1 {
         let (code, task) = create(
             &server,
             json!({"app": format!("ghost/app-{n}"), "action": "create", "params": {"image": "web:1"}}),
@@ -797,25 +816,30 @@ fn applications_known_only_from_tasks_are_bounded() {
     }
     // One more is refused, saying why; an application with a workload is
     // not held back by them.
-    let (code, refused) = create(
-        &server,
-        json!({"app": "ghost/one-more", "action": "create", "params": {"image": "web:1"}}),
-    );
+    let one_more =
+        json!({"app": "ghost/one-more", "action": "create", "params": {"image": "web:1"}});
+    let (code, refused) = create(&server, one_more.clone());
     assert_eq!(code, 403, "{refused}");
     let reason = refused["error"]["message"].as_str().unwrap();
     assert!(
-        reason.contains("no workload have tasks in flight"),
+        reason.contains(&format!("{limit} applications with no workload are kept"))
+            && reason.contains("override"),
         "{reason}"
     );
-    let (code, real) = create(&server, json!({"app": "prod/db", "action": "restart"}));
+    let (code, real) = create(&server, json!({"app": "shop/web", "action": "restart"}));
     assert!(code == 201 || code == 202, "{real}");
-    // Once one of them has finished, it makes room: its tasks go.
+    // Lifting the deleted app's override makes room.
+    let (code, lifted) = server.send("DELETE", "/v1/apps/prod/db/override?by=ana", None);
+    assert_eq!(code, 200, "{lifted}");
+    let (code, admitted) = create(&server, one_more);
+    assert_eq!(code, 201, "{admitted}");
+    // And once one of them has finished, it makes room: its tasks go.
+    let two_more =
+        json!({"app": "ghost/two-more", "action": "create", "params": {"image": "web:1"}});
+    assert_eq!(create(&server, two_more.clone()).0, 403);
     let (code, done) = act(&server, &ids[7], "cancel", json!({"by": "ana"}));
     assert_eq!(code, 200, "{done}");
-    let (code, admitted) = create(
-        &server,
-        json!({"app": "ghost/one-more", "action": "create", "params": {"image": "web:1"}}),
-    );
+    let (code, admitted) = create(&server, two_more);
     assert_eq!(code, 201, "{admitted}");
     assert_eq!(server.get(&format!("/v1/tasks/{}", ids[7])).0, 404);
     assert_eq!(server.get(&format!("/v1/tasks/{}", ids[8])).0, 200);

@@ -41,6 +41,8 @@ pub(crate) struct Metrics {
     http: Family<HttpLabels, Counter>,
     pub reloads: Counter,
     pub rejections: Counter,
+    /// Versions demoted for failing too many of their calls.
+    pub demotions: Counter,
     /// Readings of the plugin folder: at start, after each change, on request.
     pub scans: Counter,
     registry: OnceLock<prometheus_client::registry::Registry>,
@@ -124,6 +126,11 @@ impl Metrics {
                 "plugin_rejections",
                 "Plugin files refused",
                 self.rejections.clone(),
+            );
+            registry.register(
+                "plugin_demotions",
+                "Plugin versions demoted for failing too many of their calls",
+                self.demotions.clone(),
             );
             registry.register(
                 "http_requests",

@@ -23,8 +23,8 @@ use serde::Serialize;
 pub use error::{CallError, LoadError, PolicyError};
 pub use metrics::{CallHistograms, CallSeconds};
 pub use registry::{
-    Answer, Delivered, Demotion, ErrorRecord, Mode, PluginStatus, Registry, Rejected, ReloadReport,
-    Slot,
+    Answer, Delivered, Demoted, Demotion, ErrorRecord, Mode, PluginStatus, Registry, Rejected,
+    ReloadReport, Slot,
 };
 pub use runtime::{CodeSource, Limits, Override, Runtime, is_component};
 pub use version::{PACKAGE_VERSION, Version, VersionInfo, checked_answers, decode_answers};

@@ -85,6 +85,49 @@ pub struct Slot {
     /// file of the plugin folder.
     delivered: Mutex<Option<Delivered>>,
     demotion: Demotion,
+    /// Told of each demotion (the registry's hooks).
+    on_demotion: DemotionHooks,
+}
+
+/// A version demoted for failing too many of its calls, and the one serving
+/// again in its place.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Demoted {
+    /// The plugin (its file's name, or its Policy's).
+    pub plugin: String,
+    /// The version demoted, as `name@version`.
+    pub demoted: String,
+    /// Its component's hash: the same bytes are not loaded again.
+    pub hash: String,
+    /// The version serving again, as `name@version`.
+    pub serving: String,
+    /// Its failures, and the last of them.
+    pub reason: String,
+}
+
+type DemotionHook = Box<dyn Fn(&Demoted) + Send + Sync>;
+
+/// The hooks told of demotions, shared by the registry and its slots.
+#[derive(Clone, Default)]
+struct DemotionHooks(Arc<RwLock<Vec<DemotionHook>>>);
+
+impl std::fmt::Debug for DemotionHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DemotionHooks")
+    }
+}
+
+impl DemotionHooks {
+    fn tell(&self, demoted: &Demoted) {
+        for hook in self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            hook(demoted);
+        }
+    }
 }
 
 /// A plugin delivered other than by the plugin folder (a `Policy` object).
@@ -126,9 +169,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Slot {
-    fn new(name: &str, file: &Path, demotion: Demotion) -> Self {
+    fn new(name: &str, file: &Path, demotion: Demotion, on_demotion: DemotionHooks) -> Self {
         Self {
             demotion,
+            on_demotion,
             name: name.to_string(),
             file: file.to_path_buf(),
             current: ArcSwapOption::empty(),
@@ -284,7 +328,15 @@ impl Slot {
         );
         tracing::error!(plugin = %self.name, "{message}");
         *lock(&self.rejected_hash) = Some(bad.hash.clone());
-        self.record("call", "demoted", message, Some(bad.hash.clone()));
+        self.record("call", "demoted", message.clone(), Some(bad.hash.clone()));
+        let demoted = Demoted {
+            plugin: self.name.clone(),
+            demoted: format!("{}@{}", bad.name, bad.version),
+            hash: bad.hash.clone(),
+            serving: format!("{}@{}", good.name, good.version),
+            reason: message,
+        };
+        self.on_demotion.tell(&demoted);
     }
 
     fn status(&self, active: bool) -> PluginStatus {
@@ -396,6 +448,8 @@ pub struct Registry {
     swapped: tokio::sync::Notify,
     /// Told what every reload did.
     on_reload: RwLock<Vec<ReloadHook>>,
+    /// Told of every demotion.
+    on_demotion: DemotionHooks,
 }
 
 impl std::fmt::Debug for Registry {
@@ -425,6 +479,7 @@ impl Registry {
             reloading: Mutex::new(()),
             swapped: tokio::sync::Notify::new(),
             on_reload: RwLock::default(),
+            on_demotion: DemotionHooks::default(),
         }
     }
 
@@ -475,6 +530,15 @@ impl Registry {
     }
 
     /// Have `f` told what every reload from now on did.
+    /// Be told of every version demoted for failing its calls.
+    pub fn on_demotion(&self, f: impl Fn(&Demoted) + Send + Sync + 'static) {
+        self.on_demotion
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Box::new(f));
+    }
+
     pub(crate) fn on_reload(&self, f: impl Fn(&ReloadReport) + Send + Sync + 'static) {
         self.on_reload
             .write()
@@ -852,11 +916,14 @@ impl Registry {
             .slots
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Arc::clone(
-            slots
-                .entry(name.to_string())
-                .or_insert_with(|| Arc::new(Slot::new(name, path, self.demotion))),
-        )
+        Arc::clone(slots.entry(name.to_string()).or_insert_with(|| {
+            Arc::new(Slot::new(
+                name,
+                path,
+                self.demotion,
+                self.on_demotion.clone(),
+            ))
+        }))
     }
 
     fn swap_in(&self, candidate: &Candidate, version: Version, report: &mut ReloadReport) {

@@ -12,7 +12,7 @@ pub mod record;
 pub mod sqlite;
 pub mod store;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
 use serde_json::{Map, Value};
@@ -159,6 +159,18 @@ pub struct Tasks {
     observed: Option<Arc<Observed>>,
     /// Where task changes are published.
     events: Option<Arc<crate::events::Events>>,
+    /// The applications other records keep (overrides in force), counted
+    /// against the same bound as those kept by their tasks.
+    kept_elsewhere: std::sync::OnceLock<KeptElsewhere>,
+}
+
+/// The applications another record keeps known, whether or not they exist.
+pub struct KeptElsewhere(pub Box<dyn Fn() -> BTreeSet<AppKey> + Send + Sync>);
+
+impl std::fmt::Debug for KeptElsewhere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeptElsewhere")
+    }
 }
 
 fn app_key(app: &str) -> AppKey {
@@ -183,6 +195,7 @@ impl Tasks {
             history,
             observed,
             events: None,
+            kept_elsewhere: std::sync::OnceLock::new(),
         };
         let loaded = tasks.store.load().await?;
         tracing::info!(
@@ -400,18 +413,29 @@ impl Tasks {
             .unwrap_or(0)
     }
 
+    /// Count the applications `kept` names (those with overrides in force)
+    /// against [`MAX_APPS_WITHOUT_WORKLOAD`] too.
+    pub fn count_kept_elsewhere(&self, kept: KeptElsewhere) {
+        let _ = self.kept_elsewhere.set(kept);
+    }
+
     /// Keep at most [`MAX_APPS_WITHOUT_WORKLOAD`] applications that have
-    /// tasks but no workload or pod (names that exist nowhere, deleted
-    /// applications' histories): before a task for one more, the finished
-    /// tasks of the one idle the longest are removed; when every such
-    /// application has a task in flight, the task is refused. Each is kept
-    /// with its tasks and verdict, so names must not grow them without
-    /// bound. An application with tasks already, or with a workload, always
-    /// has room.
+    /// tasks or overrides but no workload or pod (names that exist nowhere,
+    /// deleted applications' histories): before a task for one more, the
+    /// finished tasks of the one idle the longest are removed; when none is
+    /// idle (every such application has a task in flight or is kept by its
+    /// overrides), the task is refused. Each is kept with its records and
+    /// verdict, so names must not grow them without bound. An application
+    /// with tasks or overrides already, or with a workload, always has room.
     async fn make_room_for(&self, key: &AppKey) -> Result<(), TaskError> {
+        let elsewhere = self
+            .kept_elsewhere
+            .get()
+            .map(|kept| (kept.0)())
+            .unwrap_or_default();
         let (without, idlest) = {
             let by_app = self.read();
-            if by_app.get(key).is_some_and(|tasks| !tasks.is_empty()) {
+            if by_app.get(key).is_some_and(|tasks| !tasks.is_empty()) || elsewhere.contains(key) {
                 return Ok(());
             }
             let snapshot = self.observed.as_ref().map(|o| o.read());
@@ -419,25 +443,33 @@ impl Tasks {
             if observed(key) {
                 return Ok(());
             }
-            let without: Vec<(&AppKey, &BTreeMap<String, Task>)> = by_app
+            let by_tasks: Vec<(&AppKey, &BTreeMap<String, Task>)> = by_app
                 .iter()
                 .filter(|(key, tasks)| !tasks.is_empty() && !observed(key))
                 .collect();
-            if without.len() < MAX_APPS_WITHOUT_WORKLOAD {
+            let by_overrides = elsewhere
+                .iter()
+                .filter(|key| !observed(key) && !by_app.get(*key).is_some_and(|t| !t.is_empty()))
+                .count();
+            let without = by_tasks.len() + by_overrides;
+            if without < MAX_APPS_WITHOUT_WORKLOAD {
                 return Ok(());
             }
-            let idlest = without
+            let idlest = by_tasks
                 .iter()
-                .filter(|(_, tasks)| tasks.values().all(|t| model::finished(t.phase)))
+                .filter(|(key, tasks)| {
+                    !elsewhere.contains(*key) && tasks.values().all(|t| model::finished(t.phase))
+                })
                 .min_by_key(|(_, tasks)| tasks.values().map(|t| t.updated_at).max())
                 .map(|(key, tasks)| ((*key).clone(), tasks.keys().cloned().collect::<Vec<_>>()));
-            (without.len(), idlest)
+            (without, idlest)
         };
         let Some((idle, ids)) = idlest else {
             return Err(TaskError::Denied(Denial::Denied {
                 reason: format!(
-                    "{without} applications with no workload have tasks in flight, the most kept; \
-                     a task for {}/{} must wait for one of them to finish",
+                    "{without} applications with no workload are kept, the most kept (each has a task in \
+                     flight or an override in force); a task for {}/{} must wait for a task to finish \
+                     or an override on a deleted app to be lifted",
                     key.0, key.1
                 ),
                 warnings: Vec::new(),
