@@ -215,7 +215,8 @@ fn plugins(
         Registry::new(Arc::new(runtime), config.plugins.dir.clone(), settings)
             .with_limits(config.limits_by_plugin())
             .with_chosen(config.plugins.chosen())
-            .with_demotion(config.plugins.demotion()),
+            .with_demotion(config.plugins.demotion())
+            .with_builtin(!config.plugins.no_builtin_policies),
     );
     let (published, counted) = (Arc::clone(events), Arc::clone(metrics));
     registry.on_reload(move |report| {
@@ -245,6 +246,18 @@ fn plugins(
             dir,
             config.plugins.reload_debounce,
         )?),
+        None if registry.serves_builtin() && !report.loaded.is_empty() => {
+            let serving: Vec<String> = report
+                .loaded
+                .iter()
+                .map(|l| format!("{} ({}@{})", l.plugin, l.info.name, l.info.version))
+                .collect();
+            tracing::info!(
+                serving = %serving.join(", "),
+                "no plugin folder: serving the default policies built into this binary (--plugins DIR serves a folder's)"
+            );
+            None
+        }
         None => {
             tracing::warn!("no plugin folder: running without policies");
             None

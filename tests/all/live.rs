@@ -312,6 +312,69 @@ fn the_demo_cluster_plays_its_scenario() {
 }
 
 #[test]
+fn the_binary_alone_serves_the_default_policies_it_carries() {
+    // Started outside the repository, given no plugin folder.
+    let away = tempfile::tempdir().unwrap();
+    let serve = |data: &str, extra: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"));
+        command
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--demo",
+                "--data-dir",
+                data,
+            ])
+            .args(extra)
+            .current_dir(away.path());
+        Server::start_command(command)
+    };
+    let demo = serve("data", &[]);
+    let plugins = demo.get("/v1/plugins").1;
+    let listed = plugins["plugins"].as_array().unwrap();
+    for world in ["status", "failover", "admission"] {
+        let plugin = listed
+            .iter()
+            .find(|p| p["name"] == world)
+            .unwrap_or_else(|| panic!("no {world} plugin: {plugins}"));
+        assert_eq!(plugin["active"], true, "{plugin}");
+        assert_eq!(
+            plugin["file"],
+            format!("(built in)/{world}.wasm"),
+            "{plugin}"
+        );
+        assert!(
+            plugin["current"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("default-"),
+            "{plugin}"
+        );
+    }
+    // The demo's apps are judged and their tasks admitted.
+    let judged = wait_until(PATIENCE, || {
+        let apps = demo.get("/v1/apps").1;
+        apps["apps"]
+            .as_array()
+            .is_some_and(|a| a.len() >= 5 && a.iter().all(|a| a["stable"].is_string()))
+    });
+    assert!(judged.is_some(), "{}", demo.get("/v1/apps").1);
+    let (code, task) = demo.send(
+        "POST",
+        "/v1/tasks",
+        Some(r#"{"app": "shop/web", "action": "restart", "requested-by": "ana"}"#),
+    );
+    assert!(code == 201 || code == 202, "{task}");
+    assert!(!away.path().join("target").exists());
+    drop(demo);
+    // Asked for none, it serves none.
+    let bare = serve("bare", &["--no-builtin-policies"]);
+    let plugins = bare.get("/v1/plugins").1;
+    assert_eq!(plugins["plugins"], serde_json::json!([]), "{plugins}");
+}
+
+#[test]
 fn an_apps_own_health_check_enters_its_verdict() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU16, Ordering};

@@ -20,6 +20,15 @@ impl Server {
         Self::start_with(plugins, data, &[])
     }
 
+    /// Start as `command` says (its arguments after `serve`, its folder).
+    pub fn start_command(command: Command) -> Self {
+        let (child, base) = crate::support::spawn_serving(command, "warn");
+        Self {
+            process: KillOnDrop(child),
+            base,
+        }
+    }
+
     /// Start with more flags.
     pub fn start_with(plugins: &Path, data: &Path, extra: &[&str]) -> Self {
         let (child, base) = crate::support::spawn_verdict(plugins, data, extra, "warn");

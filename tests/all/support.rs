@@ -169,13 +169,21 @@ impl Drop for KillOnDrop {
 /// Start `verdict serve` on a free port with a plugin folder, a data folder
 /// and more flags, logging at `log`; the process and where it listens.
 pub fn spawn_verdict(plugins: &Path, data: &Path, extra: &[&str], log: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
+    command
         .args(["serve", "--listen", "127.0.0.1:0"])
         .arg("--plugins")
         .arg(plugins)
         .arg("--data-dir")
         .arg(data)
-        .args(extra)
+        .args(extra);
+    spawn_serving(command, log)
+}
+
+/// Start `verdict serve` as `command` says; the process and the base URL
+/// it says it listens on (its first line).
+pub fn spawn_serving(mut command: Command, log: &str) -> (Child, String) {
+    let mut child = command
         .env("VERDICT_LOG", log)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -6,6 +6,7 @@
 //! [`Version`] is swapped into its [`registry::Slot`] → callers take the slot
 //! of a [`World`] and call the version serving it.
 
+pub mod builtin;
 mod error;
 mod metrics;
 mod registry;
@@ -35,10 +36,14 @@ pub use watch::watch;
 #[group(skip)]
 pub struct Settings {
     /// The folder of plugin components, watched for changes; without one
-    /// the host runs without policies [default: target/plugins when it
-    /// exists].
+    /// the host serves the default policies the binary carries [default:
+    /// target/plugins when it exists].
     #[arg(long = "plugins", value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// Without a plugin folder, serve no policy (only delivered ones)
+    /// rather than the default policies the binary carries.
+    #[arg(long = "no-builtin-policies")]
+    pub no_builtin_policies: bool,
     /// How long the plugin folder must be quiet before a change is loaded,
     /// in milliseconds.
     #[arg(long = "reload-debounce-ms", value_name = "MS", default_value = "150", value_parser = crate::settings::millis)]

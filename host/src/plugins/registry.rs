@@ -441,6 +441,8 @@ pub struct Registry {
     chosen: BTreeMap<World, String>,
     /// When a failing version is demoted.
     demotion: Demotion,
+    /// Whether, without a folder, the built-in policies serve.
+    builtin: bool,
     slots: RwLock<BTreeMap<String, Arc<Slot>>>,
     /// Reloads run one at a time (the watcher and `POST /v1/plugins/reload`).
     reloading: Mutex<()>,
@@ -475,12 +477,25 @@ impl Registry {
             limits: BTreeMap::new(),
             chosen: BTreeMap::new(),
             demotion: Demotion::default(),
+            builtin: false,
             slots: RwLock::new(BTreeMap::new()),
             reloading: Mutex::new(()),
             swapped: tokio::sync::Notify::new(),
             on_reload: RwLock::default(),
             on_demotion: DemotionHooks::default(),
         }
+    }
+
+    /// Without a plugin folder, serve the default policies the binary
+    /// carries ([`super::builtin`]).
+    pub fn with_builtin(mut self, builtin: bool) -> Self {
+        self.builtin = builtin;
+        self
+    }
+
+    /// Whether the built-in policies are what the registry reads.
+    pub fn serves_builtin(&self) -> bool {
+        self.dir.is_none() && self.builtin
     }
 
     /// When a version that fails too many of its calls is demoted.
@@ -765,12 +780,18 @@ impl Registry {
     pub fn reload(&self) -> ReloadReport {
         let _one_at_a_time = lock(&self.reloading);
         let mut report = ReloadReport::default();
-        let Some(dir) = &self.dir else {
-            return report;
+        let listed = match &self.dir {
+            Some(dir) => plugin_files(dir),
+            None if self.builtin => Ok(super::builtin::files()),
+            None => return report,
         };
-        let files = match plugin_files(dir) {
+        let files = match listed {
             Ok(files) => files,
             Err(error) => {
+                let dir = self
+                    .dir
+                    .as_deref()
+                    .unwrap_or(Path::new(super::builtin::FOLDER));
                 tracing::error!(dir = %dir.display(), %error, "cannot read the plugin folder; what served before still serves");
                 report.folder_error = Some(format!(
                     "the plugin folder {} cannot be read: {error}",
@@ -787,7 +808,11 @@ impl Registry {
             if slot.as_ref().is_some_and(|s| s.delivered().is_some()) {
                 continue;
             }
-            let bytes = match read_bounded(path) {
+            let read = match super::builtin::bytes(name).filter(|_| self.dir.is_none()) {
+                Some(bytes) => Ok(bytes.to_vec()),
+                None => read_bounded(path),
+            };
+            let bytes = match read {
                 Ok(bytes) => bytes,
                 // Gone between listing and reading: the next event tells.
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
