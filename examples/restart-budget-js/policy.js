@@ -38,6 +38,14 @@ function judge(ctx, input) {
           ctx.now - c.lastState.finishedAt < budget.windowMs,
       );
       if (!c) continue;
+      // The rule depends on time: ask to be asked again when the restart
+      // leaves the window, or the app stays degraded until something else
+      // about it changes.
+      const leaves = c.lastState.finishedAt + budget.windowMs;
+      verdict.recheckAfter =
+        verdict.recheckAfter === undefined || leaves < verdict.recheckAfter
+          ? leaves
+          : verdict.recheckAfter;
       verdict.stable = 'degraded';
       verdict.stableReason =
         `container ${c.name} of pod ${pod.name} restarted ${c.restartCount} times, ` +

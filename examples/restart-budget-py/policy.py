@@ -49,6 +49,12 @@ def judge(ctx, app_input):
         )
         if over is not None:
             pod, c = over
+            # The rule depends on time: ask to be asked again when the
+            # restart leaves the window, or the app stays degraded until
+            # something else about it changes.
+            leaves = c.last_state.finished_at + window
+            if verdict.recheck_after is None or leaves < verdict.recheck_after:
+                verdict.recheck_after = leaves
             verdict.stable = types.StableStatus.DEGRADED
             verdict.stable_reason = (
                 f"container {c.name} of pod {pod.name} restarted {c.restart_count} times, "

@@ -160,12 +160,21 @@ pub fn create(request: &Request) -> Result<Vec<PathBuf>> {
             "\n   A Python policy carries its interpreter: give it room with\n   `[limits.NAME] memory-limit-mib = 128` and `call-timeout-ms` in the\n   host's configuration (or `spec.limits` of its `Policy`).",
         ),
     };
+    let measure = match kind {
+        Kind::Status => {
+            "`verdict eval --plugins dist --policy {{name}} --objects objects.yaml`\n   shows its verdicts on the sample cluster of `objects.yaml` (or on yours:\n   `kubectl get namespaces,deployments,statefulsets,pods,nodes -A -o yaml`);\n   `verdict bench --plugins dist --policy {{name}} --objects objects.yaml`\n   prints its latency, throughput, memory and load times."
+        }
+        Kind::Failover | Kind::Admission => {
+            "the cases of `verdict test` are its measure: `verdict bench` times\n   status policies."
+        }
+    };
     let source_line = match language {
         Language::Rust => String::new(),
         _ => format!("source = \"{file}\"\n"),
     };
     let fill = |text: &str| {
-        text.replace("{{name}}", name)
+        text.replace("{{measure}}", measure)
+            .replace("{{name}}", name)
             .replace("{{world}}", &world)
             .replace("{{world_word}}", kind.word())
             .replace("{{language}}", language_name)
@@ -195,6 +204,13 @@ pub fn create(request: &Request) -> Result<Vec<PathBuf>> {
         ("tests/cases.yaml".into(), fill(cases(kind))),
         (file.into(), fill(source(kind, language))),
     ];
+    if kind == Kind::Status {
+        // A sample cluster to evaluate and measure the rule on.
+        files.push((
+            "objects.yaml".into(),
+            include_str!("../../examples/objects/cluster.yaml").into(),
+        ));
+    }
     match language {
         Language::Rust => files.push((
             "Cargo.toml".into(),

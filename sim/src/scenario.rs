@@ -27,9 +27,13 @@
 //! comes back (`node-back`). With the simulator's controller running, pods
 //! of templated workloads follow. `tasks` are user actions for the host
 //! playing the scenario (the simulator itself ignores them).
+//!
+//! Times in objects may be written relative to when they are applied —
+//! `@now`, `@now-2m`, `@now+1h` — so that a crash loop's last termination
+//! and restart times are as recent as a real one's on every loop.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -199,7 +203,7 @@ impl Scenario {
             }
         }
         for object in &self.objects {
-            apply(store, object.clone())?;
+            apply(store, at_now(object, SystemTime::now()))?;
         }
         Ok(())
     }
@@ -207,7 +211,7 @@ impl Scenario {
     /// Apply one step.
     pub fn play(&self, store: &Store, step: &Step) -> Result<(), StoreError> {
         for object in &step.apply {
-            apply(store, object.clone())?;
+            apply(store, at_now(object, SystemTime::now()))?;
         }
         for object in &step.delete {
             let (api_version, kind, namespace, name) = identity(store, object);
@@ -334,6 +338,36 @@ fn pods_of(store: &Store, id: &str) -> Result<Vec<Value>, StoreError> {
     Ok(items)
 }
 
+/// `object` with each `@now`, `@now-5m` or `@now+1h` text (a duration as
+/// humantime reads it) replaced by that time after `now`, in RFC 3339.
+fn at_now(object: &Value, now: SystemTime) -> Value {
+    fn time(text: &str, now: SystemTime) -> Option<String> {
+        let rest = text.strip_prefix("@now")?;
+        let at = match rest.chars().next() {
+            None => now,
+            Some('-') => now.checked_sub(humantime::parse_duration(&rest[1..]).ok()?)?,
+            Some('+') => now.checked_add(humantime::parse_duration(&rest[1..]).ok()?)?,
+            Some(_) => return None,
+        };
+        Some(humantime::format_rfc3339_seconds(at).to_string())
+    }
+    let mut object = object.clone();
+    fn walk(value: &mut Value, now: SystemTime) {
+        match value {
+            Value::String(text) => {
+                if let Some(at) = time(text, now) {
+                    *text = at;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| walk(v, now)),
+            Value::Object(map) => map.values_mut().for_each(|v| walk(v, now)),
+            _ => {}
+        }
+    }
+    walk(&mut object, now);
+    object
+}
+
 /// A pod's containers running and ready, or crash-looping.
 fn set_containers(store: &Store, pod: &Value, running: bool) -> Result<(), StoreError> {
     let pods = resources::find("", "v1", "pods").expect("a built-in resource");
@@ -425,6 +459,28 @@ fn identity(store: &Store, object: &Value) -> (String, String, String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_relative_to_now_are_written_when_applied() {
+        let now = humantime::parse_rfc3339("2026-12-01T12:00:00Z").unwrap();
+        let object = json!({"status": {"containerStatuses": [{
+            "lastState": {"terminated": {"finishedAt": "@now-2m"}},
+            "state": {"running": {"startedAt": "@now"}},
+            "note": "@nowhere", "later": "@now+1h", "bad": "@now-soon"
+        }]}});
+        let written = at_now(&object, now);
+        let c = &written["status"]["containerStatuses"][0];
+        assert_eq!(
+            c["lastState"]["terminated"]["finishedAt"],
+            "2026-12-01T11:58:00Z"
+        );
+        assert_eq!(c["state"]["running"]["startedAt"], "2026-12-01T12:00:00Z");
+        assert_eq!(c["later"], "2026-12-01T13:00:00Z");
+        assert_eq!(
+            (&c["note"], &c["bad"]),
+            (&json!("@nowhere"), &json!("@now-soon"))
+        );
+    }
 
     const SCENARIO: &str = "
 loop-every: 10s

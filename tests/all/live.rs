@@ -312,6 +312,42 @@ fn the_demo_cluster_plays_its_scenario() {
 }
 
 #[test]
+fn a_rule_on_recent_restarts_fires_on_the_demo() {
+    use crate::support::{default_plugin, example_plugin};
+    // The restart-budget example as the status policy of the demo: its
+    // crash-looping pod restarts as a real one does (a recent last
+    // termination), so once it runs again it is over the budget.
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        example_plugin("restart-budget"),
+        plugins.path().join("status.wasm"),
+    )
+    .unwrap();
+    for world in ["failover", "admission"] {
+        std::fs::copy(
+            default_plugin(world),
+            plugins.path().join(format!("{world}.wasm")),
+        )
+        .unwrap();
+    }
+    let data = tempfile::tempdir().unwrap();
+    let demo = Server::start_with(plugins.path(), data.path(), &["--demo"]);
+    // The scenario loops every minute; the pod recovers within it.
+    demo.app_until(
+        "shop/api",
+        "over the restart budget",
+        Duration::from_secs(90),
+        |v| {
+            v["stable"] == "degraded"
+                && v["stable_reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("over the budget of 3"))
+                && v["recheck_after"].is_string()
+        },
+    );
+}
+
+#[test]
 fn the_binary_alone_serves_the_default_policies_it_carries() {
     // Started outside the repository, given no plugin folder.
     let away = tempfile::tempdir().unwrap();

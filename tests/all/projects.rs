@@ -82,6 +82,28 @@ fn made_built_tested(root: &Path, world: &str, lang: &str) -> PathBuf {
         "{name}: {last}"
     );
     println!("{name}: {last}");
+    // A status project carries a sample cluster to try its rule on.
+    if world == "status" {
+        let output = verdict(
+            &dir,
+            &[
+                "eval",
+                "--plugins",
+                "dist",
+                "--policy",
+                &name,
+                "--objects",
+                "objects.yaml",
+            ],
+        );
+        let text = said(&output);
+        assert!(output.status.success(), "eval {name}: {text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("payments/api") && l.contains("degraded")),
+            "eval {name}: {text}"
+        );
+    }
     // Building and testing wrote nothing into the project but `dist/` (and
     // a Rust crate's own `Cargo.lock`): no cache, no data folder.
     let mut written: Vec<String> = std::fs::read_dir(&dir)

@@ -64,6 +64,12 @@ impl StatusPolicy for RestartBudget {
             pod.containers.iter().find(restarted).map(|c| (pod, c))
         });
         if let (StableStatus::Running, Some((pod, c))) = (verdict.stable, over_budget) {
+            // The rule depends on time: ask to be asked again when the
+            // restart leaves the window, or the app stays degraded until
+            // something else about it changes.
+            let leaves = c.last_state.as_ref().and_then(|t| t.finished_at).unwrap_or(ctx.now)
+                + budget.budget_window_ms;
+            verdict.recheck_after = Some(verdict.recheck_after.map_or(leaves, |r| r.min(leaves)));
             verdict.stable = StableStatus::Degraded;
             verdict.stable_reason = format!(
                 "container {} of pod {} restarted {} times, over the budget of {}",
