@@ -371,7 +371,7 @@ fn at_now(object: &Value, now: SystemTime) -> Value {
 /// A pod's containers running and ready, or crash-looping.
 fn set_containers(store: &Store, pod: &Value, running: bool) -> Result<(), StoreError> {
     let pods = resources::find("", "v1", "pods").expect("a built-in resource");
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let statuses: Vec<Value> = pod["status"]["containerStatuses"]
         .as_array()
         .into_iter()
@@ -410,7 +410,7 @@ fn set_containers(store: &Store, pod: &Value, running: bool) -> Result<(), Store
 fn set_node(store: &Store, name: &str, ready: bool) -> Result<(), StoreError> {
     let nodes = resources::find("", "v1", "nodes").expect("a built-in resource");
     let mut node = store.get(nodes, "", name)?;
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let condition = if ready {
         json!({"type": "Ready", "status": "True", "reason": "KubeletReady",
                "message": "kubelet is posting ready status", "lastTransitionTime": now, "lastHeartbeatTime": now})

@@ -67,7 +67,11 @@ impl StatusPolicy for RestartBudget {
             // The rule depends on time: ask to be asked again when the
             // restart leaves the window, or the app stays degraded until
             // something else about it changes.
-            let leaves = c.last_state.as_ref().and_then(|t| t.finished_at).unwrap_or(ctx.now)
+            let leaves = c
+                .last_state
+                .as_ref()
+                .and_then(|t| t.finished_at)
+                .unwrap_or(ctx.now)
                 + budget.budget_window_ms;
             verdict.recheck_after = Some(verdict.recheck_after.map_or(leaves, |r| r.min(leaves)));
             verdict.stable = StableStatus::Degraded;

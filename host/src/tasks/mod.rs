@@ -449,7 +449,7 @@ impl Tasks {
                 .collect();
             let by_overrides = elsewhere
                 .iter()
-                .filter(|key| !observed(key) && !by_app.get(*key).is_some_and(|t| !t.is_empty()))
+                .filter(|key| !observed(key) && by_app.get(*key).is_none_or(|t| t.is_empty()))
                 .count();
             let without = by_tasks.len() + by_overrides;
             if without < MAX_APPS_WITHOUT_WORKLOAD {
