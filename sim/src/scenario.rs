@@ -351,7 +351,6 @@ fn at_now(object: &Value, now: SystemTime) -> Value {
         };
         Some(humantime::format_rfc3339_seconds(at).to_string())
     }
-    let mut object = object.clone();
     fn walk(value: &mut Value, now: SystemTime) {
         match value {
             Value::String(text) => {
@@ -364,6 +363,7 @@ fn at_now(object: &Value, now: SystemTime) -> Value {
             _ => {}
         }
     }
+    let mut object = object.clone();
     walk(&mut object, now);
     object
 }

@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
@@ -15,7 +14,7 @@ use anyhow::{Context, Result, bail};
 type Features = BTreeMap<String, BTreeSet<String>>;
 
 fn tree(root: &Path, args: &[&str]) -> Result<Features> {
-    let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let output = crate::cargo()
         .arg("tree")
         .args(args)
         .args(["--format", "{p}|{f}", "--prefix", "none"])

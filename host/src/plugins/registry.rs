@@ -544,7 +544,6 @@ impl Registry {
             .collect()
     }
 
-    /// Have `f` told what every reload from now on did.
     /// Be told of every version demoted for failing its calls.
     pub fn on_demotion(&self, f: impl Fn(&Demoted) + Send + Sync + 'static) {
         self.on_demotion
@@ -554,6 +553,7 @@ impl Registry {
             .push(Box::new(f));
     }
 
+    /// Have `f` told what every reload from now on did.
     pub(crate) fn on_reload(&self, f: impl Fn(&ReloadReport) + Send + Sync + 'static) {
         self.on_reload
             .write()
