@@ -84,6 +84,7 @@ export const status = {
       description: 'The default rules, plus a restart budget and a maintenance display (JavaScript).',
       settingsSchema: JSON.stringify({
         type: 'object',
+        additionalProperties: false,
         properties: {
           'max-restarts': { type: 'integer', minimum: 0 },
           'budget-window-ms': { type: 'integer', minimum: 0 },
@@ -102,5 +103,21 @@ export const status = {
         return { tag: 'err', val: String(e) };
       }
     });
+  },
+};
+
+// Asked by the host before it serves the policy with settings: a thrown
+// string refuses them, in words shown to whoever gave them.
+export const settings = {
+  validate(text) {
+    const given = JSON.parse(text);
+    for (const [key, value] of Object.entries(given)) {
+      if (key !== 'max-restarts' && key !== 'budget-window-ms') {
+        throw `unknown setting \`${key}\`: the known ones are \`max-restarts\`, \`budget-window-ms\``;
+      }
+      if (!Number.isInteger(value) || value < 0) {
+        throw `setting \`${key}\` must be a whole number, not ${JSON.stringify(value)}`;
+      }
+    }
   },
 };

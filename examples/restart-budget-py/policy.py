@@ -90,6 +90,7 @@ class Status(exports.Status):
             settings_schema=json.dumps(
                 {
                     "type": "object",
+                    "additionalProperties": False,
                     "properties": {
                         "max-restarts": {"type": "integer", "minimum": 0},
                         "budget-window-ms": {"type": "integer", "minimum": 0},
@@ -109,3 +110,18 @@ class Status(exports.Status):
             except Exception as e:  # one app's failure is that app's answer
                 answers.append(Err(str(e)))
         return answers
+
+
+class Settings(exports.Settings):
+    """Asked by the host before it serves the policy with settings: raising
+    ``Err(text)`` refuses them, in words shown to whoever gave them."""
+
+    def validate(self, settings):
+        for key, value in json.loads(settings).items():
+            if key not in ("max-restarts", "budget-window-ms"):
+                raise Err(
+                    f"unknown setting `{key}`: the known ones are "
+                    "`max-restarts`, `budget-window-ms`"
+                )
+            if type(value) is not int or value < 0:
+                raise Err(f"setting `{key}` must be a whole number, not {json.dumps(value)}")

@@ -2,12 +2,25 @@
 //! `wit/` (one set per world, sharing the `types` and `host` interfaces of
 //! the status world; only what the host needs is re-exported), and the WIT
 //! names of its enumerations both ways ([`WitName`]).
+//!
+//! The host binds worlds of its own (`verdict:host`), each the package's
+//! world without its `settings` export: a component built before that
+//! export existed still loads, and the host looks the export up by name
+//! where a component has it (as it does `status-encoded`).
 
 mod generated {
     pub mod status {
         wasmtime::component::bindgen!({
-            world: "status-policy",
             path: "../wit",
+            inline: "
+                package verdict:host;
+                world status-policy {
+                    import verdict:policy/host@0.2.0;
+                    import verdict:policy/defaults@0.2.0;
+                    export verdict:policy/status@0.2.0;
+                }
+            ",
+            world: "verdict:host/status-policy",
             // Verdicts are compared to publish only real changes; batches
             // cross encoded to plugins that take them so (`status-encoded`).
             additional_derives: [PartialEq, serde::Serialize, serde::Deserialize],
@@ -16,8 +29,15 @@ mod generated {
 
     pub mod failover {
         wasmtime::component::bindgen!({
-            world: "failover-policy",
             path: "../wit",
+            inline: "
+                package verdict:host;
+                world failover-policy {
+                    import verdict:policy/host@0.2.0;
+                    export verdict:policy/failover@0.2.0;
+                }
+            ",
+            world: "verdict:host/failover-policy",
             additional_derives: [PartialEq, serde::Serialize],
             with: {
                 "verdict:policy/types": super::status::verdict::policy::types,
@@ -28,8 +48,15 @@ mod generated {
 
     pub mod admission {
         wasmtime::component::bindgen!({
-            world: "admission-policy",
             path: "../wit",
+            inline: "
+                package verdict:host;
+                world admission-policy {
+                    import verdict:policy/host@0.2.0;
+                    export verdict:policy/admission@0.2.0;
+                }
+            ",
+            world: "verdict:host/admission-policy",
             additional_derives: [PartialEq, serde::Serialize],
             with: {
                 "verdict:policy/types": super::status::verdict::policy::types,

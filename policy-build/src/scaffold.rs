@@ -9,13 +9,14 @@ use anyhow::{Context, Result, bail};
 use crate::Language;
 
 /// The WIT package, as the projects get it.
-pub const WIT: [(&str, &str); 6] = [
+pub const WIT: [(&str, &str); 7] = [
     ("types.wit", include_str!("../../wit/types.wit")),
     ("worlds.wit", include_str!("../../wit/worlds.wit")),
     ("status.wit", include_str!("../../wit/status.wit")),
     ("failover.wit", include_str!("../../wit/failover.wit")),
     ("admission.wit", include_str!("../../wit/admission.wit")),
     ("defaults.wit", include_str!("../../wit/defaults.wit")),
+    ("settings.wit", include_str!("../../wit/settings.wit")),
 ];
 
 /// The three worlds a policy implements.
@@ -59,8 +60,27 @@ impl Kind {
     }
 }
 
-/// The source of a world's starting rule in a language.
-fn source(kind: Kind, language: Language) -> &'static str {
+/// The source of a world's starting rule in a language: in JavaScript and
+/// Python, followed by the settings check every world exports, which reads
+/// the rule's `SETTINGS` (one file a project, as the tools build it).
+fn source(kind: Kind, language: Language) -> String {
+    let rule = rule_source(kind, language);
+    match language {
+        Language::Rust => rule.to_string(),
+        Language::Javascript => {
+            format!(
+                "{rule}\n{}",
+                include_str!("../templates/javascript/settings.js")
+            )
+        }
+        Language::Python => format!(
+            "{rule}\n\n{}",
+            include_str!("../templates/python/settings.py")
+        ),
+    }
+}
+
+fn rule_source(kind: Kind, language: Language) -> &'static str {
     match (language, kind) {
         (Language::Rust, Kind::Status) => include_str!("../templates/rust/status.rs"),
         (Language::Rust, Kind::Failover) => include_str!("../templates/rust/failover.rs"),
@@ -202,7 +222,7 @@ pub fn create(request: &Request) -> Result<Vec<PathBuf>> {
             include_str!("../templates/gitignore").into(),
         ),
         ("tests/cases.yaml".into(), fill(cases(kind))),
-        (file.into(), fill(source(kind, language))),
+        (file.into(), fill(&source(kind, language))),
     ];
     if kind == Kind::Status {
         // A sample cluster to evaluate and measure the rule on.

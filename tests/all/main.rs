@@ -27,6 +27,7 @@ mod resources;
 mod rules;
 mod schemathesis;
 mod serve;
+mod settings;
 mod simulator;
 mod support;
 mod tasks;

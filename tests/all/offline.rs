@@ -21,10 +21,15 @@ fn workspace() -> PathBuf {
 }
 
 fn verdict(args: &[&str]) -> Output {
-    let data = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    verdict_with_cache(args, cache.path())
+}
+
+/// `verdict` with a code cache of the caller's, kept across calls.
+fn verdict_with_cache(args: &[&str], cache: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(args)
-        .env("VERDICT_CACHE_DIR", data.path())
+        .env("VERDICT_CACHE_DIR", cache)
         .current_dir(workspace())
         .output()
         .unwrap()
@@ -112,6 +117,82 @@ fn a_failing_case_shows_the_difference_and_fails() {
     );
     assert!(text.contains("argocd/other: no such app"), "{text}");
     assert_eq!(tally(&output), (0, 1));
+}
+
+#[test]
+fn settings_a_policy_refuses_are_refused_with_its_words_in_every_language() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = workspace().join("plugins/status/tests/fixtures/argocd__pod-crashloop.yaml");
+    let cases = dir.path().join("settings.yaml");
+    let case = |name: &str, settings: &str| {
+        format!(
+            "  - name: {name}\n    settings: {settings}\n    files: [{}]\n    expect: {{argocd/my-pod: {{stable: panic}}}}\n",
+            fixture.display()
+        )
+    };
+    std::fs::write(
+        &cases,
+        format!(
+            "cases:\n{}{}{}",
+            case("settings it takes", "{max-restarts: 5}"),
+            case("a word for a number", "{max-restarts: ten}"),
+            case("a key it does not know", "{max-restart: 5}"),
+        ),
+    )
+    .unwrap();
+    // One code cache for every call: each loads the three languages.
+    let cache = tempfile::tempdir().unwrap();
+    for policy in ["restart-budget", "restart-budget-js", "restart-budget-py"] {
+        let output = verdict_with_cache(
+            &[
+                "test",
+                "--plugins",
+                "target/example-plugins",
+                "--policy",
+                policy,
+                cases.to_str().unwrap(),
+            ],
+            cache.path(),
+        );
+        let text = stdout(&output);
+        assert_eq!(output.status.code(), Some(1), "{policy}: {text}");
+        assert_eq!(tally(&output), (1, 2), "{policy}: {text}");
+        assert!(text.contains("ok    settings it takes"), "{policy}: {text}");
+        let refused = format!(
+            "could not run: settings refused by the policy {policy}: setting `max-restarts` must be"
+        );
+        assert!(text.contains(&refused), "{policy}: {text}");
+        assert!(text.contains(r#"not "ten""#), "{policy}: {text}");
+        let unknown = format!(
+            "could not run: settings refused by the policy {policy}: unknown setting `max-restart`"
+        );
+        assert!(text.contains(&unknown), "{policy}: {text}");
+    }
+
+    // `verdict eval` refuses `--settings` the policy refuses, before judging.
+    let output = verdict_with_cache(
+        &[
+            "eval",
+            "--plugins",
+            "target/example-plugins",
+            "--policy",
+            "restart-budget-js",
+            "--settings",
+            r#"{"budget-window-ms":-1}"#,
+            "--objects",
+            fixture.to_str().unwrap(),
+        ],
+        cache.path(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "settings refused by the policy restart-budget-js: setting `budget-window-ms` must be a whole number, not -1"
+        ),
+        "{stderr}"
+    );
+    assert!(stdout(&output).is_empty());
 }
 
 #[test]

@@ -39,7 +39,8 @@ verbs:
   lint      cargo fmt --check, the host's layer order (a module uses only
             those above it in host/src/lib.rs's list), the build without
             the demo cluster, and clippy with warnings denied
-  test      plugins, lint, the example policies' unit tests, then every
+  test      plugins, lint, the example policies' and the settings
+            check's unit tests, then every
             test of the workspace and a short
             run of each fuzzer (what CI runs;
             installs Debian's chromium and chromium-driver for the
@@ -478,6 +479,17 @@ fn test() -> Result<()> {
         BUILD,
     )
     .context("the example policies' unit tests")?;
+    // The settings check the default plugins and the SDK share, natively
+    // (the plugin crates themselves link only as components).
+    run(
+        cargo()
+            .args(["test", "--quiet", "-p", "verdict-settings"])
+            .arg("--target-dir")
+            .arg(cargo_target_dir().join("plugins-native"))
+            .current_dir(root().join("plugins")),
+        BUILD,
+    )
+    .context("the settings check's unit tests")?;
     let mut command = cargo();
     command
         .args(["test", "--workspace", "--no-fail-fast"])

@@ -38,7 +38,7 @@ impl StatusPolicy for RestartBudget {
     fn describe() -> PluginInfo {
         PluginInfo {
             settings_schema: Some(
-                r#"{"type":"object","properties":{"max-restarts":{"type":"integer","minimum":0},"budget-window-ms":{"type":"integer","minimum":0}}}"#.into(),
+                r#"{"type":"object","additionalProperties":false,"properties":{"max-restarts":{"type":"integer","minimum":0},"budget-window-ms":{"type":"integer","minimum":0}}}"#.into(),
             ),
             ..info(
                 "restart-budget",

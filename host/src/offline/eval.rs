@@ -150,6 +150,9 @@ pub fn run(args: &EvalArgs) -> Result<String> {
         skipped,
     } = args.input.read()?;
     let slot = args.policy.status_policy()?;
+    if let (Some(settings), Some(version)) = (&args.settings, slot.current()) {
+        super::checked_settings(&version, settings).map_err(Error::Invalid)?;
+    }
     let verdicts = verdicts::evaluate(&slot, &inputs, now, args.settings.as_deref())?;
 
     let mut views = Vec::new();

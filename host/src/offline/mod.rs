@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::plugins::Limits;
-use crate::plugins::{Registry, Runtime, Slot, World};
+use crate::plugins::{CallError, Registry, Runtime, Slot, Version, World};
 
 /// Which status plugin to use.
 #[derive(Debug, Clone, clap::Args)]
@@ -55,6 +55,26 @@ pub(crate) fn code_cache(dir: Option<&std::path::Path>) -> PathBuf {
         || verdict_policy_build::cache_home().join("code-cache"),
         std::path::Path::to_path_buf,
     )
+}
+
+/// The policy's own check of `settings` (`settings.validate`), in words
+/// for the command's output: what the policy said when it refuses them.
+pub(crate) fn checked_settings(
+    version: &Version,
+    settings: &str,
+) -> std::result::Result<(), String> {
+    version.check_settings(settings).map_err(|e| match e {
+        CallError::Refused(words) => {
+            format!(
+                "settings refused by the policy {}: {words}",
+                version.info().name
+            )
+        }
+        other => format!(
+            "the settings check of the policy {} failed: {other}",
+            version.info().name
+        ),
+    })
 }
 
 impl PolicyArgs {

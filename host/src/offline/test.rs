@@ -220,6 +220,9 @@ fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<St
     let version = slot
         .current()
         .ok_or_else(|| format!("plugin {} is not loaded", slot.name()))?;
+    if let Some(settings) = &setup.settings {
+        super::checked_settings(&version, settings)?;
+    }
     let (actual, missing) = match version.world() {
         World::Status => (status_answers(slot, &setup)?, "no such app (evaluated"),
         World::Failover => (failover_answers(&version, &setup)?, "no such node (decided"),

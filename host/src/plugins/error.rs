@@ -89,6 +89,11 @@ pub enum LoadError {
 
     #[error("validation failed: {0}")]
     Validation(#[source] CallError),
+
+    /// The policy's own check (`settings.validate`) refused the settings it
+    /// was to be served with, in its words.
+    #[error("its settings are refused by the policy: {0}")]
+    Settings(String),
 }
 
 impl LoadError {
@@ -104,6 +109,7 @@ impl LoadError {
             Self::WrongWorld { .. } => "wrong-world",
             Self::Link(_) => "link",
             Self::Validation(e) => e.kind(),
+            Self::Settings(_) => "settings",
         }
     }
 }

@@ -46,6 +46,10 @@ pub struct VersionInfo {
     /// Whether status batches go in encoded (the plugin exports
     /// `status-encoded`).
     pub encoded_batches: bool,
+    /// Whether the plugin checks its settings before it is served with
+    /// them (it exports `settings`); one built before that export is
+    /// served unchecked.
+    pub checks_settings: bool,
     /// The deadline of one call, in milliseconds (the host's, or this
     /// plugin's own).
     pub call_timeout_ms: u64,
@@ -67,6 +71,12 @@ type EncodedBatch =
 /// The interface of the encoded batches.
 const STATUS_ENCODED: &str = "verdict:policy/status-encoded@0.2.0";
 
+/// `settings.validate`, for the plugins that export it.
+type ValidateSettings = wasmtime::component::TypedFunc<(String,), (Result<(), String>,)>;
+
+/// The interface of the settings check.
+const SETTINGS: &str = "verdict:policy/settings@0.2.0";
+
 enum Bound {
     Status(StatusPolicy, Option<EncodedBatch>),
     Failover(FailoverPolicy),
@@ -76,6 +86,8 @@ enum Bound {
 struct Instance {
     store: Store<StoreState>,
     bound: Bound,
+    /// The settings check, when the plugin exports one.
+    validate: Option<ValidateSettings>,
 }
 
 /// A loaded, validated version of a plugin.
@@ -98,19 +110,34 @@ impl std::fmt::Debug for Version {
     }
 }
 
-/// The encoded batch function of a status instance.
-fn encoded_batch(
+/// The function `name` of the exported `interface` of an instance, typed
+/// (the exports the host's worlds leave out: `status-encoded`, `settings`).
+fn exported_func<Params, Results>(
     store: &mut Store<StoreState>,
     instance: &wasmtime::component::Instance,
-) -> wasmtime::Result<EncodedBatch> {
-    let missing = || wasmtime::Error::msg(format!("{STATUS_ENCODED} is not exported"));
-    let interface = instance
-        .get_export_index(&mut *store, None, STATUS_ENCODED)
+    interface: &str,
+    name: &str,
+) -> wasmtime::Result<wasmtime::component::TypedFunc<Params, Results>>
+where
+    Params: wasmtime::component::ComponentNamedList + wasmtime::component::Lower,
+    Results: wasmtime::component::ComponentNamedList + wasmtime::component::Lift,
+{
+    let missing = || wasmtime::Error::msg(format!("{interface}.{name} is not exported"));
+    let exported = instance
+        .get_export_index(&mut *store, None, interface)
         .ok_or_else(missing)?;
     let func = instance
-        .get_export_index(&mut *store, Some(&interface), "evaluate-batch-encoded")
+        .get_export_index(&mut *store, Some(&exported), name)
         .ok_or_else(missing)?;
     instance.get_typed_func(&mut *store, func)
+}
+
+/// Whether a component exports the interface named.
+fn exports(runtime: &Runtime, component: &Component, interface: &str) -> bool {
+    component
+        .component_type()
+        .exports(runtime.engine())
+        .any(|(name, _)| name == interface)
 }
 
 /// One answer per app asked about, each about that app.
@@ -163,6 +190,21 @@ impl OutputSize for Encoded {
             Err(text) => text.len(),
         }
     }
+}
+
+/// A settings check's answer: its size is its refusal's.
+struct Checked(Result<(), String>);
+
+impl OutputSize for Checked {
+    fn output_size(&self) -> usize {
+        self.0.as_ref().err().map_or(0, String::len)
+    }
+}
+
+/// Whether a JSON text is `{}` (the settings of a plugin given none).
+fn is_empty_object(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
+        .is_ok_and(|map| map.is_empty())
 }
 
 /// Which world a component implements, from the names of its exports.
@@ -262,11 +304,8 @@ impl Version {
     ) -> Result<Self, LoadError> {
         let (component, code, compile_time) = runtime.compile(plugin, bytes, &hash)?;
         let world = world_of(runtime, &component)?;
-        let encoded = world == World::Status
-            && component
-                .component_type()
-                .exports(runtime.engine())
-                .any(|(name, _)| name == STATUS_ENCODED);
+        let encoded = world == World::Status && exports(runtime, &component, STATUS_ENCODED);
+        let checks_settings = exports(runtime, &component, SETTINGS);
         let linked = runtime
             .linker()
             .instantiate_pre(&component)
@@ -288,6 +327,7 @@ impl Version {
                 code,
                 compile_ms: duration_ms(compile_time),
                 encoded_batches: encoded,
+                checks_settings,
                 call_timeout_ms: limits.call_timeout.as_millis() as u64,
                 memory_limit_mib: (limits.memory_bytes >> 20) as u64,
             },
@@ -302,6 +342,23 @@ impl Version {
         version.info.name = described.name;
         version.info.version = described.version;
         version.info.description = described.description;
+        // The policy's own check of the settings it is to serve with comes
+        // before anything is evaluated with them.
+        version
+            .check_settings(&version.settings)
+            .map_err(|e| match e {
+                CallError::Refused(words) => LoadError::Settings(words),
+                other => LoadError::Validation(other),
+            })?;
+        if !checks_settings && !is_empty_object(&version.settings) {
+            tracing::warn!(
+                plugin,
+                "plugin {} {} does not check its settings (it was built before \
+                 verdict:policy/settings existed): serving it with settings unchecked",
+                version.info.name,
+                version.info.version
+            );
+        }
         version.smoke().map_err(LoadError::Validation)?;
         Ok(version)
     }
@@ -337,15 +394,42 @@ impl Version {
                 let instance = pre.instance_pre().instantiate(&mut store).map_err(failed)?;
                 let policy = StatusPolicy::new(&mut store, &instance).map_err(failed)?;
                 let encoded = match self.info.encoded_batches {
-                    true => Some(encoded_batch(&mut store, &instance).map_err(failed)?),
+                    true => Some(
+                        exported_func(
+                            &mut store,
+                            &instance,
+                            STATUS_ENCODED,
+                            "evaluate-batch-encoded",
+                        )
+                        .map_err(failed)?,
+                    ),
                     false => None,
                 };
-                Bound::Status(policy, encoded)
+                (Bound::Status(policy, encoded), instance)
             }
-            Pre::Failover(pre) => Bound::Failover(pre.instantiate(&mut store).map_err(failed)?),
-            Pre::Admission(pre) => Bound::Admission(pre.instantiate(&mut store).map_err(failed)?),
+            Pre::Failover(pre) => {
+                let instance = pre.instance_pre().instantiate(&mut store).map_err(failed)?;
+                let policy = FailoverPolicy::new(&mut store, &instance).map_err(failed)?;
+                (Bound::Failover(policy), instance)
+            }
+            Pre::Admission(pre) => {
+                let instance = pre.instance_pre().instantiate(&mut store).map_err(failed)?;
+                let policy = AdmissionPolicy::new(&mut store, &instance).map_err(failed)?;
+                (Bound::Admission(policy), instance)
+            }
         };
-        Ok(Instance { store, bound })
+        let (bound, instance) = bound;
+        let validate = match self.info.checks_settings {
+            true => {
+                Some(exported_func(&mut store, &instance, SETTINGS, "validate").map_err(failed)?)
+            }
+            false => None,
+        };
+        Ok(Instance {
+            store,
+            bound,
+            validate,
+        })
     }
 
     /// Run `f` on a pooled instance under the deadline and memory cap, then
@@ -354,7 +438,11 @@ impl Version {
     fn call<R: OutputSize>(
         &self,
         wanted: World,
-        f: impl FnOnce(&mut Store<StoreState>, &Bound) -> Option<wasmtime::Result<R>>,
+        f: impl FnOnce(
+            &mut Store<StoreState>,
+            &Bound,
+            Option<&ValidateSettings>,
+        ) -> Option<wasmtime::Result<R>>,
     ) -> Result<R, CallError> {
         let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut instance = match pooled {
@@ -366,7 +454,11 @@ impl Version {
             .store
             .set_epoch_deadline(self.limits.deadline_ticks());
         let started = std::time::Instant::now();
-        let result = f(&mut instance.store, &instance.bound);
+        let result = f(
+            &mut instance.store,
+            &instance.bound,
+            instance.validate.as_ref(),
+        );
         self.runtime
             .call_seconds
             .observe(&self.info.name, &self.info.version, started.elapsed());
@@ -405,13 +497,29 @@ impl Version {
     }
 
     fn describe(&self) -> Result<types::PluginInfo, CallError> {
-        let info = self.call(self.info.world, |store, bound| match bound {
+        let info = self.call(self.info.world, |store, bound, _| match bound {
             Bound::Status(b, _) => Some(b.verdict_policy_status().call_describe(store)),
             Bound::Failover(b) => Some(b.verdict_policy_failover().call_describe(store)),
             Bound::Admission(b) => Some(b.verdict_policy_admission().call_describe(store)),
         })?;
         validate::plugin_info(&info)?;
         Ok(info)
+    }
+
+    /// The policy's own check of `settings` (a JSON object text): its words
+    /// as [`CallError::Refused`] when it refuses them. A plugin that does
+    /// not export the check accepts every object.
+    pub fn check_settings(&self, settings: &str) -> Result<(), CallError> {
+        if !self.info.checks_settings {
+            return Ok(());
+        }
+        let answer = self.call(self.info.world, |store, _, validate| {
+            validate.map(|f| {
+                f.call(store, (settings.to_string(),))
+                    .map(|(r,)| Checked(r))
+            })
+        })?;
+        answer.0.map_err(CallError::Refused)
     }
 
     /// Evaluate once on made-up input for this world, as a check before a
@@ -451,7 +559,7 @@ impl Version {
         ctx: &types::Context,
         input: &status::AppInput,
     ) -> Result<types::AppVerdict, CallError> {
-        let answer = self.call(World::Status, |store, bound| match bound {
+        let answer = self.call(World::Status, |store, bound, _| match bound {
             Bound::Status(b, _) => Some(b.verdict_policy_status().call_evaluate(store, ctx, input)),
             _ => None,
         })?;
@@ -473,7 +581,7 @@ impl Version {
                 .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?;
             self.call_encoded(ctx, encoded)?
         } else {
-            self.call(World::Status, |store, bound| match bound {
+            self.call(World::Status, |store, bound, _| match bound {
                 Bound::Status(b, _) => Some(
                     b.verdict_policy_status()
                         .call_evaluate_batch(store, ctx, inputs),
@@ -505,7 +613,7 @@ impl Version {
         ctx: &types::Context,
         encoded: Vec<u8>,
     ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
-        let answer = self.call(World::Status, |store, bound| match bound {
+        let answer = self.call(World::Status, |store, bound, _| match bound {
             Bound::Status(_, Some(f)) => {
                 Some(f.call(store, (ctx.clone(), encoded)).map(|(r,)| Encoded(r)))
             }
@@ -521,7 +629,7 @@ impl Version {
         ctx: &types::Context,
         input: &failover::FailoverInput,
     ) -> Result<Vec<failover::NodeDecision>, CallError> {
-        let answer = self.call(World::Failover, |store, bound| match bound {
+        let answer = self.call(World::Failover, |store, bound, _| match bound {
             Bound::Failover(b) => Some(b.verdict_policy_failover().call_decide(store, ctx, input)),
             _ => None,
         })?;
@@ -536,7 +644,7 @@ impl Version {
         ctx: &types::Context,
         input: &admission::AdmissionInput,
     ) -> Result<admission::TaskAdmission, CallError> {
-        let answer = self.call(World::Admission, |store, bound| match bound {
+        let answer = self.call(World::Admission, |store, bound, _| match bound {
             Bound::Admission(b) => Some(
                 b.verdict_policy_admission()
                     .call_admit_task(store, ctx, input),
@@ -554,7 +662,7 @@ impl Version {
         ctx: &types::Context,
         input: &admission::ReviewInput,
     ) -> Result<admission::ReviewResponse, CallError> {
-        let answer = self.call(World::Admission, |store, bound| match bound {
+        let answer = self.call(World::Admission, |store, bound, _| match bound {
             Bound::Admission(b) => {
                 Some(b.verdict_policy_admission().call_review(store, ctx, input))
             }
@@ -613,5 +721,6 @@ mod tests {
             );
         }
         assert!(STATUS_ENCODED.ends_with(&format!("@{PACKAGE_VERSION}")));
+        assert!(SETTINGS.ends_with(&format!("@{PACKAGE_VERSION}")));
     }
 }

@@ -51,7 +51,15 @@ impl Settings {
     }
 }
 
+const SETTINGS_SCHEMA: &str = r#"{"type":"object","additionalProperties":false,"properties":{"max-replicas":{"type":"integer","minimum":0},"production-label":{"type":"string","minLength":1},"protected-label":{"type":"string","minLength":1},"app-label":{"type":"string","minLength":1}}}"#;
+
 struct DefaultAdmission;
+
+impl exports::verdict::policy::settings::Guest for DefaultAdmission {
+    fn validate(settings: String) -> Result<(), String> {
+        verdict_settings::check(SETTINGS_SCHEMA, &settings)
+    }
+}
 
 impl Guest for DefaultAdmission {
     fn describe() -> PluginInfo {
@@ -59,9 +67,7 @@ impl Guest for DefaultAdmission {
             name: "default-admission".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             description: "One task in flight per app, protected apps, approval in production, parameter checks.".into(),
-            settings_schema: Some(
-                r#"{"type":"object","properties":{"max-replicas":{"type":"integer","minimum":0},"production-label":{"type":"string"},"protected-label":{"type":"string"},"app-label":{"type":"string"}}}"#.into(),
-            ),
+            settings_schema: Some(SETTINGS_SCHEMA.into()),
         }
     }
 

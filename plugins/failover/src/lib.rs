@@ -69,7 +69,15 @@ impl Settings {
     }
 }
 
+const SETTINGS_SCHEMA: &str = r#"{"type":"object","additionalProperties":false,"properties":{"grace-ms":{"type":"integer","minimum":0},"offline-after-ms":{"type":"integer","minimum":0},"stabilize-ms":{"type":"integer","minimum":0},"remedy":{"enum":["replace","scale-down"]}}}"#;
+
 struct DefaultFailover;
+
+impl exports::verdict::policy::settings::Guest for DefaultFailover {
+    fn validate(settings: String) -> Result<(), String> {
+        verdict_settings::check(SETTINGS_SCHEMA, &settings)
+    }
+}
 
 impl Guest for DefaultFailover {
     fn describe() -> PluginInfo {
@@ -77,9 +85,7 @@ impl Guest for DefaultFailover {
             name: "default-failover".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             description: "Node health with a grace period, stateless eviction and fenced release of stateful pods.".into(),
-            settings_schema: Some(
-                r#"{"type":"object","properties":{"grace-ms":{"type":"integer","minimum":0},"offline-after-ms":{"type":"integer","minimum":0},"stabilize-ms":{"type":"integer","minimum":0},"remedy":{"enum":["replace","scale-down"]}}}"#.into(),
-            ),
+            settings_schema: Some(SETTINGS_SCHEMA.into()),
         }
     }
 

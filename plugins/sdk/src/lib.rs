@@ -30,7 +30,9 @@
 //!   [`admission`]);
 //! - [`default_rules`]: the default status rules (seeds 000 and 001), the
 //!   very code of the default status plugin, to build on;
-//! - [`settings`]: the policy's settings (`ctx.settings`) as your own type;
+//! - [`settings`]: the policy's settings (`ctx.settings`) as your own type,
+//!   and [`check_settings`]: the check the host asks for before serving a
+//!   policy with its settings (each trait's `validate_settings`);
 //! - [`log`]: a line in the host's log;
 //! - [`testing`]: builders of inputs for ordinary `cargo test`s of a rule.
 
@@ -66,11 +68,24 @@ pub mod admission {
     pub use crate::bindings_admission::exports::verdict::policy::admission::*;
 }
 
+// The failover and admission worlds are bound here without their
+// `settings` export, which `bindings_settings` binds once for both: the
+// cabi glue of an export is a crate-wide macro, and one crate cannot
+// generate it twice. The macros below export each world's interface and
+// `settings`, which together are the world.
+
 #[doc(hidden)]
 pub mod bindings_failover {
     wit_bindgen::generate!({
-        world: "failover-policy",
+        inline: "
+            package verdict:sdk;
+            world failover-policy {
+                import verdict:policy/host@0.2.0;
+                export verdict:policy/failover@0.2.0;
+            }
+        ",
         path: "../../wit",
+        world: "verdict:sdk/failover-policy",
         with: {
             "verdict:policy/types@0.2.0": verdict_status::verdict::policy::types,
             "verdict:policy/host@0.2.0": verdict_status::verdict::policy::host,
@@ -84,8 +99,15 @@ pub mod bindings_failover {
 #[doc(hidden)]
 pub mod bindings_admission {
     wit_bindgen::generate!({
-        world: "admission-policy",
+        inline: "
+            package verdict:sdk;
+            world admission-policy {
+                import verdict:policy/host@0.2.0;
+                export verdict:policy/admission@0.2.0;
+            }
+        ",
         path: "../../wit",
+        world: "verdict:sdk/admission-policy",
         with: {
             "verdict:policy/types@0.2.0": verdict_status::verdict::policy::types,
             "verdict:policy/host@0.2.0": verdict_status::verdict::policy::host,
@@ -96,13 +118,31 @@ pub mod bindings_admission {
     });
 }
 
+#[doc(hidden)]
+pub mod bindings_settings {
+    wit_bindgen::generate!({
+        inline: "
+            package verdict:sdk;
+            world settings {
+                export verdict:policy/settings@0.2.0;
+            }
+        ",
+        path: "../../wit",
+        world: "verdict:sdk/settings",
+        pub_export_macro: true,
+        export_macro_name: "export_settings",
+        default_bindings_module: "verdict_policy::bindings_settings",
+    });
+}
+
 use types::{AppInput, AppVerdict, Context, LogLevel, PluginInfo};
 
 /// What most policies need, in one `use`.
 pub mod prelude {
     pub use crate::types::*;
     pub use crate::{
-        AdmissionPolicy, FailoverPolicy, StatusPolicy, default_rules, info, log, settings,
+        AdmissionPolicy, FailoverPolicy, StatusPolicy, check_settings, default_rules, info, log,
+        settings,
     };
 }
 
@@ -113,11 +153,24 @@ pub trait StatusPolicy {
     /// The verdict on one application at `ctx.now`. Use `ctx.now`, never a
     /// clock: the same input and `now` must give the same answer.
     fn evaluate(ctx: &Context, input: &AppInput) -> Result<AppVerdict, String>;
+    /// Whether the policy can run with `settings` (a JSON text), asked
+    /// before the host serves it with them; the error says what is wrong.
+    /// By default they are checked against `describe()`'s settings schema
+    /// ([`described_settings`]); a policy with a settings type of its own
+    /// checks with [`check_settings`].
+    fn validate_settings(settings: &str) -> Result<(), String> {
+        described_settings(&Self::describe(), settings)
+    }
 }
 
 /// A failover policy: node health and what to do about it.
 pub trait FailoverPolicy {
     fn describe() -> PluginInfo;
+    /// Whether the policy can run with `settings`: see
+    /// [`StatusPolicy::validate_settings`].
+    fn validate_settings(settings: &str) -> Result<(), String> {
+        described_settings(&Self::describe(), settings)
+    }
     /// One decision per node of `input.nodes`.
     fn decide(
         ctx: &Context,
@@ -128,6 +181,11 @@ pub trait FailoverPolicy {
 /// An admission policy: user tasks and Kubernetes AdmissionReviews.
 pub trait AdmissionPolicy {
     fn describe() -> PluginInfo;
+    /// Whether the policy can run with `settings`: see
+    /// [`StatusPolicy::validate_settings`].
+    fn validate_settings(settings: &str) -> Result<(), String> {
+        described_settings(&Self::describe(), settings)
+    }
     /// Admit, deny or hold a task for approval.
     fn admit_task(
         ctx: &Context,
@@ -171,6 +229,26 @@ pub fn info(name: &str, version: &str, description: &str) -> PluginInfo {
 /// `#[serde(default)]`.
 pub fn settings<T: serde::de::DeserializeOwned>(ctx: &Context) -> Result<T, String> {
     serde_json::from_str(&ctx.settings).map_err(|e| format!("the settings do not read: {e}"))
+}
+
+/// `settings` checked against `info`'s settings schema (a JSON Schema:
+/// `type`, `enum`, bounds, `properties`, `required`, `additionalProperties`
+/// …; an object without `additionalProperties: false` takes unknown keys);
+/// without a schema, any JSON object passes.
+pub fn described_settings(info: &PluginInfo, settings: &str) -> Result<(), String> {
+    match &info.settings_schema {
+        Some(schema) => verdict_settings::check(schema, settings),
+        None => verdict_settings::object(settings).map(drop),
+    }
+}
+
+/// `settings` checked by reading them as `T`, the policy's own settings
+/// type: with `#[serde(deny_unknown_fields)]` an unknown key is refused,
+/// and a value of the wrong type is, naming the key.
+pub fn check_settings<T: serde::de::DeserializeOwned>(settings: &str) -> Result<(), String> {
+    serde_json::from_str::<T>(settings)
+        .map(drop)
+        .map_err(|e| format!("the settings do not read: {e}"))
 }
 
 /// Write a line to the host's log, tagged with the plugin's name. Outside
@@ -221,6 +299,12 @@ macro_rules! status_policy {
             }
         }
 
+        impl $crate::__status::exports::verdict::policy::settings::Guest for __VerdictStatus {
+            fn validate(settings: String) -> Result<(), String> {
+                <$policy as $crate::StatusPolicy>::validate_settings(&settings)
+            }
+        }
+
         impl $crate::__status::exports::verdict::policy::status_encoded::Guest for __VerdictStatus {
             fn evaluate_batch_encoded(
                 ctx: $crate::types::Context,
@@ -259,9 +343,21 @@ macro_rules! failover_policy {
             }
         }
 
+        impl $crate::bindings_settings::exports::verdict::policy::settings::Guest
+            for __VerdictFailover
+        {
+            fn validate(settings: String) -> Result<(), String> {
+                <$policy as $crate::FailoverPolicy>::validate_settings(&settings)
+            }
+        }
+
         #[cfg(target_arch = "wasm32")]
         $crate::bindings_failover::export_failover!(
             __VerdictFailover with_types_in $crate::bindings_failover
+        );
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings_settings::export_settings!(
+            __VerdictFailover with_types_in $crate::bindings_settings
         );
     };
 }
@@ -293,9 +389,21 @@ macro_rules! admission_policy {
             }
         }
 
+        impl $crate::bindings_settings::exports::verdict::policy::settings::Guest
+            for __VerdictAdmission
+        {
+            fn validate(settings: String) -> Result<(), String> {
+                <$policy as $crate::AdmissionPolicy>::validate_settings(&settings)
+            }
+        }
+
         #[cfg(target_arch = "wasm32")]
         $crate::bindings_admission::export_admission!(
             __VerdictAdmission with_types_in $crate::bindings_admission
+        );
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings_settings::export_settings!(
+            __VerdictAdmission with_types_in $crate::bindings_settings
         );
     };
 }

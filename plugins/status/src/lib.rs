@@ -13,6 +13,7 @@ wit_bindgen::generate!({
     pub_export_macro: true,
 });
 
+use exports::verdict::policy::settings::Guest as SettingsGuest;
 use exports::verdict::policy::status::{AppInput, Guest};
 use exports::verdict::policy::status_encoded::Guest as EncodedGuest;
 use verdict::policy::types::{AppVerdict, Context, PluginInfo};
@@ -75,6 +76,12 @@ impl EncodedGuest for DefaultStatus {
     fn evaluate_batch_encoded(ctx: Context, inputs: Vec<u8>) -> Result<Vec<u8>, String> {
         let settings = Settings::parse(&ctx.settings);
         evaluate_encoded(&inputs, |input| Ok(evaluate_app(&settings, ctx.now, input)))
+    }
+}
+
+impl SettingsGuest for DefaultStatus {
+    fn validate(settings: String) -> Result<(), String> {
+        verdict_settings::check(SETTINGS_SCHEMA, &settings)
     }
 }
 

@@ -60,7 +60,7 @@ impl Settings {
     }
 }
 
-pub const SETTINGS_SCHEMA: &str = r#"{"type":"object","properties":{
+pub const SETTINGS_SCHEMA: &str = r#"{"type":"object","additionalProperties":false,"properties":{
 "restart-window-ms":{"type":"integer","minimum":0,"default":300000},
 "overload-ratio":{"type":"number","exclusiveMinimum":0,"default":0.9},
 "unready-grace-ms":{"type":"integer","minimum":0,"default":120000},

@@ -3,7 +3,8 @@
 // world, stamping every field it fills with `STAMP` so a test can tell which
 // version answered, and misbehaves on purpose: always when `ALWAYS` names a
 // way, otherwise when the application is named after one (`trap`, `spin`,
-// `hog`, `oversize`, `garbage`).
+// `hog`, `oversize`, `garbage`). Its settings check refuses settings with a
+// key `refuse` (a string), in the words of that string, and takes any other object.
 
 wit_bindgen::generate!({
     world: "status-policy",
@@ -77,6 +78,16 @@ impl Guest for Unruly {
 
     fn evaluate_batch(_ctx: Context, inputs: Vec<AppInput>) -> Vec<Result<AppVerdict, String>> {
         inputs.iter().map(verdict_for).collect()
+    }
+}
+
+impl exports::verdict::policy::settings::Guest for Unruly {
+    fn validate(settings: String) -> Result<(), String> {
+        // The host hands compact JSON; a test plugin needs no parser.
+        match settings.split_once(r#""refuse":""#) {
+            Some((_, rest)) => Err(rest.split('"').next().unwrap_or_default().to_string()),
+            None => Ok(()),
+        }
     }
 }
 

@@ -7,6 +7,11 @@
 // enums are their WIT names as strings, variants are { tag, val } objects,
 // options are a value or undefined.
 
+// The settings this policy takes, each with a check of its value.
+const SETTINGS = {
+  'max-replicas': (v) => (Number.isInteger(v) && v >= 0) || 'a whole number',
+};
+
 function settingsOf(ctx) {
   const settings = JSON.parse(ctx.settings || '{}');
   return { maxReplicas: settings['max-replicas'] ?? 10 };

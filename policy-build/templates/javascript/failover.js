@@ -6,6 +6,11 @@
 // enums are their WIT names as strings, variants are { tag, val } objects,
 // options are a value or undefined, timestamps are BigInts.
 
+// The settings this policy takes, each with a check of its value.
+const SETTINGS = {
+  'grace-ms': (v) => (Number.isInteger(v) && v >= 0) || 'a whole number of milliseconds',
+};
+
 function settingsOf(ctx) {
   const settings = JSON.parse(ctx.settings || '{}');
   return { graceMs: BigInt(settings['grace-ms'] ?? 60000) };

@@ -11,6 +11,11 @@
 import { status as defaultStatus } from 'verdict:policy/defaults@0.2.0';
 import { log } from 'verdict:policy/host@0.2.0';
 
+// The settings this policy takes, each with a check of its value.
+const SETTINGS = {
+  'team-label': (v) => (typeof v === 'string' && v !== '') || 'a label name',
+};
+
 function settingsOf(ctx) {
   const settings = JSON.parse(ctx.settings || '{}');
   return { teamLabel: settings['team-label'] ?? 'team' };

@@ -11,9 +11,14 @@ options are a value or None. Run
 
 import json
 
+from componentize_py_types import Err
 from wit_world import exports
 from wit_world.exports import admission as a
 from wit_world.imports import types
+
+
+# The settings this policy takes, each with a check of its value.
+SETTINGS = {"max-replicas": lambda v: (type(v) is int and v >= 0) or "a whole number"}
 
 
 class Admission(exports.Admission):

@@ -10,9 +10,16 @@ options are a value or None. Run
 
 import json
 
+from componentize_py_types import Err
 from wit_world import exports
 from wit_world.exports import failover as f
 from wit_world.imports import types
+
+
+# The settings this policy takes, each with a check of its value.
+SETTINGS = {
+    "grace-ms": lambda v: (type(v) is int and v >= 0) or "a whole number of milliseconds"
+}
 
 
 def decide_node(ctx, node, grace_ms):

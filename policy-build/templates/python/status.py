@@ -16,6 +16,10 @@ from wit_world import exports
 from wit_world.imports import defaults, host, types
 
 
+# The settings this policy takes, each with a check of its value.
+SETTINGS = {"team-label": lambda v: (isinstance(v, str) and v != "") or "a label name"}
+
+
 def judge(ctx, app_input):
     settings = json.loads(ctx.settings or "{}")
     team_label = settings.get("team-label", "team")

@@ -6,8 +6,10 @@
 use verdict_policy::admission::{AdmissionInput, Decision, TaskAdmission};
 use verdict_policy::prelude::*;
 
+/// The settings (`ctx.settings`), each with its default; a key this type
+/// does not name is refused before the policy serves.
 #[derive(serde::Deserialize)]
-#[serde(default, rename_all = "kebab-case")]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 struct Settings {
     max_replicas: u64,
 }
@@ -27,6 +29,10 @@ impl AdmissionPolicy for Policy {
             env!("CARGO_PKG_VERSION"),
             "No deletes in production; large scale-ups need approval.",
         )
+    }
+
+    fn validate_settings(settings: &str) -> Result<(), String> {
+        check_settings::<Settings>(settings)
     }
 
     fn admit_task(ctx: &Context, input: &AdmissionInput) -> Result<TaskAdmission, String> {

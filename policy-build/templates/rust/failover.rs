@@ -5,8 +5,10 @@
 use verdict_policy::failover::{Action, FailoverInput, NodeDecision, NodeHealth, ProposedAction};
 use verdict_policy::prelude::*;
 
+/// The settings (`ctx.settings`), each with its default; a key this type
+/// does not name is refused before the policy serves.
 #[derive(serde::Deserialize)]
-#[serde(default, rename_all = "kebab-case")]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 struct Settings {
     grace_ms: i64,
 }
@@ -26,6 +28,10 @@ impl FailoverPolicy for Policy {
             env!("CARGO_PKG_VERSION"),
             "A node not ready past a grace period is unknown, and a person is told.",
         )
+    }
+
+    fn validate_settings(settings: &str) -> Result<(), String> {
+        check_settings::<Settings>(settings)
     }
 
     fn decide(ctx: &Context, input: &FailoverInput) -> Result<Vec<NodeDecision>, String> {

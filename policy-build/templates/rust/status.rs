@@ -4,9 +4,10 @@
 
 use verdict_policy::prelude::*;
 
-/// The settings (`ctx.settings`), each with its default.
+/// The settings (`ctx.settings`), each with its default; a key this type
+/// does not name is refused before the policy serves.
 #[derive(serde::Deserialize)]
-#[serde(default, rename_all = "kebab-case")]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 struct Settings {
     /// The label that names an application's team.
     team_label: String,
@@ -29,6 +30,10 @@ impl StatusPolicy for Policy {
             env!("CARGO_PKG_VERSION"),
             "The default status rules, with the owning team in the display.",
         )
+    }
+
+    fn validate_settings(settings: &str) -> Result<(), String> {
+        check_settings::<Settings>(settings)
     }
 
     fn evaluate(ctx: &Context, input: &AppInput) -> Result<AppVerdict, String> {

@@ -3,9 +3,20 @@
 //! `"spin"`, or a reviewed object annotated `verdict.dev/misbehave`, makes
 //! the call trap or spin until the host's deadline stops it.
 
+// Built as a component of the package made before `settings` existed:
+// the admission world without that export, so that the host is shown to
+// serve such a component (and to say it checks no settings).
 wit_bindgen::generate!({
-    world: "admission-policy",
+    inline: "
+        package verdict:gate;
+        world admission-policy {
+            import verdict:policy/host@0.2.0;
+            export verdict:policy/admission@0.2.0;
+        }
+    ",
     path: "../../../wit",
+    world: "verdict:gate/admission-policy",
+    generate_all,
 });
 
 use exports::verdict::policy::admission::{
