@@ -20,6 +20,7 @@ mod delivery;
 mod follow;
 mod replicas;
 mod tasks;
+mod vmdelivery;
 mod vms;
 mod webhook;
 

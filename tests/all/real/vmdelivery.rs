@@ -1,0 +1,195 @@
+//! Seed 002's delivery resources on the real API server: the chart's
+//! `VMReplicaSet` and `VMDeployment` CRDs are served, fill in their
+//! defaults, refuse what cannot be carried out (no instance allowed out of
+//! ready when there is no surge, a step both a pause and a count, a
+//! deployment naming no set), and print like a Deployment in `kubectl get`.
+
+use serde_json::{Value, json};
+
+use super::tasks::install_crd;
+use super::{shared, unique};
+
+fn object(kind: &str, ns: &str, name: &str, spec: &Value) -> String {
+    json!({
+        "apiVersion": "verdict.dev/v1alpha1", "kind": kind,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    })
+    .to_string()
+}
+
+/// Each of `broken` (a field of `valid`'s spec set to a value) is refused
+/// by the server with a message that holds the words given.
+fn refused_each(
+    cluster: &verdict_testcluster::Cluster,
+    kind: &str,
+    ns: &str,
+    valid: &Value,
+    broken: &[(&str, Value, &str)],
+) {
+    for (field, value, message) in broken {
+        let mut spec = valid.clone();
+        spec[*field] = value.clone();
+        let refused = cluster
+            .apply(&object(kind, ns, "broken", &spec))
+            .expect_err(&format!("a {kind} with {field} = {value} was accepted"));
+        let text = refused.to_string();
+        assert!(text.contains(message), "{kind} {field} = {value}: {text}");
+    }
+}
+
+#[test]
+fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
+    let Some(cluster) =
+        shared("the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server")
+    else {
+        return;
+    };
+    install_crd(
+        cluster,
+        "vmreplicaset-crd.yaml",
+        "vmreplicasets.verdict.dev",
+    );
+    install_crd(
+        cluster,
+        "vmdeployment-crd.yaml",
+        "vmdeployments.verdict.dev",
+    );
+    let ns = &unique("real-vm-delivery");
+    cluster.create_namespace(ns, &[]).unwrap();
+
+    let set = json!({
+        "replicas": 3,
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
+        },
+        "environment": [{"name": "jdk", "version": "17.0.9"}, {"name": "agent", "version": "4.1"}],
+        "rollout": {"maxUnavailable": "50%"},
+    });
+    let no_surge = "maxUnavailable must be at least 1, or a share from 1% to 100%";
+    refused_each(
+        cluster,
+        "VMReplicaSet",
+        ns,
+        &set,
+        &[
+            ("rollout", json!({"maxUnavailable": 0}), no_surge),
+            ("rollout", json!({"maxUnavailable": "0%"}), no_surge),
+            ("rollout", json!({"maxUnavailable": "150%"}), no_surge),
+            (
+                "environment",
+                json!([{"name": "jdk"}]),
+                "spec.environment[0].version: Required value",
+            ),
+            (
+                "environment",
+                json!([{"name": "jdk", "version": "17"}, {"name": "jdk", "version": "21"}]),
+                "Duplicate value",
+            ),
+            ("lostInstance", json!("reboot"), "Unsupported value"),
+            (
+                "replicas",
+                json!(-1),
+                "should be greater than or equal to 0",
+            ),
+        ],
+    );
+    let mut without_template = set.clone();
+    without_template.as_object_mut().unwrap().remove("template");
+    let refused = cluster
+        .apply(&object("VMReplicaSet", ns, "broken", &without_template))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("spec.template: Required value"),
+        "{refused}"
+    );
+
+    let deployment = json!({
+        "replicaSet": "web",
+        "code": {"artifact": "oci://registry.example/shop/web", "version": "2.4.0"},
+        "steps": [
+            {"instances": 1}, {"pause": {}}, {"instances": "50%"},
+            {"pause": {"duration": "10m"}}, {"instances": "100%"},
+        ],
+    });
+    let either = "a step is either instances or a pause, not both and not neither";
+    refused_each(
+        cluster,
+        "VMDeployment",
+        ns,
+        &deployment,
+        &[
+            ("steps", json!([{"instances": 1, "pause": {}}]), either),
+            ("steps", json!([{}]), either),
+            (
+                "steps",
+                json!([{"instances": 0}]),
+                "instances must be at least 1, or a share from 1% to 100%",
+            ),
+            (
+                "steps",
+                json!([{"pause": {"duration": "ten minutes"}}]),
+                "should match",
+            ),
+            ("replicaSet", json!(""), "spec.replicaSet: Invalid value"),
+            (
+                "code",
+                json!({"artifact": "oci://registry.example/shop/web"}),
+                "spec.code.version: Required value",
+            ),
+        ],
+    );
+
+    // The valid ones are taken, with their defaults filled in.
+    cluster
+        .apply(&object("VMReplicaSet", ns, "web", &set))
+        .unwrap();
+    cluster
+        .apply(&object("VMDeployment", ns, "web", &deployment))
+        .unwrap();
+    let stored: Value = serde_json::from_str(
+        &cluster
+            .kubectl_run(
+                &["get", "vmreplicaset", "web", "-n", ns, "-o", "json"],
+                None,
+            )
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stored["spec"]["rollout"]["order"], "name");
+    assert_eq!(stored["spec"]["lostInstance"], "repair");
+    assert_eq!(stored["spec"]["paused"], false);
+    let stored: Value = serde_json::from_str(
+        &cluster
+            .kubectl_run(&["get", "vmdeploy", "web", "-n", ns, "-o", "json"], None)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stored["spec"]["progressDeadlineSeconds"], 600);
+
+    // `kubectl get` reads like `kubectl get deploy`.
+    let table = cluster
+        .kubectl_run(&["get", "vmreplicasets,vmdeployments", "-n", ns], None)
+        .unwrap();
+    let headers: Vec<Vec<&str>> = table
+        .lines()
+        .filter(|line| line.starts_with("NAME"))
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            vec!["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+            vec!["NAME", "SET", "CODE", "STEP", "PHASE", "UP-TO-DATE", "AGE"],
+        ],
+        "{table}"
+    );
+    assert!(
+        table.contains("vmreplicaset.verdict.dev/web")
+            && table.contains("vmdeployment.verdict.dev/web")
+            && table.contains("2.4.0"),
+        "{table}"
+    );
+}
