@@ -210,6 +210,11 @@ fn a_reconnect_past_the_buffer_is_told_to_resync() {
     let cluster = Cluster::start();
     let data = tempfile::tempdir().unwrap();
     let server = start_host(&cluster, data.path(), &["--event-buffer", "4"]);
+    // Tasks are admitted on apps the host has observed.
+    assert!(
+        crate::support::wait_until(PATIENCE, || server.get("/v1/apps/shop/web").0 == 200).is_some(),
+        "shop/web is never observed"
+    );
     for _ in 0..4 {
         let task = create(&server, "shop/web", "restart");
         let (code, _) = server.send(
