@@ -1,11 +1,11 @@
-//! Embeds the default policies (`target/plugins/{status,failover,admission}.wasm`,
+//! Embeds the default policies (`target/plugins/{status,failover,admission,lifecycle}.wasm`,
 //! built by `cargo xtask plugins`; another folder by `VERDICT_BUILTIN_POLICIES`)
 //! into the binary, which serves them when no plugin folder is given. A
 //! build without them embeds none and says so.
 
 use std::path::PathBuf;
 
-const WORLDS: [&str; 3] = ["status", "failover", "admission"];
+const WORLDS: [&str; 4] = ["status", "failover", "admission", "lifecycle"];
 
 fn main() {
     println!("cargo:rerun-if-env-changed=VERDICT_BUILTIN_POLICIES");

@@ -21,6 +21,7 @@ use crate::failover::FailoverConfig;
 use crate::failover::brakes::Maintenance;
 use crate::http::access::Secret;
 use crate::http::tls::TlsFiles;
+use crate::lifecycle::hooks::HookSpec;
 use crate::observe::resources::ResourceRef;
 use crate::{
     admission, delivery, events, executor, http, leader, observe, plugins, shadow, tasks, verdicts,
@@ -40,6 +41,8 @@ pub struct Config {
     pub settings: BTreeMap<String, serde_json::Value>,
     /// Plugins' own limits over `plugins.limits`, by plugin name.
     pub plugin_limits: BTreeMap<String, plugins::Override>,
+    /// The step hooks that carry out lifecycle tasks, by step name.
+    pub hooks: BTreeMap<String, HookSpec>,
     pub observe: observe::Settings,
     pub tasks: tasks::Settings,
     pub verdicts: verdicts::Settings,
@@ -90,6 +93,7 @@ impl Config {
             },
             settings: BTreeMap::new(),
             plugin_limits: BTreeMap::new(),
+            hooks: BTreeMap::new(),
             observe: observe::Settings::default(),
             tasks: tasks::Settings::default(),
             verdicts: verdicts::Settings::default(),
@@ -233,6 +237,8 @@ pub struct FileConfig {
     settings: BTreeMap<String, serde_json::Value>,
     /// `[limits.<plugin>]` tables.
     limits: BTreeMap<String, plugins::Override>,
+    /// `[hooks.<step>]` tables.
+    hooks: BTreeMap<String, HookSpec>,
     read_tokens: Vec<String>,
     write_tokens: Vec<String>,
     maintenance: Vec<Maintenance>,
@@ -284,6 +290,15 @@ impl FileConfig {
                             )));
                         }
                         file.limits.insert(plugin, own);
+                    }
+                }
+                ("hooks", toml::Value::Table(hooks)) => {
+                    for (step, spec) in hooks {
+                        let spec: HookSpec = spec
+                            .try_into()
+                            .map_err(|e| fail(format!("hooks.{step}: {e}")))?;
+                        spec.check(&step).map_err(fail)?;
+                        file.hooks.insert(step, spec);
                     }
                 }
                 (tokens @ ("read-tokens" | "write-tokens"), value) => {
@@ -536,6 +551,7 @@ impl ServeArgs {
             },
             settings: file.map(|f| f.settings.clone()).unwrap_or_default(),
             plugin_limits: file.map(|f| f.limits.clone()).unwrap_or_default(),
+            hooks: file.map(|f| f.hooks.clone()).unwrap_or_default(),
             observe,
             tasks: self.tasks,
             verdicts: self.verdicts,
@@ -684,6 +700,14 @@ fn effective(command: &Command, matches: &ArgMatches, config: &Config) -> String
     if !limits.is_empty() {
         top.insert("limits".into(), V::Table(limits));
     }
+    let hooks: toml::Table = config
+        .hooks
+        .iter()
+        .filter_map(|(step, spec)| V::try_from(spec).ok().map(|v| (step.clone(), v)))
+        .collect();
+    if !hooks.is_empty() {
+        top.insert("hooks".into(), V::Table(hooks));
+    }
     let cluster = match &config.cluster {
         ClusterSource::Demo { .. } => "# cluster: the built-in demo (--demo)\n",
         ClusterSource::Infer => {
@@ -758,7 +782,8 @@ pub fn settings_table() -> String {
          | — | — | `[[failover.maintenance]]` | — | times when nodes are expected to go down: `nodes` (names or `key=value` selectors), `from`, `until` (RFC 3339), `reason`; disruptive actions on them wait |\n\
          | — | — | `[[resources]]` | KubeVirt's `VirtualMachine`, `VirtualMachineInstance`, `VirtualMachineInstanceReplicaSet`, `VirtualMachineInstanceMigration`, `VirtualMachinePool` and CDI's `DataVolume` | further kinds to watch: `group`, `version`, `kind` each; a kind the server does not serve is looked for again every 2 s and watched once served (`/readyz` lists it meanwhile); `resources = []` watches none |\n\
          | — | — | `[settings.<plugin>]` | — | settings handed to that plugin as JSON |\n\
-         | — | — | `[limits.<plugin>]` | — | that plugin's own `call-timeout-ms` and `memory-limit-mib` |\n",
+         | — | — | `[limits.<plugin>]` | — | that plugin's own `call-timeout-ms` and `memory-limit-mib` |\n\
+         | — | — | `[hooks.<step>]` | — | the step hook that carries out the lifecycle tasks of that name: `url` (called with each step), `timeout-seconds` (1 to 300, default 10), `failure-policy` (`fail`, the default, or `ignore`) |\n",
     );
     table
 }
@@ -833,6 +858,51 @@ mod tests {
             ("[limits.py]\nmemory-mib = 128\n", "unknown field"),
             ("[limits.py]\ncall-timeout-ms = 0\n", "at least 1"),
             ("[limits.py]\ncall-timeout-ms = \"fast\"\n", "limits.py"),
+        ] {
+            let path = write(dir.path(), text);
+            let error = parse(&["--config", path.to_str().unwrap()]).unwrap_err();
+            assert!(error.to_string().contains(says), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn step_hooks_read_from_the_file_and_mistakes_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "[hooks.deploy-code]\nurl = \"http://hooks.example/deploy\"\ntimeout-seconds = 30\n\
+             [hooks.health-check]\nurl = \"https://hooks.example/check\"\nfailure-policy = \"ignore\"\n",
+        );
+        let served = Serve::parse(&["--config", path.to_str().unwrap()]).unwrap();
+        assert!(
+            served.effective.contains("[hooks.deploy-code]"),
+            "{}",
+            served.effective
+        );
+        let hooks = &served.config.hooks;
+        assert_eq!(hooks["deploy-code"].timeout_seconds, 30);
+        assert_eq!(hooks["health-check"].timeout_seconds, 10);
+        assert_eq!(
+            hooks["health-check"].failure_policy,
+            crate::lifecycle::hooks::FailurePolicy::Ignore
+        );
+        for (text, says) in [
+            (
+                "[hooks.deploy-code]\nurl = \"ftp://x/y\"\n",
+                "hooks.deploy-code: url `ftp://x/y` is not http or https",
+            ),
+            (
+                "[hooks.deploy-code]\nurl = \"http://x/y\"\ntimeout-seconds = 0\n",
+                "hooks.deploy-code: timeout-seconds is 0",
+            ),
+            (
+                "[hooks.deploy-code]\nurl = \"http://x/y\"\nfailure-policy = \"retry\"\n",
+                "hooks.deploy-code",
+            ),
+            (
+                "[hooks.deploy-code]\nendpoint = \"http://x/y\"\n",
+                "unknown field `endpoint`",
+            ),
         ] {
             let path = write(dir.path(), text);
             let error = parse(&["--config", path.to_str().unwrap()]).unwrap_err();

@@ -38,6 +38,9 @@
 //!   Kubernetes admission webhook;
 //! - [`failover`]: node health decisions, brakes, overrides and approvals;
 //! - [`executor`]: the one actuator that writes to the cluster;
+//! - [`lifecycle`]: seed 002's machine of a VM-hosted app's instances —
+//!   the lifecycle policy's questions and answers, the step hooks that
+//!   carry out their tasks;
 //!
 //! The edge:
 //! - [`error`]: the host's error type — start-up, configuration and users'
@@ -60,6 +63,7 @@ pub mod failover;
 pub mod host;
 pub mod http;
 pub mod leader;
+pub mod lifecycle;
 pub mod native;
 pub mod observe;
 pub mod offline;

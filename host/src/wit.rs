@@ -64,10 +64,30 @@ mod generated {
             },
         });
     }
+
+    pub mod lifecycle {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            inline: "
+                package verdict:host;
+                world lifecycle-policy {
+                    import verdict:policy/host@0.2.0;
+                    export verdict:policy/lifecycle@0.2.0;
+                }
+            ",
+            world: "verdict:host/lifecycle-policy",
+            additional_derives: [PartialEq, serde::Serialize, serde::Deserialize],
+            with: {
+                "verdict:policy/types": super::status::verdict::policy::types,
+                "verdict:policy/host": super::status::verdict::policy::host,
+            },
+        });
+    }
 }
 
 pub use generated::admission::exports::verdict::policy::admission;
 pub use generated::failover::exports::verdict::policy::failover;
+pub use generated::lifecycle::exports::verdict::policy::lifecycle;
 pub use generated::status::exports::verdict::policy::status;
 pub use generated::status::verdict::policy::defaults;
 pub use generated::status::verdict::policy::host;
@@ -75,6 +95,7 @@ pub use generated::status::verdict::policy::types;
 
 pub(crate) use generated::admission::{AdmissionPolicy, AdmissionPolicyPre};
 pub(crate) use generated::failover::{FailoverPolicy, FailoverPolicyPre};
+pub(crate) use generated::lifecycle::{LifecyclePolicy, LifecyclePolicyPre};
 pub(crate) use generated::status::{StatusPolicy, StatusPolicyPre};
 
 /// The WIT name of an enumeration case, both ways.
@@ -105,20 +126,44 @@ pub mod wit_name {
     }
 }
 
+/// Serde of an optional enumeration by WIT name, or `null`.
+pub mod wit_name_opt {
+    use super::WitName;
+
+    pub fn serialize<T: WitName, S: serde::Serializer>(
+        value: &Option<T>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => s.serialize_some(value.wit_name()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T: WitName, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Named<T: WitName>(#[serde(with = "super::wit_name")] T);
+        let named = <Option<Named<T>> as serde::Deserialize>::deserialize(d)?;
+        Ok(named.map(|Named(value)| value))
+    }
+}
+
 macro_rules! wit_names {
-    ($($ty:ident { $($variant:ident => $name:literal),* $(,)? })*) => {$(
-        impl WitName for types::$ty {
+    ($($m:ident::$ty:ident { $($variant:ident => $name:literal),* $(,)? })*) => {$(
+        impl WitName for $m::$ty {
             const NAMES: &'static [&'static str] = &[$($name),*];
 
             fn wit_name(&self) -> &'static str {
                 match self {
-                    $(types::$ty::$variant => $name),*
+                    $($m::$ty::$variant => $name),*
                 }
             }
 
             fn from_wit_name(name: &str) -> Option<Self> {
                 match name {
-                    $($name => Some(types::$ty::$variant),)*
+                    $($name => Some($m::$ty::$variant),)*
                     _ => None,
                 }
             }
@@ -127,48 +172,63 @@ macro_rules! wit_names {
 }
 
 wit_names! {
-    InstanceStatus {
+    types::InstanceStatus {
         Pending => "pending", RunningHealthy => "running-healthy",
         RunningNotReady => "running-not-ready", RunningRestarting => "running-restarting",
         RunningUnhealthy => "running-unhealthy", Succeeded => "succeeded", Failed => "failed",
         Unknown => "unknown",
     }
-    GroupStatus {
+    types::GroupStatus {
         Pending => "pending", RunningHealthy => "running-healthy",
         RunningNotReady => "running-not-ready", RunningRestarting => "running-restarting",
         RunningOverloaded => "running-overloaded", RunningUnhealthy => "running-unhealthy",
         Succeeded => "succeeded", Failed => "failed", Unknown => "unknown",
         Terminating => "terminating",
     }
-    StableStatus {
+    types::StableStatus {
         Running => "running", Degraded => "degraded", Stopped => "stopped", Panic => "panic",
         NotExisted => "not-existed",
     }
-    Transition {
+    types::Transition {
         Creating => "creating", Starting => "starting", Stopping => "stopping",
         Restarting => "restarting", Updating => "updating", Scaling => "scaling",
         Deleting => "deleting", Migrating => "migrating",
     }
-    TaskPhase {
+    types::TaskPhase {
         Pending => "pending", AwaitingApproval => "awaiting-approval", Running => "running",
         Succeeded => "succeeded", Failed => "failed", Cancelled => "cancelled",
     }
-    TaskAction {
+    types::TaskAction {
         Create => "create", Start => "start", Stop => "stop", Restart => "restart",
         Update => "update", Scale => "scale", Delete => "delete", Migrate => "migrate",
     }
-    Severity {
+    types::Severity {
         Ok => "ok", Progressing => "progressing", Warning => "warning", Error => "error",
     }
-    ObjectStatus {
+    types::ObjectStatus {
         Ready => "ready", Progressing => "progressing", Suspended => "suspended",
         Succeeded => "succeeded", Failed => "failed", Unknown => "unknown",
         Terminating => "terminating",
     }
-    InstanceStage {
+    types::InstanceStage {
         Initializing => "initializing", Deploying => "deploying", Ready => "ready",
         GrayRelease => "gray-release", Unknown => "unknown", Offline => "offline",
         Stopped => "stopped",
+    }
+    lifecycle::Stage {
+        Requested => "requested", Initializing => "initializing", Deploying => "deploying",
+        Ready => "ready", GrayRelease => "gray-release", Serving => "serving",
+        Unknown => "unknown", Offline => "offline", Deleting => "deleting", Failed => "failed",
+    }
+    lifecycle::Machine {
+        Absent => "absent", Starting => "starting", Running => "running",
+        NotReady => "not-ready", Stopped => "stopped", Failed => "failed",
+    }
+    lifecycle::NodeHealth {
+        Healthy => "healthy", Unknown => "unknown", Offline => "offline",
+    }
+    lifecycle::Outcome {
+        Running => "running", Succeeded => "succeeded", Failed => "failed",
     }
 }
 

@@ -9,7 +9,7 @@
 //!
 //! ```toml
 //! name = "restart-budget"   # the component's file name: <name>.wasm
-//! world = "status-policy"   # status-policy | failover-policy | admission-policy
+//! world = "status-policy"   # status-policy | failover-policy | admission-policy | lifecycle-policy
 //! language = "python"       # rust | javascript | python
 //! source = "policy.py"      # the module (JavaScript, Python); not for Rust
 //! wit = "wit"               # the WIT folder it is written against
@@ -73,7 +73,12 @@ impl Manifest {
         })?;
         let manifest: Manifest =
             toml::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
-        let worlds = ["status-policy", "failover-policy", "admission-policy"];
+        let worlds = [
+            "status-policy",
+            "failover-policy",
+            "admission-policy",
+            "lifecycle-policy",
+        ];
         if !worlds.contains(&manifest.world.as_str()) {
             bail!(
                 "{}: world `{}` is none of {}",

@@ -9,22 +9,24 @@ use anyhow::{Context, Result, bail};
 use crate::Language;
 
 /// The WIT package, as the projects get it.
-pub const WIT: [(&str, &str); 7] = [
+pub const WIT: [(&str, &str); 8] = [
     ("types.wit", include_str!("../../wit/types.wit")),
     ("worlds.wit", include_str!("../../wit/worlds.wit")),
     ("status.wit", include_str!("../../wit/status.wit")),
     ("failover.wit", include_str!("../../wit/failover.wit")),
     ("admission.wit", include_str!("../../wit/admission.wit")),
+    ("lifecycle.wit", include_str!("../../wit/lifecycle.wit")),
     ("defaults.wit", include_str!("../../wit/defaults.wit")),
     ("settings.wit", include_str!("../../wit/settings.wit")),
 ];
 
-/// The three worlds a policy implements.
+/// The four worlds a policy implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Status,
     Failover,
     Admission,
+    Lifecycle,
 }
 
 impl Kind {
@@ -33,7 +35,8 @@ impl Kind {
             "status" => Ok(Kind::Status),
             "failover" => Ok(Kind::Failover),
             "admission" => Ok(Kind::Admission),
-            other => bail!("`{other}` is none of status, failover, admission"),
+            "lifecycle" => Ok(Kind::Lifecycle),
+            other => bail!("`{other}` is none of status, failover, admission, lifecycle"),
         }
     }
 
@@ -42,6 +45,7 @@ impl Kind {
             Kind::Status => "status",
             Kind::Failover => "failover",
             Kind::Admission => "admission",
+            Kind::Lifecycle => "lifecycle",
         }
     }
 
@@ -55,6 +59,9 @@ impl Kind {
             }
             Kind::Admission => {
                 "no deletes in a production namespace; scaling above 10 replicas needs approval"
+            }
+            Kind::Lifecycle => {
+                "environment, then code, then serving after a health check; a failed task waits for a person"
             }
         }
     }
@@ -85,6 +92,7 @@ fn rule_source(kind: Kind, language: Language) -> &'static str {
         (Language::Rust, Kind::Status) => include_str!("../templates/rust/status.rs"),
         (Language::Rust, Kind::Failover) => include_str!("../templates/rust/failover.rs"),
         (Language::Rust, Kind::Admission) => include_str!("../templates/rust/admission.rs"),
+        (Language::Rust, Kind::Lifecycle) => include_str!("../templates/rust/lifecycle.rs"),
         (Language::Javascript, Kind::Status) => include_str!("../templates/javascript/status.js"),
         (Language::Javascript, Kind::Failover) => {
             include_str!("../templates/javascript/failover.js")
@@ -92,9 +100,13 @@ fn rule_source(kind: Kind, language: Language) -> &'static str {
         (Language::Javascript, Kind::Admission) => {
             include_str!("../templates/javascript/admission.js")
         }
+        (Language::Javascript, Kind::Lifecycle) => {
+            include_str!("../templates/javascript/lifecycle.js")
+        }
         (Language::Python, Kind::Status) => include_str!("../templates/python/status.py"),
         (Language::Python, Kind::Failover) => include_str!("../templates/python/failover.py"),
         (Language::Python, Kind::Admission) => include_str!("../templates/python/admission.py"),
+        (Language::Python, Kind::Lifecycle) => include_str!("../templates/python/lifecycle.py"),
     }
 }
 
@@ -103,6 +115,7 @@ fn cases(kind: Kind) -> &'static str {
         Kind::Status => include_str!("../templates/cases/status.yaml"),
         Kind::Failover => include_str!("../templates/cases/failover.yaml"),
         Kind::Admission => include_str!("../templates/cases/admission.yaml"),
+        Kind::Lifecycle => include_str!("../templates/cases/lifecycle.yaml"),
     }
 }
 
@@ -184,7 +197,7 @@ pub fn create(request: &Request) -> Result<Vec<PathBuf>> {
         Kind::Status => {
             "`verdict eval --plugins dist --policy {{name}} --objects objects.yaml`\n   shows its verdicts on the sample cluster of `objects.yaml` (or on yours:\n   `kubectl get namespaces,deployments,statefulsets,pods,nodes -A -o yaml`);\n   `verdict bench --plugins dist --policy {{name}} --objects objects.yaml`\n   prints its latency, throughput, memory and load times."
         }
-        Kind::Failover | Kind::Admission => {
+        Kind::Failover | Kind::Admission | Kind::Lifecycle => {
             "the cases of `verdict test` are its measure: `verdict bench` times\n   status policies."
         }
     };

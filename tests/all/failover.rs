@@ -815,11 +815,16 @@ fn numbers_from_outside_are_range_checked() {
     let (mut all, mut last) = (Value::Null, Value::Null);
     let same = wait_until(PATIENCE, || {
         all = server.get("/v1/failover/history?node=n1").1;
-        last = server.get("/v1/failover/history?node=n1&before=9223372036854775807").1;
+        last = server
+            .get("/v1/failover/history?node=n1&before=9223372036854775807")
+            .1;
         let again = server.get("/v1/failover/history?node=n1").1;
         all == again && last["records"] == all["records"]
     });
-    assert!(same.is_some(), "before the largest bound: {last}\nunbounded: {all}");
+    assert!(
+        same.is_some(),
+        "before the largest bound: {last}\nunbounded: {all}"
+    );
     // A page is 1 to 1000 records, as the document says.
     for limit in ["0", "1001"] {
         let (code, error) = server.get(&format!("/v1/failover/history?limit={limit}"));

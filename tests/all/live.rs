@@ -369,7 +369,7 @@ fn the_binary_alone_serves_the_default_policies_it_carries() {
     let demo = serve("data", &[]);
     let plugins = demo.get("/v1/plugins").1;
     let listed = plugins["plugins"].as_array().unwrap();
-    for world in ["status", "failover", "admission"] {
+    for world in ["status", "failover", "admission", "lifecycle"] {
         let plugin = listed
             .iter()
             .find(|p| p["name"] == world)

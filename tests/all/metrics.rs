@@ -75,8 +75,8 @@ fn metrics_describe_the_running_host() {
     );
     assert_eq!(
         sample(&text, "verdict_plugin_reloads_total"),
-        Some(3.0),
-        "three default plugins"
+        Some(4.0),
+        "four default plugins"
     );
     assert!(sample(&text, r#"verdict_watch_events_total{kind="pods"}"#).unwrap() >= 1.0);
     assert_eq!(

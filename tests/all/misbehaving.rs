@@ -17,11 +17,11 @@ fn stamp_of(fixture: &Fixture, app: &str) -> String {
 #[test]
 fn default_plugins_load_and_answer_their_worlds() {
     let fixture = Fixture::new();
-    for name in ["status", "failover", "admission"] {
+    for name in ["status", "failover", "admission", "lifecycle"] {
         fixture.install(name, &default_plugin(name));
     }
     let report = fixture.registry.reload();
-    assert_eq!(report.loaded.len(), 3, "{report:?}");
+    assert_eq!(report.loaded.len(), 4, "{report:?}");
     assert!(report.rejected.is_empty(), "{report:?}");
 
     let status = fixture.registry.policy(World::Status).unwrap();
@@ -31,7 +31,7 @@ fn default_plugins_load_and_answer_their_worlds() {
     assert_eq!(answer.value.stable, StableStatus::Stopped);
     assert_eq!(answer.version.info().name, "default-status");
 
-    for world in [World::Failover, World::Admission] {
+    for world in [World::Failover, World::Admission, World::Lifecycle] {
         let slot = fixture.registry.policy(world).unwrap();
         assert_eq!(slot.current().unwrap().world(), world);
     }

@@ -68,6 +68,22 @@ fn the_default_status_cases_pass() {
 }
 
 #[test]
+fn the_default_lifecycle_cases_pass() {
+    let output = verdict(&[
+        "test",
+        "--plugins",
+        "target/plugins",
+        "--policy",
+        "lifecycle",
+        "plugins/lifecycle/tests",
+    ]);
+    let (passed, failed) = tally(&output);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert_eq!(failed, 0);
+    assert!(passed >= 27, "only {passed} cases ran");
+}
+
+#[test]
 fn the_example_plugin_cases_pass_in_every_language() {
     for policy in ["restart-budget", "restart-budget-js", "restart-budget-py"] {
         let output = verdict(&[

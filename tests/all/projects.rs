@@ -131,7 +131,7 @@ fn made_built_tested(root: &Path, world: &str, lang: &str) -> PathBuf {
 
 fn every_world(lang: &str) {
     let root = tempfile::tempdir().unwrap();
-    for world in ["status", "failover", "admission"] {
+    for world in ["status", "failover", "admission", "lifecycle"] {
         made_built_tested(root.path(), world, lang);
     }
 }

@@ -120,7 +120,7 @@ fn install_defaults(dir: &Path) {
     }
 }
 
-const DEFAULTS: [&str; 3] = ["status", "failover", "admission"];
+const DEFAULTS: [&str; 4] = ["status", "failover", "admission", "lifecycle"];
 
 fn code_sources(server: &Server) -> Vec<String> {
     let (status, body) = server.get("/v1/plugins");
@@ -140,11 +140,11 @@ fn a_restart_uses_the_code_cache() {
     install_defaults(plugins.path());
 
     let first = Server::start(plugins.path(), data.path());
-    assert_eq!(code_sources(&first), ["compiled", "compiled", "compiled"]);
+    assert_eq!(code_sources(&first), ["compiled"; DEFAULTS.len()]);
     drop(first);
 
     let second = Server::start(plugins.path(), data.path());
-    assert_eq!(code_sources(&second), ["cache", "cache", "cache"]);
+    assert_eq!(code_sources(&second), ["cache"; DEFAULTS.len()]);
     let (_, body) = second.get("/v1/plugins");
     for plugin in body["plugins"].as_array().unwrap() {
         assert_eq!(plugin["active"], true, "{plugin}");
@@ -171,7 +171,7 @@ fn a_damaged_cache_entry_is_compiled_again_not_loaded() {
     install_defaults(plugins.path());
     drop(Server::start(plugins.path(), data.path()));
     let entries = cache_entries(data.path());
-    assert_eq!(entries.len(), 3, "{entries:?}");
+    assert_eq!(entries.len(), DEFAULTS.len(), "{entries:?}");
     // Damage each entry as a bad disk page would: the same size, a page of
     // its code overwritten (loaded as it is, this crashes the host).
     for entry in &entries {
@@ -185,7 +185,7 @@ fn a_damaged_cache_entry_is_compiled_again_not_loaded() {
     let damaged: Vec<Vec<u8>> = entries.iter().map(|e| std::fs::read(e).unwrap()).collect();
 
     let second = Server::start(plugins.path(), data.path());
-    assert_eq!(code_sources(&second), ["compiled", "compiled", "compiled"]);
+    assert_eq!(code_sources(&second), ["compiled"; DEFAULTS.len()]);
     assert_eq!(second.get("/healthz").0, 200);
     drop(second);
     // Compiled again and written whole with its digest: the next start
@@ -195,7 +195,7 @@ fn a_damaged_cache_entry_is_compiled_again_not_loaded() {
         assert!(entry.with_extension("cwasm.sha256").is_file());
     }
     let third = Server::start(plugins.path(), data.path());
-    assert_eq!(code_sources(&third), ["cache", "cache", "cache"]);
+    assert_eq!(code_sources(&third), ["cache"; DEFAULTS.len()]);
 }
 
 /// `/v1/plugins`' entry of a plugin.
@@ -268,7 +268,12 @@ fn plugins_and_reload_over_http() {
         .collect();
     assert_eq!(
         names,
-        ["default-admission", "default-failover", "default-status"]
+        [
+            "default-admission",
+            "default-failover",
+            "default-lifecycle",
+            "default-status"
+        ]
     );
 
     // A component of no known world: rejected, with the reason, over HTTP.
@@ -356,7 +361,7 @@ fn a_plugin_folder_that_cannot_be_read_is_an_error_of_the_reload() {
         "{body}"
     );
     // What served still serves.
-    assert_eq!(code_sources(&server).len(), 3);
+    assert_eq!(code_sources(&server).len(), DEFAULTS.len());
 }
 
 #[test]

@@ -4,8 +4,9 @@
 //! and annotations on the manifest naming the policy
 //! (`org.opencontainers.image.title`, `…version`, `…description`,
 //! `…created`), its world (`dev.verdict.policy.world`: `status-policy`,
-//! `failover-policy`, `admission-policy`) and the WIT package it was built
-//! against (`dev.verdict.policy.wit`: `verdict:policy@0.2.0`).
+//! `failover-policy`, `admission-policy`, `lifecycle-policy`) and the WIT
+//! package it was built against (`dev.verdict.policy.wit`:
+//! `verdict:policy@0.2.0`).
 //!
 //! A pull checks the manifest's digest against the reference's (when it
 //! names one) and the layer's against the manifest's; nothing is handed on

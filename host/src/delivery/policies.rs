@@ -55,9 +55,10 @@ fn spec_of(object: &DynamicObject) -> Result<Spec, String> {
         Some("status") => World::Status,
         Some("failover") => World::Failover,
         Some("admission") => World::Admission,
+        Some("lifecycle") => World::Lifecycle,
         other => {
             return Err(format!(
-                "spec.world {other:?} is not status, failover or admission"
+                "spec.world {other:?} is not status, failover, admission or lifecycle"
             ));
         }
     };

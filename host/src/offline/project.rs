@@ -24,6 +24,7 @@ pub enum WorldArg {
     Status,
     Failover,
     Admission,
+    Lifecycle,
 }
 
 /// The arguments of `verdict new`.
@@ -81,6 +82,7 @@ pub fn new(args: &NewArgs) -> Result<String> {
         WorldArg::Status => Kind::Status,
         WorldArg::Failover => Kind::Failover,
         WorldArg::Admission => Kind::Admission,
+        WorldArg::Lifecycle => Kind::Lifecycle,
     };
     let language = match args.lang {
         Lang::Rust => Language::Rust,

@@ -37,6 +37,22 @@
 //! `reason`, `defaults`, `warnings`, `plan`; or `allowed`, `code`,
 //! `message`, `patch`, `warnings`. The task's application and its verdict
 //! (by the default status rules) come from the case's objects.
+//!
+//! The cases of a lifecycle policy carry an `instance` and its `target` (as
+//! the instance routes show them) and expect the decision's fields —
+//! `decision` (`stay`, `move`), `why`, `stage`, `tasks` (each a `name` and
+//! `params`), `task-names`, `environment`, `code`, `needs-approval`,
+//! `reason`:
+//!
+//! ```yaml
+//!   - name: a running machine installs the environment
+//!     instance: { namespace: shop, name: web-0, set: web, stage: requested,
+//!                 since: 2026-01-01T00:00:00Z, machine: running }
+//!     target: { environment: [{ name: jdk, version: "21" }] }
+//!     expect:
+//!       stage: initializing
+//!       task-names: [install-environment]
+//! ```
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -113,6 +129,12 @@ struct Case {
     /// its namespace when the case's objects have it.
     #[serde(default)]
     review: Option<Value>,
+    /// A lifecycle policy's instance, as observed.
+    #[serde(default)]
+    instance: Option<crate::lifecycle::model::InstanceState>,
+    /// A lifecycle policy's target for the instance.
+    #[serde(default)]
+    target: Option<crate::lifecycle::model::TargetState>,
     /// Expected fields: of each app's verdict (`namespace/name`), each
     /// node's decision (failover), or the answer (admission).
     expect: BTreeMap<String, Value>,
@@ -228,6 +250,10 @@ fn run_case(slot: &Slot, file: &Path, case: &Case) -> std::result::Result<Vec<St
         World::Failover => (failover_answers(&version, &setup)?, "no such node (decided"),
         World::Admission => (
             admission_answer(&version, &setup, case)?,
+            "no such field (answered",
+        ),
+        World::Lifecycle => (
+            lifecycle_answer(&version, &setup, case)?,
             "no such field (answered",
         ),
     };
@@ -471,6 +497,38 @@ fn keyed(mut view: Value) -> Value {
 }
 
 /// Compare only what `expected` names; report each difference with its path.
+/// The decision on the case's instance, by field.
+fn lifecycle_answer(
+    version: &Version,
+    setup: &Setup,
+    case: &Case,
+) -> std::result::Result<BTreeMap<String, Value>, String> {
+    use crate::lifecycle::model::{self, Next, TargetState};
+    let instance = case
+        .instance
+        .as_ref()
+        .ok_or("a lifecycle case needs an `instance`")?;
+    let target = case.target.clone().unwrap_or(TargetState {
+        environment: Vec::new(),
+        code: None,
+        may_disrupt: false,
+        released: false,
+    });
+    let ctx = version.context_with(setup.now, setup.settings.as_deref());
+    let decision = version
+        .next(&ctx, &model::input(instance, &target))
+        .map_err(|e| e.to_string())?;
+    let next = Next::from_wit(&decision);
+    let mut answer = serde_json::to_value(&next).map_err(|e| e.to_string())?;
+    if let Next::Move { tasks, .. } = &next {
+        answer["task-names"] = tasks.iter().map(|t| t.name.as_str()).collect();
+    }
+    Ok(match answer {
+        Value::Object(fields) => fields.into_iter().collect(),
+        _ => BTreeMap::new(),
+    })
+}
+
 fn compare(path: &str, expected: &Value, got: &Value, out: &mut Vec<String>) {
     match (expected, got) {
         (Value::Object(want), Value::Object(have)) => {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Where a built-in policy says it comes from, in place of a folder.
 pub const FOLDER: &str = "(built in)";
 
-const EMBEDDED: [(&str, &[u8]); 3] = [
+const EMBEDDED: [(&str, &[u8]); 4] = [
     (
         "status",
         include_bytes!(concat!(env!("OUT_DIR"), "/builtin/status.wasm")),
@@ -20,6 +20,10 @@ const EMBEDDED: [(&str, &[u8]); 3] = [
     (
         "admission",
         include_bytes!(concat!(env!("OUT_DIR"), "/builtin/admission.wasm")),
+    ),
+    (
+        "lifecycle",
+        include_bytes!(concat!(env!("OUT_DIR"), "/builtin/lifecycle.wasm")),
     ),
 ];
 

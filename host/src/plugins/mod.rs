@@ -59,6 +59,9 @@ pub struct Settings {
     /// The plugin that serves the admission world [default: `admission`].
     #[arg(long = "admission-policy", value_name = "NAME")]
     pub admission_policy: Option<String>,
+    /// The plugin that serves the lifecycle world [default: `lifecycle`].
+    #[arg(long = "lifecycle-policy", value_name = "NAME")]
+    pub lifecycle_policy: Option<String>,
     /// The share of its calls a new version may fail (traps, timeouts,
     /// limits, malformed answers) before the version it replaced is put
     /// back in its place (0 to 1).
@@ -86,6 +89,7 @@ impl Settings {
             (World::Status, &self.status_policy),
             (World::Failover, &self.failover_policy),
             (World::Admission, &self.admission_policy),
+            (World::Lifecycle, &self.lifecycle_policy),
         ]
         .into_iter()
         .filter_map(|(world, name)| Some((world, name.clone()?)))
@@ -99,7 +103,7 @@ impl Default for Settings {
     }
 }
 
-/// The three kinds of policy a plugin can implement.
+/// The four kinds of policy a plugin can implement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 pub enum World {
     #[serde(rename = "status-policy")]
@@ -108,10 +112,17 @@ pub enum World {
     Failover,
     #[serde(rename = "admission-policy")]
     Admission,
+    #[serde(rename = "lifecycle-policy")]
+    Lifecycle,
 }
 
 impl World {
-    pub(crate) const ALL: [World; 3] = [World::Status, World::Failover, World::Admission];
+    pub(crate) const ALL: [World; 4] = [
+        World::Status,
+        World::Failover,
+        World::Admission,
+        World::Lifecycle,
+    ];
 
     /// The world's name in the WIT package.
     pub fn name(self) -> &'static str {
@@ -119,6 +130,7 @@ impl World {
             World::Status => "status-policy",
             World::Failover => "failover-policy",
             World::Admission => "admission-policy",
+            World::Lifecycle => "lifecycle-policy",
         }
     }
 
@@ -128,6 +140,7 @@ impl World {
             World::Status => "verdict:policy/status@0.2.0",
             World::Failover => "verdict:policy/failover@0.2.0",
             World::Admission => "verdict:policy/admission@0.2.0",
+            World::Lifecycle => "verdict:policy/lifecycle@0.2.0",
         }
     }
 
@@ -137,6 +150,7 @@ impl World {
             World::Status => "status",
             World::Failover => "failover",
             World::Admission => "admission",
+            World::Lifecycle => "lifecycle",
         }
     }
 }

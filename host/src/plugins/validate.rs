@@ -2,7 +2,7 @@
 //! inputs of the smoke evaluation a new version must pass before it serves.
 
 use super::error::CallError;
-use crate::wit::{admission, failover, status, types};
+use crate::wit::{admission, failover, lifecycle, status, types};
 
 /// The `now` of smoke evaluations: a fixed instant, so they are repeatable.
 pub(crate) const SMOKE_NOW: types::Timestamp = 1_767_225_600_000;
@@ -77,6 +77,18 @@ output_size! {
     admission::PlanStep => [name, description];
     admission::TaskAdmission => [decision, defaults, warnings, plan];
     admission::ReviewResponse => [message, patch, warnings];
+    lifecycle::Package => [name, version];
+    lifecycle::Task => [name, params];
+    lifecycle::Transition => [tasks, environment, code, reason];
+}
+
+impl OutputSize for lifecycle::Decision {
+    fn output_size(&self) -> usize {
+        ITEM + match self {
+            lifecycle::Decision::Stay(why) => why.output_size(),
+            lifecycle::Decision::Move(transition) => transition.output_size(),
+        }
+    }
 }
 
 impl OutputSize for failover::Action {
@@ -186,6 +198,25 @@ pub(crate) fn review_response(answer: &admission::ReviewResponse) -> Result<(), 
     Ok(())
 }
 
+/// The tasks of a list have names, and parameters that are JSON objects.
+pub(crate) fn lifecycle_decision(decision: &lifecycle::Decision) -> Result<(), CallError> {
+    let lifecycle::Decision::Move(transition) = decision else {
+        return Ok(());
+    };
+    for (n, task) in transition.tasks.iter().enumerate() {
+        if task.name.trim().is_empty() {
+            return Err(malformed(format!("task {} of the list has no name", n + 1)));
+        }
+        if !json(&task.params, &format!("the params of task {}", task.name))?.is_object() {
+            return Err(malformed(format!(
+                "the params of task {} are not a JSON object",
+                task.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn smoke_app(name: &str, namespace_exists: bool) -> types::App {
     types::App {
         id: types::AppId {
@@ -258,5 +289,36 @@ pub(crate) fn smoke_admission_input() -> admission::AdmissionInput {
         app: Some(smoke_app("verdict-smoke", true)),
         verdict: None,
         tasks: Vec::new(),
+    }
+}
+
+pub(crate) fn smoke_lifecycle_input() -> lifecycle::LifecycleInput {
+    let environment = vec![lifecycle::Package {
+        name: "verdict-smoke-runtime".into(),
+        version: "1.0".into(),
+    }];
+    lifecycle::LifecycleInput {
+        instance: lifecycle::Instance {
+            namespace: "verdict-smoke".into(),
+            name: "verdict-smoke-0".into(),
+            set: "verdict-smoke".into(),
+            stage: Some(lifecycle::Stage::Serving),
+            since: SMOKE_NOW - 3_600_000,
+            machine: lifecycle::Machine::Running,
+            node: Some("verdict-smoke".into()),
+            node_health: lifecycle::NodeHealth::Healthy,
+            environment: environment.clone(),
+            code: Some("1.0".into()),
+            lists: Vec::new(),
+            deleting: false,
+            take_offline: false,
+            forced: None,
+        },
+        target: lifecycle::Target {
+            environment,
+            code: Some("1.1".into()),
+            may_disrupt: true,
+            released: false,
+        },
     }
 }

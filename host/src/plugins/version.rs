@@ -17,8 +17,9 @@ use super::error::{CallError, LoadError};
 use super::runtime::{CodeSource, Limits, Runtime, StoreState};
 use super::validate::{self, OutputSize};
 use crate::wit::{
-    AdmissionPolicy, AdmissionPolicyPre, FailoverPolicy, FailoverPolicyPre, StatusPolicy,
-    StatusPolicyPre, admission, failover, status, types,
+    AdmissionPolicy, AdmissionPolicyPre, FailoverPolicy, FailoverPolicyPre, LifecyclePolicy,
+    LifecyclePolicyPre, StatusPolicy, StatusPolicyPre, admission, failover, lifecycle, status,
+    types,
 };
 
 /// Instances kept ready per version; more concurrent callers make more, and
@@ -61,6 +62,7 @@ enum Pre {
     Status(StatusPolicyPre<StoreState>),
     Failover(FailoverPolicyPre<StoreState>),
     Admission(AdmissionPolicyPre<StoreState>),
+    Lifecycle(LifecyclePolicyPre<StoreState>),
 }
 
 /// `status-encoded.evaluate-batch-encoded`, for the status plugins that
@@ -81,6 +83,7 @@ enum Bound {
     Status(StatusPolicy, Option<EncodedBatch>),
     Failover(FailoverPolicy),
     Admission(AdmissionPolicy),
+    Lifecycle(LifecyclePolicy),
 }
 
 struct Instance {
@@ -315,6 +318,7 @@ impl Version {
             World::Status => Pre::Status(StatusPolicyPre::new(linked).map_err(link)?),
             World::Failover => Pre::Failover(FailoverPolicyPre::new(linked).map_err(link)?),
             World::Admission => Pre::Admission(AdmissionPolicyPre::new(linked).map_err(link)?),
+            World::Lifecycle => Pre::Lifecycle(LifecyclePolicyPre::new(linked).map_err(link)?),
         };
         let mut version = Self {
             info: VersionInfo {
@@ -417,6 +421,11 @@ impl Version {
                 let policy = AdmissionPolicy::new(&mut store, &instance).map_err(failed)?;
                 (Bound::Admission(policy), instance)
             }
+            Pre::Lifecycle(pre) => {
+                let instance = pre.instance_pre().instantiate(&mut store).map_err(failed)?;
+                let policy = LifecyclePolicy::new(&mut store, &instance).map_err(failed)?;
+                (Bound::Lifecycle(policy), instance)
+            }
         };
         let (bound, instance) = bound;
         let validate = match self.info.checks_settings {
@@ -501,6 +510,7 @@ impl Version {
             Bound::Status(b, _) => Some(b.verdict_policy_status().call_describe(store)),
             Bound::Failover(b) => Some(b.verdict_policy_failover().call_describe(store)),
             Bound::Admission(b) => Some(b.verdict_policy_admission().call_describe(store)),
+            Bound::Lifecycle(b) => Some(b.verdict_policy_lifecycle().call_describe(store)),
         })?;
         validate::plugin_info(&info)?;
         Ok(info)
@@ -550,6 +560,9 @@ impl Version {
                 )
                 .map(drop)
             }
+            World::Lifecycle => self
+                .next(&ctx, &validate::smoke_lifecycle_input())
+                .map(drop),
         }
     }
 
@@ -671,6 +684,24 @@ impl Version {
         let response = answer.map_err(CallError::Refused)?;
         validate::review_response(&response)?;
         Ok(response)
+    }
+}
+
+impl Version {
+    /// The lifecycle decision on one instance: stay, or the next stage with
+    /// its task list.
+    pub fn next(
+        &self,
+        ctx: &types::Context,
+        input: &lifecycle::LifecycleInput,
+    ) -> Result<lifecycle::Decision, CallError> {
+        let answer = self.call(World::Lifecycle, |store, bound, _| match bound {
+            Bound::Lifecycle(b) => Some(b.verdict_policy_lifecycle().call_next(store, ctx, input)),
+            _ => None,
+        })?;
+        let decision = answer.map_err(CallError::Refused)?;
+        validate::lifecycle_decision(&decision)?;
+        Ok(decision)
     }
 }
 

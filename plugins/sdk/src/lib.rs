@@ -1,7 +1,8 @@
 //! Write a verdict policy in Rust.
 //!
 //! A policy is a type that implements one of [`StatusPolicy`],
-//! [`FailoverPolicy`] or [`AdmissionPolicy`], exported with the matching
+//! [`FailoverPolicy`], [`AdmissionPolicy`] or [`LifecyclePolicy`], exported
+//! with the matching
 //! macro — the WIT bindings, the batch and encoded forms of the status world
 //! and the `export!` are done here once:
 //!
@@ -26,8 +27,8 @@
 //! ```
 //!
 //! - [`types`]: every record of the WIT package (`wit/types.wit`), and the
-//!   inputs and answers of the three worlds ([`status`], [`failover`],
-//!   [`admission`]);
+//!   inputs and answers of the four worlds ([`status`], [`failover`],
+//!   [`admission`], [`lifecycle`]);
 //! - [`default_rules`]: the default status rules (seeds 000 and 001), the
 //!   very code of the default status plugin, to build on;
 //! - [`settings`]: the policy's settings (`ctx.settings`) as your own type,
@@ -68,7 +69,13 @@ pub mod admission {
     pub use crate::bindings_admission::exports::verdict::policy::admission::*;
 }
 
-// The failover and admission worlds are bound here without their
+/// The lifecycle world: an instance of a VM-hosted app, its target, and the
+/// next stage with its task list.
+pub mod lifecycle {
+    pub use crate::bindings_lifecycle::exports::verdict::policy::lifecycle::*;
+}
+
+// The failover, admission and lifecycle worlds are bound here without their
 // `settings` export, which `bindings_settings` binds once for both: the
 // cabi glue of an export is a crate-wide macro, and one crate cannot
 // generate it twice. The macros below export each world's interface and
@@ -119,6 +126,29 @@ pub mod bindings_admission {
 }
 
 #[doc(hidden)]
+pub mod bindings_lifecycle {
+    wit_bindgen::generate!({
+        inline: "
+            package verdict:sdk;
+            world lifecycle-policy {
+                import verdict:policy/host@0.2.0;
+                export verdict:policy/lifecycle@0.2.0;
+            }
+        ",
+        path: "../../wit",
+        world: "verdict:sdk/lifecycle-policy",
+        with: {
+            "verdict:policy/types@0.2.0": verdict_status::verdict::policy::types,
+            "verdict:policy/host@0.2.0": verdict_status::verdict::policy::host,
+        },
+        pub_export_macro: true,
+        additional_derives: [PartialEq],
+        export_macro_name: "export_lifecycle",
+        default_bindings_module: "verdict_policy::bindings_lifecycle",
+    });
+}
+
+#[doc(hidden)]
 pub mod bindings_settings {
     wit_bindgen::generate!({
         inline: "
@@ -141,8 +171,8 @@ use types::{AppInput, AppVerdict, Context, LogLevel, PluginInfo};
 pub mod prelude {
     pub use crate::types::*;
     pub use crate::{
-        AdmissionPolicy, FailoverPolicy, StatusPolicy, check_settings, default_rules, info, log,
-        settings,
+        AdmissionPolicy, FailoverPolicy, LifecyclePolicy, StatusPolicy, check_settings,
+        default_rules, info, log, settings,
     };
 }
 
@@ -205,6 +235,22 @@ pub trait AdmissionPolicy {
             warnings: Vec::new(),
         })
     }
+}
+
+/// A lifecycle policy: the next stage of an instance of a VM-hosted app,
+/// with the task list to run on entering it (seed 002's machine).
+pub trait LifecyclePolicy {
+    fn describe() -> PluginInfo;
+    /// Whether the policy can run with `settings`: see
+    /// [`StatusPolicy::validate_settings`].
+    fn validate_settings(settings: &str) -> Result<(), String> {
+        described_settings(&Self::describe(), settings)
+    }
+    /// Stay, or move on with a task list.
+    fn next(
+        ctx: &Context,
+        input: &lifecycle::LifecycleInput,
+    ) -> Result<lifecycle::Decision, String>;
 }
 
 /// The default status rules' verdict on one application, with the settings
@@ -404,6 +450,45 @@ macro_rules! admission_policy {
         #[cfg(target_arch = "wasm32")]
         $crate::bindings_settings::export_settings!(
             __VerdictAdmission with_types_in $crate::bindings_settings
+        );
+    };
+}
+
+/// Export a [`LifecyclePolicy`] as the component's lifecycle world.
+#[macro_export]
+macro_rules! lifecycle_policy {
+    ($policy:ty) => {
+        #[allow(dead_code)]
+        struct __VerdictLifecycle;
+
+        impl $crate::lifecycle::Guest for __VerdictLifecycle {
+            fn describe() -> $crate::types::PluginInfo {
+                <$policy as $crate::LifecyclePolicy>::describe()
+            }
+
+            fn next(
+                ctx: $crate::types::Context,
+                input: $crate::lifecycle::LifecycleInput,
+            ) -> Result<$crate::lifecycle::Decision, String> {
+                <$policy as $crate::LifecyclePolicy>::next(&ctx, &input)
+            }
+        }
+
+        impl $crate::bindings_settings::exports::verdict::policy::settings::Guest
+            for __VerdictLifecycle
+        {
+            fn validate(settings: String) -> Result<(), String> {
+                <$policy as $crate::LifecyclePolicy>::validate_settings(&settings)
+            }
+        }
+
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings_lifecycle::export_lifecycle!(
+            __VerdictLifecycle with_types_in $crate::bindings_lifecycle
+        );
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings_settings::export_settings!(
+            __VerdictLifecycle with_types_in $crate::bindings_settings
         );
     };
 }

@@ -1,0 +1,543 @@
+//! Step hooks: how one task of an instance's list is carried out against the
+//! outside world. A hook is named in the configuration (`[hooks.NAME]`) and
+//! is an HTTP endpoint that verdict calls with the instance, the step and its
+//! parameters, in the shape of Cluster API's Runtime SDK hooks:
+//!
+//! ```json
+//! POST url
+//! {"apiVersion": "verdict.dev/v1alpha1", "kind": "StepHookRequest",
+//!  "key": "shop/web-0/3/1", "attempt": 1,
+//!  "instance": {"namespace": "shop", "name": "web-0", "set": "web"},
+//!  "stage": "initializing", "step": "install-environment",
+//!  "params": {"packages": [{"name": "jdk", "version": "21"}]}}
+//! ```
+//!
+//! and that answers `{"status": "done"}`, `{"status": "failed", "message":
+//! "why"}` or `{"status": "running", "message": "…", "progress": 40,
+//! "retryAfterSeconds": 5}`. The same step is asked again with the same
+//! `key` while it runs and after a restart or a leader handover: a hook does
+//! its work once per key and answers how it goes. A hook that does not answer
+//! within its timeout, answers something else or cannot be reached fails its
+//! step — or, with `failure-policy = "ignore"`, lets it pass, saying so.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The longest answer read from a hook.
+const MAX_ANSWER_BYTES: usize = 64 << 10;
+
+/// How long a running step waits before it is asked again when its hook
+/// does not say.
+const DEFAULT_RETRY: Duration = Duration::from_secs(5);
+
+/// The most a hook may ask to be waited for before it is asked again.
+const MAX_RETRY: Duration = Duration::from_secs(3600);
+
+/// What a failed call of a hook does to its step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailurePolicy {
+    /// The step fails.
+    #[default]
+    Fail,
+    /// The step passes, and its message says the hook failed.
+    Ignore,
+}
+
+fn default_timeout() -> u64 {
+    10
+}
+
+/// One hook of the configuration (`[hooks.NAME]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct HookSpec {
+    /// The endpoint called with each step (`http://` or `https://`).
+    pub url: String,
+    /// Seconds one call may take (1 to 300).
+    #[serde(default = "default_timeout")]
+    pub timeout_seconds: u64,
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+}
+
+impl HookSpec {
+    /// Whether the hook can be called; what is wrong when not.
+    pub fn check(&self, name: &str) -> Result<(), String> {
+        let url = reqwest::Url::parse(&self.url)
+            .map_err(|e| format!("hooks.{name}: url `{}` does not read: {e}", self.url))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "hooks.{name}: url `{}` is not http or https",
+                self.url
+            ));
+        }
+        if !(1..=300).contains(&self.timeout_seconds) {
+            return Err(format!(
+                "hooks.{name}: timeout-seconds is {}; from 1 to 300",
+                self.timeout_seconds
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The instance a step is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceRef {
+    pub namespace: String,
+    pub name: String,
+    pub set: String,
+}
+
+/// One call of a step's hook.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepCall<'a> {
+    /// The same for every call of one step of one list: a hook does its
+    /// work once per key.
+    pub key: &'a str,
+    /// How many times this step has been asked, this call included.
+    pub attempt: u32,
+    pub instance: &'a InstanceRef,
+    pub stage: &'a str,
+    pub step: &'a str,
+    pub params: &'a Value,
+}
+
+/// How a step goes, as its hook answered (or failed to).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepOutcome {
+    Done {
+        message: String,
+    },
+    Failed {
+        message: String,
+    },
+    Running {
+        message: String,
+        progress: Option<u8>,
+        /// When to ask again.
+        retry_after: Duration,
+    },
+}
+
+/// A hook's answer as it reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    status: String,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    progress: Option<u8>,
+    #[serde(default)]
+    retry_after_seconds: Option<u64>,
+}
+
+/// The hooks of the configuration, by name, and the client that calls them.
+#[derive(Debug, Clone)]
+pub struct Hooks {
+    specs: BTreeMap<String, HookSpec>,
+    client: reqwest::Client,
+}
+
+impl Hooks {
+    /// The hooks, each checked; the first that cannot be called is the
+    /// error.
+    pub fn new(specs: BTreeMap<String, HookSpec>) -> Result<Self, String> {
+        for (name, spec) in &specs {
+            spec.check(name)?;
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("the hooks' HTTP client: {e}"))?;
+        Ok(Self { specs, client })
+    }
+
+    /// The names of the hooks.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.specs.keys().map(String::as_str)
+    }
+
+    /// Whether a step of this name has a hook.
+    pub fn has(&self, step: &str) -> bool {
+        self.specs.contains_key(step)
+    }
+
+    /// Call the hook of `call.step` once; a step no hook is named for
+    /// fails, saying which hooks there are.
+    pub async fn call(&self, call: &StepCall<'_>) -> StepOutcome {
+        let Some(spec) = self.specs.get(call.step) else {
+            let known: Vec<&str> = self.names().collect();
+            return StepOutcome::Failed {
+                message: format!(
+                    "no step hook is named {} (the configuration names: {})",
+                    call.step,
+                    match known.is_empty() {
+                        true => "none".to_string(),
+                        false => known.join(", "),
+                    }
+                ),
+            };
+        };
+        match self.ask(spec, call).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                let message = format!("hook {} at {}: {error}", call.step, spec.url);
+                match spec.failure_policy {
+                    FailurePolicy::Fail => StepOutcome::Failed { message },
+                    FailurePolicy::Ignore => StepOutcome::Done {
+                        message: format!("{message}; passed by its failure policy (ignore)"),
+                    },
+                }
+            }
+        }
+    }
+
+    async fn ask(&self, spec: &HookSpec, call: &StepCall<'_>) -> Result<StepOutcome, String> {
+        let mut body = serde_json::to_value(call).map_err(|e| e.to_string())?;
+        body["apiVersion"] = "verdict.dev/v1alpha1".into();
+        body["kind"] = "StepHookRequest".into();
+        let timeout = Duration::from_secs(spec.timeout_seconds);
+        let answer = async {
+            let response = self
+                .client
+                .post(&spec.url)
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| describe(&e))?;
+            let status = response.status();
+            let bytes = read_bounded(response).await?;
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&bytes);
+                return Err(format!(
+                    "answered HTTP {status}: {}",
+                    text.chars().take(200).collect::<String>()
+                ));
+            }
+            Ok(bytes)
+        };
+        let bytes = tokio::time::timeout(timeout, answer)
+            .await
+            .map_err(|_| format!("no answer within its timeout of {}s", spec.timeout_seconds))??;
+        let answer: Answer = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("the answer is not a step hook answer: {e}"))?;
+        match answer.status.as_str() {
+            "done" => Ok(StepOutcome::Done {
+                message: answer.message,
+            }),
+            "failed" => Ok(StepOutcome::Failed {
+                message: match answer.message.is_empty() {
+                    true => "the hook says it failed".into(),
+                    false => answer.message,
+                },
+            }),
+            "running" => Ok(StepOutcome::Running {
+                message: answer.message,
+                progress: answer.progress.map(|p| p.min(100)),
+                retry_after: answer
+                    .retry_after_seconds
+                    .map_or(DEFAULT_RETRY, |s| Duration::from_secs(s.max(1)))
+                    .min(MAX_RETRY),
+            }),
+            other => Err(format!(
+                "the answer's status is `{other}`, not done, failed or running"
+            )),
+        }
+    }
+}
+
+/// An HTTP client error in a few words: the cause, not the chain.
+fn describe(error: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = error;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    match error.is_connect() {
+        true => format!("cannot be reached: {cause}"),
+        false => cause.to_string(),
+    }
+}
+
+/// The body of a response, refused past [`MAX_ANSWER_BYTES`].
+async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e))? {
+        if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(format!("the answer is over {} KiB", MAX_ANSWER_BYTES >> 10));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::{Json, Router, routing::post};
+
+    use super::*;
+
+    /// A hook server on 127.0.0.1 whose answer to a request is `answer`'s;
+    /// the requests it got, and its URL.
+    async fn server(
+        answer: impl Fn(&Value) -> (u16, String) + Clone + Send + Sync + 'static,
+    ) -> (String, Arc<Mutex<Vec<Value>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&seen);
+        let app = Router::new().route(
+            "/step",
+            post(move |Json(body): Json<Value>| {
+                let answer = answer.clone();
+                let kept = Arc::clone(&kept);
+                async move {
+                    let (code, text) = answer(&body);
+                    kept.lock().unwrap().push(body);
+                    if code == 0 {
+                        // Never answers.
+                        std::future::pending::<()>().await;
+                    }
+                    (axum::http::StatusCode::from_u16(code).unwrap(), text)
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/step", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, seen)
+    }
+
+    fn hooks_at(step: &str, url: &str, timeout_seconds: u64, policy: FailurePolicy) -> Hooks {
+        let spec = HookSpec {
+            url: url.into(),
+            timeout_seconds,
+            failure_policy: policy,
+        };
+        Hooks::new([(step.to_string(), spec)].into()).unwrap()
+    }
+
+    fn instance() -> InstanceRef {
+        InstanceRef {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+            set: "web".into(),
+        }
+    }
+
+    async fn call(hooks: &Hooks, step: &str) -> StepOutcome {
+        let params = serde_json::json!({"version": "1.1"});
+        hooks
+            .call(&StepCall {
+                key: "shop/web-0/3/1",
+                attempt: 2,
+                instance: &instance(),
+                stage: "deploying",
+                step,
+                params: &params,
+            })
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_hook_is_told_the_step_and_its_answer_is_the_outcome() {
+        let (url, seen) = server(|body| {
+            let answer = match body["params"]["version"].as_str() {
+                Some("1.1") => r#"{"status":"running","message":"copying","progress":40,"retryAfterSeconds":2}"#,
+                _ => r#"{"status":"failed","message":"which version?"}"#,
+            };
+            (200, answer.into())
+        })
+        .await;
+        let hooks = hooks_at("deploy-code", &url, 5, FailurePolicy::Fail);
+        assert_eq!(
+            call(&hooks, "deploy-code").await,
+            StepOutcome::Running {
+                message: "copying".into(),
+                progress: Some(40),
+                retry_after: Duration::from_secs(2),
+            }
+        );
+        let body = seen.lock().unwrap()[0].clone();
+        assert_eq!(body["kind"], "StepHookRequest");
+        assert_eq!(body["key"], "shop/web-0/3/1");
+        assert_eq!(body["attempt"], 2);
+        assert_eq!(body["instance"]["set"], "web");
+        assert_eq!(body["stage"], "deploying");
+        assert_eq!(body["step"], "deploy-code");
+
+        let (url, _) = server(|_| {
+            (
+                200,
+                r#"{"status":"done","message":"1.1 is in place"}"#.into(),
+            )
+        })
+        .await;
+        let done = hooks_at("deploy-code", &url, 5, FailurePolicy::Fail);
+        assert_eq!(
+            call(&done, "deploy-code").await,
+            StepOutcome::Done {
+                message: "1.1 is in place".into()
+            }
+        );
+        let (url, _) =
+            server(|_| (200, r#"{"status":"failed","message":"disk full"}"#.into())).await;
+        let failed = hooks_at("deploy-code", &url, 5, FailurePolicy::Fail);
+        assert_eq!(
+            call(&failed, "deploy-code").await,
+            StepOutcome::Failed {
+                message: "disk full".into()
+            }
+        );
+    }
+
+    fn failed_saying(outcome: StepOutcome, words: &str) {
+        match outcome {
+            StepOutcome::Failed { message } => {
+                assert!(message.contains(words), "{message}");
+                assert!(
+                    message.starts_with("hook deploy-code at http://127.0.0.1:"),
+                    "{message}"
+                );
+            }
+            other => panic!("not failed: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hook_that_hangs_answers_garbage_errs_or_is_down_fails_its_step() {
+        let (url, _) = server(|_| (0, String::new())).await;
+        let started = std::time::Instant::now();
+        failed_saying(
+            call(
+                &hooks_at("deploy-code", &url, 1, FailurePolicy::Fail),
+                "deploy-code",
+            )
+            .await,
+            "no answer within its timeout of 1s",
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let (url, _) = server(|_| (200, "<html>hello</html>".into())).await;
+        failed_saying(
+            call(
+                &hooks_at("deploy-code", &url, 5, FailurePolicy::Fail),
+                "deploy-code",
+            )
+            .await,
+            "the answer is not a step hook answer",
+        );
+        let (url, _) = server(|_| (200, r#"{"status":"maybe"}"#.into())).await;
+        failed_saying(
+            call(
+                &hooks_at("deploy-code", &url, 5, FailurePolicy::Fail),
+                "deploy-code",
+            )
+            .await,
+            "the answer's status is `maybe`, not done, failed or running",
+        );
+        let (url, _) = server(|_| (500, "boom".into())).await;
+        failed_saying(
+            call(
+                &hooks_at("deploy-code", &url, 5, FailurePolicy::Fail),
+                "deploy-code",
+            )
+            .await,
+            "answered HTTP 500 Internal Server Error: boom",
+        );
+        let (url, _) = server(|_| {
+            (
+                200,
+                format!(r#"{{"status":"done","message":"{}"}}"#, "x".repeat(70_000)),
+            )
+        })
+        .await;
+        failed_saying(
+            call(
+                &hooks_at("deploy-code", &url, 5, FailurePolicy::Fail),
+                "deploy-code",
+            )
+            .await,
+            "the answer is over 64 KiB",
+        );
+        // A port nothing listens on.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/step", closed.local_addr().unwrap());
+        drop(closed);
+        failed_saying(
+            call(
+                &hooks_at("deploy-code", &url, 5, FailurePolicy::Fail),
+                "deploy-code",
+            )
+            .await,
+            "cannot be reached",
+        );
+        // The same, let pass by its failure policy.
+        match call(
+            &hooks_at("deploy-code", &url, 5, FailurePolicy::Ignore),
+            "deploy-code",
+        )
+        .await
+        {
+            StepOutcome::Done { message } => {
+                assert!(message.contains("cannot be reached"), "{message}");
+                assert!(
+                    message.ends_with("passed by its failure policy (ignore)"),
+                    "{message}"
+                );
+            }
+            other => panic!("not passed: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_step_without_a_hook_fails_naming_the_hooks_there_are() {
+        let hooks = hooks_at(
+            "deploy-code",
+            "http://127.0.0.1:9/step",
+            5,
+            FailurePolicy::Fail,
+        );
+        assert_eq!(
+            call(&hooks, "install-environment").await,
+            StepOutcome::Failed {
+                message: "no step hook is named install-environment (the configuration names: deploy-code)".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_hook_that_cannot_be_called_is_refused_with_its_name() {
+        let spec = |url: &str, timeout_seconds| HookSpec {
+            url: url.into(),
+            timeout_seconds,
+            failure_policy: FailurePolicy::Fail,
+        };
+        let refused =
+            |spec: HookSpec| Hooks::new([("deploy-code".to_string(), spec)].into()).unwrap_err();
+        assert!(
+            refused(spec("not a url", 5))
+                .starts_with("hooks.deploy-code: url `not a url` does not read")
+        );
+        assert_eq!(
+            refused(spec("ftp://hooks.example/step", 5)),
+            "hooks.deploy-code: url `ftp://hooks.example/step` is not http or https"
+        );
+        assert_eq!(
+            refused(spec("http://hooks.example/step", 0)),
+            "hooks.deploy-code: timeout-seconds is 0; from 1 to 300"
+        );
+        let read: HookSpec = toml::from_str("url = \"http://hooks.example/step\"").unwrap();
+        assert_eq!(read, spec("http://hooks.example/step", 10));
+        let unknown = toml::from_str::<HookSpec>("url = \"http://h/s\"\ntimeout = 3").unwrap_err();
+        assert!(
+            unknown.to_string().contains("unknown field `timeout`"),
+            "{unknown}"
+        );
+    }
+}
