@@ -1,8 +1,10 @@
 //! Seed 002's delivery of environment and code to VM-hosted applications:
 //! each instance's stage and task list, decided by the lifecycle policy
-//! from what is observed of it and what it should have ([`model`]), each
-//! task carried out by the step hook the configuration names for it
-//! ([`hooks`]).
+//! from what is observed of it and what it should have ([`model`]); what it
+//! should have, and when it may leave service, planned at the rollout's
+//! safe rate ([`rollout`]); each task carried out by the step hook the
+//! configuration names for it ([`hooks`]).
 
 pub mod hooks;
 pub mod model;
+pub mod rollout;

@@ -1,0 +1,795 @@
+//! Safe-rate rollouts: what each instance of a `VMReplicaSet` should have,
+//! and whether it may be taken out of service now.
+//!
+//! An environment change of the set and a code change of its `VMDeployment`
+//! share one budget: at most `maxUnavailable` of the set's instances out of
+//! service (not `ready`, `gray-release` or `serving`) at a time, counting
+//! those already out. The deployment's code goes out by its steps: a step
+//! of instances gives the new code to that many more (taken in the set's
+//! order) and is done when they are back in service with it; `pause: {}`
+//! waits for a person's approval, a timed pause for its time; past the last
+//! step (or once promoted) the new code is released to every instance. A
+//! failed instance stops the rollout (`Degraded`); an aborted one takes the
+//! instances that got the new code back to the code released before.
+//!
+//! Everything here is a pure function of the set, the deployment and the
+//! instances, so that a restart or another leader plans the same.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::model::{InstanceState, Package, TargetState};
+use crate::time::Timestamp;
+use crate::wit::lifecycle::Stage;
+
+/// A number of instances, or a share of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    Count(u32),
+    /// 1 to 100.
+    Percent(u8),
+}
+
+impl Share {
+    /// `1`, `3`, `25%` (the int-or-string of the resources).
+    pub fn parse(value: &serde_json::Value) -> Result<Self, String> {
+        match value {
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n >= 1)
+                .map(Share::Count)
+                .ok_or_else(|| format!("{n} is not a count of at least 1")),
+            serde_json::Value::String(text) => text
+                .strip_suffix('%')
+                .and_then(|p| p.parse::<u8>().ok())
+                .filter(|p| (1..=100).contains(p))
+                .map(Share::Percent)
+                .ok_or_else(|| format!("`{text}` is not a share from 1% to 100%")),
+            other => Err(format!("{other} is neither a count nor a share")),
+        }
+    }
+
+    /// How many of `total` instances, rounded up (a step's instances).
+    fn at_least(self, total: usize) -> usize {
+        match self {
+            Share::Count(n) => (n as usize).min(total),
+            Share::Percent(p) => (total * p as usize).div_ceil(100),
+        }
+    }
+
+    /// How many of `total` instances, rounded down but at least one (the
+    /// most out of service at once: there is no surge).
+    fn at_most(self, total: usize) -> usize {
+        match self {
+            Share::Count(n) => n as usize,
+            Share::Percent(p) => (total * p as usize / 100).max(1),
+        }
+    }
+}
+
+/// The order a rollout takes instances in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    #[default]
+    Name,
+    OldestFirst,
+    NewestFirst,
+}
+
+impl Order {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "name" => Ok(Order::Name),
+            "oldest-first" => Ok(Order::OldestFirst),
+            "newest-first" => Ok(Order::NewestFirst),
+            other => Err(format!(
+                "order `{other}` is none of name, oldest-first, newest-first"
+            )),
+        }
+    }
+}
+
+/// What the set asks of its instances.
+#[derive(Debug, Clone)]
+pub struct SetSpec {
+    pub environment: Vec<Package>,
+    pub max_unavailable: Share,
+    pub order: Order,
+    /// No instance is taken out of service while paused.
+    pub paused: bool,
+}
+
+/// One step of a gray release.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Instances(Share),
+    /// Until a person approves (`None`), or for a while.
+    Pause(Option<Duration>),
+}
+
+/// Where a deployment's rollout is, as its status keeps it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// The step it is at (`steps.len()` when past the last).
+    pub step: usize,
+    /// When that step began.
+    pub since: Timestamp,
+    /// A person approved the gate at `step`.
+    pub approved: bool,
+    /// A person skipped the remaining steps.
+    pub promoted: bool,
+    /// A person took the instances back to the code before.
+    pub aborted: bool,
+}
+
+/// What a deployment asks of the set's instances.
+#[derive(Debug, Clone)]
+pub struct DeploymentSpec {
+    /// The new code's version.
+    pub code: String,
+    /// The version released before, when there was one.
+    pub previous: Option<String>,
+    /// The steps; none is one step of every instance.
+    pub steps: Vec<Step>,
+    pub paused: bool,
+    pub progress_deadline: Duration,
+}
+
+/// One instance with when it was made (for the order).
+#[derive(Debug, Clone)]
+pub struct Member<'a> {
+    pub state: &'a InstanceState,
+    pub created: Timestamp,
+}
+
+/// A rollout's phase, as the deployment's status says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Phase {
+    Progressing,
+    Paused,
+    Completed,
+    Degraded,
+    Aborted,
+}
+
+/// The plan of one reconcile: each instance's target, and the rollout's
+/// progress.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub targets: BTreeMap<String, TargetState>,
+    /// The deployment's progress after this plan (a step may be done).
+    pub progress: Progress,
+    pub phase: Phase,
+    /// What the rollout waits for, for a person.
+    pub waiting: String,
+    /// Instances in service (`ready`, `gray-release`, `serving`).
+    pub ready: usize,
+    /// Instances with the set's environment and the deployment's code.
+    pub up_to_date: usize,
+    /// The rollout has been on its step past the deadline.
+    pub past_deadline: bool,
+}
+
+/// Whether an instance in `stage` is in service.
+pub fn in_service(stage: Option<Stage>) -> bool {
+    matches!(
+        stage,
+        Some(Stage::Ready | Stage::GrayRelease | Stage::Serving)
+    )
+}
+
+/// Whether an instance is on its way out and no longer counts.
+fn leaving(state: &InstanceState) -> bool {
+    state.deleting
+        || state.take_offline
+        || matches!(state.stage, Some(Stage::Offline | Stage::Deleting))
+}
+
+/// Plan one reconcile of a set (and its deployment, when one targets it)
+/// at `now`.
+pub fn plan(
+    set: &SetSpec,
+    deployment: Option<(&DeploymentSpec, &Progress)>,
+    members: &[Member<'_>],
+    now: Timestamp,
+) -> Plan {
+    let mut ordered: Vec<&Member<'_>> = members.iter().filter(|m| !leaving(m.state)).collect();
+    match set.order {
+        Order::Name => ordered.sort_by(|a, b| a.state.name.cmp(&b.state.name)),
+        Order::OldestFirst => ordered.sort_by_key(|m| (m.created, m.state.name.clone())),
+        Order::NewestFirst => ordered.sort_by_key(|m| (Reverse(m.created), m.state.name.clone())),
+    }
+    let total = ordered.len();
+    let ready = ordered.iter().filter(|m| in_service(m.state.stage)).count();
+
+    // The code each instance should run, and the rollout's progress.
+    let (codes, rollout) = match deployment {
+        None => (vec![None; total], None),
+        Some((spec, progress)) => {
+            let (codes, rollout) = codes(spec, progress, &ordered, now);
+            (codes, Some(rollout))
+        }
+    };
+
+    // The budget of instances out of service at once.
+    let budget = set.max_unavailable.at_most(total);
+    let mut out = ordered
+        .iter()
+        .filter(|m| !in_service(m.state.stage))
+        .count();
+    let code_held = rollout
+        .as_ref()
+        .is_some_and(|r| matches!(r.phase, Phase::Degraded | Phase::Paused));
+    let mut targets = BTreeMap::new();
+    let mut up_to_date = 0;
+    for (member, code) in ordered.iter().zip(&codes) {
+        let state = member.state;
+        let environment_changes = state.environment != set.environment;
+        let code_changes = code
+            .as_ref()
+            .is_some_and(|c| state.code.as_ref() != Some(c));
+        if !environment_changes && !code_changes {
+            up_to_date += 1;
+        }
+        // An instance already out of service may go on; one in service may
+        // leave it while the budget allows and nothing holds the change.
+        let held = set.paused || (code_changes && !environment_changes && code_held);
+        let may_disrupt = if !in_service(state.stage) {
+            true
+        } else if (environment_changes || code_changes) && !held && out < budget {
+            out += 1;
+            true
+        } else {
+            false
+        };
+        let released = match (deployment, code) {
+            (Some((spec, _)), Some(code)) => {
+                code != &spec.code || rollout.as_ref().is_some_and(|r| r.released)
+            }
+            _ => true,
+        };
+        targets.insert(
+            state.name.clone(),
+            TargetState {
+                environment: set.environment.clone(),
+                code: code.clone(),
+                may_disrupt,
+                released,
+            },
+        );
+    }
+    // The leaving instances keep what they have.
+    for member in members.iter().filter(|m| leaving(m.state)) {
+        targets.insert(
+            member.state.name.clone(),
+            TargetState {
+                environment: member.state.environment.clone(),
+                code: member.state.code.clone(),
+                may_disrupt: true,
+                released: true,
+            },
+        );
+    }
+    let (progress, phase, waiting, past_deadline) = match rollout {
+        Some(r) => (r.progress, r.phase, r.waiting, r.past_deadline),
+        None => {
+            let waiting = match (set.paused, up_to_date == total) {
+                (true, _) => "paused".to_string(),
+                (false, true) => String::new(),
+                (false, false) => format!(
+                    "{} of {total} instances have the environment; at most {budget} out of service at once",
+                    up_to_date
+                ),
+            };
+            let phase = match (set.paused, up_to_date == total && ready == total) {
+                (true, _) => Phase::Paused,
+                (false, true) => Phase::Completed,
+                (false, false) => Phase::Progressing,
+            };
+            (Progress::default(), phase, waiting, false)
+        }
+    };
+    Plan {
+        targets,
+        progress,
+        phase,
+        waiting,
+        ready,
+        up_to_date,
+        past_deadline,
+    }
+}
+
+/// A deployment's rollout, as this reconcile finds it.
+struct Rollout {
+    progress: Progress,
+    phase: Phase,
+    waiting: String,
+    /// The new code is released to every instance.
+    released: bool,
+    past_deadline: bool,
+}
+
+/// How many instances the steps before and at `step` give the new code.
+fn covered(steps: &[Step], step: usize, total: usize) -> usize {
+    steps
+        .iter()
+        .take(step + 1)
+        .filter_map(|s| match s {
+            Step::Instances(share) => Some(share.at_least(total)),
+            Step::Pause(_) => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn codes(
+    spec: &DeploymentSpec,
+    progress: &Progress,
+    ordered: &[&Member<'_>],
+    now: Timestamp,
+) -> (Vec<Option<String>>, Rollout) {
+    let total = ordered.len();
+    let steps: Vec<Step> = match spec.steps.is_empty() {
+        true => vec![Step::Instances(Share::Percent(100))],
+        false => spec.steps.clone(),
+    };
+    let old = spec.previous.clone().unwrap_or_else(|| spec.code.clone());
+    let has_new = |m: &Member<'_>| m.state.code.as_deref() == Some(spec.code.as_str());
+    let done_with_new = |m: &Member<'_>| has_new(m) && in_service(m.state.stage);
+
+    if progress.aborted {
+        let back = ordered
+            .iter()
+            .filter(|m| m.state.code.as_deref() == Some(old.as_str()) && in_service(m.state.stage))
+            .count();
+        let rollout = Rollout {
+            progress: progress.clone(),
+            phase: Phase::Aborted,
+            waiting: match back == total {
+                true => format!("aborted: every instance is back on {old}"),
+                false => format!("aborted: {back} of {total} instances back on {old}"),
+            },
+            released: false,
+            past_deadline: false,
+        };
+        return (vec![Some(old); total], rollout);
+    }
+
+    let mut progress = progress.clone();
+    // Advance through the steps that are done.
+    let mut waiting = String::new();
+    loop {
+        if progress.promoted {
+            progress.step = steps.len();
+        }
+        if progress.step >= steps.len() {
+            break;
+        }
+        match &steps[progress.step] {
+            Step::Instances(_) => {
+                let want = covered(&steps, progress.step, total);
+                let done = ordered
+                    .iter()
+                    .take(want)
+                    .filter(|m| done_with_new(m))
+                    .count();
+                if done < want {
+                    waiting = format!(
+                        "step {}: {done} of {want} instances ready with {}",
+                        progress.step + 1,
+                        spec.code
+                    );
+                    break;
+                }
+            }
+            Step::Pause(None) => {
+                if !progress.approved {
+                    waiting = format!(
+                        "step {}: waiting for a person to approve",
+                        progress.step + 1
+                    );
+                    break;
+                }
+            }
+            Step::Pause(Some(duration)) => {
+                let until = progress.since.saturating_add(duration.as_millis() as i64);
+                if now < until && !progress.approved {
+                    waiting = format!(
+                        "step {}: paused until {}",
+                        progress.step + 1,
+                        crate::time::rfc3339(until)
+                    );
+                    break;
+                }
+            }
+        }
+        progress.step += 1;
+        progress.since = now;
+        progress.approved = false;
+    }
+    let last = progress.step >= steps.len();
+    let want = match last {
+        true => total,
+        false => covered(&steps, progress.step, total),
+    };
+    let codes: Vec<Option<String>> = ordered
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            Some(if i < want {
+                spec.code.clone()
+            } else {
+                old.clone()
+            })
+        })
+        .collect();
+    let failed: Vec<&str> = ordered
+        .iter()
+        .zip(&codes)
+        .filter(|(m, code)| {
+            m.state.stage == Some(Stage::Failed) && code.as_deref() == Some(spec.code.as_str())
+        })
+        .map(|(m, _)| m.state.name.as_str())
+        .collect();
+    let all_done = ordered.iter().all(|m| done_with_new(m));
+    let (phase, waiting) = if !failed.is_empty() {
+        (
+            Phase::Degraded,
+            format!(
+                "stopped: {} failed (retry, abort, or set its stage)",
+                failed.join(", ")
+            ),
+        )
+    } else if spec.paused {
+        (Phase::Paused, "paused".to_string())
+    } else if last && all_done {
+        (Phase::Completed, String::new())
+    } else if last {
+        let done = ordered.iter().filter(|m| done_with_new(m)).count();
+        (
+            Phase::Progressing,
+            format!(
+                "released: {done} of {total} instances ready with {}",
+                spec.code
+            ),
+        )
+    } else {
+        (Phase::Progressing, waiting)
+    };
+    let waiting_on_person = matches!(steps.get(progress.step), Some(Step::Pause(None)));
+    let past_deadline = phase == Phase::Progressing
+        && !waiting_on_person
+        && now.saturating_sub(progress.since) > spec.progress_deadline.as_millis() as i64;
+    let rollout = Rollout {
+        progress,
+        phase,
+        waiting,
+        released: last,
+        past_deadline,
+    };
+    (codes, rollout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wit::lifecycle::Machine;
+
+    fn package(name: &str, version: &str) -> Package {
+        Package {
+            name: name.into(),
+            version: version.into(),
+        }
+    }
+
+    /// `n` instances serving `environment` and `code`.
+    fn instances(n: usize, environment: &[Package], code: &str) -> Vec<InstanceState> {
+        (0..n)
+            .map(|i| InstanceState {
+                namespace: "shop".into(),
+                name: format!("web-{i}"),
+                set: "web".into(),
+                stage: Some(Stage::Serving),
+                since: 0,
+                machine: Machine::Running,
+                node: Some("n1".into()),
+                node_health: crate::wit::lifecycle::NodeHealth::Healthy,
+                environment: environment.to_vec(),
+                code: Some(code.into()),
+                lists: Vec::new(),
+                deleting: false,
+                take_offline: false,
+                forced: None,
+            })
+            .collect()
+    }
+
+    fn set(environment: &[Package], max_unavailable: Share) -> SetSpec {
+        SetSpec {
+            environment: environment.to_vec(),
+            max_unavailable,
+            order: Order::Name,
+            paused: false,
+        }
+    }
+
+    /// One move of each instance towards its target, as the default
+    /// machine makes it (a list per stage, each succeeding at once).
+    fn step(state: &mut InstanceState, target: &TargetState) {
+        let changes = state.environment != target.environment
+            || (target.code.is_some() && state.code != target.code);
+        state.stage = Some(match state.stage {
+            Some(Stage::Serving | Stage::GrayRelease | Stage::Ready)
+                if changes && target.may_disrupt =>
+            {
+                match state.environment != target.environment {
+                    true => Stage::Initializing,
+                    false => Stage::Deploying,
+                }
+            }
+            Some(Stage::Initializing) => {
+                state.environment = target.environment.clone();
+                Stage::Deploying
+            }
+            Some(Stage::Deploying) => {
+                state.code = target.code.clone();
+                Stage::Ready
+            }
+            Some(Stage::Ready) if !target.released => Stage::GrayRelease,
+            Some(Stage::Ready | Stage::GrayRelease) if target.released => Stage::Serving,
+            other => other.unwrap(),
+        });
+    }
+
+    /// Plan and move until nothing changes (at most `ticks` times); the
+    /// most instances out of service seen, and the last plan.
+    fn run(
+        set: &SetSpec,
+        deployment: Option<(&DeploymentSpec, &mut Progress)>,
+        states: &mut [InstanceState],
+        now: Timestamp,
+    ) -> (usize, Plan) {
+        let mut most_out = 0;
+        let mut deployment = deployment;
+        for _ in 0..100 {
+            let members: Vec<Member<'_>> = states
+                .iter()
+                .map(|state| Member { state, created: 0 })
+                .collect();
+            let plan = plan(
+                set,
+                deployment
+                    .as_ref()
+                    .map(|(spec, progress)| (*spec, &**progress)),
+                &members,
+                now,
+            );
+            let before: Vec<InstanceState> = states.to_vec();
+            for state in states.iter_mut() {
+                step(state, &plan.targets[&state.name]);
+            }
+            let out = states.iter().filter(|s| !in_service(s.stage)).count();
+            most_out = most_out.max(out);
+            if let Some((_, progress)) = deployment.as_mut() {
+                **progress = plan.progress.clone();
+            }
+            if before == states {
+                return (most_out, plan);
+            }
+        }
+        panic!("no rest after 100 moves");
+    }
+
+    #[test]
+    fn an_environment_change_moves_at_most_max_unavailable_at_a_time() {
+        let old = [package("jdk", "21")];
+        let new = [package("jdk", "25"), package("agent", "3")];
+        let mut states = instances(5, &old, "1.0");
+        let (most_out, plan) = run(&set(&new, Share::Count(2)), None, &mut states, 0);
+        assert_eq!(most_out, 2);
+        assert!(
+            states
+                .iter()
+                .all(|s| s.environment == new && s.stage == Some(Stage::Serving))
+        );
+        assert_eq!(
+            (plan.phase, plan.up_to_date, plan.ready),
+            (Phase::Completed, 5, 5)
+        );
+
+        // A share rounds down, but never to none.
+        let mut states = instances(5, &old, "1.0");
+        let (most_out, _) = run(&set(&new, Share::Percent(30)), None, &mut states, 0);
+        assert_eq!(most_out, 1);
+        let mut states = instances(5, &old, "1.0");
+        let (most_out, _) = run(&set(&new, Share::Percent(60)), None, &mut states, 0);
+        assert_eq!(most_out, 3);
+
+        // Paused, nothing leaves service.
+        let mut states = instances(5, &old, "1.0");
+        let paused = SetSpec {
+            paused: true,
+            ..set(&new, Share::Count(2))
+        };
+        let (most_out, plan) = run(&paused, None, &mut states, 0);
+        assert_eq!((most_out, plan.phase), (0, Phase::Paused));
+        assert!(states.iter().all(|s| s.environment == old));
+    }
+
+    #[test]
+    fn instances_already_out_of_service_count_against_the_budget() {
+        let old = [package("jdk", "21")];
+        let new = [package("jdk", "25")];
+        let mut states = instances(5, &old, "1.0");
+        states[4].stage = Some(Stage::Unknown);
+        let members: Vec<Member<'_>> = states
+            .iter()
+            .map(|state| Member { state, created: 0 })
+            .collect();
+        let plan = plan(&set(&new, Share::Count(2)), None, &members, 0);
+        let disrupted: Vec<&str> = plan
+            .targets
+            .iter()
+            .filter(|(name, t)| t.may_disrupt && name.as_str() != "web-4")
+            .map(|(name, _)| name.as_str())
+            .collect();
+        assert_eq!(disrupted, ["web-0"]);
+    }
+
+    fn gray() -> DeploymentSpec {
+        DeploymentSpec {
+            code: "1.1".into(),
+            previous: Some("1.0".into()),
+            steps: vec![
+                Step::Instances(Share::Count(1)),
+                Step::Pause(None),
+                Step::Instances(Share::Percent(50)),
+                Step::Pause(Some(Duration::from_secs(600))),
+            ],
+            paused: false,
+            progress_deadline: Duration::from_secs(600),
+        }
+    }
+
+    fn with_code<'a>(states: &'a [InstanceState], code: &str) -> Vec<&'a str> {
+        states
+            .iter()
+            .filter(|s| s.code.as_deref() == Some(code))
+            .map(|s| s.name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_gray_release_stops_at_its_gate_until_approved_and_then_at_its_timed_pause() {
+        let environment = [package("jdk", "21")];
+        let set = set(&environment, Share::Count(1));
+        let spec = gray();
+        let mut states = instances(5, &environment, "1.0");
+        let mut progress = Progress::default();
+        let (most_out, plan) = run(&set, Some((&spec, &mut progress)), &mut states, 1_000);
+        assert_eq!(most_out, 1);
+        assert_eq!(with_code(&states, "1.1"), ["web-0"]);
+        assert_eq!(
+            states[0].stage,
+            Some(Stage::GrayRelease),
+            "not released yet"
+        );
+        assert_eq!(plan.waiting, "step 2: waiting for a person to approve");
+        assert_eq!((plan.phase, progress.step), (Phase::Progressing, 1));
+        assert!(
+            !plan.past_deadline,
+            "a gate waits for a person without a deadline"
+        );
+
+        // Approved: 50% of 5 is 3 instances, then the timed pause.
+        progress.approved = true;
+        let (_, plan) = run(&set, Some((&spec, &mut progress)), &mut states, 2_000);
+        assert_eq!(with_code(&states, "1.1"), ["web-0", "web-1", "web-2"]);
+        assert_eq!(progress.step, 3);
+        assert!(
+            plan.waiting.starts_with("step 4: paused until "),
+            "{}",
+            plan.waiting
+        );
+
+        // Ten minutes on, every instance gets it, and it is released.
+        let (most_out, plan) = run(
+            &set,
+            Some((&spec, &mut progress)),
+            &mut states,
+            2_000 + 600_001,
+        );
+        assert_eq!(most_out, 1);
+        assert_eq!(with_code(&states, "1.1").len(), 5);
+        assert!(states.iter().all(|s| s.stage == Some(Stage::Serving)));
+        assert_eq!((plan.phase, plan.waiting.as_str()), (Phase::Completed, ""));
+    }
+
+    #[test]
+    fn promote_skips_the_remaining_steps_and_abort_goes_back() {
+        let environment = [package("jdk", "21")];
+        let set = set(&environment, Share::Count(2));
+        let spec = gray();
+        let mut states = instances(5, &environment, "1.0");
+        let mut progress = Progress::default();
+        run(&set, Some((&spec, &mut progress)), &mut states, 0);
+        assert_eq!(with_code(&states, "1.1"), ["web-0"]);
+
+        let mut aborted = Progress {
+            aborted: true,
+            ..progress.clone()
+        };
+        let mut back = states.clone();
+        let (_, plan) = run(&set, Some((&spec, &mut aborted)), &mut back, 0);
+        assert_eq!(with_code(&back, "1.0").len(), 5);
+        assert_eq!(plan.phase, Phase::Aborted);
+        assert_eq!(plan.waiting, "aborted: every instance is back on 1.0");
+
+        progress.promoted = true;
+        let (_, plan) = run(&set, Some((&spec, &mut progress)), &mut states, 0);
+        assert_eq!(with_code(&states, "1.1").len(), 5);
+        assert_eq!(plan.phase, Phase::Completed);
+    }
+
+    #[test]
+    fn a_failed_instance_stops_the_rollout_and_a_stalled_one_passes_its_deadline() {
+        let environment = [package("jdk", "21")];
+        let set = set(&environment, Share::Count(2));
+        let spec = DeploymentSpec {
+            steps: vec![Step::Instances(Share::Count(2)), Step::Pause(None)],
+            ..gray()
+        };
+        let mut states = instances(5, &environment, "1.0");
+        states[0].stage = Some(Stage::Failed);
+        states[0].code = Some("1.1".into());
+        let members: Vec<Member<'_>> = states
+            .iter()
+            .map(|state| Member { state, created: 0 })
+            .collect();
+        let plan = plan(&set, Some((&spec, &Progress::default())), &members, 0);
+        assert_eq!(plan.phase, Phase::Degraded);
+        assert_eq!(
+            plan.waiting,
+            "stopped: web-0 failed (retry, abort, or set its stage)"
+        );
+        assert!(
+            !plan.targets["web-1"].may_disrupt,
+            "the code waits while degraded"
+        );
+
+        // An instance that never comes back passes the deadline.
+        states[0].stage = Some(Stage::Deploying);
+        let members: Vec<Member<'_>> = states
+            .iter()
+            .map(|state| Member { state, created: 0 })
+            .collect();
+        let stalled = super::plan(&set, Some((&spec, &Progress::default())), &members, 600_001);
+        assert_eq!(stalled.phase, Phase::Progressing);
+        assert!(stalled.past_deadline);
+    }
+
+    #[test]
+    fn shares_read_as_the_resources_write_them() {
+        use serde_json::json;
+        assert_eq!(Share::parse(&json!(2)), Ok(Share::Count(2)));
+        assert_eq!(Share::parse(&json!("25%")), Ok(Share::Percent(25)));
+        assert!(Share::parse(&json!(0)).unwrap_err().contains("at least 1"));
+        assert!(
+            Share::parse(&json!("0%"))
+                .unwrap_err()
+                .contains("from 1% to 100%")
+        );
+        assert!(Share::parse(&json!("101%")).is_err());
+        assert!(Share::parse(&json!(true)).is_err());
+        assert_eq!(Share::Percent(50).at_least(5), 3);
+        assert_eq!(Share::Percent(50).at_most(5), 2);
+        assert_eq!(Share::Percent(1).at_most(5), 1);
+        assert_eq!(Order::parse("newest-first"), Ok(Order::NewestFirst));
+        assert!(Order::parse("random").is_err());
+    }
+}
