@@ -3,8 +3,11 @@
 //! from what is observed of it and what it should have ([`model`]); what it
 //! should have, and when it may leave service, planned at the rollout's
 //! safe rate ([`rollout`]); each task carried out by the step hook the
-//! configuration names for it ([`hooks`]).
+//! configuration names for it ([`hooks`]); the instance's stage, what it
+//! has, its lock and its lists carried on its `VirtualMachine`
+//! ([`instance`]).
 
 pub mod hooks;
+pub mod instance;
 pub mod model;
 pub mod rollout;

@@ -1,0 +1,715 @@
+//! An instance as it is carried on its `VirtualMachine` (seed 1.2:
+//! annotations carry state): its stage and since when, the environment and
+//! code it has, the lock a controller holds on it, the task list it is in
+//! and the last lists it ran. `kubectl get vm -o yaml` shows them, and a
+//! restart or a leader handover reads them back and loses nothing.
+//!
+//! A task list runs one step at a time; the step in progress, its attempt
+//! and when to ask its hook again are in the list, so that a new leader
+//! asks the same hook with the same key ([`CurrentList::key`]) and no step
+//! runs twice.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::hooks::StepOutcome;
+use super::model::{Next, Package, Task, TaskList};
+use crate::time::{Timestamp, parse_time, rfc3339};
+use crate::wit::WitName;
+use crate::wit::lifecycle::{Machine, Outcome, Stage};
+
+/// The instance's stage.
+pub const STAGE: &str = "verdict.dev/stage";
+/// Since when it has had its stage (RFC 3339).
+pub const SINCE: &str = "verdict.dev/since";
+/// The environment it has: `name=version` pairs, comma-separated.
+pub const ENVIRONMENT: &str = "verdict.dev/environment";
+/// The code version it has.
+pub const CODE: &str = "verdict.dev/code";
+/// The lock: `holder/term`.
+pub const LOCK: &str = "verdict.dev/lock";
+/// The task list it is in (JSON).
+pub const LIST: &str = "verdict.dev/list";
+/// The last lists it ran, newest first (JSON).
+pub const LISTS: &str = "verdict.dev/lists";
+/// The label naming the `VMReplicaSet` an instance belongs to.
+pub const SET_LABEL: &str = "verdict.dev/vmreplicaset";
+/// The finalizer that holds an instance until its clean-up ran.
+pub const FINALIZER: &str = "verdict.dev/cleanup";
+
+/// Finished lists kept on the instance (the full log is kept by the host).
+const KEPT_LISTS: usize = 10;
+
+/// A controller's hold on an instance: who and in which leader term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lock {
+    pub holder: String,
+    pub term: u64,
+}
+
+impl Lock {
+    fn read(text: &str) -> Result<Self, String> {
+        let (holder, term) = text
+            .rsplit_once('/')
+            .ok_or_else(|| format!("{LOCK} `{text}` is not holder/term"))?;
+        let term = term
+            .parse()
+            .map_err(|_| format!("{LOCK} `{text}`: the term is not a number"))?;
+        if holder.is_empty() {
+            return Err(format!("{LOCK} `{text}` names no holder"));
+        }
+        Ok(Self {
+            holder: holder.into(),
+            term,
+        })
+    }
+
+    fn write(&self) -> String {
+        format!("{}/{}", self.holder, self.term)
+    }
+}
+
+/// Whether `holder` in leader term `term` may take an instance locked by
+/// `lock`: when it is free, already its own, or held from an older term (a
+/// leader that is gone; the newer one takes its lists over).
+pub fn may_take(lock: Option<&Lock>, holder: &str, term: u64) -> bool {
+    match lock {
+        None => true,
+        Some(lock) => lock.holder == holder || lock.term < term,
+    }
+}
+
+/// The task list an instance is in, step by step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct CurrentList {
+    /// Counts the lists of this instance: part of each step's key.
+    pub number: u64,
+    #[serde(with = "crate::wit::wit_name")]
+    pub stage: Stage,
+    pub tasks: Vec<Task>,
+    /// The step being carried out (`tasks.len()` once all are done).
+    pub step: usize,
+    /// How many times the step has been asked.
+    pub attempt: u32,
+    #[serde(with = "crate::time::text")]
+    pub started: Timestamp,
+    /// When to ask the step's hook again.
+    #[serde(with = "crate::time::text")]
+    pub next_at: Timestamp,
+    #[serde(with = "crate::wit::wit_name")]
+    pub outcome: Outcome,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub progress: Option<u8>,
+    /// What the instance has once the list succeeds.
+    #[serde(default)]
+    pub environment: Option<Vec<Package>>,
+    #[serde(default)]
+    pub code: Option<String>,
+    pub reason: String,
+    /// Waits for a person before its first step.
+    #[serde(default)]
+    pub needs_approval: bool,
+    #[serde(default)]
+    pub approved_by: Option<String>,
+    #[serde(default, with = "crate::time::text_opt")]
+    pub finished: Option<Timestamp>,
+}
+
+/// What one hook call did to a list.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Advanced {
+    /// The next step is due now.
+    Next,
+    /// The step runs; ask again at this time.
+    Later(Timestamp),
+    /// The list is done (succeeded or failed).
+    Finished,
+}
+
+impl CurrentList {
+    /// The list a policy's move enters, numbered after `previous`; none
+    /// when the policy says to stay.
+    pub fn entered(previous: u64, next: &Next, now: Timestamp) -> Option<Self> {
+        let Next::Move {
+            stage,
+            tasks,
+            environment,
+            code,
+            needs_approval,
+            reason,
+        } = next
+        else {
+            return None;
+        };
+        let done = tasks.is_empty() && !needs_approval;
+        Some(Self {
+            number: previous + 1,
+            stage: *stage,
+            tasks: tasks.clone(),
+            step: 0,
+            attempt: 0,
+            started: now,
+            next_at: now,
+            outcome: match done {
+                true => Outcome::Succeeded,
+                false => Outcome::Running,
+            },
+            message: String::new(),
+            progress: None,
+            environment: environment.clone(),
+            code: code.clone(),
+            reason: reason.clone(),
+            needs_approval: *needs_approval,
+            approved_by: None,
+            finished: done.then_some(now),
+        })
+    }
+
+    /// The key of the step in progress, the same for every call of it:
+    /// `namespace/instance/list/step`.
+    pub fn key(&self, namespace: &str, instance: &str) -> String {
+        format!("{namespace}/{instance}/{}/{}", self.number, self.step + 1)
+    }
+
+    /// The task of the step in progress.
+    pub fn current(&self) -> Option<&Task> {
+        match self.outcome {
+            Outcome::Running => self.tasks.get(self.step),
+            _ => None,
+        }
+    }
+
+    /// Whether it waits for a person before anything runs.
+    pub fn awaiting_approval(&self) -> bool {
+        self.needs_approval && self.approved_by.is_none() && self.outcome == Outcome::Running
+    }
+
+    /// Take a hook's answer on the step in progress, at `now`.
+    pub fn advance(&mut self, outcome: StepOutcome, now: Timestamp) -> Advanced {
+        match outcome {
+            StepOutcome::Done { message } => {
+                self.message = message;
+                self.progress = None;
+                self.step += 1;
+                self.attempt = 0;
+                self.next_at = now;
+                if self.step >= self.tasks.len() {
+                    self.outcome = Outcome::Succeeded;
+                    self.finished = Some(now);
+                    return Advanced::Finished;
+                }
+                Advanced::Next
+            }
+            StepOutcome::Failed { message } => {
+                self.message = message;
+                self.outcome = Outcome::Failed;
+                self.finished = Some(now);
+                Advanced::Finished
+            }
+            StepOutcome::Running {
+                message,
+                progress,
+                retry_after,
+            } => {
+                self.message = message;
+                self.progress = progress;
+                self.next_at = now.saturating_add(retry_after.as_millis() as i64);
+                Advanced::Later(self.next_at)
+            }
+        }
+    }
+
+    /// A person skips the step in progress (a stuck clean-up step): it
+    /// counts as done, and the message says who.
+    pub fn skip(&mut self, by: &str, now: Timestamp) -> Advanced {
+        let task = self.current().map(|t| t.name.clone()).unwrap_or_default();
+        self.advance(
+            StepOutcome::Done {
+                message: format!("{task} skipped by {by}"),
+            },
+            now,
+        )
+    }
+
+    /// The list as the task log and the policy see it.
+    pub fn view(&self) -> TaskList {
+        TaskList {
+            stage: self.stage,
+            started: self.started,
+            outcome: self.outcome,
+            task: match self.outcome {
+                Outcome::Succeeded => None,
+                _ => self.tasks.get(self.step).map(|t| t.name.clone()),
+            },
+            message: self.message.clone(),
+            finished: self.finished,
+        }
+    }
+}
+
+/// What an instance's annotations record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recorded {
+    pub stage: Option<Stage>,
+    pub since: Option<Timestamp>,
+    pub environment: Vec<Package>,
+    pub code: Option<String>,
+    pub lock: Option<Lock>,
+    pub list: Option<CurrentList>,
+    /// Finished lists, newest first.
+    pub lists: Vec<TaskList>,
+}
+
+fn environment_text(packages: &[Package]) -> String {
+    packages
+        .iter()
+        .map(|p| format!("{}={}", p.name, p.version))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn environment_of(text: &str) -> Result<Vec<Package>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, version) = pair
+                .split_once('=')
+                .filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
+                .ok_or_else(|| format!("{ENVIRONMENT}: `{pair}` is not name=version"))?;
+            Ok(Package {
+                name: name.trim().into(),
+                version: version.trim().into(),
+            })
+        })
+        .collect()
+}
+
+impl Recorded {
+    /// Read an instance's annotations; what does not read is named, so that
+    /// a person's typo is reported rather than guessed at.
+    pub fn read(annotations: &BTreeMap<String, String>) -> Result<Self, String> {
+        let get = |key: &str| annotations.get(key).map(String::as_str);
+        let stage = get(STAGE)
+            .map(|text| {
+                Stage::from_wit_name(text.trim()).ok_or_else(|| {
+                    format!("{STAGE} `{text}` is none of {}", Stage::NAMES.join(", "))
+                })
+            })
+            .transpose()?;
+        let since = get(SINCE)
+            .map(|text| parse_time(text).map_err(|e| format!("{SINCE}: {e}")))
+            .transpose()?;
+        let list = get(LIST)
+            .map(|text| {
+                serde_json::from_str(text).map_err(|e| format!("{LIST} does not read: {e}"))
+            })
+            .transpose()?;
+        let lists = get(LISTS)
+            .map(|text| {
+                serde_json::from_str(text).map_err(|e| format!("{LISTS} does not read: {e}"))
+            })
+            .transpose()?
+            .unwrap_or_default();
+        Ok(Self {
+            stage,
+            since,
+            environment: get(ENVIRONMENT)
+                .map(environment_of)
+                .transpose()?
+                .unwrap_or_default(),
+            code: get(CODE)
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(String::from),
+            lock: get(LOCK).map(Lock::read).transpose()?,
+            list,
+            lists,
+        })
+    }
+
+    /// The annotations that record it (`None`: the annotation goes), for a
+    /// merge patch.
+    pub fn annotations(&self) -> BTreeMap<&'static str, Option<String>> {
+        BTreeMap::from([
+            (STAGE, self.stage.map(|s| s.wit_name().to_string())),
+            (SINCE, self.since.map(rfc3339)),
+            (
+                ENVIRONMENT,
+                Some(environment_text(&self.environment)).filter(|t| !t.is_empty()),
+            ),
+            (CODE, self.code.clone()),
+            (LOCK, self.lock.as_ref().map(Lock::write)),
+            (
+                LIST,
+                self.list
+                    .as_ref()
+                    .and_then(|l| serde_json::to_string(l).ok()),
+            ),
+            (
+                LISTS,
+                Some(&self.lists)
+                    .filter(|l| !l.is_empty())
+                    .and_then(|l| serde_json::to_string(l).ok()),
+            ),
+        ])
+    }
+
+    /// Enter a stage with its list, at `now`.
+    pub fn enter(&mut self, list: CurrentList, now: Timestamp) {
+        self.finish_list();
+        self.stage = Some(list.stage);
+        self.since = Some(now);
+        self.list = Some(list);
+        self.settle();
+    }
+
+    /// The list in progress, when it has finished: its effect on what the
+    /// instance has (when it succeeded) and its place in the finished
+    /// lists.
+    pub fn settle(&mut self) {
+        let Some(list) = &self.list else { return };
+        if list.outcome == Outcome::Succeeded {
+            if let Some(environment) = &list.environment {
+                self.environment = environment.clone();
+            }
+            if let Some(code) = &list.code {
+                self.code = Some(code.clone());
+            }
+        }
+    }
+
+    /// Move the finished list in progress to the finished ones.
+    fn finish_list(&mut self) {
+        if let Some(list) = self.list.take() {
+            self.lists.insert(0, list.view());
+            self.lists.truncate(KEPT_LISTS);
+        }
+    }
+
+    /// The lists as the policy sees them: the one in progress first.
+    pub fn all_lists(&self) -> Vec<TaskList> {
+        self.list
+            .iter()
+            .map(CurrentList::view)
+            .chain(self.lists.iter().cloned())
+            .collect()
+    }
+
+    /// The number of the last list entered.
+    pub fn last_number(&self) -> u64 {
+        self.list.as_ref().map_or(0, |l| l.number)
+    }
+}
+
+/// The machine of a `VirtualMachine` by its printable status and `Ready`
+/// condition (none: the VM does not exist).
+pub fn machine(phase: Option<&str>, ready: Option<bool>) -> Machine {
+    match phase {
+        None => Machine::Starting,
+        Some("Running") => match ready {
+            Some(true) => Machine::Running,
+            _ => Machine::NotReady,
+        },
+        Some("Stopped" | "Stopping" | "Paused" | "Terminating") => Machine::Stopped,
+        Some(
+            "CrashLoopBackOff"
+            | "ErrorUnschedulable"
+            | "ErrImagePull"
+            | "ImagePullBackOff"
+            | "ErrorPvcNotFound"
+            | "ErrorDataVolumeNotFound"
+            | "DataVolumeError"
+            | "Unknown",
+        ) => Machine::Failed,
+        Some(_) => Machine::Starting,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn task(name: &str) -> Task {
+        Task {
+            name: name.into(),
+            params: serde_json::json!({}),
+        }
+    }
+
+    fn jdk(version: &str) -> Vec<Package> {
+        vec![Package {
+            name: "jdk".into(),
+            version: version.into(),
+        }]
+    }
+
+    /// The list of a move to `stage`.
+    fn moving(
+        previous: u64,
+        stage: Stage,
+        tasks: &[&str],
+        environment: Option<Vec<Package>>,
+        code: Option<&str>,
+        needs_approval: bool,
+        now: Timestamp,
+    ) -> CurrentList {
+        let next = Next::Move {
+            stage,
+            tasks: tasks.iter().map(|name| task(name)).collect(),
+            environment,
+            code: code.map(String::from),
+            needs_approval,
+            reason: "a test".into(),
+        };
+        CurrentList::entered(previous, &next, now).unwrap()
+    }
+
+    fn initializing(previous: u64, now: Timestamp) -> CurrentList {
+        moving(
+            previous,
+            Stage::Initializing,
+            &["detach-load-balancer", "install-environment"],
+            Some(jdk("25")),
+            None,
+            false,
+            now,
+        )
+    }
+
+    #[test]
+    fn a_list_runs_step_by_step_and_its_success_is_what_the_instance_has() {
+        let mut recorded = Recorded {
+            stage: Some(Stage::Serving),
+            environment: jdk("21"),
+            code: Some("1.0".into()),
+            ..Recorded::default()
+        };
+        recorded.enter(initializing(recorded.last_number(), 1_000), 1_000);
+        let list = recorded.list.as_mut().unwrap();
+        assert_eq!(list.key("shop", "web-0"), "shop/web-0/1/1");
+        assert_eq!(list.current().unwrap().name, "detach-load-balancer");
+        let later = list.advance(
+            StepOutcome::Running {
+                message: "draining".into(),
+                progress: Some(30),
+                retry_after: Duration::from_secs(2),
+            },
+            1_500,
+        );
+        assert_eq!(later, Advanced::Later(3_500));
+        assert_eq!(
+            list.key("shop", "web-0"),
+            "shop/web-0/1/1",
+            "the same step, the same key"
+        );
+        assert_eq!(
+            list.advance(
+                StepOutcome::Done {
+                    message: String::new()
+                },
+                4_000
+            ),
+            Advanced::Next
+        );
+        assert_eq!(list.key("shop", "web-0"), "shop/web-0/1/2");
+        assert_eq!(
+            list.advance(
+                StepOutcome::Done {
+                    message: "installed".into()
+                },
+                5_000
+            ),
+            Advanced::Finished
+        );
+        recorded.settle();
+        assert_eq!(recorded.environment, jdk("25"));
+        assert_eq!(recorded.code.as_deref(), Some("1.0"));
+        assert_eq!(recorded.all_lists()[0].outcome, Outcome::Succeeded);
+
+        // The next list is numbered on, and the last one is kept.
+        recorded.enter(
+            moving(
+                recorded.last_number(),
+                Stage::Deploying,
+                &["deploy-code"],
+                None,
+                Some("1.1"),
+                false,
+                6_000,
+            ),
+            6_000,
+        );
+        assert_eq!(
+            recorded.list.as_ref().unwrap().key("shop", "web-0"),
+            "shop/web-0/2/1"
+        );
+        assert_eq!(recorded.lists.len(), 1);
+        assert_eq!(recorded.lists[0].stage, Stage::Initializing);
+        assert_eq!(recorded.since, Some(6_000));
+        let list = recorded.list.as_mut().unwrap();
+        list.advance(
+            StepOutcome::Failed {
+                message: "no such artifact".into(),
+            },
+            7_000,
+        );
+        recorded.settle();
+        assert_eq!(
+            recorded.code.as_deref(),
+            Some("1.0"),
+            "a failed list changes nothing"
+        );
+        let failed = &recorded.all_lists()[0];
+        assert_eq!(
+            (
+                failed.outcome,
+                failed.task.as_deref(),
+                failed.message.as_str()
+            ),
+            (Outcome::Failed, Some("deploy-code"), "no such artifact")
+        );
+    }
+
+    #[test]
+    fn a_list_without_tasks_is_done_on_entry_and_a_stuck_step_can_be_skipped() {
+        let empty = moving(0, Stage::Requested, &[], None, None, false, 5);
+        assert_eq!(
+            (empty.outcome, empty.finished),
+            (Outcome::Succeeded, Some(5))
+        );
+        let gated = moving(0, Stage::Deleting, &[], None, None, true, 5);
+        assert!(gated.awaiting_approval());
+
+        let mut clean_up = moving(
+            0,
+            Stage::Deleting,
+            &["detach-load-balancer", "delete-machine"],
+            None,
+            None,
+            false,
+            0,
+        );
+        assert!(
+            CurrentList::entered(
+                0,
+                &Next::Stay {
+                    why: "serving".into()
+                },
+                0
+            )
+            .is_none(),
+            "staying enters no list"
+        );
+        assert_eq!(clean_up.skip("alice", 10), Advanced::Next);
+        assert_eq!(clean_up.message, "detach-load-balancer skipped by alice");
+        assert_eq!(clean_up.current().unwrap().name, "delete-machine");
+    }
+
+    #[test]
+    fn what_the_annotations_record_reads_back_whole() {
+        let mut recorded = Recorded {
+            stage: Some(Stage::Initializing),
+            since: Some(1_767_225_600_000),
+            environment: vec![
+                Package {
+                    name: "jdk".into(),
+                    version: "21".into(),
+                },
+                Package {
+                    name: "agent".into(),
+                    version: "3.2".into(),
+                },
+            ],
+            code: Some("1.0".into()),
+            lock: Some(Lock {
+                holder: "verdict-7c9f".into(),
+                term: 4,
+            }),
+            list: Some(initializing(2, 1_767_225_600_000)),
+            lists: Vec::new(),
+        };
+        recorded
+            .lists
+            .push(initializing(1, 1_767_225_500_000).view());
+        let annotations: BTreeMap<String, String> = recorded
+            .annotations()
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v?)))
+            .collect();
+        assert_eq!(annotations[STAGE], "initializing");
+        assert_eq!(annotations[ENVIRONMENT], "jdk=21,agent=3.2");
+        assert_eq!(annotations[LOCK], "verdict-7c9f/4");
+        assert_eq!(Recorded::read(&annotations).unwrap(), recorded);
+
+        // Nothing recorded: a new or adopted machine.
+        assert_eq!(
+            Recorded::read(&BTreeMap::new()).unwrap(),
+            Recorded::default()
+        );
+        let nothing = Recorded::default().annotations();
+        assert!(nothing.values().all(Option::is_none), "{nothing:?}");
+    }
+
+    #[test]
+    fn annotations_a_person_got_wrong_are_named() {
+        let refused = |key: &str, value: &str| {
+            Recorded::read(&BTreeMap::from([(key.to_string(), value.to_string())])).unwrap_err()
+        };
+        assert!(
+            refused(STAGE, "redy")
+                .starts_with("verdict.dev/stage `redy` is none of requested, initializing")
+        );
+        assert_eq!(
+            refused(ENVIRONMENT, "jdk=21,agent"),
+            "verdict.dev/environment: `agent` is not name=version"
+        );
+        assert!(refused(SINCE, "yesterday").starts_with("verdict.dev/since: "));
+        assert_eq!(
+            refused(LOCK, "verdict"),
+            "verdict.dev/lock `verdict` is not holder/term"
+        );
+        assert_eq!(
+            refused(LOCK, "verdict/x"),
+            "verdict.dev/lock `verdict/x`: the term is not a number"
+        );
+        assert!(refused(LIST, "{").starts_with("verdict.dev/list does not read"));
+        // A stage written by hand with spaces reads.
+        let read = Recorded::read(&BTreeMap::from([(
+            STAGE.to_string(),
+            " ready ".to_string(),
+        )]))
+        .unwrap();
+        assert_eq!(read.stage, Some(Stage::Ready));
+    }
+
+    #[test]
+    fn a_lock_is_taken_when_free_own_or_left_by_an_older_leader() {
+        let held = Lock {
+            holder: "a".into(),
+            term: 3,
+        };
+        assert!(may_take(None, "b", 1));
+        assert!(may_take(Some(&held), "a", 3));
+        assert!(may_take(Some(&held), "b", 4));
+        assert!(!may_take(Some(&held), "b", 3));
+        assert!(!may_take(Some(&held), "b", 2));
+    }
+
+    #[test]
+    fn a_machine_reads_from_its_printable_status() {
+        assert_eq!(machine(Some("Running"), Some(true)), Machine::Running);
+        assert_eq!(machine(Some("Running"), Some(false)), Machine::NotReady);
+        assert_eq!(machine(Some("Running"), None), Machine::NotReady);
+        assert_eq!(machine(Some("Provisioning"), None), Machine::Starting);
+        assert_eq!(machine(None, None), Machine::Starting);
+        assert_eq!(machine(Some("Stopped"), None), Machine::Stopped);
+        assert_eq!(machine(Some("CrashLoopBackOff"), None), Machine::Failed);
+    }
+}
