@@ -5,9 +5,12 @@
 //! safe rate ([`rollout`]); each task carried out by the step hook the
 //! configuration names for it ([`hooks`]); the instance's stage, what it
 //! has, its lock and its lists carried on its `VirtualMachine`
-//! ([`instance`]).
+//! ([`instance`]); the `VMReplicaSet` and `VMDeployment` read, a new
+//! instance's `VirtualMachine` made, their statuses written
+//! ([`resources`]).
 
 pub mod hooks;
 pub mod instance;
 pub mod model;
+pub mod resources;
 pub mod rollout;

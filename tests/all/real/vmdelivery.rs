@@ -169,6 +169,52 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
     .unwrap();
     assert_eq!(stored["spec"]["progressDeadlineSeconds"], 600);
 
+    // The statuses the leader writes are kept whole by the server (a field
+    // its schema lacked would be pruned, and a rollout's progress lost).
+    let read = verdict::lifecycle::resources::VmDeployment::read(&stored).unwrap();
+    let (spec, progress) = read.rollout(1_767_225_600_000);
+    let plan = verdict::lifecycle::rollout::Plan {
+        targets: Default::default(),
+        progress: verdict::lifecycle::rollout::Progress {
+            step: 1,
+            promoted: true,
+            ..progress
+        },
+        phase: verdict::lifecycle::rollout::Phase::Progressing,
+        waiting: "step 2: waiting for a person to approve".into(),
+        ready: 2,
+        up_to_date: 1,
+        past_deadline: false,
+    };
+    let status = read.status(&spec, &plan, 1, 1_767_225_600_000);
+    let patch = json!({ "status": status }).to_string();
+    cluster
+        .kubectl_run(
+            &[
+                "patch",
+                "vmdeploy",
+                "web",
+                "-n",
+                ns,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &patch,
+            ],
+            None,
+        )
+        .unwrap();
+    let kept: Value = serde_json::from_str(
+        &cluster
+            .kubectl_run(&["get", "vmdeploy", "web", "-n", ns, "-o", "json"], None)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(kept["status"], status, "the server changed the status");
+    let again = verdict::lifecycle::resources::VmDeployment::read(&kept).unwrap();
+    assert_eq!((again.progress.step, again.progress.promoted), (1, true));
+    assert_eq!(again.status_code.as_deref(), Some("2.4.0"));
+
     // `kubectl get` reads like `kubectl get deploy`.
     let table = cluster
         .kubectl_run(&["get", "vmreplicasets,vmdeployments", "-n", ns], None)

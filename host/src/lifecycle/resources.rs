@@ -1,0 +1,710 @@
+//! The two resources of seed 002's delivery, read and written: a
+//! `VMReplicaSet` (its instances' template, count and environment, the
+//! rollout's safe rate and order, what a lost instance gets, the instances
+//! named offline) and a `VMDeployment` (the code, its steps, the rollout's
+//! progress kept in its status); the `VirtualMachine` a set makes for a new
+//! instance; the status both get.
+//!
+//! What cannot be carried out is an error in words a person can act on;
+//! the controller shows it in the resource's `Degraded` condition.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::instance::{FINALIZER, SET_LABEL, STAGE};
+use super::model::Package;
+use super::rollout::{DeploymentSpec, Order, Phase, Plan, Progress, SetSpec, Share, Step};
+use crate::time::{Timestamp, parse_time, rfc3339};
+
+/// The API group and version of both resources.
+pub const API_VERSION: &str = "verdict.dev/v1alpha1";
+
+/// What a set does about an instance that is lost (its node offline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// A new instance, through the whole machine.
+    Repair,
+    /// The set shrinks by it.
+    ScaleDown,
+}
+
+/// A `VMReplicaSet`, read.
+#[derive(Debug, Clone)]
+pub struct VmReplicaSet {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub generation: i64,
+    pub replicas: u32,
+    /// The labels of the VMs it adopts besides those it made.
+    pub selector: BTreeMap<String, String>,
+    /// The VM template: `metadata` (labels, annotations) and `spec`.
+    pub template: Value,
+    pub spec: SetSpec,
+    pub lost: Lost,
+    /// The instances an operator takes offline.
+    pub offline: Vec<String>,
+}
+
+fn text<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    object.pointer(pointer).and_then(Value::as_str)
+}
+
+fn identity(object: &Value) -> (String, String, String, i64) {
+    (
+        text(object, "/metadata/namespace")
+            .unwrap_or_default()
+            .into(),
+        text(object, "/metadata/name").unwrap_or_default().into(),
+        text(object, "/metadata/uid").unwrap_or_default().into(),
+        object
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+    )
+}
+
+fn packages(value: Option<&Value>) -> Result<Vec<Package>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(value) => {
+            serde_json::from_value(value.clone()).map_err(|e| format!("spec.environment: {e}"))
+        }
+    }
+}
+
+impl VmReplicaSet {
+    /// Read a `VMReplicaSet` object.
+    pub fn read(object: &Value) -> Result<Self, String> {
+        let (namespace, name, uid, generation) = identity(object);
+        let spec = &object["spec"];
+        let replicas = match &spec["replicas"] {
+            Value::Null => 1,
+            value => value
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| format!("spec.replicas {value} is not a count"))?,
+        };
+        let template = spec["template"].clone();
+        if !template["spec"].is_object() {
+            return Err(
+                "spec.template.spec is missing: there is nothing to make a machine of".into(),
+            );
+        }
+        let rollout = &spec["rollout"];
+        let max_unavailable = match &rollout["maxUnavailable"] {
+            Value::Null => Share::Count(1),
+            value => Share::parse(value).map_err(|e| {
+                format!("spec.rollout.maxUnavailable: {e} (there is no surge: at least one instance must be allowed out of service)")
+            })?,
+        };
+        let order = match text(rollout, "/order") {
+            None => Order::Name,
+            Some(order) => Order::parse(order).map_err(|e| format!("spec.rollout.{e}"))?,
+        };
+        let lost = match text(spec, "/lostInstance") {
+            None | Some("repair") => Lost::Repair,
+            Some("scale-down") => Lost::ScaleDown,
+            Some(other) => {
+                return Err(format!(
+                    "spec.lostInstance `{other}` is neither repair nor scale-down"
+                ));
+            }
+        };
+        let selector = spec
+            .pointer("/selector/matchLabels")
+            .and_then(Value::as_object)
+            .map(|labels| {
+                labels
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let offline = spec["offline"]
+            .as_array()
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Self {
+            namespace,
+            name,
+            uid,
+            generation,
+            replicas,
+            selector,
+            template,
+            spec: SetSpec {
+                environment: packages(spec.get("environment"))?,
+                max_unavailable,
+                order,
+                paused: spec["paused"].as_bool().unwrap_or(false),
+            },
+            lost,
+            offline,
+        })
+    }
+
+    /// The `VirtualMachine` of a new instance named `name`: the template's
+    /// spec and labels, the set's label, owned by the set, held by the
+    /// clean-up finalizer, and `requested` (applying for a machine).
+    pub fn machine(&self, name: &str, now: Timestamp) -> Value {
+        let mut labels = self.template["metadata"]["labels"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        labels.insert(SET_LABEL.into(), json!(self.name));
+        let mut annotations = self.template["metadata"]["annotations"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        annotations.insert(STAGE.into(), json!("requested"));
+        annotations.insert(super::instance::SINCE.into(), json!(rfc3339(now)));
+        json!({
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachine",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": labels,
+                "annotations": annotations,
+                "finalizers": [FINALIZER],
+                "ownerReferences": [{
+                    "apiVersion": API_VERSION,
+                    "kind": "VMReplicaSet",
+                    "name": self.name,
+                    "uid": self.uid,
+                    "controller": true,
+                    "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": self.template["spec"],
+        })
+    }
+}
+
+impl VmReplicaSet {
+    /// The status of the set as planned: counts, each instance (`rows`, as
+    /// the controller shows them) and the conditions; `problem` is what
+    /// stops it, when something does.
+    pub fn status(
+        &self,
+        plan: &Plan,
+        rows: Vec<Value>,
+        problem: Option<&str>,
+        now: Timestamp,
+    ) -> Value {
+        let total = rows.len();
+        let available = rows.iter().filter(|r| r["stage"] == "serving").count();
+        let done =
+            plan.up_to_date == total && plan.ready == total && total == self.replicas as usize;
+        let failed: Vec<&str> = rows
+            .iter()
+            .filter(|r| r["stage"] == "failed")
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        let degraded = match (problem, failed.is_empty()) {
+            (Some(problem), _) => Some(problem.to_string()),
+            (None, false) => Some(format!("failed: {} (a person decides)", failed.join(", "))),
+            (None, true) => None,
+        };
+        let waiting = degraded.clone().unwrap_or_else(|| plan.waiting.clone());
+        json!({
+            "observedGeneration": self.generation,
+            "replicas": total,
+            "readyReplicas": plan.ready,
+            "upToDateReplicas": plan.up_to_date,
+            "availableReplicas": available,
+            "ready": format!("{}/{}", plan.ready, self.replicas),
+            "waiting": waiting,
+            "instances": rows,
+            "conditions": [
+                condition("Ready", done, if done { "AllReady" } else { "NotAllReady" }, &waiting, now),
+                condition("Progressing", !done && !self.spec.paused && degraded.is_none(), "Rolling", &plan.waiting, now),
+                condition("Paused", self.spec.paused, "Paused", "", now),
+                condition("Degraded", degraded.is_some(), "CannotProceed", degraded.as_deref().unwrap_or_default(), now),
+            ],
+        })
+    }
+}
+
+/// The name of a new instance of `set`: the set's name and the lowest free
+/// number (`web-0`, `web-1`, …), as a StatefulSet names its pods.
+pub fn instance_name<'a>(set: &str, taken: impl IntoIterator<Item = &'a str>) -> String {
+    let taken: std::collections::BTreeSet<&str> = taken.into_iter().collect();
+    (0..)
+        .map(|n| format!("{set}-{n}"))
+        .find(|name| !taken.contains(name.as_str()))
+        .unwrap_or_default()
+}
+
+/// `30s`, `10m`, `2h`.
+pub fn duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(text.len().saturating_sub(1));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration such as 30s, 10m or 2h"))?;
+    match unit {
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("`{text}` is not a duration such as 30s, 10m or 2h")),
+    }
+}
+
+/// A `VMDeployment`, read, with its rollout's progress from its status.
+#[derive(Debug, Clone)]
+pub struct VmDeployment {
+    pub namespace: String,
+    pub name: String,
+    pub generation: i64,
+    /// The `VMReplicaSet` it deploys to.
+    pub set: String,
+    pub artifact: String,
+    pub spec: DeploymentSpec,
+    pub progress: Progress,
+    /// The version its status is about (a new one starts a new rollout).
+    pub status_code: Option<String>,
+    pub status_phase: Option<String>,
+}
+
+impl VmDeployment {
+    /// Read a `VMDeployment` object.
+    pub fn read(object: &Value) -> Result<Self, String> {
+        let (namespace, name, _, generation) = identity(object);
+        let spec = &object["spec"];
+        let set = text(spec, "/replicaSet")
+            .filter(|s| !s.is_empty())
+            .ok_or("spec.replicaSet names no VMReplicaSet")?
+            .to_string();
+        let code = text(spec, "/code/version")
+            .filter(|s| !s.is_empty())
+            .ok_or("spec.code.version is missing")?
+            .to_string();
+        let artifact = text(spec, "/code/artifact").unwrap_or_default().to_string();
+        let mut steps = Vec::new();
+        for (i, step) in spec["steps"].as_array().into_iter().flatten().enumerate() {
+            let at = |e: String| format!("spec.steps[{i}]: {e}");
+            steps.push(match (step.get("instances"), step.get("pause")) {
+                (Some(share), None) => Step::Instances(Share::parse(share).map_err(at)?),
+                (None, Some(pause)) => Step::Pause(
+                    text(pause, "/duration")
+                        .map(duration)
+                        .transpose()
+                        .map_err(at)?,
+                ),
+                _ => return Err(at("a step is either instances or a pause".into())),
+            });
+        }
+        let deadline = spec["progressDeadlineSeconds"].as_u64().unwrap_or(600);
+        let status = &object["status"];
+        let progress = Progress {
+            step: status["stepIndex"].as_u64().unwrap_or(0) as usize,
+            since: text(status, "/stepStartedAt")
+                .and_then(|t| parse_time(t).ok())
+                .unwrap_or(0),
+            approved: status["approvedStep"].as_u64().is_some()
+                && status["approvedStep"].as_u64() == status["stepIndex"].as_u64(),
+            promoted: status["promoted"].as_bool().unwrap_or(false),
+            aborted: status["aborted"].as_bool().unwrap_or(false),
+        };
+        Ok(Self {
+            namespace,
+            name,
+            generation,
+            set,
+            artifact,
+            spec: DeploymentSpec {
+                code,
+                previous: text(status, "/stableCode").map(String::from),
+                steps,
+                paused: spec["paused"].as_bool().unwrap_or(false),
+                progress_deadline: Duration::from_secs(deadline),
+            },
+            progress,
+            status_code: text(status, "/code").map(String::from),
+            status_phase: text(status, "/phase").map(String::from),
+        })
+    }
+
+    /// The rollout to carry on at `now`: the one in its status, or a new
+    /// one when the code changed — its step back to the first, and the
+    /// code released before it the last one that completed.
+    pub fn rollout(&self, now: Timestamp) -> (DeploymentSpec, Progress) {
+        let mut spec = self.spec.clone();
+        match &self.status_code {
+            Some(code) if *code == spec.code => {
+                let mut progress = self.progress.clone();
+                if progress.since == 0 {
+                    progress.since = now;
+                }
+                (spec, progress)
+            }
+            previous => {
+                // The code of a completed rollout is what was released; an
+                // unfinished one leaves the one released before it.
+                if self.status_phase.as_deref() == Some("Completed") {
+                    spec.previous = previous.clone();
+                }
+                let progress = Progress {
+                    since: now,
+                    ..Progress::default()
+                };
+                (spec, progress)
+            }
+        }
+    }
+
+    /// The status of the rollout planned, at `now`.
+    pub fn status(
+        &self,
+        spec: &DeploymentSpec,
+        plan: &Plan,
+        updated: usize,
+        now: Timestamp,
+    ) -> Value {
+        let steps = spec.steps.len().max(1);
+        let degraded = plan.phase == Phase::Degraded;
+        let waiting_on_person = plan.waiting.contains("approve");
+        let conditions = vec![
+            condition(
+                "Ready",
+                plan.phase == Phase::Completed,
+                phase_reason(plan.phase),
+                &plan.waiting,
+                now,
+            ),
+            condition(
+                "Progressing",
+                plan.phase == Phase::Progressing && !plan.past_deadline,
+                match plan.past_deadline {
+                    true => "ProgressDeadlineExceeded",
+                    false => phase_reason(plan.phase),
+                },
+                &match plan.past_deadline {
+                    true => format!(
+                        "no progress within {}s: {}",
+                        spec.progress_deadline.as_secs(),
+                        plan.waiting
+                    ),
+                    false => plan.waiting.clone(),
+                },
+                now,
+            ),
+            condition(
+                "Paused",
+                plan.phase == Phase::Paused || waiting_on_person,
+                match waiting_on_person {
+                    true => "WaitingForApproval",
+                    false => phase_reason(plan.phase),
+                },
+                &plan.waiting,
+                now,
+            ),
+            condition(
+                "Degraded",
+                degraded,
+                phase_reason(plan.phase),
+                &plan.waiting,
+                now,
+            ),
+        ];
+        let mut status = json!({
+            "observedGeneration": self.generation,
+            "phase": format!("{:?}", plan.phase),
+            "step": format!("{}/{steps}", (plan.progress.step + 1).min(steps)),
+            "waiting": plan.waiting,
+            "updatedInstances": updated,
+            "readyInstances": plan.ready,
+            "code": spec.code,
+            "stableCode": match plan.phase {
+                Phase::Completed => Some(spec.code.clone()),
+                _ => spec.previous.clone(),
+            },
+            "stepIndex": plan.progress.step,
+            "stepStartedAt": rfc3339(plan.progress.since),
+            "promoted": plan.progress.promoted,
+            "aborted": plan.progress.aborted,
+            "conditions": conditions,
+        });
+        // No code released before: no field (a null in a merge patch
+        // deletes, and the server keeps no nulls).
+        if let Some(fields) = status.as_object_mut() {
+            fields.retain(|_, value| !value.is_null());
+        }
+        status
+    }
+}
+
+fn phase_reason(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Progressing => "Progressing",
+        Phase::Paused => "Paused",
+        Phase::Completed => "Completed",
+        Phase::Degraded => "TaskFailed",
+        Phase::Aborted => "Aborted",
+    }
+}
+
+/// A status condition (its `lastTransitionTime` is kept by the writer when
+/// the status did not change).
+fn condition(kind: &str, on: bool, reason: &str, message: &str, now: Timestamp) -> Value {
+    json!({
+        "type": kind,
+        "status": if on { "True" } else { "False" },
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": rfc3339(now),
+    })
+}
+
+/// The conditions of `next`, each keeping the transition time of the same
+/// condition in `previous` when its status did not change.
+pub fn keep_transitions(previous: &Value, next: &mut Value) {
+    let before: BTreeMap<&str, &Value> = previous["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Some((c["type"].as_str()?, c)))
+        .collect();
+    for c in next["conditions"].as_array_mut().into_iter().flatten() {
+        let Some(old) = c["type"].as_str().and_then(|t| before.get(t)) else {
+            continue;
+        };
+        if old["status"] == c["status"] {
+            c["lastTransitionTime"] = old["lastTransitionTime"].clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set_object(spec: Value) -> Value {
+        json!({
+            "apiVersion": API_VERSION, "kind": "VMReplicaSet",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u-1", "generation": 3},
+            "spec": spec,
+        })
+    }
+
+    fn template() -> Value {
+        json!({
+            "metadata": {"labels": {"app": "web"}, "annotations": {"team": "shop"}},
+            "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
+        })
+    }
+
+    #[test]
+    fn a_set_reads_whole_and_makes_its_machines() {
+        let set = VmReplicaSet::read(&set_object(json!({
+            "replicas": 3,
+            "template": template(),
+            "environment": [{"name": "jdk", "version": "21"}],
+            "rollout": {"maxUnavailable": "50%", "order": "newest-first"},
+            "lostInstance": "scale-down",
+            "offline": ["web-1"],
+            "paused": true,
+        })))
+        .unwrap();
+        assert_eq!(
+            (set.replicas, set.generation, set.lost),
+            (3, 3, Lost::ScaleDown)
+        );
+        assert_eq!(set.spec.max_unavailable, Share::Percent(50));
+        assert_eq!(set.spec.order, Order::NewestFirst);
+        assert_eq!(set.offline, ["web-1"]);
+        assert!(set.spec.paused);
+        assert_eq!(set.spec.environment[0].version, "21");
+
+        let vm = set.machine("web-0", 1_767_225_600_000);
+        assert_eq!(
+            vm["metadata"]["labels"],
+            json!({"app": "web", "verdict.dev/vmreplicaset": "web"})
+        );
+        assert_eq!(
+            vm["metadata"]["annotations"]["verdict.dev/stage"],
+            "requested"
+        );
+        assert_eq!(vm["metadata"]["annotations"]["team"], "shop");
+        assert_eq!(vm["metadata"]["finalizers"], json!(["verdict.dev/cleanup"]));
+        assert_eq!(vm["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(vm["spec"], template()["spec"]);
+
+        // Defaults: one instance, one out of service at a time.
+        let plain = VmReplicaSet::read(&set_object(json!({"template": template()}))).unwrap();
+        assert_eq!((plain.replicas, plain.lost), (1, Lost::Repair));
+        assert_eq!(plain.spec.max_unavailable, Share::Count(1));
+    }
+
+    #[test]
+    fn a_set_that_cannot_be_carried_out_says_why() {
+        let refused = |spec: Value| VmReplicaSet::read(&set_object(spec)).unwrap_err();
+        assert!(refused(json!({})).contains("spec.template.spec is missing"));
+        assert!(
+            refused(json!({"template": template(), "rollout": {"maxUnavailable": 0}}))
+                .contains("there is no surge")
+        );
+        assert!(
+            refused(json!({"template": template(), "lostInstance": "ignore"}))
+                .contains("neither repair nor scale-down")
+        );
+        assert!(
+            refused(json!({"template": template(), "environment": [{"name": "jdk"}]}))
+                .starts_with("spec.environment: missing field `version`")
+        );
+    }
+
+    #[test]
+    fn new_instances_take_the_lowest_free_number_and_durations_read() {
+        assert_eq!(instance_name("web", ["web-0", "web-2"]), "web-1");
+        assert_eq!(instance_name("web", []), "web-0");
+        assert_eq!(duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration("2h"), Ok(Duration::from_secs(7200)));
+        assert!(duration("10").is_err());
+        assert!(duration("m").is_err());
+        assert!(duration("1d").is_err());
+    }
+
+    fn deployment(status: Value) -> Value {
+        json!({
+            "apiVersion": API_VERSION, "kind": "VMDeployment",
+            "metadata": {"name": "web", "namespace": "shop", "generation": 2},
+            "spec": {
+                "replicaSet": "web",
+                "code": {"artifact": "registry.example/web", "version": "1.1"},
+                "steps": [{"instances": 1}, {"pause": {}}, {"instances": "50%"}, {"pause": {"duration": "10m"}}],
+                "progressDeadlineSeconds": 300,
+            },
+            "status": status,
+        })
+    }
+
+    #[test]
+    fn a_deployment_reads_its_steps_and_its_progress() {
+        let read = VmDeployment::read(&deployment(json!({
+            "code": "1.1", "stableCode": "1.0", "stepIndex": 1,
+            "stepStartedAt": "2026-01-01T00:00:00Z", "approvedStep": 1,
+        })))
+        .unwrap();
+        assert_eq!(read.set, "web");
+        assert_eq!(
+            read.spec.steps,
+            [
+                Step::Instances(Share::Count(1)),
+                Step::Pause(None),
+                Step::Instances(Share::Percent(50)),
+                Step::Pause(Some(Duration::from_secs(600))),
+            ]
+        );
+        assert_eq!(read.spec.progress_deadline, Duration::from_secs(300));
+        assert_eq!(read.spec.previous.as_deref(), Some("1.0"));
+        assert_eq!((read.progress.step, read.progress.approved), (1, true));
+        // The same code carries its rollout on.
+        let (spec, progress) = read.rollout(5);
+        assert_eq!((spec.previous.as_deref(), progress.step), (Some("1.0"), 1));
+
+        // A new version starts over; the last completed one is the stable one.
+        let completed = VmDeployment::read(&deployment(json!({
+            "code": "1.0", "phase": "Completed", "stableCode": "0.9", "stepIndex": 4,
+        })))
+        .unwrap();
+        let (spec, progress) = completed.rollout(7);
+        assert_eq!(
+            (spec.previous.as_deref(), progress.step, progress.since),
+            (Some("1.0"), 0, 7)
+        );
+        // Replacing an unfinished rollout keeps the one released before it.
+        let unfinished = VmDeployment::read(&deployment(json!({
+            "code": "1.0", "phase": "Progressing", "stableCode": "0.9", "stepIndex": 2,
+        })))
+        .unwrap();
+        let (spec, progress) = unfinished.rollout(7);
+        assert_eq!((spec.previous.as_deref(), progress.step), (Some("0.9"), 0));
+    }
+
+    #[test]
+    fn a_deployment_that_cannot_be_carried_out_says_why() {
+        let refused = |change: &dyn Fn(&mut Value)| {
+            let mut object = deployment(Value::Null);
+            change(&mut object);
+            VmDeployment::read(&object).unwrap_err()
+        };
+        assert_eq!(
+            refused(&|o| o["spec"]["replicaSet"] = json!("")),
+            "spec.replicaSet names no VMReplicaSet"
+        );
+        assert_eq!(
+            refused(&|o| o["spec"]["steps"] = json!([{"instances": 1, "pause": {}}])),
+            "spec.steps[0]: a step is either instances or a pause"
+        );
+        assert!(
+            refused(&|o| o["spec"]["steps"] = json!([{"pause": {"duration": "soon"}}]))
+                .starts_with("spec.steps[0]: `soon` is not a duration")
+        );
+        assert!(
+            refused(&|o| o["spec"]["code"] = json!({"artifact": "x"}))
+                .contains("spec.code.version")
+        );
+    }
+
+    #[test]
+    fn statuses_say_where_a_rollout_is_and_keep_their_transition_times() {
+        let read = VmDeployment::read(&deployment(Value::Null)).unwrap();
+        let (spec, progress) = read.rollout(1_000);
+        let plan = Plan {
+            targets: BTreeMap::new(),
+            progress: Progress {
+                step: 1,
+                ..progress
+            },
+            phase: Phase::Progressing,
+            waiting: "step 2: waiting for a person to approve".into(),
+            ready: 3,
+            up_to_date: 1,
+            past_deadline: false,
+        };
+        let status = read.status(&spec, &plan, 1, 2_000);
+        assert_eq!(status["step"], "2/4");
+        assert_eq!(status["phase"], "Progressing");
+        assert_eq!(status["code"], "1.1");
+        assert_eq!(status["stepIndex"], 1);
+        let paused = &status["conditions"][2];
+        assert_eq!(
+            (
+                paused["type"].as_str(),
+                paused["status"].as_str(),
+                paused["reason"].as_str()
+            ),
+            (Some("Paused"), Some("True"), Some("WaitingForApproval"))
+        );
+
+        let mut later = read.status(&spec, &plan, 1, 9_000);
+        keep_transitions(&status, &mut later);
+        assert_eq!(
+            later["conditions"][2]["lastTransitionTime"],
+            status["conditions"][2]["lastTransitionTime"]
+        );
+
+        let set = VmReplicaSet::read(&set_object(json!({"replicas": 2, "template": template()})))
+            .unwrap();
+        let rows = vec![
+            json!({"name": "web-0", "stage": "serving"}),
+            json!({"name": "web-1", "stage": "failed"}),
+        ];
+        let status = set.status(&plan, rows, None, 2_000);
+        assert_eq!(status["ready"], "3/2");
+        assert_eq!(status["availableReplicas"], 1);
+        assert_eq!(status["waiting"], "failed: web-1 (a person decides)");
+        assert_eq!(status["conditions"][3]["status"], "True");
+    }
+}
