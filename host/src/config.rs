@@ -24,7 +24,8 @@ use crate::http::tls::TlsFiles;
 use crate::lifecycle::hooks::HookSpec;
 use crate::observe::resources::ResourceRef;
 use crate::{
-    admission, delivery, events, executor, http, leader, observe, plugins, shadow, tasks, verdicts,
+    admission, delivery, events, executor, http, leader, lifecycle, observe, plugins, shadow,
+    tasks, verdicts,
 };
 
 /// Everything the host is built from.
@@ -54,6 +55,7 @@ pub struct Config {
     /// How OCI registries are reached (policies of `Policy` objects).
     pub registries: delivery::oci::Registries,
     pub shadow: shadow::Settings,
+    pub lifecycle: lifecycle::Settings,
     pub http: http::Settings,
     /// Serve HTTPS with this certificate and key (PEM files, reloaded when
     /// they change).
@@ -104,6 +106,7 @@ impl Config {
             leader: leader::Settings::default(),
             registries: delivery::oci::Registries::default(),
             shadow: shadow::Settings::default(),
+            lifecycle: lifecycle::Settings::default(),
             http: http::Settings::default(),
             tls: None,
             read_tokens: Vec::new(),
@@ -199,6 +202,8 @@ pub struct ServeArgs {
     pub registries: delivery::oci::Registries,
     #[command(flatten)]
     pub shadow: shadow::Settings,
+    #[command(flatten)]
+    pub lifecycle: lifecycle::Settings,
     #[command(flatten)]
     pub http: http::Settings,
 }
@@ -562,6 +567,7 @@ impl ServeArgs {
             leader: self.leader,
             registries: self.registries,
             shadow: self.shadow,
+            lifecycle: self.lifecycle,
             http,
             tls,
             read_tokens,
@@ -884,7 +890,7 @@ mod tests {
         assert_eq!(hooks["health-check"].timeout_seconds, 10);
         assert_eq!(
             hooks["health-check"].failure_policy,
-            crate::lifecycle::hooks::FailurePolicy::Ignore
+            lifecycle::hooks::FailurePolicy::Ignore
         );
         for (text, says) in [
             (

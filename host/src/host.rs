@@ -454,6 +454,18 @@ impl Host {
         if let Some(failover) = &failover {
             failover.shadow_with(Arc::clone(&shadows));
         }
+        if let (Some(client), Some(_), true) = (&client, &live, config.lifecycle.vm_delivery) {
+            let hooks = crate::lifecycle::hooks::Hooks::new(config.hooks.clone())
+                .map_err(Error::Invalid)?;
+            let controller = Arc::new(crate::lifecycle::controller::Controller::new(
+                client.clone(),
+                Arc::clone(&leadership),
+                Arc::clone(&registry),
+                hooks,
+                config.lifecycle.delivery_every,
+            ));
+            loops.push(tokio::spawn(controller.run()));
+        }
         let mut policies = None;
         if let (Some(client), Some(live), StoreKind::Kubernetes) =
             (&client, &live, config.tasks.store)

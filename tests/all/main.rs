@@ -31,4 +31,5 @@ mod settings;
 mod simulator;
 mod support;
 mod tasks;
+mod vmdelivery;
 mod vms;

@@ -31,7 +31,12 @@ impl Server {
 
     /// Start with more flags.
     pub fn start_with(plugins: &Path, data: &Path, extra: &[&str]) -> Self {
-        let (child, base) = crate::support::spawn_verdict(plugins, data, extra, "warn");
+        let (child, base) = crate::support::spawn_verdict(
+            plugins,
+            data,
+            extra,
+            &std::env::var("VERDICT_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
         Self {
             process: KillOnDrop(child),
             base,

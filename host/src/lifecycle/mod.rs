@@ -9,8 +9,32 @@
 //! instance's `VirtualMachine` made, their statuses written
 //! ([`resources`]).
 
+pub mod controller;
 pub mod hooks;
 pub mod instance;
 pub mod model;
 pub mod resources;
 pub mod rollout;
+
+use std::time::Duration;
+
+/// Whether and how often the delivery controller runs.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[group(skip)]
+pub struct Settings {
+    /// Carry out VMReplicaSets and VMDeployments (seed 002's delivery of
+    /// environment and code to VM-hosted apps), on the leader: their
+    /// machines made, each instance moved through the lifecycle policy's
+    /// stages, every task done by its step hook (`[hooks.<step>]`).
+    #[arg(long = "vm-delivery")]
+    pub vm_delivery: bool,
+    /// How often the delivery controller reconciles, in milliseconds.
+    #[arg(long = "vm-delivery-every-ms", value_name = "MS", default_value = "500", value_parser = crate::settings::positive_millis)]
+    pub delivery_every: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        crate::settings::defaults()
+    }
+}

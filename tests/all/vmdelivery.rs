@@ -1,0 +1,303 @@
+//! Seed 002's delivery on the simulator, through the real binary: a
+//! `VMReplicaSet` made from nothing goes through the whole instance machine
+//! with every task carried out by step hooks — a real HTTP server on
+//! 127.0.0.1 that the test starts — and KubeVirt's part played by the
+//! simulator.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use crate::live::{Cluster, PATIENCE, start_host};
+use crate::support::wait_until;
+
+/// The step names of the default lifecycle policy.
+const STEPS: [&str; 8] = [
+    "install-environment",
+    "deploy-code",
+    "health-check",
+    "bind-monitoring",
+    "attach-load-balancer",
+    "detach-load-balancer",
+    "pause-monitoring",
+    "delete-machine",
+];
+
+/// A step hook server on 127.0.0.1: every call is kept, and answered by
+/// `answer` (a status code and a JSON body).
+pub struct HookServer {
+    pub url: String,
+    pub calls: Arc<Mutex<Vec<Value>>>,
+}
+
+impl HookServer {
+    pub fn start(answer: impl Fn(&Value) -> (u16, String) + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/step", listener.local_addr().unwrap());
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&calls);
+        let answer = Arc::new(answer);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (kept, answer) = (Arc::clone(&kept), Arc::clone(&answer));
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let line = line.trim_end();
+                        if line.is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+                    let (code, text) = answer(&request);
+                    kept.lock().unwrap().push(request);
+                    let mut stream = stream;
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                        text.len()
+                    );
+                });
+            }
+        });
+        Self { url, calls }
+    }
+
+    /// The steps called for an instance, in order, each once (a step asked
+    /// again with its key counts once).
+    pub fn steps_of(&self, instance: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        let mut keys = std::collections::BTreeSet::new();
+        for call in self.calls.lock().unwrap().iter() {
+            if call["instance"]["name"] == instance && keys.insert(call["key"].to_string()) {
+                seen.push(call["step"].as_str().unwrap_or_default().to_string());
+            }
+        }
+        seen
+    }
+}
+
+/// A configuration naming `url` as the hook of every step.
+pub fn config_with_hooks(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let mut text = String::new();
+    for step in STEPS {
+        text.push_str(&format!(
+            "[hooks.{step}]\nurl = \"{url}\"\ntimeout-seconds = 5\n"
+        ));
+    }
+    let path = dir.join("verdict.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The chart's CRD of `file`, as JSON.
+fn crd(file: &str) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/chart/verdict/crds")
+        .join(file);
+    serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The simulator with KubeVirt played, three ready nodes and the chart's
+/// delivery CRDs.
+pub fn cluster() -> Cluster {
+    let cluster = Cluster::start_with(verdict_sim::Options {
+        controller: Some(verdict_sim::CONTROLLER_TICK),
+        kubevirt: true,
+        ..Default::default()
+    });
+    for node in ["n2", "n3"] {
+        cluster.apply(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "allocatable": {"cpu": "8", "memory": "32Gi"}}
+        }));
+    }
+    cluster.apply(crd("vmreplicaset-crd.yaml"));
+    cluster.apply(crd("vmdeployment-crd.yaml"));
+    cluster
+}
+
+pub fn set(replicas: u32, environment: Value) -> Value {
+    json!({
+        "apiVersion": "verdict.dev/v1alpha1", "kind": "VMReplicaSet",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {
+            "replicas": replicas,
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/instance": "web"}},
+                "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
+            },
+            "environment": environment,
+            "rollout": {"maxUnavailable": 2},
+        }
+    })
+}
+
+fn resource(
+    cluster: &Cluster,
+    group: &str,
+    plural: &str,
+) -> &'static verdict_sim::resources::Resource {
+    let version = if group == "kubevirt.io" {
+        "v1"
+    } else {
+        "v1alpha1"
+    };
+    cluster.sim().store().find(group, version, plural).unwrap()
+}
+
+/// Each instance of the set by name, with its annotations.
+pub fn instances(cluster: &Cluster) -> BTreeMap<String, Value> {
+    let store = cluster.sim().store();
+    store
+        .list(
+            resource(cluster, "kubevirt.io", "virtualmachines"),
+            Some("shop"),
+        )
+        .0
+        .into_iter()
+        .filter(|vm| vm["metadata"]["labels"]["verdict.dev/vmreplicaset"] == "web")
+        .map(|vm| {
+            (
+                vm["metadata"]["name"].as_str().unwrap().to_string(),
+                vm["metadata"]["annotations"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_set_made_from_nothing_goes_through_every_stage_by_its_hooks() {
+    let cluster = cluster();
+    let hooks = HookServer::start(|_| (200, r#"{"status":"done"}"#.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config = config_with_hooks(data.path(), &hooks.url);
+    let _server = start_host(
+        &cluster,
+        data.path(),
+        &["--config", config.to_str().unwrap(), "--vm-delivery"],
+    );
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+
+    let serving = wait_until(PATIENCE * 2, || {
+        let all = instances(&cluster);
+        // Serving, and its list done: no lock held.
+        all.len() == 3
+            && all
+                .values()
+                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+    });
+    assert!(
+        serving.is_some(),
+        "never all serving: {:#?}",
+        instances(&cluster)
+    );
+    for (name, annotations) in instances(&cluster) {
+        assert_eq!(annotations["verdict.dev/environment"], "jdk=21", "{name}");
+        assert!(
+            annotations.get("verdict.dev/lock").is_none(),
+            "{name}: a finished list holds no lock"
+        );
+        assert_eq!(
+            hooks.steps_of(&name),
+            [
+                "install-environment",
+                "health-check",
+                "bind-monitoring",
+                "attach-load-balancer"
+            ],
+            "{name}"
+        );
+    }
+    let status = wait_until(PATIENCE, || {
+        let set = cluster
+            .sim()
+            .store()
+            .get(
+                resource(&cluster, "verdict.dev", "vmreplicasets"),
+                "shop",
+                "web",
+            )
+            .unwrap();
+        set["status"]["ready"] == "3/3"
+    });
+    assert!(status.is_some());
+}
+
+#[test]
+fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() {
+    let cluster = cluster();
+    let hooks = HookServer::start(|_| (200, r#"{"status":"done"}"#.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config = config_with_hooks(data.path(), &hooks.url);
+    let _server = start_host(
+        &cluster,
+        data.path(),
+        &["--config", config.to_str().unwrap(), "--vm-delivery"],
+    );
+    cluster.apply(set(5, json!([{"name": "jdk", "version": "21"}])));
+    let settled = |environment: &str| {
+        let all = instances(&cluster);
+        all.len() == 5
+            && all.values().all(|a| {
+                a["verdict.dev/stage"] == "serving"
+                    && a.get("verdict.dev/lock").is_none()
+                    && a["verdict.dev/environment"] == environment
+            })
+    };
+    assert!(
+        wait_until(PATIENCE * 3, || settled("jdk=21")).is_some(),
+        "never all serving: {:#?}",
+        instances(&cluster)
+    );
+
+    cluster.apply(set(5, json!([{"name": "jdk", "version": "25"}])));
+    let mut most_out = 0;
+    let done = wait_until(PATIENCE * 3, || {
+        let out = instances(&cluster)
+            .values()
+            .filter(|a| {
+                !matches!(
+                    a["verdict.dev/stage"].as_str(),
+                    Some("ready" | "gray-release" | "serving")
+                )
+            })
+            .count();
+        most_out = most_out.max(out);
+        settled("jdk=25")
+    });
+    assert!(done.is_some(), "never rolled: {:#?}", instances(&cluster));
+    assert!(
+        (1..=2).contains(&most_out),
+        "{most_out} instances were out of service at once"
+    );
+    for name in instances(&cluster).keys() {
+        let steps = hooks.steps_of(name);
+        assert_eq!(
+            steps.iter().filter(|s| *s == "install-environment").count(),
+            2,
+            "{name}: {steps:?}"
+        );
+    }
+}
