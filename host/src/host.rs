@@ -461,8 +461,8 @@ impl Host {
                 client.clone(),
                 Arc::clone(&leadership),
                 Arc::clone(&registry),
-                hooks,
-                config.lifecycle.delivery_every,
+                failover.clone(),
+                (hooks, config.lifecycle.delivery_every),
             ));
             loops.push(tokio::spawn(controller.run()));
         }

@@ -301,3 +301,94 @@ fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() 
         );
     }
 }
+
+/// The failover policy's clocks, short: a node out of contact is unknown
+/// after 1.5 s, offline after 20 s; one that returns is trusted after 2 s.
+const FAILOVER: &str = "
+[failover]
+every-ms = 100
+
+[settings.failover]
+grace-ms = 1500
+offline-after-ms = 20000
+stabilize-ms = 2000
+";
+
+fn set_node_ready(cluster: &Cluster, node: &str, status: &str) {
+    let at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let nodes = cluster.sim().store().find("", "v1", "nodes").unwrap();
+    cluster
+        .sim()
+        .store()
+        .patch(
+            nodes,
+            "",
+            node,
+            &json!({"status": {"conditions": [{"type": "Ready", "status": status,
+                "lastHeartbeatTime": at, "lastTransitionTime": at}]}}),
+        )
+        .unwrap();
+}
+
+#[test]
+fn an_instance_whose_node_is_lost_for_a_while_is_unknown_then_checked_again() {
+    let cluster = cluster();
+    let hooks = HookServer::start(|_| (200, r#"{"status":"done"}"#.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config = config_with_hooks(data.path(), &hooks.url);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.insert_str(0, FAILOVER);
+    std::fs::write(&config, text).unwrap();
+    let _server = start_host(
+        &cluster,
+        data.path(),
+        &["--config", config.to_str().unwrap(), "--vm-delivery"],
+    );
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    let stage = || {
+        instances(&cluster)
+            .get("web-0")
+            .and_then(|a| a["verdict.dev/stage"].as_str().map(String::from))
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_until(PATIENCE * 2, || stage() == "serving").is_some(),
+        "never serving: {:#?}",
+        instances(&cluster)
+    );
+    let vmis = resource(&cluster, "kubevirt.io", "virtualmachineinstances");
+    let vmi = cluster.sim().store().get(vmis, "shop", "web-0").unwrap();
+    let node = vmi["status"]["nodeName"].as_str().unwrap().to_string();
+
+    set_node_ready(&cluster, &node, "Unknown");
+    assert!(
+        wait_until(PATIENCE, || stage() == "unknown").is_some(),
+        "never unknown: {:#?}",
+        instances(&cluster)
+    );
+    set_node_ready(&cluster, &node, "True");
+    let back = wait_until(PATIENCE * 2, || {
+        stage() == "serving"
+            && instances(&cluster)["web-0"]
+                .get("verdict.dev/lock")
+                .is_none()
+    });
+    assert!(back.is_some(), "never back: {:#?}", instances(&cluster));
+    assert_eq!(
+        hooks.steps_of("web-0"),
+        [
+            "install-environment",
+            "health-check",
+            "bind-monitoring",
+            "attach-load-balancer",
+            // Lost: load balancer and monitoring let go.
+            "detach-load-balancer",
+            "pause-monitoring",
+            // Back: the environment checked again, then the health check.
+            "install-environment",
+            "health-check",
+            "bind-monitoring",
+            "attach-load-balancer",
+        ]
+    );
+}

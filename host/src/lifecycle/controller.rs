@@ -23,6 +23,8 @@ use super::instance::{self, CurrentList, Lock, Recorded};
 use super::model::{self, InstanceState, Next};
 use super::resources::{VmDeployment, VmReplicaSet, instance_name};
 use super::rollout::{self, Member};
+use crate::failover::Failover;
+use crate::failover::model::Health;
 use crate::leader::{Leadership, Term};
 use crate::plugins::{Registry, World};
 use crate::time::{Timestamp, now};
@@ -62,8 +64,21 @@ pub struct Controller {
     writer: kube::Client,
     leadership: Arc<Leadership>,
     registry: Arc<Registry>,
+    /// The nodes' health, as failover judges them.
+    failover: Option<Arc<Failover>>,
     hooks: Hooks,
     every: Duration,
+}
+
+/// An instance's node as the lifecycle policy sees it: a node within its
+/// grace period is waited out; one out of contact, or back but not yet
+/// trusted, is unknown.
+fn node_health(health: Option<Health>) -> NodeHealth {
+    match health {
+        None | Some(Health::Healthy | Health::Suspect) => NodeHealth::Healthy,
+        Some(Health::Unknown | Health::Recovering) => NodeHealth::Unknown,
+        Some(Health::Offline) => NodeHealth::Offline,
+    }
 }
 
 /// One machine of a set, as read.
@@ -92,8 +107,8 @@ impl Controller {
         reader: kube::Client,
         leadership: Arc<Leadership>,
         registry: Arc<Registry>,
-        hooks: Hooks,
-        every: Duration,
+        failover: Option<Arc<Failover>>,
+        (hooks, every): (Hooks, Duration),
     ) -> Self {
         let writer = leadership.fenced(reader.clone());
         Self {
@@ -101,6 +116,7 @@ impl Controller {
             writer,
             leadership,
             registry,
+            failover,
             hooks,
             every,
         }
@@ -267,6 +283,16 @@ impl Controller {
         let listed = api
             .list(&ListParams::default().labels(&format!("{}={}", instance::SET_LABEL, set.name)))
             .await?;
+        let health: BTreeMap<String, Health> = match &self.failover {
+            Some(failover) => failover
+                .view()
+                .await
+                .nodes
+                .into_iter()
+                .map(|report| (report.node, report.health))
+                .collect(),
+            None => BTreeMap::new(),
+        };
         let vmis = Api::<DynamicObject>::namespaced_with(
             self.reader.clone(),
             &set.namespace,
@@ -310,7 +336,9 @@ impl Controller {
                     since: at_rest.since.unwrap_or(0),
                     machine,
                     node: nodes.get(&name).cloned(),
-                    node_health: NodeHealth::Healthy,
+                    node_health: node_health(
+                        nodes.get(&name).and_then(|node| health.get(node)).copied(),
+                    ),
                     environment: at_rest.environment.clone(),
                     code: at_rest.code.clone(),
                     lists: at_rest.all_lists(),
