@@ -95,17 +95,39 @@ impl HookServer {
     }
 }
 
-/// A configuration naming `url` as the hook of every step.
-pub fn config_with_hooks(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
-    let mut text = String::new();
+/// A host delivering on the simulator, every step's hook a server that
+/// answers done; `config` is more of its configuration.
+pub struct Delivery {
+    _server: crate::serve::Server,
+    pub hooks: HookServer,
+    pub cluster: Cluster,
+    _data: tempfile::TempDir,
+}
+
+pub fn delivering(config: &str) -> Delivery {
+    let cluster = cluster();
+    let hooks = HookServer::start(|_| (200, r#"{"status":"done"}"#.into()));
+    let data = tempfile::tempdir().unwrap();
+    let mut text = config.to_string();
     for step in STEPS {
         text.push_str(&format!(
-            "[hooks.{step}]\nurl = \"{url}\"\ntimeout-seconds = 5\n"
+            "[hooks.{step}]\nurl = \"{}\"\ntimeout-seconds = 5\n",
+            hooks.url
         ));
     }
-    let path = dir.join("verdict.toml");
+    let path = data.path().join("verdict.toml");
     std::fs::write(&path, text).unwrap();
-    path
+    let server = start_host(
+        &cluster,
+        data.path(),
+        &["--config", path.to_str().unwrap(), "--vm-delivery"],
+    );
+    Delivery {
+        _server: server,
+        hooks,
+        cluster,
+        _data: data,
+    }
 }
 
 /// The chart's CRD of `file`, as JSON.
@@ -189,19 +211,11 @@ pub fn instances(cluster: &Cluster) -> BTreeMap<String, Value> {
 
 #[test]
 fn a_set_made_from_nothing_goes_through_every_stage_by_its_hooks() {
-    let cluster = cluster();
-    let hooks = HookServer::start(|_| (200, r#"{"status":"done"}"#.into()));
-    let data = tempfile::tempdir().unwrap();
-    let config = config_with_hooks(data.path(), &hooks.url);
-    let _server = start_host(
-        &cluster,
-        data.path(),
-        &["--config", config.to_str().unwrap(), "--vm-delivery"],
-    );
+    let Delivery { cluster, hooks, .. } = &delivering("");
     cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
 
     let serving = wait_until(PATIENCE * 2, || {
-        let all = instances(&cluster);
+        let all = instances(cluster);
         // Serving, and its list done: no lock held.
         all.len() == 3
             && all
@@ -211,9 +225,9 @@ fn a_set_made_from_nothing_goes_through_every_stage_by_its_hooks() {
     assert!(
         serving.is_some(),
         "never all serving: {:#?}",
-        instances(&cluster)
+        instances(cluster)
     );
-    for (name, annotations) in instances(&cluster) {
+    for (name, annotations) in instances(cluster) {
         assert_eq!(annotations["verdict.dev/environment"], "jdk=21", "{name}");
         assert!(
             annotations.get("verdict.dev/lock").is_none(),
@@ -235,7 +249,7 @@ fn a_set_made_from_nothing_goes_through_every_stage_by_its_hooks() {
             .sim()
             .store()
             .get(
-                resource(&cluster, "verdict.dev", "vmreplicasets"),
+                resource(cluster, "verdict.dev", "vmreplicasets"),
                 "shop",
                 "web",
             )
@@ -247,18 +261,10 @@ fn a_set_made_from_nothing_goes_through_every_stage_by_its_hooks() {
 
 #[test]
 fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() {
-    let cluster = cluster();
-    let hooks = HookServer::start(|_| (200, r#"{"status":"done"}"#.into()));
-    let data = tempfile::tempdir().unwrap();
-    let config = config_with_hooks(data.path(), &hooks.url);
-    let _server = start_host(
-        &cluster,
-        data.path(),
-        &["--config", config.to_str().unwrap(), "--vm-delivery"],
-    );
+    let Delivery { cluster, hooks, .. } = &delivering("");
     cluster.apply(set(5, json!([{"name": "jdk", "version": "21"}])));
     let settled = |environment: &str| {
-        let all = instances(&cluster);
+        let all = instances(cluster);
         all.len() == 5
             && all.values().all(|a| {
                 a["verdict.dev/stage"] == "serving"
@@ -269,13 +275,13 @@ fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() 
     assert!(
         wait_until(PATIENCE * 3, || settled("jdk=21")).is_some(),
         "never all serving: {:#?}",
-        instances(&cluster)
+        instances(cluster)
     );
 
     cluster.apply(set(5, json!([{"name": "jdk", "version": "25"}])));
     let mut most_out = 0;
     let done = wait_until(PATIENCE * 3, || {
-        let out = instances(&cluster)
+        let out = instances(cluster)
             .values()
             .filter(|a| {
                 !matches!(
@@ -287,12 +293,12 @@ fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() 
         most_out = most_out.max(out);
         settled("jdk=25")
     });
-    assert!(done.is_some(), "never rolled: {:#?}", instances(&cluster));
+    assert!(done.is_some(), "never rolled: {:#?}", instances(cluster));
     assert!(
         (1..=2).contains(&most_out),
         "{most_out} instances were out of service at once"
     );
-    for name in instances(&cluster).keys() {
+    for name in instances(cluster).keys() {
         let steps = hooks.steps_of(name);
         assert_eq!(
             steps.iter().filter(|s| *s == "install-environment").count(),
@@ -332,21 +338,10 @@ fn set_node_ready(cluster: &Cluster, node: &str, status: &str) {
 
 #[test]
 fn an_instance_whose_node_is_lost_for_a_while_is_unknown_then_checked_again() {
-    let cluster = cluster();
-    let hooks = HookServer::start(|_| (200, r#"{"status":"done"}"#.into()));
-    let data = tempfile::tempdir().unwrap();
-    let config = config_with_hooks(data.path(), &hooks.url);
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.insert_str(0, FAILOVER);
-    std::fs::write(&config, text).unwrap();
-    let _server = start_host(
-        &cluster,
-        data.path(),
-        &["--config", config.to_str().unwrap(), "--vm-delivery"],
-    );
+    let Delivery { cluster, hooks, .. } = &delivering(FAILOVER);
     cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
     let stage = || {
-        instances(&cluster)
+        instances(cluster)
             .get("web-0")
             .and_then(|a| a["verdict.dev/stage"].as_str().map(String::from))
             .unwrap_or_default()
@@ -354,26 +349,26 @@ fn an_instance_whose_node_is_lost_for_a_while_is_unknown_then_checked_again() {
     assert!(
         wait_until(PATIENCE * 2, || stage() == "serving").is_some(),
         "never serving: {:#?}",
-        instances(&cluster)
+        instances(cluster)
     );
-    let vmis = resource(&cluster, "kubevirt.io", "virtualmachineinstances");
+    let vmis = resource(cluster, "kubevirt.io", "virtualmachineinstances");
     let vmi = cluster.sim().store().get(vmis, "shop", "web-0").unwrap();
     let node = vmi["status"]["nodeName"].as_str().unwrap().to_string();
 
-    set_node_ready(&cluster, &node, "Unknown");
+    set_node_ready(cluster, &node, "Unknown");
     assert!(
         wait_until(PATIENCE, || stage() == "unknown").is_some(),
         "never unknown: {:#?}",
-        instances(&cluster)
+        instances(cluster)
     );
-    set_node_ready(&cluster, &node, "True");
+    set_node_ready(cluster, &node, "True");
     let back = wait_until(PATIENCE * 2, || {
         stage() == "serving"
-            && instances(&cluster)["web-0"]
+            && instances(cluster)["web-0"]
                 .get("verdict.dev/lock")
                 .is_none()
     });
-    assert!(back.is_some(), "never back: {:#?}", instances(&cluster));
+    assert!(back.is_some(), "never back: {:#?}", instances(cluster));
     assert_eq!(
         hooks.steps_of("web-0"),
         [

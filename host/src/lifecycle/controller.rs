@@ -156,23 +156,35 @@ impl Controller {
         let all_sets = Api::<DynamicObject>::all_with(self.reader.clone(), &sets())
             .list(&ListParams::default())
             .await?;
-        let all_deployments = Api::<DynamicObject>::all_with(self.reader.clone(), &deployments())
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default();
+        let all_deployments: Vec<Value> =
+            Api::<DynamicObject>::all_with(self.reader.clone(), &deployments())
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .iter()
+                .map(|d| serde_json::to_value(d).unwrap_or_default())
+                .collect();
+        // The nodes' health, once a tick for every set.
+        let health: BTreeMap<String, Health> = match &self.failover {
+            Some(failover) => failover
+                .view()
+                .await
+                .nodes
+                .into_iter()
+                .map(|report| (report.node, report.health))
+                .collect(),
+            None => BTreeMap::new(),
+        };
         for set in all_sets.items {
             let value = serde_json::to_value(&set).unwrap_or_default();
             let namespace = set.metadata.namespace.clone().unwrap_or_default();
             let name = set.metadata.name.clone().unwrap_or_default();
-            let deployment = all_deployments
-                .iter()
-                .map(|d| serde_json::to_value(d).unwrap_or_default())
-                .find(|d| {
-                    d["metadata"]["namespace"] == namespace.as_str()
-                        && d["spec"]["replicaSet"] == name.as_str()
-                });
-            if let Err(error) = self.reconcile_set(&value, deployment.as_ref(), term).await {
+            let deployment = all_deployments.iter().find(|d| {
+                d["metadata"]["namespace"] == namespace.as_str()
+                    && d["spec"]["replicaSet"] == name.as_str()
+            });
+            if let Err(error) = self.reconcile_set(&value, deployment, &health, term).await {
                 tracing::warn!(namespace, name, %error, "VM delivery: the set could not be reconciled");
             }
         }
@@ -183,6 +195,7 @@ impl Controller {
         &self,
         object: &Value,
         deployment: Option<&Value>,
+        health: &BTreeMap<String, Health>,
         term: &Term,
     ) -> Result<(), kube::Error> {
         let at = now();
@@ -200,7 +213,7 @@ impl Controller {
                     .await;
             }
         };
-        let mut read = self.read_machines(&set).await?;
+        let mut read = self.read_machines(&set, health).await?;
 
         // Make the machines the set is short of.
         let staying = read.iter().filter(|m| !m.state.deleting).count();
@@ -219,7 +232,7 @@ impl Controller {
                 instance = name,
                 "VM delivery: a machine is requested"
             );
-            read = self.read_machines(&set).await?;
+            read = self.read_machines(&set, health).await?;
         }
 
         let deployment_object = deployment;
@@ -277,22 +290,16 @@ impl Controller {
         Ok(())
     }
 
-    async fn read_machines(&self, set: &VmReplicaSet) -> Result<Vec<Read>, kube::Error> {
+    async fn read_machines(
+        &self,
+        set: &VmReplicaSet,
+        health: &BTreeMap<String, Health>,
+    ) -> Result<Vec<Read>, kube::Error> {
         let api =
             Api::<DynamicObject>::namespaced_with(self.reader.clone(), &set.namespace, &machines());
         let listed = api
             .list(&ListParams::default().labels(&format!("{}={}", instance::SET_LABEL, set.name)))
             .await?;
-        let health: BTreeMap<String, Health> = match &self.failover {
-            Some(failover) => failover
-                .view()
-                .await
-                .nodes
-                .into_iter()
-                .map(|report| (report.node, report.health))
-                .collect(),
-            None => BTreeMap::new(),
-        };
         let vmis = Api::<DynamicObject>::namespaced_with(
             self.reader.clone(),
             &set.namespace,
@@ -472,18 +479,8 @@ impl Controller {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.map_or(Value::Null, Value::String)))
             .collect();
-        let patch = json!({"metadata": {
-            "resourceVersion": machine.resource_version,
-            "annotations": annotations,
-        }});
-        Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &machines())
-            .patch(
-                &machine.name,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
+        self.patch_machine(set, machine, json!({ "annotations": annotations }))
             .await
-            .map(drop)
     }
 
     /// Release the clean-up finalizer: the machine goes.
@@ -493,20 +490,29 @@ impl Controller {
             .iter()
             .filter(|f| f.as_str() != instance::FINALIZER)
             .collect();
-        let patch = json!({"metadata": {
-            "resourceVersion": machine.resource_version,
-            "finalizers": finalizers,
-        }});
         tracing::info!(
             namespace = set.namespace,
             instance = machine.name,
             "VM delivery: cleaned up; the machine goes"
         );
+        self.patch_machine(set, machine, json!({ "finalizers": finalizers }))
+            .await
+    }
+
+    /// Merge `metadata` into a machine's, on the resource version it was
+    /// read at: a compare-and-swap, which a change since fails.
+    async fn patch_machine(
+        &self,
+        set: &VmReplicaSet,
+        machine: &Read,
+        mut metadata: Value,
+    ) -> Result<(), kube::Error> {
+        metadata["resourceVersion"] = json!(machine.resource_version);
         Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &machines())
             .patch(
                 &machine.name,
                 &PatchParams::default(),
-                &Patch::Merge(&patch),
+                &Patch::Merge(&json!({ "metadata": metadata })),
             )
             .await
             .map(drop)
