@@ -61,6 +61,9 @@ pub enum Kind {
     Failover,
     /// A person forced a status on an app or instance, or lifted it.
     Override,
+    /// A VM-hosted app's delivery: an instance entered a stage or finished
+    /// a list, a person acted on a rollout.
+    Delivery,
 }
 
 impl Kind {
@@ -72,6 +75,7 @@ impl Kind {
             Kind::Plugin => "plugin",
             Kind::Failover => "failover",
             Kind::Override => "override",
+            Kind::Delivery => "delivery",
         }
     }
 }

@@ -39,6 +39,8 @@ pub(crate) struct Host {
     shadows: Arc<Shadows>,
     /// The Policy objects' controller, with the Kubernetes task store.
     policies: Option<Arc<Policies>>,
+    /// The VM delivery as the HTTP routes see it.
+    delivery: Option<Arc<crate::lifecycle::service::Service>>,
     /// The election loop and the heartbeat, which free the Lease and
     /// take the heartbeat away on shutdown.
     elector: Vec<tokio::task::JoinHandle<()>>,
@@ -454,17 +456,32 @@ impl Host {
         if let Some(failover) = &failover {
             failover.shadow_with(Arc::clone(&shadows));
         }
-        if let (Some(client), Some(_), true) = (&client, &live, config.lifecycle.vm_delivery) {
-            let hooks = crate::lifecycle::hooks::Hooks::new(config.hooks.clone())
-                .map_err(Error::Invalid)?;
-            let controller = Arc::new(crate::lifecycle::controller::Controller::new(
+        let mut delivery = None;
+        if let (Some(client), Some(live)) = (&client, &live) {
+            let mut counts = None;
+            // The demo delivers its VM-hosted app by its own hook.
+            if config.lifecycle.vm_delivery || demo.is_some() {
+                let specs = match (&demo, config.hooks.is_empty()) {
+                    (Some(demo), true) => demo.hooks(),
+                    _ => config.hooks.clone(),
+                };
+                let hooks = crate::lifecycle::hooks::Hooks::new(specs).map_err(Error::Invalid)?;
+                let controller = Arc::new(crate::lifecycle::controller::Controller::new(
+                    client.clone(),
+                    Arc::clone(&leadership),
+                    Arc::clone(&registry),
+                    failover.clone(),
+                    (Arc::clone(&live.overrides), Arc::clone(&events)),
+                    (hooks, config.lifecycle.delivery_every),
+                ));
+                counts = Some(Arc::clone(&controller.counts));
+                loops.push(tokio::spawn(controller.run()));
+            }
+            delivery = Some(Arc::new(crate::lifecycle::service::Service::new(
                 client.clone(),
-                Arc::clone(&leadership),
-                Arc::clone(&registry),
-                failover.clone(),
-                (hooks, config.lifecycle.delivery_every),
-            ));
-            loops.push(tokio::spawn(controller.run()));
+                Arc::clone(&events),
+                counts,
+            )));
         }
         let mut policies = None;
         if let (Some(client), Some(live), StoreKind::Kubernetes) =
@@ -503,6 +520,7 @@ impl Host {
             events: Arc::clone(&events),
             leadership: Arc::clone(&leadership),
             shadows: Arc::clone(&shadows),
+            delivery: delivery.clone(),
         });
         Ok(Self {
             registry,
@@ -514,6 +532,7 @@ impl Host {
             members,
             shadows,
             policies,
+            delivery,
             elector,
             heartbeat: config.http.heartbeat,
             tokens: Arc::new(http::access::Tokens::new(
@@ -547,6 +566,7 @@ impl Host {
             members: self.members.clone(),
             shadows: Arc::clone(&self.shadows),
             policies: self.policies.clone(),
+            delivery: self.delivery.clone(),
             heartbeat: self.heartbeat,
             tokens: Arc::clone(&self.tokens),
             hosts: Arc::clone(&self.hosts),

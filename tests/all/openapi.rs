@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::serve::Server;
 
 /// Every operation of the HTTP API.
-const OPERATIONS: [(&str, &str); 34] = [
+const OPERATIONS: [(&str, &str); 39] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -47,6 +47,17 @@ const OPERATIONS: [(&str, &str); 34] = [
     ("get", "/v1/policies/{name}/shadow"),
     ("post", "/v1/policies/{name}/promote"),
     ("post", "/v1/policies/{name}/rollback"),
+    ("get", "/v1/vm-delivery"),
+    ("get", "/v1/vm-delivery/{namespace}/{set}"),
+    (
+        "get",
+        "/v1/vm-delivery/{namespace}/{set}/instances/{instance}/log",
+    ),
+    ("post", "/v1/vm-delivery/{namespace}/{set}/{action}"),
+    (
+        "post",
+        "/v1/vm-delivery/{namespace}/{set}/instances/{instance}/{action}",
+    ),
     ("get", "/openapi.json"),
 ];
 
@@ -85,7 +96,9 @@ fn the_openapi_document_covers_every_route() {
             .replace("{name}", "web")
             .replace("{id}", "no-such-task")
             .replace("{node}", "no-such-node")
-            .replace("{instance}", "no-such-instance");
+            .replace("{instance}", "no-such-instance")
+            .replace("{set}", "portal")
+            .replace("{action}", "approve");
         if path == "/v1/events" {
             continue; // a stream; served, as the event tests show
         }

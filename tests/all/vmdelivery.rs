@@ -98,15 +98,27 @@ impl HookServer {
 /// A host delivering on the simulator, every step's hook a server that
 /// answers done; `config` is more of its configuration.
 pub struct Delivery {
-    _server: crate::serve::Server,
+    pub server: crate::serve::Server,
     pub hooks: HookServer,
     pub cluster: Cluster,
     _data: tempfile::TempDir,
 }
 
 pub fn delivering(config: &str) -> Delivery {
+    delivering_with(config, |_| (200, DONE.into()))
+}
+
+/// A step hook's answer: done.
+pub const DONE: &str = r#"{"status":"done"}"#;
+
+/// A host delivering on the simulator, every step's hook answered by
+/// `answer`.
+pub fn delivering_with(
+    config: &str,
+    answer: impl Fn(&Value) -> (u16, String) + Send + Sync + 'static,
+) -> Delivery {
     let cluster = cluster();
-    let hooks = HookServer::start(|_| (200, r#"{"status":"done"}"#.into()));
+    let hooks = HookServer::start(answer);
     let data = tempfile::tempdir().unwrap();
     let mut text = config.to_string();
     for step in STEPS {
@@ -123,7 +135,7 @@ pub fn delivering(config: &str) -> Delivery {
         &["--config", path.to_str().unwrap(), "--vm-delivery"],
     );
     Delivery {
-        _server: server,
+        server,
         hooks,
         cluster,
         _data: data,
@@ -386,4 +398,397 @@ fn an_instance_whose_node_is_lost_for_a_while_is_unknown_then_checked_again() {
             "attach-load-balancer",
         ]
     );
+}
+
+/// The `VMDeployment` of the set `web`, at `version`, with `steps`.
+pub fn deployment(version: &str, steps: Value) -> Value {
+    json!({
+        "apiVersion": "verdict.dev/v1alpha1", "kind": "VMDeployment",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {
+            "replicaSet": "web",
+            "code": {"artifact": "registry.example/shop/web", "version": version},
+            "steps": steps,
+        }
+    })
+}
+
+/// Change the deployment's code and steps as `kubectl edit` does: its
+/// spec only (a whole object applied would replace the status the
+/// controller keeps, which the real server's status subresource keeps).
+fn redeploy(cluster: &Cluster, version: &str, steps: Value) {
+    let spec = deployment(version, steps)["spec"].clone();
+    cluster
+        .sim()
+        .store()
+        .patch(
+            resource(cluster, "verdict.dev", "vmdeployments"),
+            "shop",
+            "web",
+            &json!({ "spec": spec }),
+        )
+        .unwrap();
+}
+
+/// The code each instance has, by name.
+fn codes(cluster: &Cluster) -> BTreeMap<String, String> {
+    instances(cluster)
+        .into_iter()
+        .map(|(name, a)| {
+            let code = a["verdict.dev/code"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (name, code)
+        })
+        .collect()
+}
+
+/// Whether every one of `n` instances serves `code` with no list running.
+fn all_serve(cluster: &Cluster, n: usize, code: &str) -> bool {
+    let all = instances(cluster);
+    all.len() == n
+        && all.values().all(|a| {
+            a["verdict.dev/stage"] == "serving"
+                && a["verdict.dev/code"] == code
+                && a.get("verdict.dev/lock").is_none()
+        })
+}
+
+/// The rollout of the set `web`, as `GET /v1/vm-delivery/shop/web` shows it.
+fn rollout(server: &crate::serve::Server) -> Value {
+    server.get("/v1/vm-delivery/shop/web").1["rollout"].clone()
+}
+
+fn post(server: &crate::serve::Server, path: &str, body: Value) -> (u16, Value) {
+    server.send("POST", path, Some(&body.to_string()))
+}
+
+#[test]
+fn a_gray_release_waits_at_its_gate_until_a_person_approves_it() {
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering("");
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+    cluster.apply(deployment("1.0", json!([])));
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 3, "1.0")).is_some(),
+        "1.0 never served: {:#?}",
+        instances(cluster)
+    );
+    let completed = wait_until(PATIENCE, || rollout(server)["phase"] == "Completed");
+    assert!(completed.is_some(), "{:#}", rollout(server));
+
+    redeploy(
+        cluster,
+        "2.0",
+        json!([{"instances": 1}, {"pause": {}}, {"instances": "100%"}]),
+    );
+    let at_gate = wait_until(PATIENCE * 2, || rollout(server)["at-gate"] == true);
+    assert!(
+        at_gate.is_some(),
+        "never at the gate: {:#}",
+        rollout(server)
+    );
+    let seen = rollout(server);
+    assert_eq!(seen["step"], "2/3", "{seen:#}");
+    assert_eq!(seen["stable-code"], "1.0", "{seen:#}");
+    // The first step gave the new code to one instance, and the gate holds
+    // the rest.
+    let new = |codes: &BTreeMap<String, String>| codes.values().filter(|c| *c == "2.0").count();
+    assert_eq!(new(&codes(cluster)), 1, "{:#?}", codes(cluster));
+
+    // A request without who is refused; a promote or approve on another set
+    // finds nothing.
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/approve",
+        json!({"by": " "}),
+    );
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (422, Some("invalid-field")),
+        "{body}"
+    );
+    let (code, _) = post(
+        server,
+        "/v1/vm-delivery/shop/nothing/approve",
+        json!({"by": "alice"}),
+    );
+    assert_eq!(code, 404);
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/instances/web-2/skip",
+        json!({"by": "alice"}),
+    );
+    assert_eq!(code, 409, "nothing runs on web-2, held at the gate: {body}");
+
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/approve",
+        json!({"by": "alice", "why": "the canary's error rate is flat"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["request"]["step"], 1, "{body}");
+    assert_eq!(body["on"], json!(["VMDeployment/shop/web"]));
+
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 3, "2.0")).is_some(),
+        "2.0 never rolled out: {:#?}",
+        codes(cluster)
+    );
+    let done = wait_until(PATIENCE, || rollout(server)["phase"] == "Completed");
+    assert!(done.is_some(), "{:#}", rollout(server));
+    let seen = rollout(server);
+    let approval = &seen["actions"][0];
+    assert_eq!(
+        (
+            &approval["action"],
+            &approval["by"],
+            &approval["why"],
+            &approval["step"]
+        ),
+        (
+            &json!("approve"),
+            &json!("alice"),
+            &json!("the canary's error rate is flat"),
+            &json!(1)
+        ),
+        "{seen:#}"
+    );
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/approve",
+        json!({"by": "alice"}),
+    );
+    assert_eq!(code, 409, "no gate any more: {body}");
+    for name in ["web-0", "web-1", "web-2"] {
+        assert_eq!(
+            hooks
+                .steps_of(name)
+                .iter()
+                .filter(|s| *s == "deploy-code")
+                .count(),
+            2,
+            "{name}: {:?}",
+            hooks.steps_of(name)
+        );
+    }
+
+    // The task log, paged: newest first, each list's steps kept.
+    let (code, page) = server.get("/v1/vm-delivery/shop/web/instances/web-0/log?limit=2");
+    assert_eq!(code, 200, "{page}");
+    let entries = page["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert!(entries[0]["number"].as_u64() > entries[1]["number"].as_u64());
+    let before = page["next-before"].as_u64().expect("more pages");
+    let (_, rest) = server.get(&format!(
+        "/v1/vm-delivery/shop/web/instances/web-0/log?limit=1000&before={before}"
+    ));
+    let all: Vec<Value> = entries
+        .iter()
+        .chain(rest["entries"].as_array().unwrap())
+        .cloned()
+        .collect();
+    let deploys: Vec<&Value> = all.iter().filter(|e| e["stage"] == "deploying").collect();
+    assert_eq!(deploys.len(), 2, "{all:#?}");
+    // The newest deploy took it out of service first; every step is kept.
+    let steps: Vec<(&str, &str)> = deploys[0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["task"].as_str().unwrap(), s["result"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("detach-load-balancer", "done"),
+            ("pause-monitoring", "done"),
+            ("deploy-code", "done")
+        ]
+    );
+    assert!(rest["next-before"].is_null());
+
+    // The metrics count instances by stage, rollouts by phase, hook calls.
+    let text = reqwest::blocking::get(format!("{}/metrics", server.base))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        text.contains("verdict_vm_delivery_instances{stage=\"serving\"} 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("verdict_vm_delivery_rollouts{phase=\"Completed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("verdict_vm_delivery_hook_calls_total{step=\"deploy-code\"} 6"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_failed_step_stops_the_rollout_until_a_person_forces_the_stage() {
+    let failed_once = Arc::new(Mutex::new(false));
+    let failing = Arc::clone(&failed_once);
+    let Delivery {
+        cluster, server, ..
+    } = &delivering_with("", move |call| {
+        let mut failed = failing.lock().unwrap();
+        if call["step"] == "deploy-code" && call["instance"]["name"] == "web-1" && !*failed {
+            *failed = true;
+            return (
+                200,
+                r#"{"status":"failed","message":"artifact not found"}"#.into(),
+            );
+        }
+        (200, DONE.into())
+    });
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+    cluster.apply(deployment("1.0", json!([])));
+
+    let degraded = wait_until(PATIENCE * 3, || rollout(server)["phase"] == "Degraded");
+    assert!(degraded.is_some(), "never degraded: {:#}", rollout(server));
+    let seen = rollout(server);
+    assert!(
+        seen["waiting"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("web-1"),
+        "{seen:#}"
+    );
+    let stage = |name: &str| instances(cluster)[name]["verdict.dev/stage"].clone();
+    assert!(
+        wait_until(PATIENCE, || stage("web-1") == "failed").is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+
+    // The operator fixed the cause, and sets the stage: the machine goes on
+    // from there, and the rollout with it.
+    let (code, body) = server.send(
+        "PUT",
+        "/v1/apps/shop/web/instances/web-1/override",
+        Some(
+            &json!({"status": "deploying", "by": "bob", "reason": "artifact uploaded"}).to_string(),
+        ),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 3, "1.0")).is_some(),
+        "never all serving: {:#?}",
+        instances(cluster)
+    );
+    let done = wait_until(PATIENCE, || rollout(server)["phase"] == "Completed");
+    assert!(done.is_some(), "{:#}", rollout(server));
+
+    let (_, page) = server.get("/v1/vm-delivery/shop/web/instances/web-1/log?limit=1000");
+    let entries = page["entries"].as_array().unwrap();
+    let failed = entries
+        .iter()
+        .find(|e| e["outcome"] == "failed")
+        .unwrap_or_else(|| panic!("{entries:#?}"));
+    assert_eq!(failed["steps"][0]["result"], "failed");
+    assert_eq!(failed["steps"][0]["message"], "artifact not found");
+    assert!(
+        entries.iter().any(|e| e["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("forced by bob: artifact uploaded")),
+        "{entries:#?}"
+    );
+    // The override is taken once: the instance stays serving under it.
+    let (code, _) = post(
+        server,
+        "/v1/vm-delivery/shop/web/instances/web-1/retry",
+        json!({"by": "bob"}),
+    );
+    assert_eq!(code, 409, "nothing failed any more");
+}
+
+#[test]
+fn a_failed_instance_is_retried_and_an_aborted_rollout_goes_back_to_the_stable_code() {
+    let fail = Arc::new(Mutex::new(true));
+    let failing = Arc::clone(&fail);
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering_with("", move |call| {
+        if call["step"] == "deploy-code"
+            && call["params"]["version"] == "2.0"
+            && *failing.lock().unwrap()
+        {
+            return (200, r#"{"status":"failed","message":"disk full"}"#.into());
+        }
+        (200, DONE.into())
+    });
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+    cluster.apply(deployment("1.0", json!([])));
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 3, "1.0")).is_some(),
+        "1.0 never served: {:#?}",
+        instances(cluster)
+    );
+    redeploy(cluster, "2.0", json!([{"instances": 1}, {"pause": {}}]));
+    let degraded = wait_until(PATIENCE * 2, || rollout(server)["phase"] == "Degraded");
+    assert!(degraded.is_some(), "never degraded: {:#}", rollout(server));
+
+    // Retried with the cause fixed: the failed list runs again.
+    *fail.lock().unwrap() = false;
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/retry",
+        json!({"by": "carol", "why": "disk freed"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["on"], json!(["VirtualMachine/shop/web-0"]), "{body}");
+    let at_gate = wait_until(PATIENCE * 2, || rollout(server)["at-gate"] == true);
+    assert!(
+        at_gate.is_some(),
+        "never at the gate: {:#}",
+        rollout(server)
+    );
+    assert_eq!(codes(cluster)["web-0"], "2.0");
+
+    // Aborted at the gate: the instance that got 2.0 goes back to 1.0.
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/abort",
+        json!({"by": "carol", "why": "latency"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 3, "1.0")
+            && rollout(server)["phase"] == "Aborted")
+        .is_some(),
+        "never back: {:#?} {:#}",
+        codes(cluster),
+        rollout(server)
+    );
+    let deployed: Vec<String> = hooks
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c["instance"]["name"] == "web-0" && c["step"] == "deploy-code")
+        .map(|c| {
+            c["params"]["version"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(deployed, ["1.0", "2.0", "2.0", "1.0"]);
+    let (code, _) = post(
+        server,
+        "/v1/vm-delivery/shop/web/abort",
+        json!({"by": "carol"}),
+    );
+    assert_eq!(code, 409, "an aborted rollout is not aborted again");
 }

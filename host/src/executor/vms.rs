@@ -23,7 +23,7 @@ use crate::observe::{AppKey, Snapshot};
 use crate::tasks::Task;
 use crate::wit::types::{self, ConditionStatus, TaskAction as Action};
 
-use crate::observe::resources::kubevirt::{MIGRATION, SETS, VM, VMI};
+use crate::observe::resources::kubevirt::{MIGRATION, SETS, VM, VM_REPLICA_SET, VMI};
 
 /// The API resource of a KubeVirt kind.
 fn resource(kind: &str) -> ApiResource {
@@ -32,6 +32,7 @@ fn resource(kind: &str) -> ApiResource {
         "VirtualMachineInstanceReplicaSet" => {
             ("kubevirt.io", "v1", "virtualmachineinstancereplicasets")
         }
+        VM_REPLICA_SET => ("verdict.dev", "v1alpha1", "vmreplicasets"),
         VMI => ("kubevirt.io", "v1", "virtualmachineinstances"),
         MIGRATION => ("kubevirt.io", "v1", "virtualmachineinstancemigrations"),
         _ => ("kubevirt.io", "v1", "virtualmachines"),

@@ -153,6 +153,22 @@ impl From<crate::delivery::policies::ChangeError> for ApiError {
     }
 }
 
+impl From<crate::lifecycle::service::ServiceError> for ApiError {
+    fn from(error: crate::lifecycle::service::ServiceError) -> Self {
+        use crate::lifecycle::service::ServiceError as E;
+        match error {
+            E::NotFound(code, m) => ApiError::new(StatusCode::NOT_FOUND, code, m),
+            E::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            E::Invalid(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", m),
+            E::Api(error) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cluster-unavailable",
+                format!("the Kubernetes API: {error}"),
+            ),
+        }
+    }
+}
+
 impl From<OverrideError> for ApiError {
     fn from(error: OverrideError) -> Self {
         match error {

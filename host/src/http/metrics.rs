@@ -99,6 +99,22 @@ pub(crate) struct Sources {
     pub events: Arc<Events>,
     pub leadership: Arc<crate::leader::Leadership>,
     pub shadows: Arc<crate::shadow::Shadows>,
+    pub delivery: Option<Arc<crate::lifecycle::service::Service>>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    step: String,
 }
 
 impl Metrics {
@@ -385,6 +401,54 @@ impl Collector for Sources {
                 "failover_storm",
                 "Whether more nodes are unhealthy than the cap allows (1) or not (0)",
                 &ConstGauge::new(i64::from(counts.storm)),
+            )?;
+        }
+
+        if let Some(counts) = self.delivery.as_ref().and_then(|d| d.counts.as_ref()) {
+            let lock = |m: &std::sync::Mutex<std::collections::BTreeMap<String, u64>>| {
+                crate::lifecycle::controller::lock(m).clone()
+            };
+            let instances: Family<StageLabels, Gauge> = Family::default();
+            for (stage, n) in lock(&counts.stages) {
+                instances
+                    .get_or_create(&StageLabels { stage })
+                    .set(n as i64);
+            }
+            family(
+                encoder,
+                "vm_delivery_instances",
+                "VM-hosted app instances by stage, at the leader's last reconcile",
+                &instances,
+            )?;
+            let rollouts: Family<PhaseLabels, Gauge> = Family::default();
+            for (phase, n) in lock(&counts.phases) {
+                rollouts.get_or_create(&PhaseLabels { phase }).set(n as i64);
+            }
+            family(
+                encoder,
+                "vm_delivery_rollouts",
+                "VMDeployment rollouts by phase, at the leader's last reconcile",
+                &rollouts,
+            )?;
+            let calls: Family<StepLabels, Counter> = Family::default();
+            let failures: Family<StepLabels, Counter> = Family::default();
+            for (step, (n, failed)) in crate::lifecycle::controller::lock(&counts.hooks).clone() {
+                calls
+                    .get_or_create(&StepLabels { step: step.clone() })
+                    .inc_by(n);
+                failures.get_or_create(&StepLabels { step }).inc_by(failed);
+            }
+            family(
+                encoder,
+                "vm_delivery_hook_calls",
+                "Step hook calls, by step",
+                &calls,
+            )?;
+            family(
+                encoder,
+                "vm_delivery_hook_failures",
+                "Step hook calls that failed their step, by step",
+                &failures,
             )?;
         }
 

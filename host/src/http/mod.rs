@@ -13,7 +13,7 @@
 //! - `openapi`: the document's own parts;
 //! - one file of handlers per resource: `health`, `apps`, `plugins`,
 //!   `tasks`, `admission`, `failover`, `events`, `metrics`, `replicas`,
-//!   `policies`;
+//!   `policies`, `delivery`;
 //! - [`access`], [`connections`], [`tls`]: tokens and origins, connection
 //!   bounds, HTTPS.
 
@@ -21,6 +21,7 @@ pub mod access;
 mod admission;
 mod apps;
 pub mod connections;
+mod delivery;
 mod error;
 mod events;
 mod failover;
@@ -140,6 +141,9 @@ pub(crate) struct AppState {
     pub shadows: Arc<crate::shadow::Shadows>,
     /// The Policy objects' controller, with the Kubernetes task store.
     pub policies: Option<Arc<crate::delivery::policies::Policies>>,
+    /// The VM delivery's sets, instances and people's requests; `None`
+    /// when the host follows no cluster.
+    pub delivery: Option<Arc<crate::lifecycle::service::Service>>,
 }
 
 impl AppState {
@@ -212,6 +216,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(metrics::routes())
         .merge(replicas::routes())
         .merge(policies::routes())
+        .merge(delivery::routes())
         .split_for_parts();
     openapi::describe(&mut api);
     let document = Arc::new(api.to_pretty_json().unwrap_or_default());

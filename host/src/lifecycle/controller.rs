@@ -14,47 +14,26 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
 use serde_json::{Value, json};
 
 use super::hooks::{Hooks, InstanceRef, StepCall};
 use super::instance::{self, CurrentList, Lock, Recorded};
 use super::model::{self, InstanceState, Next};
-use super::resources::{VmDeployment, VmReplicaSet, instance_name};
+use super::resources::{
+    VmDeployment, VmReplicaSet, deployments, instance_name, instances, machines, sets,
+};
 use super::rollout::{self, Member};
+use crate::events::{Events, Kind};
 use crate::failover::Failover;
 use crate::failover::model::Health;
 use crate::leader::{Leadership, Term};
+use crate::overrides::{OverrideRecord, Overrides};
 use crate::plugins::{Registry, World};
 use crate::time::{Timestamp, now};
 use crate::wit::WitName;
 use crate::wit::lifecycle::{NodeHealth, Outcome, Stage};
-
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
-fn sets() -> ApiResource {
-    resource("verdict.dev", "v1alpha1", "VMReplicaSet", "vmreplicasets")
-}
-
-fn deployments() -> ApiResource {
-    resource("verdict.dev", "v1alpha1", "VMDeployment", "vmdeployments")
-}
-
-fn machines() -> ApiResource {
-    resource("kubevirt.io", "v1", "VirtualMachine", "virtualmachines")
-}
-
-fn instances() -> ApiResource {
-    resource(
-        "kubevirt.io",
-        "v1",
-        "VirtualMachineInstance",
-        "virtualmachineinstances",
-    )
-}
 
 /// The controller and what it works with.
 pub struct Controller {
@@ -68,6 +47,21 @@ pub struct Controller {
     failover: Option<Arc<Failover>>,
     hooks: Hooks,
     every: Duration,
+    /// What people forced on instances.
+    overrides: Arc<Overrides>,
+    events: Arc<Events>,
+    /// What the last reconcile found, for metrics and the HTTP routes.
+    pub counts: Arc<Counts>,
+}
+
+/// What the controller counts: instances by stage and rollouts by phase
+/// at the last reconcile, hook calls and failures by step since the start.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub stages: std::sync::Mutex<BTreeMap<String, u64>>,
+    pub phases: std::sync::Mutex<BTreeMap<String, u64>>,
+    /// Per step: calls, and calls that failed the step.
+    pub hooks: std::sync::Mutex<BTreeMap<String, (u64, u64)>>,
 }
 
 /// An instance's node as the lifecycle policy sees it: a node within its
@@ -89,6 +83,45 @@ struct Read {
     state: InstanceState,
     created: Timestamp,
     finalizers: Vec<String>,
+    /// Who forced the stage in `state.forced`, and why.
+    forced_by: Option<String>,
+}
+
+/// The stage a person forced on an instance that has not entered it yet:
+/// the latest of an instance override (`PUT …/instances/{name}/override`)
+/// and a retry request, made after the instance entered its stage.
+fn forced(
+    overrides: &[OverrideRecord],
+    (namespace, name): (&str, &str),
+    recorded: &Recorded,
+    now: Timestamp,
+) -> Option<(Stage, String)> {
+    let since = recorded.since.unwrap_or(0);
+    let by_override = overrides
+        .iter()
+        .filter(|o| {
+            o.namespace == namespace
+                && o.instance.as_deref() == Some(name)
+                && o.in_force(now)
+                && o.at > since
+        })
+        .filter_map(|o| {
+            let stage = Stage::from_wit_name(&o.status)?;
+            let who = match o.reason.is_empty() {
+                true => o.by.clone(),
+                false => format!("{}: {}", o.by, o.reason),
+            };
+            Some((o.at, stage, format!("forced by {who}")))
+        });
+    let by_retry = recorded
+        .retry
+        .as_ref()
+        .filter(|r| r.at > since)
+        .and_then(|r| Some((r.at, r.stage?, format!("retried by {}", r.who()))));
+    by_override
+        .chain(by_retry)
+        .max_by_key(|(at, _, _)| *at)
+        .map(|(_, stage, who)| (stage, who))
 }
 
 fn map_of(value: &Value) -> BTreeMap<String, String> {
@@ -108,6 +141,7 @@ impl Controller {
         leadership: Arc<Leadership>,
         registry: Arc<Registry>,
         failover: Option<Arc<Failover>>,
+        (overrides, events): (Arc<Overrides>, Arc<Events>),
         (hooks, every): (Hooks, Duration),
     ) -> Self {
         let writer = leadership.fenced(reader.clone());
@@ -119,7 +153,19 @@ impl Controller {
             failover,
             hooks,
             every,
+            overrides,
+            events,
+            counts: Arc::default(),
         }
+    }
+
+    /// Tell the event stream about an instance or a rollout.
+    fn tell(&self, set: &VmReplicaSet, data: Value) {
+        self.events.publish(
+            Kind::Delivery,
+            Some(format!("{}/{}", set.namespace, set.name)),
+            data,
+        );
     }
 
     /// Reconcile every tick while this replica leads, until the process
@@ -176,6 +222,8 @@ impl Controller {
                 .collect(),
             None => BTreeMap::new(),
         };
+        let mut stages = BTreeMap::new();
+        let mut phases = BTreeMap::new();
         for set in all_sets.items {
             let value = serde_json::to_value(&set).unwrap_or_default();
             let namespace = set.metadata.namespace.clone().unwrap_or_default();
@@ -184,10 +232,22 @@ impl Controller {
                 d["metadata"]["namespace"] == namespace.as_str()
                     && d["spec"]["replicaSet"] == name.as_str()
             });
-            if let Err(error) = self.reconcile_set(&value, deployment, &health, term).await {
-                tracing::warn!(namespace, name, %error, "VM delivery: the set could not be reconciled");
+            match self.reconcile_set(&value, deployment, &health, term).await {
+                Ok(found) => {
+                    for stage in found.stages {
+                        *stages.entry(stage).or_insert(0) += 1;
+                    }
+                    if let Some(phase) = found.phase {
+                        *phases.entry(phase).or_insert(0) += 1;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(namespace, name, %error, "VM delivery: the set could not be reconciled");
+                }
             }
         }
+        *lock(&self.counts.stages) = stages;
+        *lock(&self.counts.phases) = phases;
         Ok(())
     }
 
@@ -197,7 +257,7 @@ impl Controller {
         deployment: Option<&Value>,
         health: &BTreeMap<String, Health>,
         term: &Term,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<Found, kube::Error> {
         let at = now();
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
@@ -208,17 +268,60 @@ impl Controller {
                     "waiting": problem,
                     "conditions": [{"type": "Degraded", "status": "True", "reason": "CannotProceed",
                         "message": problem, "lastTransitionTime": crate::time::rfc3339(at)}]});
-                return self
-                    .write_status(&sets(), namespace, name, object, status)
-                    .await;
+                self.write_status(&sets(), namespace, name, object, status)
+                    .await?;
+                return Ok(Found::default());
             }
         };
         let mut read = self.read_machines(&set, health).await?;
 
-        // Make the machines the set is short of.
-        let staying = read.iter().filter(|m| !m.state.deleting).count();
-        if staying < set.replicas as usize {
-            let names: Vec<String> = read.iter().map(|m| m.name.clone()).collect();
+        // Make the machines the set is short of, or let go of one it has
+        // too many of; an instance named offline goes once it is drained.
+        // Those named offline count no more: the set runs `replicas` less
+        // them, and never gives their names to new instances.
+        let wanted = (set.replicas as usize).saturating_sub(set.offline.len());
+        let staying: Vec<&Read> = read
+            .iter()
+            .filter(|m| !m.state.deleting && !m.state.take_offline)
+            .collect();
+        let drained = read.iter().find(|m| {
+            m.state.take_offline
+                && !m.state.deleting
+                && m.state.stage == Some(Stage::Offline)
+                && m.recorded.as_ref().is_ok_and(|r| {
+                    r.list
+                        .as_ref()
+                        .is_some_and(|l| l.outcome == Outcome::Succeeded)
+                })
+        });
+        let extra = (staying.len() > wanted)
+            .then(|| staying.iter().max_by_key(|m| rank_to_remove(m)))
+            .flatten();
+        if let Some(machine) = drained.or(extra.copied()) {
+            let why = match machine.state.take_offline {
+                true => "named offline and drained",
+                false => "the set has more instances than it wants",
+            };
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &machines())
+                .delete(&machine.name, &DeleteParams::default())
+                .await?;
+            tracing::info!(
+                namespace,
+                set = set.name,
+                instance = machine.name,
+                "VM delivery: the instance goes ({why}); its clean-up holds it"
+            );
+            self.tell(
+                &set,
+                json!({"instance": machine.name, "event": "removed", "reason": why}),
+            );
+            read = self.read_machines(&set, health).await?;
+        } else if staying.len() < wanted {
+            let names: Vec<String> = read
+                .iter()
+                .map(|m| m.name.clone())
+                .chain(set.offline.iter().cloned())
+                .collect();
             let name = instance_name(&set.name, names.iter().map(String::as_str));
             let machine = set.machine(&name, at);
             let api =
@@ -277,6 +380,13 @@ impl Controller {
         let status = set.status(&plan, rows, problem.as_deref(), at);
         self.write_status(&sets(), namespace, name, object, status)
             .await?;
+        let found = Found {
+            stages: read
+                .iter()
+                .map(|m| m.state.stage.map_or("none", |s| s.wit_name()).to_string())
+                .collect(),
+            phase: deployment.as_ref().map(|_| format!("{:?}", plan.phase)),
+        };
         if let (Some(d), Some((spec, _))) = (&deployment, &rollout) {
             let updated = read
                 .iter()
@@ -287,7 +397,7 @@ impl Controller {
             self.write_status(&deployments(), namespace, &d.name, &object, status)
                 .await?;
         }
-        Ok(())
+        Ok(found)
     }
 
     async fn read_machines(
@@ -295,6 +405,8 @@ impl Controller {
         set: &VmReplicaSet,
         health: &BTreeMap<String, Health>,
     ) -> Result<Vec<Read>, kube::Error> {
+        let at = now();
+        let overrides = self.overrides.list();
         let api =
             Api::<DynamicObject>::namespaced_with(self.reader.clone(), &set.namespace, &machines());
         let listed = api
@@ -335,6 +447,7 @@ impl Controller {
                     .map(|c| c["status"] == "True");
                 let machine = instance::machine(value["status"]["printableStatus"].as_str(), ready);
                 let at_rest = recorded.clone().unwrap_or_default();
+                let forced = forced(&overrides, (&set.namespace, &name), &at_rest, at);
                 let state = InstanceState {
                     namespace: set.namespace.clone(),
                     name: name.clone(),
@@ -351,7 +464,7 @@ impl Controller {
                     lists: at_rest.all_lists(),
                     deleting: vm.metadata.deletion_timestamp.is_some(),
                     take_offline: set.offline.contains(&name),
-                    forced: None,
+                    forced: forced.as_ref().map(|(stage, _)| *stage),
                 };
                 Read {
                     name,
@@ -365,6 +478,7 @@ impl Controller {
                         .map(|t| t.0.as_millisecond())
                         .unwrap_or(0),
                     finalizers: vm.metadata.finalizers.clone().unwrap_or_default(),
+                    forced_by: forced.map(|(_, who)| who),
                 }
             })
             .collect())
@@ -387,9 +501,36 @@ impl Controller {
             .list
             .as_ref()
             .is_some_and(|l| l.outcome == Outcome::Running);
-        if running {
+        // A forced stage is entered even while a list runs.
+        if running && machine.state.forced.is_none() {
+            let (skip, approve) = (recorded.skip.clone(), recorded.approve.clone());
             let list = recorded.list.as_mut().expect("a running list");
-            if list.awaiting_approval() || list.next_at > at {
+            // A person's word on the list in progress.
+            if let Some(skip) = skip.filter(|r| {
+                r.list == Some(list.number) && r.step == Some(list.step + 1) && r.at >= list.started
+            }) {
+                let task = list.current().map(|t| t.name.clone());
+                list.skip(&skip.who(), at);
+                self.tell(
+                    set,
+                    json!({"instance": machine.name, "event": "skipped", "list": list.number,
+                    "task": task, "by": skip.by, "why": skip.why}),
+                );
+                return self.moved_on(set, machine, recorded, term).await;
+            }
+            if list.awaiting_approval() {
+                if let Some(approve) = approve.filter(|r| r.list == Some(list.number)) {
+                    list.approved_by = Some(approve.who());
+                    self.tell(
+                        set,
+                        json!({"instance": machine.name, "event": "approved", "list": list.number,
+                        "by": approve.by, "why": approve.why}),
+                    );
+                    return self.moved_on(set, machine, recorded, term).await;
+                }
+                return Ok(());
+            }
+            if list.next_at > at {
                 return Ok(());
             }
             let Some(task) = list.current().cloned() else {
@@ -413,17 +554,23 @@ impl Controller {
                     params: &task.params,
                 })
                 .await;
+            let failed = matches!(outcome, super::hooks::StepOutcome::Failed { .. });
+            {
+                let mut hooks = lock(&self.counts.hooks);
+                let counted = hooks.entry(task.name.clone()).or_insert((0, 0));
+                counted.0 += 1;
+                counted.1 += u64::from(failed);
+            }
             list.advance(outcome, now());
-            recorded.settle();
-            let done = recorded
-                .list
-                .as_ref()
-                .is_some_and(|l| l.outcome != Outcome::Running);
-            recorded.lock = (!done).then(|| Lock {
-                holder: term.holder.clone(),
-                term: term.term,
-            });
-            return self.record(set, machine, &recorded).await;
+            if list.outcome != Outcome::Running {
+                self.tell(
+                    set,
+                    json!({"instance": machine.name, "event": "finished", "list": list.number,
+                    "stage": list.stage.wit_name(), "outcome": list.outcome.wit_name(),
+                    "task": list.current().map(|t| t.name.clone()), "message": list.message}),
+                );
+            }
+            return self.moved_on(set, machine, recorded, term).await;
         }
         // A finished clean-up lets the machine go.
         if machine.state.deleting
@@ -447,9 +594,15 @@ impl Controller {
                 return Ok(());
             }
         };
-        let Some(list) = CurrentList::entered(recorded.last_number(), &decision, at) else {
+        let Some(mut list) = CurrentList::entered(recorded.last_number(), &decision, at) else {
             return Ok(());
         };
+        if let Some(who) = &machine.forced_by {
+            list.reason = format!("{} ({who})", list.reason);
+        }
+        self.tell(set, json!({"instance": machine.name, "event": "entered", "list": list.number,
+            "stage": list.stage.wit_name(), "tasks": list.tasks.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
+            "needs-approval": list.needs_approval, "reason": list.reason}));
         tracing::info!(
             namespace = set.namespace,
             instance = machine.name,
@@ -460,6 +613,27 @@ impl Controller {
         );
         let done = list.outcome != Outcome::Running;
         recorded.enter(list, at);
+        recorded.lock = (!done).then(|| Lock {
+            holder: term.holder.clone(),
+            term: term.term,
+        });
+        self.record(set, machine, &recorded).await
+    }
+
+    /// Record an instance whose list moved on: what a finished list gave
+    /// it, and the lock kept while the list runs.
+    async fn moved_on(
+        &self,
+        set: &VmReplicaSet,
+        machine: &Read,
+        mut recorded: Recorded,
+        term: &Term,
+    ) -> Result<(), kube::Error> {
+        recorded.settle();
+        let done = recorded
+            .list
+            .as_ref()
+            .is_some_and(|l| l.outcome != Outcome::Running);
         recorded.lock = (!done).then(|| Lock {
             holder: term.holder.clone(),
             term: term.term,
@@ -540,6 +714,39 @@ impl Controller {
             .await
             .map(drop)
     }
+}
+
+/// Which instance a set lets go of first when it has too many: one out of
+/// service before one in it (lost, failed, out of contact, not yet made,
+/// then on its way), the newest last made (the highest number) among
+/// equals.
+fn rank_to_remove(machine: &Read) -> (u8, Timestamp, String) {
+    let badness = match machine.state.stage {
+        Some(Stage::Offline) => 6,
+        Some(Stage::Failed) => 5,
+        Some(Stage::Unknown) => 4,
+        None | Some(Stage::Requested) => 3,
+        Some(Stage::Initializing | Stage::Deploying) => 2,
+        Some(Stage::Ready | Stage::GrayRelease) => 1,
+        Some(Stage::Serving | Stage::Deleting) => 0,
+    };
+    (badness, machine.created, machine.name.clone())
+}
+
+/// What one reconcile of a set found, for the counts.
+#[derive(Debug, Default)]
+struct Found {
+    /// Each instance's stage.
+    stages: Vec<String>,
+    /// The deployment's phase, when one targets the set.
+    phase: Option<String>,
+}
+
+/// A counter's lock, whatever a panicking holder left.
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// An instance as the set's status shows it.

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::hooks::StepOutcome;
 use super::model::{Next, Package, Task, TaskList};
+use super::requests::{self, Request};
 use crate::time::{Timestamp, parse_time, rfc3339};
 use crate::wit::WitName;
 use crate::wit::lifecycle::{Machine, Outcome, Stage};
@@ -38,8 +39,46 @@ pub const SET_LABEL: &str = "verdict.dev/vmreplicaset";
 /// The finalizer that holds an instance until its clean-up ran.
 pub const FINALIZER: &str = "verdict.dev/cleanup";
 
-/// Finished lists kept on the instance (the full log is kept by the host).
-const KEPT_LISTS: usize = 10;
+/// Finished lists kept on the instance: its task log.
+pub const KEPT_LISTS: usize = 30;
+/// The longest message kept of a list or a step (a hook's answer may be
+/// long; the instance's annotations are bounded).
+const KEPT_MESSAGE: usize = 300;
+
+/// `text`, cut to at most [`KEPT_MESSAGE`] bytes on a character boundary.
+fn kept(text: &str) -> String {
+    let mut end = text.len().min(KEPT_MESSAGE);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+/// How one step of a list ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepResult {
+    Done,
+    Failed,
+    /// A person skipped it.
+    Skipped,
+}
+
+/// One finished step of a list, as the task log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StepRecord {
+    pub task: String,
+    pub result: StepResult,
+    /// When it ended, RFC 3339.
+    #[serde(with = "crate::time::text")]
+    #[schema(value_type = String, format = DateTime)]
+    pub at: Timestamp,
+    /// How many times its hook was asked.
+    pub attempts: u32,
+    #[serde(default)]
+    pub message: String,
+}
 
 /// A controller's hold on an instance: who and in which leader term.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +156,61 @@ pub struct CurrentList {
     pub approved_by: Option<String>,
     #[serde(default, with = "crate::time::text_opt")]
     pub finished: Option<Timestamp>,
+    /// The steps finished so far.
+    #[serde(default)]
+    pub steps: Vec<StepRecord>,
+}
+
+/// A list as the instance's task log keeps it once it is finished (or as
+/// the log shows the one in progress).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct LogEntry {
+    /// The list's number on its instance (0 for lists kept before lists
+    /// were numbered).
+    #[serde(default)]
+    pub number: u64,
+    #[serde(with = "crate::wit::wit_name")]
+    #[schema(value_type = String)]
+    pub stage: Stage,
+    /// Why the policy entered it.
+    #[serde(default)]
+    pub reason: String,
+    #[serde(with = "crate::time::text")]
+    #[schema(value_type = String, format = DateTime)]
+    pub started: Timestamp,
+    #[serde(with = "crate::wit::wit_name")]
+    #[schema(value_type = String)]
+    pub outcome: Outcome,
+    /// The task running or failed, when one is.
+    #[serde(default)]
+    pub task: Option<String>,
+    /// What the last hook answered.
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, with = "crate::time::text_opt")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished: Option<Timestamp>,
+    /// Who approved it, when it waited for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
+    /// Its finished steps.
+    #[serde(default)]
+    pub steps: Vec<StepRecord>,
+}
+
+impl LogEntry {
+    /// As the lifecycle policy sees it.
+    pub fn view(&self) -> TaskList {
+        TaskList {
+            stage: self.stage,
+            started: self.started,
+            outcome: self.outcome,
+            task: self.task.clone(),
+            message: self.message.clone(),
+            finished: self.finished,
+        }
+    }
 }
 
 /// What one hook call did to a list.
@@ -166,6 +260,7 @@ impl CurrentList {
             needs_approval: *needs_approval,
             approved_by: None,
             finished: done.then_some(now),
+            steps: Vec::new(),
         })
     }
 
@@ -192,19 +287,12 @@ impl CurrentList {
     pub fn advance(&mut self, outcome: StepOutcome, now: Timestamp) -> Advanced {
         match outcome {
             StepOutcome::Done { message } => {
+                self.finish_step(StepResult::Done, &message, now);
                 self.message = message;
-                self.progress = None;
-                self.step += 1;
-                self.attempt = 0;
-                self.next_at = now;
-                if self.step >= self.tasks.len() {
-                    self.outcome = Outcome::Succeeded;
-                    self.finished = Some(now);
-                    return Advanced::Finished;
-                }
-                Advanced::Next
+                self.next_step(now)
             }
             StepOutcome::Failed { message } => {
+                self.finish_step(StepResult::Failed, &message, now);
                 self.message = message;
                 self.outcome = Outcome::Failed;
                 self.finished = Some(now);
@@ -223,31 +311,65 @@ impl CurrentList {
         }
     }
 
-    /// A person skips the step in progress (a stuck clean-up step): it
-    /// counts as done, and the message says who.
-    pub fn skip(&mut self, by: &str, now: Timestamp) -> Advanced {
-        let task = self.current().map(|t| t.name.clone()).unwrap_or_default();
-        self.advance(
-            StepOutcome::Done {
-                message: format!("{task} skipped by {by}"),
-            },
-            now,
-        )
+    /// Keep the step in progress as finished with `result`.
+    fn finish_step(&mut self, result: StepResult, message: &str, now: Timestamp) {
+        if let Some(task) = self.tasks.get(self.step) {
+            self.steps.push(StepRecord {
+                task: task.name.clone(),
+                result,
+                at: now,
+                attempts: self.attempt,
+                message: kept(message),
+            });
+        }
     }
 
-    /// The list as the task log and the policy see it.
-    pub fn view(&self) -> TaskList {
-        TaskList {
+    /// A person skips the step in progress (a stuck clean-up step): it
+    /// counts as done, and the log says who and why.
+    pub fn skip(&mut self, who: &str, now: Timestamp) -> Advanced {
+        let task = self.current().map(|t| t.name.clone()).unwrap_or_default();
+        let message = format!("{task} skipped by {who}");
+        self.finish_step(StepResult::Skipped, &message, now);
+        self.message = message;
+        self.next_step(now)
+    }
+
+    /// On to the step after the one just finished, or the list succeeded.
+    fn next_step(&mut self, now: Timestamp) -> Advanced {
+        self.progress = None;
+        self.step += 1;
+        self.attempt = 0;
+        self.next_at = now;
+        if self.step >= self.tasks.len() {
+            self.outcome = Outcome::Succeeded;
+            self.finished = Some(now);
+            return Advanced::Finished;
+        }
+        Advanced::Next
+    }
+
+    /// The list as the task log keeps it.
+    pub fn entry(&self) -> LogEntry {
+        LogEntry {
+            number: self.number,
             stage: self.stage,
+            reason: kept(&self.reason),
             started: self.started,
             outcome: self.outcome,
             task: match self.outcome {
                 Outcome::Succeeded => None,
                 _ => self.tasks.get(self.step).map(|t| t.name.clone()),
             },
-            message: self.message.clone(),
+            message: kept(&self.message),
             finished: self.finished,
+            approved_by: self.approved_by.clone(),
+            steps: self.steps.clone(),
         }
+    }
+
+    /// The list as the policy sees it.
+    pub fn view(&self) -> TaskList {
+        self.entry().view()
     }
 }
 
@@ -261,7 +383,13 @@ pub struct Recorded {
     pub lock: Option<Lock>,
     pub list: Option<CurrentList>,
     /// Finished lists, newest first.
-    pub lists: Vec<TaskList>,
+    pub lists: Vec<LogEntry>,
+    /// A person's request to run a failed list again.
+    pub retry: Option<Request>,
+    /// A person's request to skip the step in progress, or to approve the
+    /// list that waits.
+    pub skip: Option<Request>,
+    pub approve: Option<Request>,
 }
 
 fn environment_text(packages: &[Package]) -> String {
@@ -329,6 +457,9 @@ impl Recorded {
             lock: get(LOCK).map(Lock::read).transpose()?,
             list,
             lists,
+            retry: Request::read(annotations, requests::RETRY)?,
+            skip: Request::read(annotations, requests::SKIP)?,
+            approve: Request::read(annotations, requests::APPROVE)?,
         })
     }
 
@@ -386,7 +517,7 @@ impl Recorded {
     /// Move the finished list in progress to the finished ones.
     fn finish_list(&mut self) {
         if let Some(list) = self.list.take() {
-            self.lists.insert(0, list.view());
+            self.lists.insert(0, list.entry());
             self.lists.truncate(KEPT_LISTS);
         }
     }
@@ -396,7 +527,7 @@ impl Recorded {
         self.list
             .iter()
             .map(CurrentList::view)
-            .chain(self.lists.iter().cloned())
+            .chain(self.lists.iter().map(LogEntry::view))
             .collect()
     }
 
@@ -607,9 +738,40 @@ mod tests {
             .is_none(),
             "staying enters no list"
         );
-        assert_eq!(clean_up.skip("alice", 10), Advanced::Next);
-        assert_eq!(clean_up.message, "detach-load-balancer skipped by alice");
+        assert_eq!(clean_up.skip("alice: stuck", 10), Advanced::Next);
+        assert_eq!(
+            clean_up.message,
+            "detach-load-balancer skipped by alice: stuck"
+        );
         assert_eq!(clean_up.current().unwrap().name, "delete-machine");
+        assert_eq!(
+            clean_up.advance(
+                StepOutcome::Done {
+                    message: "gone".into()
+                },
+                20
+            ),
+            Advanced::Finished
+        );
+        // The log keeps every step: how it ended, when, after how many asks.
+        let entry = clean_up.entry();
+        assert_eq!(
+            entry
+                .steps
+                .iter()
+                .map(|s| (s.task.as_str(), s.result, s.at, s.message.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (
+                    "detach-load-balancer",
+                    StepResult::Skipped,
+                    10,
+                    "detach-load-balancer skipped by alice: stuck"
+                ),
+                ("delete-machine", StepResult::Done, 20, "gone"),
+            ]
+        );
+        assert_eq!((entry.outcome, entry.task), (Outcome::Succeeded, None));
     }
 
     #[test]
@@ -634,10 +796,11 @@ mod tests {
             }),
             list: Some(initializing(2, 1_767_225_600_000)),
             lists: Vec::new(),
+            ..Recorded::default()
         };
         recorded
             .lists
-            .push(initializing(1, 1_767_225_500_000).view());
+            .push(initializing(1, 1_767_225_500_000).entry());
         let annotations: BTreeMap<String, String> = recorded
             .annotations()
             .into_iter()
@@ -647,6 +810,26 @@ mod tests {
         assert_eq!(annotations[ENVIRONMENT], "jdk=21,agent=3.2");
         assert_eq!(annotations[LOCK], "verdict-7c9f/4");
         assert_eq!(Recorded::read(&annotations).unwrap(), recorded);
+
+        // A hook's long answer is kept cut, on a character boundary.
+        let mut list = initializing(3, 0);
+        list.advance(
+            StepOutcome::Failed {
+                message: "é".repeat(400),
+            },
+            1,
+        );
+        let entry = list.entry();
+        assert_eq!(entry.message.chars().count(), 150);
+        assert_eq!(entry.steps[0].message.len(), 300);
+
+        // Lists kept before they were numbered still read.
+        let old = r#"[{"stage":"ready","started":"2026-01-01T00:00:00Z","outcome":"succeeded","task":null,"message":"","finished":"2026-01-01T00:00:01Z"}]"#;
+        let read = Recorded::read(&BTreeMap::from([(LISTS.to_string(), old.to_string())])).unwrap();
+        assert_eq!(
+            (read.lists[0].number, read.lists[0].stage),
+            (0, Stage::Ready)
+        );
 
         // Nothing recorded: a new or adopted machine.
         assert_eq!(

@@ -13,8 +13,10 @@ pub mod controller;
 pub mod hooks;
 pub mod instance;
 pub mod model;
+pub mod requests;
 pub mod resources;
 pub mod rollout;
+pub mod service;
 
 use std::time::Duration;
 

@@ -11,15 +11,47 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::instance::{FINALIZER, SET_LABEL, STAGE};
 use super::model::Package;
+use super::requests::{self, Request};
 use super::rollout::{DeploymentSpec, Order, Phase, Plan, Progress, SetSpec, Share, Step};
 use crate::time::{Timestamp, parse_time, rfc3339};
 
 /// The API group and version of both resources.
 pub const API_VERSION: &str = "verdict.dev/v1alpha1";
+
+/// A resource by its group, version, kind and plural.
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// `VMReplicaSet`s.
+pub fn sets() -> ApiResource {
+    resource("verdict.dev", "v1alpha1", "VMReplicaSet", "vmreplicasets")
+}
+
+/// `VMDeployment`s.
+pub fn deployments() -> ApiResource {
+    resource("verdict.dev", "v1alpha1", "VMDeployment", "vmdeployments")
+}
+
+/// KubeVirt's `VirtualMachine`s: the instances.
+pub fn machines() -> ApiResource {
+    resource("kubevirt.io", "v1", "VirtualMachine", "virtualmachines")
+}
+
+/// KubeVirt's `VirtualMachineInstance`s: the instances' running machines.
+pub fn instances() -> ApiResource {
+    resource(
+        "kubevirt.io",
+        "v1",
+        "VirtualMachineInstance",
+        "virtualmachineinstances",
+    )
+}
 
 /// What a set does about an instance that is lost (its node offline).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,7 +305,59 @@ pub struct VmDeployment {
     /// The version its status is about (a new one starts a new rollout).
     pub status_code: Option<String>,
     pub status_phase: Option<String>,
+    /// What people asked of it (approve, promote, abort).
+    pub requests: DeploymentRequests,
+    /// The people's actions its status keeps, newest last.
+    pub actions: Vec<Value>,
 }
+
+/// What people asked of a deployment, from its annotations.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeploymentRequests {
+    pub approve: Option<Request>,
+    pub promote: Option<Request>,
+    pub abort: Option<Request>,
+}
+
+impl DeploymentRequests {
+    fn read(object: &Value) -> Result<Self, String> {
+        let annotations: BTreeMap<String, String> = object["metadata"]["annotations"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect();
+        Ok(Self {
+            approve: Request::read(&annotations, requests::APPROVE)?,
+            promote: Request::read(&annotations, requests::PROMOTE)?,
+            abort: Request::read(&annotations, requests::ABORT)?,
+        })
+    }
+
+    /// The requests about `code`'s rollout that started at `started`, each
+    /// with its action's name.
+    fn about<'a>(
+        &'a self,
+        code: &'a str,
+        started: Timestamp,
+    ) -> impl Iterator<Item = (&'static str, &'a Request)> + 'a {
+        [
+            ("approve", &self.approve),
+            ("promote", &self.promote),
+            ("abort", &self.abort),
+        ]
+        .into_iter()
+        .filter_map(move |(action, request)| {
+            request
+                .as_ref()
+                .filter(|r| r.code.as_deref() == Some(code) && r.at >= started)
+                .map(|r| (action, r))
+        })
+    }
+}
+
+/// How many people's actions a deployment's status keeps.
+const KEPT_ACTIONS: usize = 20;
 
 impl VmDeployment {
     /// Read a `VMDeployment` object.
@@ -310,6 +394,9 @@ impl VmDeployment {
             since: text(status, "/stepStartedAt")
                 .and_then(|t| parse_time(t).ok())
                 .unwrap_or(0),
+            started: text(status, "/startedAt")
+                .and_then(|t| parse_time(t).ok())
+                .unwrap_or(0),
             approved: status["approvedStep"].as_u64().is_some()
                 && status["approvedStep"].as_u64() == status["stepIndex"].as_u64(),
             promoted: status["promoted"].as_bool().unwrap_or(false),
@@ -331,6 +418,8 @@ impl VmDeployment {
             progress,
             status_code: text(status, "/code").map(String::from),
             status_phase: text(status, "/phase").map(String::from),
+            requests: DeploymentRequests::read(object)?,
+            actions: status["actions"].as_array().cloned().unwrap_or_default(),
         })
     }
 
@@ -345,6 +434,17 @@ impl VmDeployment {
                 if progress.since == 0 {
                     progress.since = now;
                 }
+                if progress.started == 0 {
+                    progress.started = progress.since;
+                }
+                // What people asked of this rollout.
+                for (action, request) in self.requests.about(code, progress.started) {
+                    match action {
+                        "approve" => progress.approved |= request.step == Some(progress.step),
+                        "promote" => progress.promoted = true,
+                        _ => progress.aborted = true,
+                    }
+                }
                 (spec, progress)
             }
             previous => {
@@ -355,6 +455,7 @@ impl VmDeployment {
                 }
                 let progress = Progress {
                     since: now,
+                    started: now,
                     ..Progress::default()
                 };
                 (spec, progress)
@@ -430,16 +531,49 @@ impl VmDeployment {
             },
             "stepIndex": plan.progress.step,
             "stepStartedAt": rfc3339(plan.progress.since),
+            "startedAt": rfc3339(plan.progress.started),
             "promoted": plan.progress.promoted,
             "aborted": plan.progress.aborted,
+            "actions": self.actions_kept(&spec.code, plan.progress.started),
             "conditions": conditions,
         });
+        if let Some(approval) = self.requests.approve.as_ref().filter(|r| {
+            r.code.as_deref() == Some(spec.code.as_str()) && r.at >= plan.progress.started
+        }) {
+            status["approvedStep"] = json!(approval.step);
+            status["approvedBy"] = json!(approval.by);
+            status["approvedReason"] = json!(approval.why);
+        }
         // No code released before: no field (a null in a merge patch
         // deletes, and the server keeps no nulls).
         if let Some(fields) = status.as_object_mut() {
             fields.retain(|_, value| !value.is_null());
         }
         status
+    }
+}
+
+impl VmDeployment {
+    /// The actions the status keeps: those it kept, and each request about
+    /// this rollout not among them yet (the audit of who approved,
+    /// promoted or aborted, when and why).
+    fn actions_kept(&self, code: &str, started: Timestamp) -> Vec<Value> {
+        let mut actions = self.actions.clone();
+        for (action, request) in self.requests.about(code, started) {
+            let at = rfc3339(request.at);
+            let kept = actions
+                .iter()
+                .any(|a| a["action"] == action && a["at"] == at.as_str());
+            if !kept {
+                actions.push(json!({
+                    "action": action, "code": code, "step": request.step,
+                    "by": request.by, "why": request.why, "at": at,
+                }));
+            }
+        }
+        let excess = actions.len().saturating_sub(KEPT_ACTIONS);
+        actions.drain(..excess);
+        actions
     }
 }
 
@@ -630,6 +764,79 @@ mod tests {
         .unwrap();
         let (spec, progress) = unfinished.rollout(7);
         assert_eq!((spec.previous.as_deref(), progress.step), (Some("0.9"), 0));
+    }
+
+    #[test]
+    fn people_approve_promote_and_abort_a_rollout_through_its_annotations() {
+        let at_gate = json!({"code": "1.1", "stableCode": "1.0", "stepIndex": 1,
+            "stepStartedAt": "2026-01-01T00:10:00Z", "startedAt": "2026-01-01T00:00:00Z"});
+        let with = |key: &str, request: &Request| {
+            let mut object = deployment(at_gate.clone());
+            object["metadata"]["annotations"] = json!({ key: request.write() });
+            VmDeployment::read(&object).unwrap()
+        };
+        let started = parse_time("2026-01-01T00:00:00Z").unwrap();
+        let mut approval = Request::new("alice", "canary is fine", started + 700_000);
+        approval.code = Some("1.1".into());
+        approval.step = Some(1);
+        let read = with(requests::APPROVE, &approval);
+        let (_, progress) = read.rollout(started + 800_000);
+        assert!(
+            progress.approved,
+            "the gate the rollout waits at is approved"
+        );
+        let plan = Plan {
+            targets: BTreeMap::new(),
+            progress: progress.clone(),
+            phase: Phase::Progressing,
+            waiting: String::new(),
+            ready: 3,
+            up_to_date: 1,
+            past_deadline: false,
+        };
+        let status = read.status(&read.spec, &plan, 1, started + 800_000);
+        assert_eq!(
+            (
+                &status["approvedStep"],
+                &status["approvedBy"],
+                &status["approvedReason"]
+            ),
+            (&json!(1), &json!("alice"), &json!("canary is fine"))
+        );
+        assert_eq!(status["actions"][0]["action"], "approve");
+        assert_eq!(status["actions"][0]["by"], "alice");
+        // Written again, the action is kept once.
+        let mut again = deployment(status.clone());
+        again["metadata"]["annotations"] = json!({ requests::APPROVE: approval.write() });
+        let again = VmDeployment::read(&again).unwrap();
+        let status = again.status(&again.spec, &plan, 1, started + 900_000);
+        assert_eq!(status["actions"].as_array().unwrap().len(), 1);
+
+        // An approval of another step, another code, or made before this
+        // rollout started, approves nothing.
+        let changes: [&dyn Fn(&mut Request); 3] = [
+            &|r| r.step = Some(3),
+            &|r| r.code = Some("1.0".into()),
+            &|r| r.at = started - 1,
+        ];
+        for change in changes {
+            let mut stale = approval.clone();
+            change(&mut stale);
+            let (_, progress) = with(requests::APPROVE, &stale).rollout(started + 800_000);
+            assert!(!progress.approved, "{stale:?}");
+        }
+        let (_, progress) = with(requests::PROMOTE, &approval).rollout(started + 800_000);
+        assert!(progress.promoted && !progress.aborted);
+        let (_, progress) = with(requests::ABORT, &approval).rollout(started + 800_000);
+        assert!(progress.aborted && !progress.promoted);
+        // A request that does not read is named.
+        let mut bad = deployment(at_gate.clone());
+        bad["metadata"]["annotations"] = json!({ requests::ABORT: "yes" });
+        assert!(
+            VmDeployment::read(&bad)
+                .unwrap_err()
+                .starts_with("verdict.dev/abort does not read")
+        );
     }
 
     #[test]

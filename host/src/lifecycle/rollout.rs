@@ -118,6 +118,8 @@ pub struct Progress {
     pub step: usize,
     /// When that step began.
     pub since: Timestamp,
+    /// When the rollout began.
+    pub started: Timestamp,
     /// A person approved the gate at `step`.
     pub approved: bool,
     /// A person skipped the remaining steps.

@@ -71,16 +71,23 @@ pub mod kubevirt {
     pub const VM: &str = "VirtualMachine";
     pub const VMI: &str = "VirtualMachineInstance";
     pub const MIGRATION: &str = "VirtualMachineInstanceMigration";
-    /// The kinds that keep a number of instances: pools of VMs and replica
-    /// sets of instances.
-    pub const SETS: [&str; 2] = ["VirtualMachinePool", "VirtualMachineInstanceReplicaSet"];
+    /// The kinds that keep a number of instances: pools of VMs, replica
+    /// sets of instances, and verdict's own sets of delivered VMs.
+    pub const SETS: [&str; 3] = [
+        "VirtualMachinePool",
+        "VirtualMachineInstanceReplicaSet",
+        VM_REPLICA_SET,
+    ];
+    /// verdict's set of VM-hosted app instances (seed 002's delivery).
+    pub const VM_REPLICA_SET: &str = "VMReplicaSet";
 }
 
 /// The kinds watched when the configuration names none: KubeVirt's virtual
-/// machines, their instances, replica sets, pools and migrations, and CDI's
-/// disk imports.
+/// machines, their instances, replica sets, pools and migrations, CDI's
+/// disk imports, and verdict's own sets of delivered VMs.
 pub fn defaults() -> Vec<ResourceRef> {
     vec![
+        ResourceRef::new("verdict.dev", "v1alpha1", kubevirt::VM_REPLICA_SET),
         ResourceRef::new("kubevirt.io", "v1", "VirtualMachine"),
         ResourceRef::new("kubevirt.io", "v1", "VirtualMachineInstance"),
         ResourceRef::new("kubevirt.io", "v1", "VirtualMachineInstanceReplicaSet"),

@@ -319,6 +319,15 @@ impl<'a> Rules<'a> {
             return stay("a task failed: fix the cause, then set the stage to go on from");
         }
         if stage == Some(Stage::Offline) {
+            // Lost with its node and repaired (its machine started again
+            // on a healthy node): a new machine, through the whole flow.
+            if !i.take_offline && i.node_health == NodeHealth::Healthy && i.machine == Machine::Running
+            {
+                return self.initialize(
+                    Vec::new(),
+                    "repaired: its machine runs again on a healthy node, so it goes through the whole machine".into(),
+                );
+            }
             return stay("offline");
         }
         if i.take_offline || i.node_health == NodeHealth::Offline {

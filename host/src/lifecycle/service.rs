@@ -1,0 +1,658 @@
+//! What the HTTP routes ask of the delivery, on any replica: the sets with
+//! their deployments and instances, each instance's task log, and people's
+//! requests — approve, promote, abort a rollout; retry, skip a step,
+//! approve a list of an instance — written as annotations on the resource
+//! they are about ([`super::requests`]) for the leader to carry out.
+//!
+//! Everything is read from the API server when asked, so that every
+//! replica answers the same; a request is written on the resource version
+//! it was checked against, so that a request about a state that changed
+//! meanwhile is refused rather than applied to another.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::controller::Counts;
+use super::instance::{self, LogEntry, Recorded};
+use super::model::Package;
+use super::requests::{self, Request};
+use super::resources::{deployments, machines, sets};
+use crate::events::{Events, Kind};
+use crate::time::{now, rfc3339};
+use crate::wit::WitName;
+use crate::wit::lifecycle::{Outcome, Stage};
+
+/// What went wrong with a question or a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// No such set, deployment or instance (its code names which).
+    #[error("{1}")]
+    NotFound(&'static str, String),
+    /// The request does not fit the state (no gate to approve, no failed
+    /// list to retry), or the state changed while it was made.
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    /// The API server could not be asked (its message kept for the log).
+    #[error("the API server could not be asked: {0}")]
+    Api(#[source] kube::Error),
+}
+
+fn api_error(error: kube::Error) -> ServiceError {
+    match &error {
+        kube::Error::Api(status) if status.code == 409 => ServiceError::Conflict(
+            "the resource changed while the request was made; look again and repeat it".into(),
+        ),
+        kube::Error::Api(status) if status.code == 404 => {
+            ServiceError::NotFound("not-served", status.message.clone())
+        }
+        _ => ServiceError::Api(error),
+    }
+}
+
+/// A rollout, in a set's summary.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct RolloutSummary {
+    /// The `VMDeployment`'s name.
+    pub name: String,
+    pub code: String,
+    /// The code released before this rollout, that an abort goes back to.
+    pub stable_code: Option<String>,
+    /// `Progressing`, `Paused`, `Completed`, `Degraded`, `Aborted`.
+    pub phase: Option<String>,
+    /// The step, as index/count.
+    pub step: Option<String>,
+    pub step_index: Option<u64>,
+    /// Why it waits, when it does.
+    pub waiting: Option<String>,
+    /// It waits for a person to approve its gate.
+    pub at_gate: bool,
+    pub updated_instances: Option<u64>,
+    /// What people did to it, oldest first.
+    #[schema(value_type = Vec<Object>)]
+    pub actions: Vec<Value>,
+}
+
+/// A `VMReplicaSet`, summed up.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct SetSummary {
+    pub namespace: String,
+    pub name: String,
+    pub replicas: u64,
+    /// Instances in service of those wanted, `ready/replicas`.
+    pub ready: Option<String>,
+    pub environment: Vec<Package>,
+    /// Why the set waits, when it does.
+    pub waiting: Option<String>,
+    /// The rollout of the `VMDeployment` that targets the set.
+    pub rollout: Option<RolloutSummary>,
+}
+
+/// One instance of a set, as its `VirtualMachine` carries it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct InstanceView {
+    pub name: String,
+    pub stage: Option<String>,
+    /// Since when, RFC 3339.
+    pub since: Option<String>,
+    pub environment: Vec<Package>,
+    pub code: Option<String>,
+    /// The controller holding it, `holder/term`.
+    pub lock: Option<String>,
+    /// KubeVirt's status of the machine.
+    pub machine: Option<String>,
+    /// Being deleted (held by its clean-up until it is done).
+    pub deleting: bool,
+    /// The list in progress (or the last one entered).
+    pub list: Option<LogEntry>,
+    /// The step in progress reports this much done, percent.
+    pub progress: Option<u8>,
+    /// The list waits for a person to approve it.
+    pub awaiting_approval: bool,
+    /// Its annotations do not read (a person's typo), in words.
+    pub problem: Option<String>,
+}
+
+/// A set with its rollout and every instance.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct SetView {
+    #[serde(flatten)]
+    pub summary: SetSummary,
+    /// The set's status, as the leader wrote it.
+    #[schema(value_type = Object)]
+    pub status: Value,
+    /// The deployment's status, as the leader wrote it.
+    #[schema(value_type = Option<Object>)]
+    pub rollout_status: Option<Value>,
+    pub instances: Vec<InstanceView>,
+}
+
+/// A page of an instance's task log, newest first.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct LogPage {
+    pub entries: Vec<LogEntry>,
+    /// Ask with `before` set to this for the next page; none on the last.
+    pub next_before: Option<u64>,
+}
+
+/// A person's request: who and why.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ActionRequest {
+    pub by: String,
+    #[serde(default)]
+    pub why: Option<String>,
+    /// For a skip: the task the person saw in progress (a skip of a step
+    /// that has finished meanwhile is refused).
+    #[serde(default)]
+    pub task: Option<String>,
+}
+
+/// A request, as it was written.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct Requested {
+    /// `approve`, `promote`, `abort`, `retry`, `skip`.
+    pub action: String,
+    /// The resource it is written on, `kind/namespace/name`.
+    pub on: Vec<String>,
+    pub request: Request,
+}
+
+/// The rollout actions of a set's deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RolloutAction {
+    Approve,
+    Promote,
+    Abort,
+    /// Every failed instance of the set runs its failed list again.
+    Retry,
+}
+
+/// The actions on one instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceAction {
+    Retry,
+    Skip,
+    Approve,
+}
+
+/// The delivery as the HTTP routes see it.
+pub struct Service {
+    client: kube::Client,
+    events: Arc<Events>,
+    /// The controller's counts, on a replica that runs it.
+    pub counts: Option<Arc<Counts>>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service").finish_non_exhaustive()
+    }
+}
+
+fn text(value: &Value, pointer: &str) -> Option<String> {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .map(String::from)
+}
+
+fn annotations(object: &Value) -> BTreeMap<String, String> {
+    object["metadata"]["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect()
+}
+
+fn summary(set: &Value, deployment: Option<&Value>) -> SetSummary {
+    SetSummary {
+        namespace: text(set, "/metadata/namespace").unwrap_or_default(),
+        name: text(set, "/metadata/name").unwrap_or_default(),
+        replicas: set["spec"]["replicas"].as_u64().unwrap_or(0),
+        ready: text(set, "/status/ready"),
+        environment: serde_json::from_value(set["spec"]["environment"].clone()).unwrap_or_default(),
+        waiting: text(set, "/status/waiting").filter(|w| !w.is_empty()),
+        rollout: deployment.map(|d| {
+            let status = &d["status"];
+            RolloutSummary {
+                name: text(d, "/metadata/name").unwrap_or_default(),
+                code: text(d, "/spec/code/version").unwrap_or_default(),
+                stable_code: text(status, "/stableCode"),
+                phase: text(status, "/phase"),
+                step: text(status, "/step"),
+                step_index: status["stepIndex"].as_u64(),
+                waiting: text(status, "/waiting").filter(|w| !w.is_empty()),
+                at_gate: at_gate(status),
+                updated_instances: status["updatedInstances"].as_u64(),
+                actions: status["actions"].as_array().cloned().unwrap_or_default(),
+            }
+        }),
+    }
+}
+
+/// Whether a deployment's status says it waits for a person.
+fn at_gate(status: &Value) -> bool {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["type"] == "Paused" && c["status"] == "True" && c["reason"] == "WaitingForApproval"
+        })
+}
+
+fn instance_view(vm: &Value) -> InstanceView {
+    let name = text(vm, "/metadata/name").unwrap_or_default();
+    let recorded = Recorded::read(&annotations(vm));
+    let at_rest = recorded.clone().unwrap_or_default();
+    InstanceView {
+        name,
+        stage: at_rest.stage.map(|s| s.wit_name().to_string()),
+        since: at_rest.since.map(rfc3339),
+        environment: at_rest.environment.clone(),
+        code: at_rest.code.clone(),
+        lock: text(
+            vm,
+            &format!(
+                "/metadata/annotations/{}",
+                instance::LOCK.replace('/', "~1")
+            ),
+        ),
+        machine: text(vm, "/status/printableStatus"),
+        deleting: !vm["metadata"]["deletionTimestamp"].is_null(),
+        list: at_rest.list.as_ref().map(|l| l.entry()),
+        progress: at_rest.list.as_ref().and_then(|l| l.progress),
+        awaiting_approval: at_rest.list.as_ref().is_some_and(|l| l.awaiting_approval()),
+        problem: recorded.err(),
+    }
+}
+
+impl Service {
+    pub fn new(client: kube::Client, events: Arc<Events>, counts: Option<Arc<Counts>>) -> Self {
+        Self {
+            client,
+            events,
+            counts,
+        }
+    }
+
+    async fn list(
+        &self,
+        resource: &kube::core::ApiResource,
+        namespace: Option<&str>,
+        params: &ListParams,
+    ) -> Result<Vec<Value>, ServiceError> {
+        let api = match namespace {
+            Some(namespace) => {
+                Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, resource)
+            }
+            None => Api::<DynamicObject>::all_with(self.client.clone(), resource),
+        };
+        let listed = match api.list(params).await {
+            Ok(listed) => listed,
+            // The kind is not served (its CRD not installed): none of it.
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Vec::new()),
+            Err(error) => return Err(api_error(error)),
+        };
+        Ok(listed
+            .items
+            .iter()
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+            .collect())
+    }
+
+    async fn get(
+        &self,
+        resource: &kube::core::ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, ServiceError> {
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, resource);
+        let object = api.get_opt(name).await.map_err(api_error)?;
+        Ok(object.map(|o| serde_json::to_value(o).unwrap_or_default()))
+    }
+
+    /// The deployment of `namespace` that targets `set`.
+    async fn deployment_of(
+        &self,
+        namespace: &str,
+        set: &str,
+    ) -> Result<Option<Value>, ServiceError> {
+        let all = self
+            .list(&deployments(), Some(namespace), &ListParams::default())
+            .await?;
+        Ok(all.into_iter().find(|d| d["spec"]["replicaSet"] == set))
+    }
+
+    /// Every set (of `namespace`, when given), with its rollout.
+    pub async fn sets(&self, namespace: Option<&str>) -> Result<Vec<SetSummary>, ServiceError> {
+        let sets = self
+            .list(&sets(), namespace, &ListParams::default())
+            .await?;
+        let deployments = self
+            .list(&deployments(), namespace, &ListParams::default())
+            .await?;
+        Ok(sets
+            .iter()
+            .map(|set| {
+                let deployment = deployments.iter().find(|d| {
+                    d["metadata"]["namespace"] == set["metadata"]["namespace"]
+                        && d["spec"]["replicaSet"] == set["metadata"]["name"]
+                });
+                summary(set, deployment)
+            })
+            .collect())
+    }
+
+    async fn set_object(&self, namespace: &str, name: &str) -> Result<Value, ServiceError> {
+        self.get(&sets(), namespace, name).await?.ok_or_else(|| {
+            ServiceError::NotFound("no-such-set", format!("no VMReplicaSet {namespace}/{name}"))
+        })
+    }
+
+    async fn members(&self, namespace: &str, set: &str) -> Result<Vec<Value>, ServiceError> {
+        let params = ListParams::default().labels(&format!("{}={set}", instance::SET_LABEL));
+        let mut members = self.list(&machines(), Some(namespace), &params).await?;
+        members.sort_by_key(|vm| text(vm, "/metadata/name"));
+        Ok(members)
+    }
+
+    /// One set with its rollout and its instances.
+    pub async fn set(&self, namespace: &str, name: &str) -> Result<SetView, ServiceError> {
+        let set = self.set_object(namespace, name).await?;
+        let deployment = self.deployment_of(namespace, name).await?;
+        let members = self.members(namespace, name).await?;
+        Ok(SetView {
+            summary: summary(&set, deployment.as_ref()),
+            status: set["status"].clone(),
+            rollout_status: deployment.map(|d| d["status"].clone()),
+            instances: members.iter().map(instance_view).collect(),
+        })
+    }
+
+    async fn member(&self, namespace: &str, set: &str, name: &str) -> Result<Value, ServiceError> {
+        self.set_object(namespace, set).await?;
+        self.get(&machines(), namespace, name)
+            .await?
+            .filter(|vm| vm["metadata"]["labels"][instance::SET_LABEL] == set)
+            .ok_or_else(|| {
+                ServiceError::NotFound(
+                    "no-such-instance",
+                    format!("no instance {name} in VMReplicaSet {namespace}/{set}"),
+                )
+            })
+    }
+
+    /// A page of an instance's task log, newest first: the lists numbered
+    /// below `before`, at most `limit`.
+    pub async fn log(
+        &self,
+        (namespace, set, name): (&str, &str, &str),
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<LogPage, ServiceError> {
+        let vm = self.member(namespace, set, name).await?;
+        let recorded = Recorded::read(&annotations(&vm)).map_err(|problem| {
+            ServiceError::Conflict(format!("the instance's annotations do not read: {problem}"))
+        })?;
+        let all: Vec<LogEntry> = recorded
+            .list
+            .iter()
+            .map(|l| l.entry())
+            .chain(recorded.lists.iter().cloned())
+            .filter(|e| before.is_none_or(|b| e.number < b))
+            .collect();
+        let more = all.len() > limit;
+        let entries: Vec<LogEntry> = all.into_iter().take(limit).collect();
+        let next_before = entries.last().filter(|_| more).map(|e| e.number);
+        Ok(LogPage {
+            entries,
+            next_before,
+        })
+    }
+
+    /// Write `request` under `key` on an object, on the resource version it
+    /// was read at.
+    async fn write(
+        &self,
+        resource: &kube::core::ApiResource,
+        object: &Value,
+        key: &str,
+        request: &Request,
+    ) -> Result<String, ServiceError> {
+        let namespace = text(object, "/metadata/namespace").unwrap_or_default();
+        let name = text(object, "/metadata/name").unwrap_or_default();
+        let patch = json!({"metadata": {
+            "resourceVersion": object["metadata"]["resourceVersion"],
+            "annotations": {key: request.write()},
+        }});
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), &namespace, resource)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api_error)?;
+        Ok(format!("{}/{namespace}/{name}", resource.kind))
+    }
+
+    fn told(&self, namespace: &str, set: &str, requested: &Requested) {
+        tracing::info!(
+            namespace,
+            set,
+            action = requested.action,
+            on = ?requested.on,
+            by = requested.request.by,
+            why = requested.request.why,
+            "VM delivery: a person's request, written for the leader"
+        );
+        self.events.publish(
+            Kind::Delivery,
+            Some(format!("{namespace}/{set}")),
+            json!({"event": "requested", "action": requested.action, "on": requested.on,
+                   "request": requested.request}),
+        );
+    }
+
+    /// A person acts on the rollout of a set's deployment.
+    pub async fn act_on_rollout(
+        &self,
+        (namespace, set): (&str, &str),
+        action: RolloutAction,
+        asked: &ActionRequest,
+    ) -> Result<Requested, ServiceError> {
+        let mut request = person(asked)?;
+        self.set_object(namespace, set).await?;
+        if action == RolloutAction::Retry {
+            return self.retry_all(namespace, set, request).await;
+        }
+        let deployment = self.deployment_of(namespace, set).await?.ok_or_else(|| {
+            ServiceError::NotFound(
+                "no-such-deployment",
+                format!("no VMDeployment targets VMReplicaSet {namespace}/{set}"),
+            )
+        })?;
+        let status = &deployment["status"];
+        let code = text(&deployment, "/spec/code/version").unwrap_or_default();
+        if text(status, "/code").as_deref() != Some(code.as_str()) {
+            return Err(ServiceError::Conflict(format!(
+                "the rollout of {code} has not started yet; repeat the request when it has"
+            )));
+        }
+        let phase = text(status, "/phase").unwrap_or_default();
+        let (name, key) = match action {
+            RolloutAction::Approve => {
+                if !at_gate(status) {
+                    return Err(ServiceError::Conflict(format!(
+                        "the rollout of {code} waits at no gate ({})",
+                        text(status, "/waiting")
+                            .filter(|w| !w.is_empty())
+                            .unwrap_or(phase)
+                    )));
+                }
+                request.step = status["stepIndex"].as_u64().map(|s| s as usize);
+                ("approve", requests::APPROVE)
+            }
+            RolloutAction::Promote => {
+                if matches!(phase.as_str(), "Completed" | "Aborted") {
+                    return Err(ServiceError::Conflict(format!(
+                        "the rollout of {code} is {phase}: nothing to promote"
+                    )));
+                }
+                ("promote", requests::PROMOTE)
+            }
+            RolloutAction::Abort | RolloutAction::Retry => {
+                if matches!(phase.as_str(), "Completed" | "Aborted") {
+                    return Err(ServiceError::Conflict(format!(
+                        "the rollout of {code} is {phase}: nothing to abort"
+                    )));
+                }
+                if text(status, "/stableCode").is_none() {
+                    return Err(ServiceError::Conflict(format!(
+                        "no code was released before {code}: there is nothing to go back to"
+                    )));
+                }
+                ("abort", requests::ABORT)
+            }
+        };
+        request.code = Some(code);
+        let on = self
+            .write(&deployments(), &deployment, key, &request)
+            .await?;
+        let requested = Requested {
+            action: name.into(),
+            on: vec![on],
+            request,
+        };
+        self.told(namespace, set, &requested);
+        Ok(requested)
+    }
+
+    /// Every failed instance of a set runs its failed list again.
+    async fn retry_all(
+        &self,
+        namespace: &str,
+        set: &str,
+        request: Request,
+    ) -> Result<Requested, ServiceError> {
+        let mut on = Vec::new();
+        let mut last = request.clone();
+        for vm in self.members(namespace, set).await? {
+            let Ok(recorded) = Recorded::read(&annotations(&vm)) else {
+                continue;
+            };
+            if let Some(stage) = failed_stage(&recorded) {
+                let mut request = request.clone();
+                request.stage = Some(stage);
+                on.push(
+                    self.write(&machines(), &vm, requests::RETRY, &request)
+                        .await?,
+                );
+                last = request;
+            }
+        }
+        if on.is_empty() {
+            return Err(ServiceError::Conflict(format!(
+                "no instance of VMReplicaSet {namespace}/{set} has failed"
+            )));
+        }
+        let requested = Requested {
+            action: "retry".into(),
+            on,
+            request: Request {
+                stage: None,
+                ..last
+            },
+        };
+        self.told(namespace, set, &requested);
+        Ok(requested)
+    }
+
+    /// A person acts on one instance of a set.
+    pub async fn act_on_instance(
+        &self,
+        (namespace, set, name): (&str, &str, &str),
+        action: InstanceAction,
+        asked: &ActionRequest,
+    ) -> Result<Requested, ServiceError> {
+        let mut request = person(asked)?;
+        let vm = self.member(namespace, set, name).await?;
+        let recorded = Recorded::read(&annotations(&vm)).map_err(|problem| {
+            ServiceError::Conflict(format!("the instance's annotations do not read: {problem}"))
+        })?;
+        let running = recorded
+            .list
+            .as_ref()
+            .filter(|l| l.outcome == Outcome::Running);
+        let (verb, key) = match action {
+            InstanceAction::Retry => {
+                request.stage = Some(failed_stage(&recorded).ok_or_else(|| {
+                    ServiceError::Conflict(format!("{name} has no failed list to run again"))
+                })?);
+                ("retry", requests::RETRY)
+            }
+            InstanceAction::Skip => {
+                let list = running.filter(|l| !l.awaiting_approval()).ok_or_else(|| {
+                    ServiceError::Conflict(format!("{name} runs no step to skip"))
+                })?;
+                let task = list.current().map(|t| t.name.clone()).unwrap_or_default();
+                if let Some(seen) = &asked.task
+                    && *seen != task
+                {
+                    return Err(ServiceError::Conflict(format!(
+                        "{name} is at {task} now, not {seen}: nothing skipped"
+                    )));
+                }
+                request.list = Some(list.number);
+                request.step = Some(list.step + 1);
+                ("skip", requests::SKIP)
+            }
+            InstanceAction::Approve => {
+                let list = running.filter(|l| l.awaiting_approval()).ok_or_else(|| {
+                    ServiceError::Conflict(format!("{name} has no list waiting for approval"))
+                })?;
+                request.list = Some(list.number);
+                ("approve", requests::APPROVE)
+            }
+        };
+        let on = self.write(&machines(), &vm, key, &request).await?;
+        let requested = Requested {
+            action: verb.into(),
+            on: vec![on],
+            request,
+        };
+        self.told(namespace, set, &requested);
+        Ok(requested)
+    }
+}
+
+/// The stage of an instance's failed list, when its last list failed (the
+/// policy may have moved it to `failed` since).
+fn failed_stage(recorded: &Recorded) -> Option<Stage> {
+    recorded
+        .all_lists()
+        .into_iter()
+        .find(|l| !(l.stage == Stage::Failed && l.outcome == Outcome::Succeeded))
+        .filter(|l| l.outcome == Outcome::Failed)
+        .map(|l| l.stage)
+}
+
+/// A person's request, checked.
+fn person(asked: &ActionRequest) -> Result<Request, ServiceError> {
+    crate::overrides::decider(&asked.by, asked.why.as_deref()).map_err(ServiceError::Invalid)?;
+    Ok(Request::new(
+        &asked.by,
+        asked.why.as_deref().unwrap_or_default(),
+        now(),
+    ))
+}
