@@ -786,7 +786,7 @@ pub fn settings_table() -> String {
     table.push_str(
         "| — | — | `read-tokens = [...]`, `write-tokens = [...]` | — | tokens written in the file itself, beside those of the token files |\n\
          | — | — | `[[failover.maintenance]]` | — | times when nodes are expected to go down: `nodes` (names or `key=value` selectors), `from`, `until` (RFC 3339), `reason`; disruptive actions on them wait |\n\
-         | — | — | `[[resources]]` | KubeVirt's `VirtualMachine`, `VirtualMachineInstance`, `VirtualMachineInstanceReplicaSet`, `VirtualMachineInstanceMigration`, `VirtualMachinePool` and CDI's `DataVolume` | further kinds to watch: `group`, `version`, `kind` each; a kind the server does not serve is looked for again every 2 s and watched once served (`/readyz` lists it meanwhile); `resources = []` watches none |\n\
+         | — | — | `[[resources]]` | KubeVirt's `VirtualMachine`, `VirtualMachineInstance`, `VirtualMachineInstanceReplicaSet`, `VirtualMachineInstanceMigration`, `VirtualMachinePool`, CDI's `DataVolume` and verdict's `VMReplicaSet` | further kinds to watch: `group`, `version`, `kind` each; a kind the server does not serve is looked for again every 2 s and watched once served (`/readyz` lists it meanwhile); `resources = []` watches none |\n\
          | — | — | `[settings.<plugin>]` | — | settings handed to that plugin as JSON |\n\
          | — | — | `[limits.<plugin>]` | — | that plugin's own `call-timeout-ms` and `memory-limit-mib` |\n\
          | — | — | `[hooks.<step>]` | — | the step hook that carries out the lifecycle tasks of that name: `url` (called with each step), `timeout-seconds` (1 to 300, default 10), `failure-policy` (`fail`, the default, or `ignore`) |\n",

@@ -50,14 +50,17 @@ mod running {
         /// time and tasks, and the loop.
         tasks: Vec<(Duration, Vec<Value>)>,
         loop_every: Option<Duration>,
-        delivery: delivery::Running,
+        /// The built-in demo's delivery.
+        delivery: Option<delivery::Running>,
     }
 
     impl Drop for Demo {
         fn drop(&mut self) {
             self.player.abort();
-            self.delivery.hook.abort();
-            self.delivery.release.abort();
+            if let Some(delivery) = &self.delivery {
+                delivery.hook.abort();
+                delivery.release.abort();
+            }
         }
     }
 
@@ -65,6 +68,7 @@ mod running {
         /// Start the simulator and play a scenario file, or the built-in
         /// demo.
         pub async fn start(scenario: Option<&Path>) -> Result<Self> {
+            let scenario_path = scenario;
             let text = match scenario {
                 Some(path) => std::fs::read_to_string(path).map_err(Error::io(path))?,
                 None => verdict_sim::DEMO.to_string(),
@@ -97,10 +101,16 @@ mod running {
             let loop_every = scenario.loop_every;
             let player = tokio::spawn(scenario.run(Arc::clone(simulator.store())));
             tracing::info!(url = %simulator.url(), "demo cluster serving");
-            let store = Arc::clone(simulator.store());
-            let delivery = delivery::start(store)
-                .await
-                .map_err(|e| Error::Demo(e.into()))?;
+            // The built-in demo's VM-hosted app lives in its `vms`
+            // namespace; a scenario of one's own has none.
+            let delivery = match scenario_path {
+                None => Some(
+                    delivery::start(Arc::clone(simulator.store()))
+                        .await
+                        .map_err(|e| Error::Demo(e.into()))?,
+                ),
+                Some(_) => None,
+            };
             Ok(Self {
                 simulator,
                 player,
@@ -113,11 +123,14 @@ mod running {
         /// The step hooks of the demo's delivery: every step of the default
         /// lifecycle policy, by the demo's own hook.
         pub fn hooks(&self) -> std::collections::BTreeMap<String, HookSpec> {
+            let Some(running) = &self.delivery else {
+                return Default::default();
+            };
             delivery::STEPS
                 .iter()
                 .map(|step| {
                     let spec = HookSpec {
-                        url: self.delivery.url.clone(),
+                        url: running.url.clone(),
                         timeout_seconds: 5,
                         failure_policy: Default::default(),
                     };
@@ -335,7 +348,7 @@ mod delivery {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         key.hash(&mut hasher);
-        if step != "delete-machine" && hasher.finish() % FAILS_ONE_IN == 0 {
+        if step != "delete-machine" && hasher.finish().is_multiple_of(FAILS_ONE_IN) {
             return Json(json!({"status": "failed",
                 "message": format!("{step} on {instance}: the package mirror timed out (the demo fails a step now and then: retry it)")}));
         }

@@ -460,7 +460,8 @@ impl Host {
         if let (Some(client), Some(live)) = (&client, &live) {
             let mut counts = None;
             // The demo delivers its VM-hosted app by its own hook.
-            if config.lifecycle.vm_delivery || demo.is_some() {
+            let demo_delivers = demo.as_ref().is_some_and(|d| !d.hooks().is_empty());
+            if config.lifecycle.vm_delivery || demo_delivers {
                 let specs = match (&demo, config.hooks.is_empty()) {
                     (Some(demo), true) => demo.hooks(),
                     _ => config.hooks.clone(),

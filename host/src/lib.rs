@@ -40,7 +40,8 @@
 //! - [`executor`]: the one actuator that writes to the cluster;
 //! - [`lifecycle`]: seed 002's machine of a VM-hosted app's instances —
 //!   the lifecycle policy's questions and answers, the step hooks that
-//!   carry out their tasks;
+//!   carry out their tasks, the sets' and deployments' controller and
+//!   people's requests;
 //!
 //! The edge:
 //! - [`error`]: the host's error type — start-up, configuration and users'

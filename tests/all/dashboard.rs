@@ -444,3 +444,78 @@ fn the_dashboard_shows_a_shadow_and_promotes_it() {
         &format!("{row} return !!row && row.textContent.includes('active') && !!row.querySelector('[data-rollback]');"),
     );
 }
+
+#[test]
+fn the_dashboard_shows_a_rollout_and_a_person_approves_its_gate_there() {
+    use crate::vmdelivery::{Delivery, delivering, deployment, set};
+    let Delivery {
+        cluster, server, ..
+    } = &delivering("");
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+    cluster.apply(deployment("1.0", json!([])));
+    let browser = Browser::start();
+    browser.open(&format!("{}/", server.base));
+    let rollout = r#"const rollout = document.querySelector('[data-rollout-of="shop/web"]');"#;
+    browser.until_within(
+        "1.0 released to every instance",
+        &format!("{rollout} return !!rollout && rollout.textContent.includes('Completed');"),
+        PATIENCE * 3,
+    );
+    // 2.0 through a gray release with a gate.
+    let spec = deployment(
+        "2.0",
+        json!([{"instances": 1}, {"pause": {}}, {"instances": "100%"}]),
+    );
+    cluster
+        .sim()
+        .store()
+        .patch(
+            cluster
+                .sim()
+                .store()
+                .find("verdict.dev", "v1alpha1", "vmdeployments")
+                .unwrap(),
+            "shop",
+            "web",
+            &json!({"spec": spec["spec"]}),
+        )
+        .unwrap();
+    let approve = r#"const approve = document.querySelector('[data-rollout="approve"][data-set="shop/web"]');"#;
+    browser.until_within(
+        "the gate with its Approve button",
+        &format!("{approve} {rollout} return !!approve && rollout.textContent.includes('waiting for a person');"),
+        PATIENCE * 2,
+    );
+    // The instances by stage: one with the new code, the rest held.
+    let codes = "return [...document.querySelectorAll('[data-set=\"shop/web\"] tr[data-instance]')].map((r) => r.children[2].textContent).sort().join(',');";
+    assert_eq!(browser.run(codes), "1.0,1.0,2.0");
+    let artifact = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-artifacts/dashboard-rollout-gate.png");
+    browser.screenshot(&artifact);
+
+    browser.run("window.prompt = (q) => q.startsWith('Your') ? 'ana' : 'the canary is healthy'; return true;");
+    browser.run(&format!("{approve} approve.click(); return true;"));
+    browser.until(
+        "the approval answered",
+        "return document.getElementById('answer').textContent === 'shop/web: approve asked';",
+    );
+    browser.until_within(
+        "2.0 rolled out after the approval",
+        &format!("{rollout} return !!rollout && rollout.textContent.includes('Completed') && rollout.textContent.includes('approve by ana: the canary is healthy');"),
+        PATIENCE * 3,
+    );
+    browser.until(
+        "every instance on 2.0",
+        &codes.replace(".join(',');", ".join(',') === '2.0,2.0,2.0';"),
+    );
+
+    // An instance's task log, opened on the page.
+    browser.run(r#"document.querySelector('[data-log="shop/web/web-0"]').click(); return true;"#);
+    browser.until(
+        "web-0's task log",
+        r#"const log = document.querySelector('tr[data-log-of="shop/web/web-0"]'); return !!log && log.textContent.includes('deploy-code done') && log.textContent.includes('gray-release');"#,
+    );
+    let artifact = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-artifacts/dashboard-rollout.png");
+    browser.screenshot(&artifact);
+}

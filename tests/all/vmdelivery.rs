@@ -792,3 +792,230 @@ fn a_failed_instance_is_retried_and_an_aborted_rollout_goes_back_to_the_stable_c
     );
     assert_eq!(code, 409, "an aborted rollout is not aborted again");
 }
+
+#[test]
+fn a_deleted_instance_is_held_until_its_clean_up_ends_and_a_stuck_step_can_be_skipped() {
+    // The machine's deletion hangs (the hook keeps answering running).
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering_with("", |call| {
+        match call["step"].as_str() {
+        Some("delete-machine") => (
+            200,
+            r#"{"status":"running","message":"the hypervisor does not answer","progress":10,"retryAfterSeconds":1}"#.into(),
+        ),
+        _ => (200, DONE.into()),
+    }
+    });
+    cluster.apply(set(2, json!([{"name": "jdk", "version": "21"}])));
+    let serving = || {
+        let all = instances(cluster);
+        all.len() == 2
+            && all
+                .values()
+                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+    };
+    assert!(
+        wait_until(PATIENCE * 2, serving).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+
+    let machines = resource(cluster, "kubevirt.io", "virtualmachines");
+    cluster
+        .sim()
+        .store()
+        .delete(machines, "shop", "web-1")
+        .unwrap();
+    let held = wait_until(PATIENCE, || {
+        hooks.steps_of("web-1").last().map(String::as_str) == Some("delete-machine")
+    });
+    assert!(held.is_some(), "{:?}", hooks.steps_of("web-1"));
+    // Held by the finalizer, its status says which step holds it.
+    let vm = cluster
+        .sim()
+        .store()
+        .get(machines, "shop", "web-1")
+        .unwrap();
+    assert!(vm["metadata"]["deletionTimestamp"].is_string(), "{vm:#}");
+    let (_, view) = server.get("/v1/vm-delivery/shop/web");
+    let web1 = view["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "web-1")
+        .unwrap()
+        .clone();
+    assert_eq!(web1["stage"], "deleting", "{web1:#}");
+    assert!(web1["deleting"].as_bool().unwrap());
+    assert_eq!(web1["list"]["task"], "delete-machine", "{web1:#}");
+    assert_eq!(web1["progress"], 10, "{web1:#}");
+    assert_eq!(
+        hooks.steps_of("web-1")[4..],
+        ["detach-load-balancer", "pause-monitoring", "delete-machine"]
+    );
+
+    // A skip of a step the person did not see is refused; of the stuck
+    // one, done: the finalizer goes last, and the machine with it.
+    let skip = "/v1/vm-delivery/shop/web/instances/web-1/skip";
+    let (code, body) = post(server, skip, json!({"by": "dave", "task": "health-check"}));
+    assert_eq!(code, 409, "{body}");
+    let (code, body) = post(
+        server,
+        skip,
+        json!({"by": "dave", "why": "the hypervisor is gone", "task": "delete-machine"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    let gone = wait_until(PATIENCE, || {
+        cluster
+            .sim()
+            .store()
+            .get(machines, "shop", "web-1")
+            .is_err()
+    });
+    assert!(gone.is_some(), "still held");
+    // The set was short of one while web-1 was held, and made another
+    // through the whole machine.
+    assert!(
+        wait_until(PATIENCE * 2, serving).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    assert!(!instances(cluster).contains_key("web-1"));
+}
+
+#[test]
+fn an_instance_named_offline_is_drained_and_deleted_and_not_replaced_and_a_smaller_set_lets_go() {
+    let Delivery { cluster, hooks, .. } = &delivering("");
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+    let settled = |names: &[&str]| {
+        let all = instances(cluster);
+        all.keys().map(String::as_str).collect::<Vec<_>>() == names
+            && all
+                .values()
+                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+    };
+    assert!(
+        wait_until(PATIENCE * 2, || settled(&["web-0", "web-1", "web-2"])).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    let mut offline = set(3, json!([{"name": "jdk", "version": "21"}]));
+    offline["spec"]["offline"] = json!(["web-1"]);
+    cluster.apply(offline.clone());
+    assert!(
+        wait_until(PATIENCE * 2, || settled(&["web-0", "web-2"])).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    assert_eq!(
+        hooks.steps_of("web-1")[4..],
+        // Drained, then cleaned up as it is deleted.
+        ["detach-load-balancer", "pause-monitoring", "delete-machine"]
+    );
+
+    // Two replicas less the one offline: the newest of the rest goes.
+    offline["spec"]["replicas"] = json!(2);
+    cluster.apply(offline);
+    assert!(
+        wait_until(PATIENCE * 2, || settled(&["web-0"])).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let status = wait_until(PATIENCE, || {
+        cluster.sim().store().get(sets, "shop", "web").unwrap()["status"]["ready"] == "1/1"
+    });
+    assert!(
+        status.is_some(),
+        "{:#}",
+        cluster.sim().store().get(sets, "shop", "web").unwrap()
+    );
+}
+
+#[test]
+fn an_instance_lost_with_its_node_is_repaired_by_failover_and_goes_through_the_whole_machine() {
+    // Failover's clocks short, its repairs carried out; enough nodes that
+    // losing one is not a storm that holds every action.
+    let config =
+        crate::failover::CONFIG.replacen("[failover]\n", "[failover]\nenforce = true\n", 1);
+    let Delivery {
+        cluster,
+        hooks,
+        server,
+        ..
+    } = &delivering(&config);
+    for n in ["n4", "n5", "n6"] {
+        cluster.apply(crate::failover::node(n));
+    }
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    let stage = || {
+        instances(cluster)
+            .get("web-0")
+            .and_then(|a| a["verdict.dev/stage"].as_str().map(String::from))
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_until(PATIENCE * 2, || stage() == "serving").is_some(),
+        "never serving: {:#?}",
+        instances(cluster)
+    );
+    let vmis = resource(cluster, "kubevirt.io", "virtualmachineinstances");
+    let node_of = || {
+        cluster
+            .sim()
+            .store()
+            .get(vmis, "shop", "web-0")
+            .ok()
+            .and_then(|vmi| vmi["status"]["nodeName"].as_str().map(String::from))
+    };
+    let lost = node_of().expect("web-0 runs on a node");
+    set_node_ready(cluster, &lost, "Unknown");
+    // Repaired: fenced, its instance deleted and started on a healthy node,
+    // where it goes through the whole machine again.
+    let repaired = wait_until(PATIENCE * 3, || {
+        stage() == "serving"
+            && node_of().is_some_and(|n| n != lost)
+            && instances(cluster)["web-0"]
+                .get("verdict.dev/lock")
+                .is_none()
+    });
+    assert!(
+        repaired.is_some(),
+        "never repaired: {:#?} on {:?}; failover: {:#}",
+        instances(cluster),
+        node_of(),
+        server.get("/v1/failover").1
+    );
+    // Out of contact, it was let go of; repaired, the whole machine again.
+    let (_, log) = server.get("/v1/vm-delivery/shop/web/instances/web-0/log?limit=1000");
+    let stages: Vec<&str> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|e| e["stage"].as_str().unwrap())
+        .collect();
+    let lost_at = stages
+        .iter()
+        .position(|s| *s == "unknown")
+        .expect("unknown");
+    assert!(
+        stages[lost_at..].ends_with(&["initializing", "ready", "serving"])
+            && !stages.contains(&"failed"),
+        "{stages:?}"
+    );
+    // Its environment installed again on the new machine.
+    let steps = hooks.steps_of("web-0");
+    let lost_at = steps
+        .iter()
+        .position(|s| s == "detach-load-balancer")
+        .unwrap();
+    assert!(
+        steps[lost_at..].contains(&"install-environment".to_string()),
+        "{steps:?}"
+    );
+}

@@ -409,7 +409,13 @@ impl Executor {
             return Ok(job);
         }
         let key = (namespace.to_string(), name.to_string());
-        if task.action == Action::Migrate || self.workload(namespace, name).is_none() {
+        // A migration and failover's repair of an instance are about the
+        // app's virtual machines even when it has a workload too.
+        let repair = task
+            .params
+            .get("failover")
+            .is_some_and(|f| f["action"] == "repair");
+        if task.action == Action::Migrate || repair || self.workload(namespace, name).is_none() {
             let machines = vms::Machines::of(&self.observed.read(), &key);
             if !machines.is_empty() {
                 return self.begin_machines(task, &key, machines, job).await;

@@ -279,7 +279,7 @@ impl Controller {
         // too many of; an instance named offline goes once it is drained.
         // Those named offline count no more: the set runs `replicas` less
         // them, and never gives their names to new instances.
-        let wanted = (set.replicas as usize).saturating_sub(set.offline.len());
+        let wanted = set.wanted();
         let staying: Vec<&Read> = read
             .iter()
             .filter(|m| !m.state.deleting && !m.state.take_offline)

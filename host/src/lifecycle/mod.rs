@@ -7,7 +7,10 @@
 //! has, its lock and its lists carried on its `VirtualMachine`
 //! ([`instance`]); the `VMReplicaSet` and `VMDeployment` read, a new
 //! instance's `VirtualMachine` made, their statuses written
-//! ([`resources`]).
+//! ([`resources`]); people's requests carried as annotations on the
+//! resource they are about ([`requests`]); the leader's reconcile of every
+//! set ([`controller`]); and what the HTTP routes ask of it, on any replica
+//! ([`service`]).
 
 pub mod controller;
 pub mod hooks;

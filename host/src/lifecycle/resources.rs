@@ -223,6 +223,12 @@ impl VmReplicaSet {
 }
 
 impl VmReplicaSet {
+    /// How many instances the set runs: its replicas, less those named
+    /// offline (taken out for good, not replaced).
+    pub fn wanted(&self) -> usize {
+        (self.replicas as usize).saturating_sub(self.offline.len())
+    }
+
     /// The status of the set as planned: counts, each instance (`rows`, as
     /// the controller shows them) and the conditions; `problem` is what
     /// stops it, when something does.
@@ -234,9 +240,9 @@ impl VmReplicaSet {
         now: Timestamp,
     ) -> Value {
         let total = rows.len();
+        let wanted = self.wanted();
         let available = rows.iter().filter(|r| r["stage"] == "serving").count();
-        let done =
-            plan.up_to_date == total && plan.ready == total && total == self.replicas as usize;
+        let done = plan.up_to_date == total && plan.ready == total && total == wanted;
         let failed: Vec<&str> = rows
             .iter()
             .filter(|r| r["stage"] == "failed")
@@ -254,7 +260,7 @@ impl VmReplicaSet {
             "readyReplicas": plan.ready,
             "upToDateReplicas": plan.up_to_date,
             "availableReplicas": available,
-            "ready": format!("{}/{}", plan.ready, self.replicas),
+            "ready": format!("{}/{wanted}", plan.ready),
             "waiting": waiting,
             "instances": rows,
             "conditions": [

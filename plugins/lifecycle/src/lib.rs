@@ -101,12 +101,14 @@ fn task(name: &str, params: serde_json::Value) -> Task {
 impl Lists<'_> {
     /// Let go of the load balancer and monitoring: before the instance is
     /// changed, lost or cleaned up.
-    fn release(&self, attached: bool) -> Vec<Task> {
+    /// What an instance leaving `from` lets go of: the load balancer when
+    /// it took traffic, monitoring when it was bound.
+    fn release(&self, from: Option<Stage>) -> Vec<Task> {
         let mut tasks = Vec::new();
-        if self.settings.load_balancer && attached {
+        if self.settings.load_balancer && attached(from) {
             tasks.push(task("detach-load-balancer", serde_json::json!({})));
         }
-        if self.settings.monitoring {
+        if self.settings.monitoring && monitored(from) {
             tasks.push(task("pause-monitoring", serde_json::json!({})));
         }
         tasks
@@ -145,8 +147,8 @@ impl Lists<'_> {
         }
     }
 
-    fn clean_up(&self, attached: bool) -> Vec<Task> {
-        let mut tasks = self.release(attached);
+    fn clean_up(&self, from: Option<Stage>) -> Vec<Task> {
+        let mut tasks = self.release(from);
         tasks.push(task("delete-machine", serde_json::json!({})));
         tasks
     }
@@ -155,6 +157,15 @@ impl Lists<'_> {
 /// Whether an instance in `stage` takes traffic through the load balancer.
 fn attached(stage: Option<Stage>) -> bool {
     matches!(stage, Some(Stage::GrayRelease | Stage::Serving))
+}
+
+/// Whether an instance in `stage` is (or, failed on its way, may be)
+/// watched by monitoring, which is bound on entering `ready`.
+fn monitored(stage: Option<Stage>) -> bool {
+    matches!(
+        stage,
+        Some(Stage::Ready | Stage::GrayRelease | Stage::Serving | Stage::Failed)
+    )
 }
 
 fn stage_name(stage: Stage) -> &'static str {
@@ -239,11 +250,11 @@ impl<'a> Rules<'a> {
 
     /// The list entered on a stage forced by an operator.
     fn forced(&self, stage: Stage) -> Decision {
-        let attached = attached(self.instance.stage);
+        let from = self.instance.stage;
         let reason = format!("an operator set the stage {}", stage_name(stage));
         match stage {
-            Stage::Initializing => self.initialize(self.lists.release(attached), reason),
-            Stage::Deploying => self.deploy(self.lists.release(attached), reason),
+            Stage::Initializing => self.initialize(self.lists.release(from), reason),
+            Stage::Deploying => self.deploy(self.lists.release(from), reason),
             Stage::Ready => self.go(stage, self.lists.ready(), reason),
             Stage::GrayRelease => self.go(
                 stage,
@@ -251,8 +262,8 @@ impl<'a> Rules<'a> {
                 reason,
             ),
             Stage::Serving => self.go(stage, self.lists.traffic(100), reason),
-            Stage::Unknown | Stage::Offline => self.go(stage, self.lists.release(attached), reason),
-            Stage::Deleting => self.go(stage, self.lists.clean_up(attached), reason),
+            Stage::Unknown | Stage::Offline => self.go(stage, self.lists.release(from), reason),
+            Stage::Deleting => self.go(stage, self.lists.clean_up(from), reason),
             Stage::Requested | Stage::Failed => self.go(stage, Vec::new(), reason),
         }
     }
@@ -261,7 +272,7 @@ impl<'a> Rules<'a> {
         let i = self.instance;
         let t = self.target;
         let stage = i.stage;
-        let attached = attached(stage);
+        let from = stage;
         let last = i.lists.first().filter(|l| Some(l.stage) == stage);
 
         // A person's word ranks above every rule.
@@ -296,7 +307,7 @@ impl<'a> Rules<'a> {
                 (Some(Stage::Deleting), _) => stay("cleaning up"),
                 _ => self.go(
                     Stage::Deleting,
-                    self.lists.clean_up(attached),
+                    self.lists.clean_up(from),
                     "the instance is deleted: clean up first",
                 ),
             };
@@ -338,7 +349,7 @@ impl<'a> Rules<'a> {
                     i.node.as_deref().unwrap_or_default()
                 ),
             };
-            return self.go(Stage::Offline, self.lists.release(attached), why);
+            return self.go(Stage::Offline, self.lists.release(from), why);
         }
         let running = i.machine == Machine::Running;
         if stage == Some(Stage::Unknown) {
@@ -368,7 +379,7 @@ impl<'a> Rules<'a> {
                 ),
                 _ => "its machine is not running".to_string(),
             };
-            return self.go(Stage::Unknown, self.lists.release(attached), why);
+            return self.go(Stage::Unknown, self.lists.release(from), why);
         }
         match stage {
             None | Some(Stage::Requested) => match (running, stage) {
@@ -409,11 +420,11 @@ impl<'a> Rules<'a> {
     fn in_service(&self, stage: Option<Stage>) -> Decision {
         let i = self.instance;
         let t = self.target;
-        let attached = attached(stage);
+        let from = stage;
         if i.environment != t.environment {
             return match t.may_disrupt {
                 true => self.initialize(
-                    self.lists.release(attached),
+                    self.lists.release(from),
                     format!("the environment changes to {}", versions(&t.environment)),
                 ),
                 false => stay(format!(
@@ -429,7 +440,7 @@ impl<'a> Rules<'a> {
         {
             return match t.may_disrupt {
                 true => self.deploy(
-                    self.lists.release(attached),
+                    self.lists.release(from),
                     format!("the code changes to {want}"),
                 ),
                 false => stay(format!(
