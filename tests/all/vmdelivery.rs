@@ -1019,3 +1019,61 @@ fn an_instance_lost_with_its_node_is_repaired_by_failover_and_goes_through_the_w
         "{steps:?}"
     );
 }
+
+#[test]
+fn a_deployment_that_cannot_be_carried_out_says_why_in_its_status() {
+    let Delivery { cluster, .. } = &delivering("");
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    cluster.apply(deployment("1.0", json!([])));
+    let mut nowhere = deployment("1.0", json!([]));
+    nowhere["metadata"]["name"] = json!("nowhere");
+    nowhere["spec"]["replicaSet"] = json!("nothing");
+    cluster.apply(nowhere);
+    let deployments = resource(cluster, "verdict.dev", "vmdeployments");
+    let delivering = wait_until(PATIENCE, || {
+        cluster
+            .sim()
+            .store()
+            .get(deployments, "shop", "web")
+            .unwrap()["status"]["phase"]
+            .is_string()
+    });
+    assert!(delivering.is_some());
+    let mut second = deployment("2.0", json!([]));
+    second["metadata"]["name"] = json!("second");
+    cluster.apply(second);
+    let degraded = |name: &str, words: &str| {
+        let status = cluster
+            .sim()
+            .store()
+            .get(deployments, "shop", name)
+            .unwrap()["status"]
+            .clone();
+        status["phase"] == "Degraded"
+            && status["conditions"].as_array().is_some_and(|c| {
+                c.iter().any(|c| {
+                    c["type"] == "Degraded"
+                        && c["status"] == "True"
+                        && c["message"].as_str().unwrap_or_default().contains(words)
+                })
+            })
+    };
+    let said = wait_until(PATIENCE, || {
+        degraded("nowhere", "no VMReplicaSet nothing in namespace shop")
+            && degraded(
+                "second",
+                "VMDeployment web targets VMReplicaSet web already",
+            )
+    });
+    assert!(
+        said.is_some(),
+        "{:#}",
+        json!(cluster.sim().store().list(deployments, Some("shop")).0)
+    );
+    // The one that targets the set first delivers.
+    assert!(
+        wait_until(PATIENCE * 2, || all_serve(cluster, 1, "1.0")).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+}

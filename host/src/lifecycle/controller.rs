@@ -202,7 +202,7 @@ impl Controller {
         let all_sets = Api::<DynamicObject>::all_with(self.reader.clone(), &sets())
             .list(&ListParams::default())
             .await?;
-        let all_deployments: Vec<Value> =
+        let mut all_deployments: Vec<Value> =
             Api::<DynamicObject>::all_with(self.reader.clone(), &deployments())
                 .list(&ListParams::default())
                 .await
@@ -211,6 +211,22 @@ impl Controller {
                 .iter()
                 .map(|d| serde_json::to_value(d).unwrap_or_default())
                 .collect();
+        // Of two deployments of one set, the older delivers (and of two
+        // made in the same second, the one delivering already).
+        all_deployments.sort_by_key(|d| {
+            let text = |p: &str| {
+                d.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let idle = matches!(text("/status/phase").as_str(), "" | "Degraded");
+            (
+                text("/metadata/creationTimestamp"),
+                idle,
+                text("/metadata/name"),
+            )
+        });
         // The nodes' health, once a tick for every set.
         let health: BTreeMap<String, Health> = match &self.failover {
             Some(failover) => failover
@@ -224,7 +240,7 @@ impl Controller {
         };
         let mut stages = BTreeMap::new();
         let mut phases = BTreeMap::new();
-        for set in all_sets.items {
+        for set in &all_sets.items {
             let value = serde_json::to_value(&set).unwrap_or_default();
             let namespace = set.metadata.namespace.clone().unwrap_or_default();
             let name = set.metadata.name.clone().unwrap_or_default();
@@ -248,6 +264,53 @@ impl Controller {
         }
         *lock(&self.counts.stages) = stages;
         *lock(&self.counts.phases) = phases;
+
+        // A deployment that cannot be carried out says why in its status:
+        // one that does not read, that names no set of its namespace, or
+        // whose set another deployment targets already.
+        let set_keys: Vec<(String, String)> = all_sets
+            .items
+            .iter()
+            .map(|s| {
+                let key = |v: &Option<String>| v.clone().unwrap_or_default();
+                (key(&s.metadata.namespace), key(&s.metadata.name))
+            })
+            .collect();
+        for (i, d) in all_deployments.iter().enumerate() {
+            let text = |pointer: &str| {
+                d.pointer(pointer)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            };
+            let (namespace, name, set) = (
+                text("/metadata/namespace"),
+                text("/metadata/name"),
+                text("/spec/replicaSet"),
+            );
+            let first = all_deployments.iter().position(|o| {
+                o["metadata"]["namespace"] == namespace && o["spec"]["replicaSet"] == set
+            });
+            let problem = match VmDeployment::read(d) {
+                Err(problem) => problem,
+                Ok(_) if !set_keys.contains(&(namespace.to_string(), set.to_string())) => {
+                    format!("no VMReplicaSet {set} in namespace {namespace}")
+                }
+                Ok(_) if first != Some(i) => format!(
+                    "VMDeployment {} targets VMReplicaSet {set} already",
+                    first.map_or("", |f| all_deployments[f]["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default())
+                ),
+                Ok(_) => continue,
+            };
+            let status = super::resources::cannot_proceed(d, &problem, now());
+            if let Err(error) = self
+                .write_status(&deployments(), namespace, name, d, status)
+                .await
+            {
+                tracing::warn!(namespace, name, %error, "VM delivery: the deployment's status could not be written");
+            }
+        }
         Ok(())
     }
 
@@ -264,10 +327,7 @@ impl Controller {
         let set = match VmReplicaSet::read(object) {
             Ok(set) => set,
             Err(problem) => {
-                let status = json!({"observedGeneration": object["metadata"]["generation"],
-                    "waiting": problem,
-                    "conditions": [{"type": "Degraded", "status": "True", "reason": "CannotProceed",
-                        "message": problem, "lastTransitionTime": crate::time::rfc3339(at)}]});
+                let status = super::resources::cannot_proceed(object, &problem, at);
                 self.write_status(&sets(), namespace, name, object, status)
                     .await?;
                 return Ok(Found::default());

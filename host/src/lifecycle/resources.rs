@@ -593,6 +593,20 @@ fn phase_reason(phase: Phase) -> &'static str {
     }
 }
 
+/// The status of a resource that cannot be carried out: `Degraded`, with
+/// why in words a person can act on.
+pub fn cannot_proceed(object: &Value, problem: &str, now: Timestamp) -> Value {
+    let mut status = json!({
+        "observedGeneration": object["metadata"]["generation"],
+        "waiting": problem,
+        "conditions": [condition("Degraded", true, "CannotProceed", problem, now)],
+    });
+    if object["kind"] == "VMDeployment" {
+        status["phase"] = json!("Degraded");
+    }
+    status
+}
+
 /// A status condition (its `lastTransitionTime` is kept by the writer when
 /// the status did not change).
 fn condition(kind: &str, on: bool, reason: &str, message: &str, now: Timestamp) -> Value {
