@@ -1077,3 +1077,78 @@ fn a_deployment_that_cannot_be_carried_out_says_why_in_its_status() {
         instances(cluster)
     );
 }
+
+#[test]
+fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice() {
+    use crate::replicas::Group;
+    let cluster = &cluster();
+    crate::tasks::define_tasks(cluster);
+    // Each step runs a while: asked first, it is under way; asked again
+    // (by the same key), it is done.
+    let seen = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let answered = Arc::clone(&seen);
+    let hooks = HookServer::start(move |call| {
+        let first = answered.lock().unwrap().insert(call["key"].to_string());
+        match first {
+            true => (
+                200,
+                r#"{"status":"running","progress":50,"retryAfterSeconds":1}"#.into(),
+            ),
+            false => (200, DONE.into()),
+        }
+    });
+    let folder = tempfile::tempdir().unwrap();
+    let config = folder.path().join("verdict.toml");
+    let mut text = String::new();
+    for step in STEPS {
+        text.push_str(&format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url));
+    }
+    std::fs::write(&config, text).unwrap();
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let url = cluster.sim().url();
+    let mut group = Group::start(
+        &plugins,
+        &["--cluster-url", &url],
+        "verdict-system",
+        2,
+        &["--config", config.to_str().unwrap(), "--vm-delivery"],
+    );
+    let first = group.leader();
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+
+    // Killed while its lists run: a lock is held and a step under way.
+    let under_way = wait_until(PATIENCE * 2, || {
+        instances(cluster)
+            .values()
+            .filter(|a| a["verdict.dev/stage"] == "ready" && a.get("verdict.dev/lock").is_some())
+            .count()
+            >= 1
+    });
+    assert!(under_way.is_some(), "{:#?}", instances(cluster));
+    group.kill(first);
+    let next = group.leader();
+    assert_ne!(next, first);
+
+    let serving = wait_until(PATIENCE * 3, || {
+        let all = instances(cluster);
+        all.len() == 3
+            && all
+                .values()
+                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+    });
+    assert!(serving.is_some(), "{:#?}", instances(cluster));
+    // Every step of every instance ran once, by one key, across the
+    // handover (a key asked again is the same step).
+    for name in ["web-0", "web-1", "web-2"] {
+        assert_eq!(
+            hooks.steps_of(name),
+            [
+                "install-environment",
+                "health-check",
+                "bind-monitoring",
+                "attach-load-balancer"
+            ],
+            "{name}"
+        );
+    }
+}
