@@ -473,7 +473,7 @@ impl Host {
                     Arc::clone(&registry),
                     failover.clone(),
                     (Arc::clone(&live.overrides), Arc::clone(&events)),
-                    (hooks, config.lifecycle.delivery_every),
+                    (hooks, &config.lifecycle),
                 ));
                 counts = Some(Arc::clone(&controller.counts));
                 loops.push(tokio::spawn(controller.run()));

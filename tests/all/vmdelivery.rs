@@ -15,7 +15,7 @@ use crate::live::{Cluster, PATIENCE, start_host};
 use crate::support::wait_until;
 
 /// The step names of the default lifecycle policy.
-const STEPS: [&str; 8] = [
+pub const STEPS: [&str; 8] = [
     "install-environment",
     "deploy-code",
     "health-check",

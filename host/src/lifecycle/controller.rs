@@ -47,6 +47,8 @@ pub struct Controller {
     failover: Option<Arc<Failover>>,
     hooks: Hooks,
     every: Duration,
+    /// The namespaces carried out; all when empty.
+    namespaces: Vec<String>,
     /// What people forced on instances.
     overrides: Arc<Overrides>,
     events: Arc<Events>,
@@ -142,7 +144,7 @@ impl Controller {
         registry: Arc<Registry>,
         failover: Option<Arc<Failover>>,
         (overrides, events): (Arc<Overrides>, Arc<Events>),
-        (hooks, every): (Hooks, Duration),
+        (hooks, settings): (Hooks, &super::Settings),
     ) -> Self {
         let writer = leadership.fenced(reader.clone());
         Self {
@@ -152,7 +154,8 @@ impl Controller {
             registry,
             failover,
             hooks,
-            every,
+            every: settings.delivery_every,
+            namespaces: settings.delivery_namespaces.clone(),
             overrides,
             events,
             counts: Arc::default(),
@@ -198,19 +201,30 @@ impl Controller {
         }
     }
 
+    /// Every object of `resource` in the namespaces carried out.
+    async fn list_all(&self, resource: &ApiResource) -> Result<Vec<DynamicObject>, kube::Error> {
+        if self.namespaces.is_empty() {
+            let api = Api::<DynamicObject>::all_with(self.reader.clone(), resource);
+            return Ok(api.list(&ListParams::default()).await?.items);
+        }
+        let mut all = Vec::new();
+        for namespace in &self.namespaces {
+            let api =
+                Api::<DynamicObject>::namespaced_with(self.reader.clone(), namespace, resource);
+            all.extend(api.list(&ListParams::default()).await?.items);
+        }
+        Ok(all)
+    }
+
     async fn reconcile_all(&self, term: &Term) -> Result<(), kube::Error> {
-        let all_sets = Api::<DynamicObject>::all_with(self.reader.clone(), &sets())
-            .list(&ListParams::default())
-            .await?;
-        let mut all_deployments: Vec<Value> =
-            Api::<DynamicObject>::all_with(self.reader.clone(), &deployments())
-                .list(&ListParams::default())
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default()
-                .iter()
-                .map(|d| serde_json::to_value(d).unwrap_or_default())
-                .collect();
+        let all_sets = self.list_all(&sets()).await?;
+        let mut all_deployments: Vec<Value> = self
+            .list_all(&deployments())
+            .await
+            .unwrap_or_default()
+            .iter()
+            .map(|d| serde_json::to_value(d).unwrap_or_default())
+            .collect();
         // Of two deployments of one set, the older delivers (and of two
         // made in the same second, the one delivering already).
         all_deployments.sort_by_key(|d| {
@@ -240,7 +254,7 @@ impl Controller {
         };
         let mut stages = BTreeMap::new();
         let mut phases = BTreeMap::new();
-        for set in &all_sets.items {
+        for set in &all_sets {
             let value = serde_json::to_value(&set).unwrap_or_default();
             let namespace = set.metadata.namespace.clone().unwrap_or_default();
             let name = set.metadata.name.clone().unwrap_or_default();
@@ -269,7 +283,6 @@ impl Controller {
         // one that does not read, that names no set of its namespace, or
         // whose set another deployment targets already.
         let set_keys: Vec<(String, String)> = all_sets
-            .items
             .iter()
             .map(|s| {
                 let key = |v: &Option<String>| v.clone().unwrap_or_default();

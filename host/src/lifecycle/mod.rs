@@ -36,6 +36,14 @@ pub struct Settings {
     /// How often the delivery controller reconciles, in milliseconds.
     #[arg(long = "vm-delivery-every-ms", value_name = "MS", default_value = "500", value_parser = crate::settings::positive_millis)]
     pub delivery_every: Duration,
+    /// Carry out only the VMReplicaSets and VMDeployments of these
+    /// namespaces (repeat, or separate with commas); all without any.
+    #[arg(
+        long = "vm-delivery-namespace",
+        value_name = "NS",
+        value_delimiter = ','
+    )]
+    pub delivery_namespaces: Vec<String>,
 }
 
 impl Default for Settings {

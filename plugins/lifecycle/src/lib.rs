@@ -332,7 +332,9 @@ impl<'a> Rules<'a> {
         if stage == Some(Stage::Offline) {
             // Lost with its node and repaired (its machine started again
             // on a healthy node): a new machine, through the whole flow.
-            if !i.take_offline && i.node_health == NodeHealth::Healthy && i.machine == Machine::Running
+            if !i.take_offline
+                && i.node_health == NodeHealth::Healthy
+                && i.machine == Machine::Running
             {
                 return self.initialize(
                     Vec::new(),

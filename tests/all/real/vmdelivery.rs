@@ -7,7 +7,9 @@
 use serde_json::{Value, json};
 
 use super::tasks::install_crd;
-use super::{shared, unique};
+use super::vms::Kube;
+use super::{PATIENCE, follow, shared, unique};
+use crate::support::wait_until;
 
 fn object(kind: &str, ns: &str, name: &str, spec: &Value) -> String {
     json!({
@@ -237,5 +239,247 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
             && table.contains("vmdeployment.verdict.dev/web")
             && table.contains("2.4.0"),
         "{table}"
+    );
+}
+
+/// Play KubeVirt for the set's VMs until dropped: each new VM of the set
+/// gets its running instance on a node, as virt-controller would.
+struct Player {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Player {
+    fn start(cluster: &'static verdict_testcluster::Cluster, ns: &str) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = std::sync::Arc::clone(&stop);
+        let ns = ns.to_string();
+        let thread = std::thread::spawn(move || {
+            let kube = Kube {
+                cluster,
+                ns: ns.clone(),
+            };
+            while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                let listed: Value = serde_json::from_str(&kube.run(&[
+                    "get",
+                    "virtualmachines.kubevirt.io",
+                    "-l",
+                    "verdict.dev/vmreplicaset=web",
+                    "-o",
+                    "json",
+                ]))
+                .unwrap_or_default();
+                for vm in listed["items"].as_array().into_iter().flatten() {
+                    let name = vm["metadata"]["name"].as_str().unwrap_or_default();
+                    if vm["status"]["printableStatus"].is_null()
+                        && vm["metadata"]["deletionTimestamp"].is_null()
+                    {
+                        kube.start_instance(name, "real-node");
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Player {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[test]
+fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
+    use crate::vmdelivery::{DONE, HookServer, STEPS, deployment, set};
+    let test = "a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server";
+    let Some(cluster) = shared(test) else {
+        return;
+    };
+    super::vms::install_kubevirt(cluster);
+    install_crd(
+        cluster,
+        "vmreplicaset-crd.yaml",
+        "vmreplicasets.verdict.dev",
+    );
+    install_crd(
+        cluster,
+        "vmdeployment-crd.yaml",
+        "vmdeployments.verdict.dev",
+    );
+    let ns = &unique("real-delivering");
+    cluster.create_namespace(ns, &[]).unwrap();
+    let kube = Kube {
+        cluster,
+        ns: ns.clone(),
+    };
+    let _player = Player::start(cluster, ns);
+
+    let hooks = HookServer::start(|_| (200, DONE.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    let text: String = STEPS
+        .iter()
+        .map(|step| format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url))
+        .collect();
+    std::fs::write(&config, text).unwrap();
+    let server = follow(
+        &cluster.kubeconfig(),
+        data.path(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--vm-delivery",
+            // The shared control plane holds other tests' sets.
+            "--vm-delivery-namespace",
+            ns,
+        ],
+    );
+
+    let in_ns = |mut object: Value| {
+        object["metadata"]["namespace"] = json!(ns);
+        object.to_string()
+    };
+    cluster
+        .apply(&in_ns(set(3, json!([{"name": "jdk", "version": "21"}]))))
+        .unwrap();
+    cluster.apply(&in_ns(deployment("1.0", json!([])))).unwrap();
+    let codes = || -> Vec<(String, String, String)> {
+        let listed: Value = serde_json::from_str(&kube.run(&[
+            "get",
+            "virtualmachines.kubevirt.io",
+            "-l",
+            "verdict.dev/vmreplicaset=web",
+            "-o",
+            "json",
+        ]))
+        .unwrap_or_default();
+        listed["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|vm| {
+                let a = &vm["metadata"]["annotations"];
+                let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
+                (
+                    vm["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    text("verdict.dev/stage"),
+                    text("verdict.dev/code"),
+                )
+            })
+            .collect()
+    };
+    let all_serve = |code: &str| {
+        let all = codes();
+        all.len() == 3
+            && all
+                .iter()
+                .all(|(_, stage, c)| stage == "serving" && c == code)
+    };
+    let path = format!("/v1/vm-delivery/{ns}/web");
+    let rollout = || server.get(&path).1["rollout"].clone();
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve("1.0")
+            && rollout()["phase"] == "Completed")
+        .is_some(),
+        "1.0 never delivered: {:?} {:#}",
+        codes(),
+        rollout()
+    );
+    for (name, _, _) in codes() {
+        assert_eq!(
+            hooks.steps_of(&name),
+            [
+                "install-environment",
+                "deploy-code",
+                "health-check",
+                "bind-monitoring",
+                "attach-load-balancer"
+            ],
+            "{name}"
+        );
+    }
+
+    // 2.0 by a gray release: one instance, then a gate a person approves.
+    let spec = json!({"spec": deployment("2.0", json!([{"instances": 1}, {"pause": {}}, {"instances": "100%"}]))["spec"]});
+    kube.run(&[
+        "patch",
+        "vmdeployments.verdict.dev",
+        "web",
+        "--type=merge",
+        "-p",
+        &spec.to_string(),
+    ]);
+    assert!(
+        wait_until(PATIENCE * 2, || rollout()["at-gate"] == true).is_some(),
+        "never at the gate: {:#}",
+        rollout()
+    );
+    let on_new = codes().iter().filter(|(_, _, c)| c == "2.0").count();
+    assert_eq!(on_new, 1, "{:?}", codes());
+    // The status the leader keeps, as the real server kept it.
+    let status = kube.get("vmdeployments.verdict.dev", "web")["status"].clone();
+    assert_eq!(
+        (status["stepIndex"].as_u64(), status["stableCode"].as_str()),
+        (Some(1), Some("1.0")),
+        "{status:#}"
+    );
+    let (code, body) = server.send(
+        "POST",
+        &format!("{path}/approve"),
+        Some(&json!({"by": "ana", "why": "the canary is healthy"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    // The request is an annotation a person could have written too.
+    let annotations =
+        kube.get("vmdeployments.verdict.dev", "web")["metadata"]["annotations"].clone();
+    assert!(
+        annotations["verdict.dev/approve"]
+            .as_str()
+            .unwrap()
+            .contains("\"by\":\"ana\"")
+    );
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve("2.0")
+            && rollout()["phase"] == "Completed")
+        .is_some(),
+        "2.0 never delivered: {:?} {:#}",
+        codes(),
+        rollout()
+    );
+    let status = kube.get("vmdeployments.verdict.dev", "web")["status"].clone();
+    assert_eq!(status["actions"][0]["by"], "ana", "{status:#}");
+    assert_eq!(status["approvedBy"], "ana", "{status:#}");
+
+    // A deleted instance is held by its clean-up, then goes; the set makes
+    // another.
+    kube.run(&[
+        "delete",
+        "virtualmachines.kubevirt.io",
+        "web-2",
+        "--wait=false",
+    ]);
+    let cleaned = wait_until(PATIENCE * 2, || {
+        hooks.steps_of("web-2").ends_with(&[
+            "detach-load-balancer".into(),
+            "pause-monitoring".into(),
+            "delete-machine".into(),
+        ])
+    });
+    assert!(cleaned.is_some(), "{:?}", hooks.steps_of("web-2"));
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve("2.0")).is_some(),
+        "never three again: {:?}",
+        codes()
     );
 }

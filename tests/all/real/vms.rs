@@ -15,7 +15,7 @@ use crate::vms::ask;
 
 /// Install KubeVirt's and CDI's CRDs (the ones the simulator serves) and
 /// wait until they are served.
-fn install_kubevirt(cluster: &Cluster) {
+pub(super) fn install_kubevirt(cluster: &Cluster) {
     for crd in verdict_sim::kubevirt::crds() {
         cluster.apply(&crd.to_string()).unwrap();
         let name = crd["metadata"]["name"].as_str().unwrap();
@@ -34,13 +34,13 @@ fn install_kubevirt(cluster: &Cluster) {
 }
 
 /// `kubectl` in the test's namespace.
-struct Kube<'a> {
-    cluster: &'a Cluster,
-    ns: String,
+pub(super) struct Kube<'a> {
+    pub cluster: &'a Cluster,
+    pub ns: String,
 }
 
 impl Kube<'_> {
-    fn run(&self, args: &[&str]) -> String {
+    pub fn run(&self, args: &[&str]) -> String {
         let mut all = vec!["-n", self.ns.as_str()];
         all.extend_from_slice(args);
         self.cluster
@@ -48,7 +48,7 @@ impl Kube<'_> {
             .unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
     }
 
-    fn get(&self, resource: &str, name: &str) -> Value {
+    pub fn get(&self, resource: &str, name: &str) -> Value {
         serde_json::from_str(&self.run(&["get", resource, name, "-o", "json"])).unwrap()
     }
 
@@ -86,7 +86,7 @@ impl Kube<'_> {
 
     /// Play virt-controller starting `vm`'s instance on `node`: the VMI,
     /// owned by the VM, running and ready; the VM says so.
-    fn start_instance(&self, vm: &str, node: &str) {
+    pub fn start_instance(&self, vm: &str, node: &str) {
         let uid = self.uid("virtualmachines.kubevirt.io", vm);
         self.cluster
             .apply(
