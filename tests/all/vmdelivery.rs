@@ -1152,3 +1152,67 @@ fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice() {
         );
     }
 }
+
+#[test]
+fn a_set_adopts_the_vms_its_selector_names_and_takes_them_through_the_machine() {
+    let Delivery { cluster, hooks, .. } = &delivering("");
+    // Two VMs made before the set: one free, one another controller owns.
+    cluster.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "someone-else", "namespace": "shop"}}));
+    let maps = cluster.sim().store().find("", "v1", "configmaps").unwrap();
+    let uid = cluster
+        .sim()
+        .store()
+        .get(maps, "shop", "someone-else")
+        .unwrap()["metadata"]["uid"]
+        .clone();
+    for (name, owner) in [("legacy-a", None), ("legacy-b", Some("someone-else"))] {
+        let mut vm = json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": name, "namespace": "shop", "labels": {"tier": "legacy"}},
+            "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
+        });
+        if let Some(owner) = owner {
+            vm["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1",
+                "kind": "ConfigMap", "name": owner, "uid": uid, "controller": true}]);
+        }
+        cluster.apply(vm);
+    }
+    let mut adopting = set(2, json!([{"name": "jdk", "version": "21"}]));
+    adopting["spec"]["selector"] = json!({"matchLabels": {"tier": "legacy"}});
+    cluster.apply(adopting);
+    let settled = wait_until(PATIENCE * 2, || {
+        let all = instances(cluster);
+        all.keys().map(String::as_str).collect::<Vec<_>>() == ["legacy-a", "web-0"]
+            && all
+                .values()
+                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+    });
+    assert!(settled.is_some(), "{:#?}", instances(cluster));
+    // Adopted: labelled, owned and held by the clean-up like its own.
+    let machines = resource(cluster, "kubevirt.io", "virtualmachines");
+    let adopted = cluster
+        .sim()
+        .store()
+        .get(machines, "shop", "legacy-a")
+        .unwrap();
+    assert_eq!(
+        adopted["metadata"]["ownerReferences"][0]["kind"],
+        "VMReplicaSet"
+    );
+    assert_eq!(
+        adopted["metadata"]["finalizers"],
+        json!(["verdict.dev/cleanup"])
+    );
+    assert_eq!(hooks.steps_of("legacy-a")[0], "install-environment");
+    let other = cluster
+        .sim()
+        .store()
+        .get(machines, "shop", "legacy-b")
+        .unwrap();
+    assert!(
+        other["metadata"]["labels"]
+            .get("verdict.dev/vmreplicaset")
+            .is_none()
+    );
+}

@@ -346,6 +346,10 @@ impl Controller {
                 return Ok(Found::default());
             }
         };
+        // Adopt the VMs the set's selector names that no one owns.
+        if !set.selector.is_empty() {
+            self.adopt(&set).await?;
+        }
         let mut read = self.read_machines(&set, health).await?;
 
         // Make the machines the set is short of, or let go of one it has
@@ -471,6 +475,44 @@ impl Controller {
                 .await?;
         }
         Ok(found)
+    }
+
+    /// Adopt the VMs of the set's namespace that its selector names and
+    /// no controller owns.
+    async fn adopt(&self, set: &VmReplicaSet) -> Result<(), kube::Error> {
+        let selector: Vec<String> = set
+            .selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let selector = format!("{},!{}", selector.join(","), instance::SET_LABEL);
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &machines());
+        for vm in api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+        {
+            let value = serde_json::to_value(&vm).unwrap_or_default();
+            let Some(metadata) = set.adoption(&value) else {
+                continue;
+            };
+            let name = vm.metadata.name.clone().unwrap_or_default();
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "metadata": metadata })),
+            )
+            .await?;
+            tracing::info!(
+                namespace = set.namespace,
+                set = set.name,
+                instance = name,
+                "VM delivery: an existing VM is adopted"
+            );
+            self.tell(set, json!({"instance": name, "event": "adopted"}));
+        }
+        Ok(())
     }
 
     async fn read_machines(

@@ -208,14 +208,7 @@ impl VmReplicaSet {
                 "labels": labels,
                 "annotations": annotations,
                 "finalizers": [FINALIZER],
-                "ownerReferences": [{
-                    "apiVersion": API_VERSION,
-                    "kind": "VMReplicaSet",
-                    "name": self.name,
-                    "uid": self.uid,
-                    "controller": true,
-                    "blockOwnerDeletion": true,
-                }],
+                "ownerReferences": [self.owner()],
             },
             "spec": self.template["spec"],
         })
@@ -270,6 +263,52 @@ impl VmReplicaSet {
                 condition("Degraded", degraded.is_some(), "CannotProceed", degraded.as_deref().unwrap_or_default(), now),
             ],
         })
+    }
+}
+
+impl VmReplicaSet {
+    /// The owner reference a set's instances carry.
+    pub fn owner(&self) -> Value {
+        json!({
+            "apiVersion": API_VERSION,
+            "kind": "VMReplicaSet",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        })
+    }
+
+    /// The metadata that makes an existing VM one of the set's instances
+    /// (a merge patch), when the set adopts it: its label, the set as its
+    /// owner, the clean-up finalizer. None for a VM the set may not adopt
+    /// (another controller owns it, or it is being deleted).
+    pub fn adoption(&self, vm: &Value) -> Option<Value> {
+        let metadata = &vm["metadata"];
+        let owned = metadata["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|o| o["controller"] == true);
+        if owned || !metadata["deletionTimestamp"].is_null() {
+            return None;
+        }
+        let mut owners = metadata["ownerReferences"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        owners.push(self.owner());
+        let mut finalizers = metadata["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        finalizers.push(json!(FINALIZER));
+        Some(json!({
+            "resourceVersion": metadata["resourceVersion"],
+            "labels": { SET_LABEL: self.name },
+            "ownerReferences": owners,
+            "finalizers": finalizers,
+        }))
     }
 }
 
