@@ -255,7 +255,7 @@ impl Controller {
         let mut stages = BTreeMap::new();
         let mut phases = BTreeMap::new();
         for set in &all_sets {
-            let value = serde_json::to_value(&set).unwrap_or_default();
+            let value = serde_json::to_value(set).unwrap_or_default();
             let namespace = set.metadata.namespace.clone().unwrap_or_default();
             let name = set.metadata.name.clone().unwrap_or_default();
             let deployment = all_deployments.iter().find(|d| {
