@@ -1216,3 +1216,131 @@ fn a_set_adopts_the_vms_its_selector_names_and_takes_them_through_the_machine() 
             .is_none()
     );
 }
+
+#[test]
+fn an_operators_edit_of_the_stage_is_answered_with_the_policys_next_stage_by_the_webhook() {
+    use base64::Engine;
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering("");
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    let serving = || {
+        instances(cluster).get("web-0").is_some_and(|a| {
+            a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none()
+        })
+    };
+    assert!(
+        wait_until(PATIENCE * 2, serving).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    let machines = resource(cluster, "kubevirt.io", "virtualmachines");
+    let old = cluster
+        .sim()
+        .store()
+        .get(machines, "shop", "web-0")
+        .unwrap();
+
+    // `kubectl annotate vm web-0 verdict.dev/stage=initializing --overwrite`,
+    // as the API server sends it to the mutating webhook.
+    let mut edited = old.clone();
+    edited["metadata"]["annotations"]["verdict.dev/stage"] = json!("initializing");
+    let review = |object: &Value| {
+        json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f",
+                "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachine"},
+                "resource": {"group": "kubevirt.io", "version": "v1", "resource": "virtualmachines"},
+                "name": "web-0", "namespace": "shop", "operation": "UPDATE",
+                "userInfo": {"username": "ana"},
+                "object": object, "oldObject": old,
+            }
+        })
+        .to_string()
+    };
+    let (code, answer) = server.send("POST", "/v1/admission/review", Some(&review(&edited)));
+    assert_eq!(code, 200, "{answer}");
+    let response = &answer["response"];
+    assert_eq!(response["allowed"], true, "{answer}");
+    assert_eq!(response["patchType"], "JSONPatch", "{answer}");
+    let patch: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(response["patch"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let patch: json_patch::Patch = serde_json::from_value(patch).unwrap();
+    let mut patched = edited.clone();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    let annotations = &patched["metadata"]["annotations"];
+    // Already the policy's next: initializing, with its list entered.
+    assert_eq!(annotations["verdict.dev/stage"], "initializing");
+    assert_ne!(
+        annotations["verdict.dev/since"],
+        old["metadata"]["annotations"]["verdict.dev/since"]
+    );
+    let list: Value =
+        serde_json::from_str(annotations["verdict.dev/list"].as_str().unwrap()).unwrap();
+    assert_eq!(list["stage"], "initializing");
+    assert_eq!(list["outcome"], "running");
+    let tasks: Vec<&str> = list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tasks,
+        [
+            "detach-load-balancer",
+            "pause-monitoring",
+            "install-environment"
+        ]
+    );
+    assert!(
+        list["reason"]
+            .as_str()
+            .unwrap()
+            .contains("set by an operator"),
+        "{list}"
+    );
+
+    // The leader's change of the same VM (stage and since together) is
+    // left alone.
+    let mut by_leader = old.clone();
+    by_leader["metadata"]["annotations"]["verdict.dev/stage"] = json!("ready");
+    by_leader["metadata"]["annotations"]["verdict.dev/since"] = json!("2030-01-01T00:00:00Z");
+    let (_, answer) = server.send("POST", "/v1/admission/review", Some(&review(&by_leader)));
+    assert!(answer["response"]["patch"].is_null(), "{answer}");
+
+    // What the API server stores is carried out by the leader, which agrees.
+    let mut stored = patched.clone();
+    stored["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    cluster
+        .sim()
+        .store()
+        .replace(machines, "shop", "web-0", stored)
+        .unwrap();
+    let back = wait_until(PATIENCE * 2, || {
+        serving()
+            && hooks
+                .steps_of("web-0")
+                .iter()
+                .filter(|s| *s == "install-environment")
+                .count()
+                == 2
+    });
+    assert!(
+        back.is_some(),
+        "{:?} {:#?}",
+        hooks.steps_of("web-0"),
+        instances(cluster)
+    );
+}

@@ -636,6 +636,118 @@ impl Service {
     }
 }
 
+impl Service {
+    /// An operator's edit of a managed instance's stage (`kubectl annotate
+    /// vm NAME verdict.dev/stage=…`), answered in the mutating webhook: the
+    /// JSON Patch that records the stage the lifecycle policy gives for it
+    /// and the list entered on it, so that what `kubectl get` shows right
+    /// after the edit is already where the machine goes on from; the
+    /// leader's reconcile carries the list out. None for any other request
+    /// — the leader's own changes move the stage and its `since` together,
+    /// an operator's edit moves the stage alone.
+    pub async fn next_stage(
+        &self,
+        registry: &crate::plugins::Registry,
+        request: &kube::core::admission::AdmissionRequest<DynamicObject>,
+    ) -> Option<Vec<Value>> {
+        use super::model::{self, InstanceState, Next, TargetState};
+        use super::resources::{VmDeployment, VmReplicaSet};
+        if request.kind.kind != "VirtualMachine"
+            || request.operation != kube::core::admission::Operation::Update
+        {
+            return None;
+        }
+        let new = serde_json::to_value(request.object.as_ref()?).ok()?;
+        let old = serde_json::to_value(request.old_object.as_ref()?).ok()?;
+        let set_name = new["metadata"]["labels"][instance::SET_LABEL].as_str()?;
+        let (edited, before) = (
+            Recorded::read(&annotations(&new)).ok()?,
+            Recorded::read(&annotations(&old)).ok()?,
+        );
+        let stage = edited.stage?;
+        if Some(stage) == before.stage || edited.since != before.since {
+            return None;
+        }
+        let namespace = request.namespace.clone()?;
+        let name = text(&new, "/metadata/name")?;
+        let set = VmReplicaSet::read(&self.get(&sets(), &namespace, set_name).await.ok()??).ok()?;
+        let code = match self.deployment_of(&namespace, set_name).await.ok()? {
+            Some(d) => Some(VmDeployment::read(&d).ok()?.spec.code),
+            None => None,
+        };
+        let at = now();
+        let ready = new["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .map(|c| c["status"] == "True");
+        let state = InstanceState {
+            namespace,
+            name: name.clone(),
+            set: set.name.clone(),
+            // Where it was: what it holds is let go of from there.
+            stage: before.stage,
+            since: before.since.unwrap_or(0),
+            machine: instance::machine(new["status"]["printableStatus"].as_str(), ready),
+            node: None,
+            node_health: crate::wit::lifecycle::NodeHealth::Healthy,
+            environment: edited.environment.clone(),
+            code: edited.code.clone(),
+            lists: edited.all_lists(),
+            deleting: !new["metadata"]["deletionTimestamp"].is_null(),
+            take_offline: set.offline.contains(&name),
+            forced: Some(stage),
+        };
+        let target = TargetState {
+            environment: set.spec.environment.clone(),
+            code,
+            may_disrupt: true,
+            released: true,
+        };
+        let input = model::input(&state, &target);
+        let slot = registry.policy(crate::plugins::World::Lifecycle).ok()?;
+        let answer = slot
+            .call(|version| version.next(&version.context(at), &input))
+            .ok()?;
+        let mut list = instance::CurrentList::entered(
+            edited.last_number(),
+            &Next::from_wit(&answer.value),
+            at,
+        )?;
+        list.reason = format!("{} (set by an operator on the VM)", list.reason);
+        let mut recorded = edited;
+        recorded.enter(list, at);
+        recorded.settle();
+        // The leader takes the list on.
+        recorded.lock = None;
+        let present = annotations(&new);
+        let ops = recorded
+            .annotations()
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let path = format!(
+                    "/metadata/annotations/{}",
+                    key.replace('~', "~0").replace('/', "~1")
+                );
+                match value {
+                    Some(value) => Some(json!({"op": "add", "path": path, "value": value})),
+                    None if present.contains_key(key) => {
+                        Some(json!({"op": "remove", "path": path}))
+                    }
+                    None => None,
+                }
+            })
+            .collect();
+        tracing::info!(
+            instance = name,
+            stage = stage.wit_name(),
+            "VM delivery: an operator set the stage; the webhook answers with the lifecycle policy's next"
+        );
+        Some(ops)
+    }
+}
+
 /// The stage of an instance's failed list, when its last list failed (the
 /// policy may have moved it to `failed` since).
 fn failed_stage(recorded: &Recorded) -> Option<Stage> {
