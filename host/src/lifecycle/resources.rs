@@ -739,6 +739,30 @@ mod tests {
     }
 
     #[test]
+    fn a_set_adopts_a_vm_no_controller_owns_and_no_other() {
+        let set = VmReplicaSet::read(&set_object(json!({"replicas": 2, "template": template(),
+            "selector": {"matchLabels": {"tier": "legacy"}}})))
+        .unwrap();
+        let free = json!({"metadata": {"name": "old", "resourceVersion": "7",
+            "ownerReferences": [{"kind": "ConfigMap", "name": "notes", "uid": "u-2"}],
+            "finalizers": ["example.com/keep"]}});
+        let adoption = set.adoption(&free).unwrap();
+        assert_eq!(adoption["resourceVersion"], "7", "on the version read");
+        assert_eq!(adoption["labels"][SET_LABEL], "web");
+        assert_eq!(adoption["ownerReferences"][1], set.owner());
+        assert_eq!(
+            adoption["finalizers"],
+            json!(["example.com/keep", FINALIZER])
+        );
+        let owned = json!({"metadata": {"name": "pooled",
+            "ownerReferences": [{"kind": "VirtualMachinePool", "name": "db", "uid": "u-3", "controller": true}]}});
+        assert_eq!(set.adoption(&owned), None);
+        let going =
+            json!({"metadata": {"name": "going", "deletionTimestamp": "2026-01-01T00:00:00Z"}});
+        assert_eq!(set.adoption(&going), None);
+    }
+
+    #[test]
     fn a_set_that_cannot_be_carried_out_says_why() {
         let refused = |spec: Value| VmReplicaSet::read(&set_object(spec)).unwrap_err();
         assert!(refused(json!({})).contains("spec.template.spec is missing"));

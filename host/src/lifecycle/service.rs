@@ -149,12 +149,17 @@ pub struct LogPage {
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ActionRequest {
+    /// Who asks.
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
     pub by: String,
+    /// Why.
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub why: Option<String>,
     /// For a skip: the task the person saw in progress (a skip of a step
     /// that has finished meanwhile is refused).
     #[serde(default)]
+    #[schema(max_length = 256)]
     pub task: Option<String>,
 }
 
