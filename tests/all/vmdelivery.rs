@@ -348,9 +348,8 @@ fn set_node_ready(cluster: &Cluster, node: &str, status: &str) {
         .unwrap();
 }
 
-#[test]
-fn an_instance_whose_node_is_lost_for_a_while_is_unknown_then_checked_again() {
-    let Delivery { cluster, hooks, .. } = &delivering(FAILOVER);
+/// A set of one made and serving; the stage of its instance, when asked.
+fn one_serving(cluster: &Cluster) -> impl Fn() -> String + '_ {
     cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
     let stage = || {
         instances(cluster)
@@ -363,6 +362,13 @@ fn an_instance_whose_node_is_lost_for_a_while_is_unknown_then_checked_again() {
         "never serving: {:#?}",
         instances(cluster)
     );
+    stage
+}
+
+#[test]
+fn an_instance_whose_node_is_lost_for_a_while_is_unknown_then_checked_again() {
+    let Delivery { cluster, hooks, .. } = &delivering(FAILOVER);
+    let stage = one_serving(cluster);
     let vmis = resource(cluster, "kubevirt.io", "virtualmachineinstances");
     let vmi = cluster.sim().store().get(vmis, "shop", "web-0").unwrap();
     let node = vmi["status"]["nodeName"].as_str().unwrap().to_string();
@@ -951,18 +957,7 @@ fn an_instance_lost_with_its_node_is_repaired_by_failover_and_goes_through_the_w
     for n in ["n4", "n5", "n6"] {
         cluster.apply(crate::failover::node(n));
     }
-    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
-    let stage = || {
-        instances(cluster)
-            .get("web-0")
-            .and_then(|a| a["verdict.dev/stage"].as_str().map(String::from))
-            .unwrap_or_default()
-    };
-    assert!(
-        wait_until(PATIENCE * 2, || stage() == "serving").is_some(),
-        "never serving: {:#?}",
-        instances(cluster)
-    );
+    let stage = one_serving(cluster);
     let vmis = resource(cluster, "kubevirt.io", "virtualmachineinstances");
     let node_of = || {
         cluster

@@ -11,6 +11,20 @@ use super::vms::Kube;
 use super::{PATIENCE, follow, shared, unique};
 use crate::support::wait_until;
 
+/// The chart's VMReplicaSet and VMDeployment CRDs, served.
+fn install_delivery_crds(cluster: &verdict_testcluster::Cluster) {
+    install_crd(
+        cluster,
+        "vmreplicaset-crd.yaml",
+        "vmreplicasets.verdict.dev",
+    );
+    install_crd(
+        cluster,
+        "vmdeployment-crd.yaml",
+        "vmdeployments.verdict.dev",
+    );
+}
+
 fn object(kind: &str, ns: &str, name: &str, spec: &Value) -> String {
     json!({
         "apiVersion": "verdict.dev/v1alpha1", "kind": kind,
@@ -47,16 +61,7 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
     else {
         return;
     };
-    install_crd(
-        cluster,
-        "vmreplicaset-crd.yaml",
-        "vmreplicasets.verdict.dev",
-    );
-    install_crd(
-        cluster,
-        "vmdeployment-crd.yaml",
-        "vmdeployments.verdict.dev",
-    );
+    install_delivery_crds(cluster);
     let ns = &unique("real-vm-delivery");
     cluster.create_namespace(ns, &[]).unwrap();
 
@@ -304,16 +309,7 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         return;
     };
     super::vms::install_kubevirt(cluster);
-    install_crd(
-        cluster,
-        "vmreplicaset-crd.yaml",
-        "vmreplicasets.verdict.dev",
-    );
-    install_crd(
-        cluster,
-        "vmdeployment-crd.yaml",
-        "vmdeployments.verdict.dev",
-    );
+    install_delivery_crds(cluster);
     let ns = &unique("real-delivering");
     cluster.create_namespace(ns, &[]).unwrap();
     let kube = Kube {
