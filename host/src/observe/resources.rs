@@ -87,13 +87,13 @@ pub mod kubevirt {
 /// disk imports, and verdict's own sets of delivered VMs.
 pub fn defaults() -> Vec<ResourceRef> {
     vec![
-        ResourceRef::new("verdict.dev", "v1alpha1", kubevirt::VM_REPLICA_SET),
         ResourceRef::new("kubevirt.io", "v1", "VirtualMachine"),
         ResourceRef::new("kubevirt.io", "v1", "VirtualMachineInstance"),
         ResourceRef::new("kubevirt.io", "v1", "VirtualMachineInstanceReplicaSet"),
         ResourceRef::new("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
         ResourceRef::new("pool.kubevirt.io", "v1alpha1", "VirtualMachinePool"),
         ResourceRef::new("cdi.kubevirt.io", "v1beta1", "DataVolume"),
+        ResourceRef::new("verdict.dev", "v1alpha1", kubevirt::VM_REPLICA_SET),
     ]
 }
 
