@@ -274,6 +274,11 @@ mod delivery {
         ] {
             verdict_sim::apply(&store, crd(text)).map_err(other)?;
         }
+        // Its namespace is the scenario's, which the scenario may not have
+        // made yet.
+        let namespace =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vms"}});
+        verdict_sim::apply(&store, namespace).map_err(other)?;
         for object in objects() {
             verdict_sim::apply(&store, object).map_err(other)?;
         }

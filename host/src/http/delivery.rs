@@ -89,7 +89,7 @@ async fn instance_log(
     Ok(Json(page))
 }
 
-#[derive(Debug, Clone, Copy, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 enum RolloutVerb {
     Approve,
@@ -98,7 +98,7 @@ enum RolloutVerb {
     Retry,
 }
 
-#[utoipa::path(post, path = "/v1/vm-delivery/{namespace}/{set}/{action}", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("action" = RolloutVerb, Path, description = "approve the gate the rollout waits at; promote (skip the remaining steps); abort (the instances that got the new code go back to the code released before); retry (every failed instance runs its failed list again)")), request_body = ActionRequest, responses((status = 200, description = "The request, written with who and why on the VMDeployment (or the failed instances) for the leader to carry out", body = Requested), (status = 404, description = "No such set, or no VMDeployment targets it"), (status = 409, description = "The rollout is not in a state the action fits (no gate to approve, completed, nothing to go back to, no failed instance), or changed while the request was made"), (status = 422, description = "A bad field, named"), (status = 503, description = "The API server could not be asked")))]
+#[utoipa::path(post, path = "/v1/vm-delivery/{namespace}/{set}/{action}", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("action" = String, Path, pattern = "^(approve|promote|abort|retry)$", description = "approve the gate the rollout waits at; promote (skip the remaining steps); abort (the instances that got the new code go back to the code released before); retry (every failed instance runs its failed list again)")), request_body = ActionRequest, responses((status = 200, description = "The request, written with who and why on the VMDeployment (or the failed instances) for the leader to carry out", body = Requested), (status = 404, description = "No such set, or no VMDeployment targets it"), (status = 409, description = "The rollout is not in a state the action fits (no gate to approve, completed, nothing to go back to, no failed instance), or changed while the request was made"), (status = 422, description = "A bad field, named"), (status = 503, description = "The API server could not be asked")))]
 async fn act_on_rollout(
     State(state): State<AppState>,
     Path((namespace, set, action)): Path<(String, String, RolloutVerb)>,
@@ -117,7 +117,7 @@ async fn act_on_rollout(
     Ok(Json(requested))
 }
 
-#[derive(Debug, Clone, Copy, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 enum InstanceVerb {
     Retry,
@@ -125,7 +125,7 @@ enum InstanceVerb {
     Approve,
 }
 
-#[utoipa::path(post, path = "/v1/vm-delivery/{namespace}/{set}/instances/{instance}/{action}", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("instance" = String, Path), ("action" = InstanceVerb, Path, description = "retry (its failed list runs again); skip (the step in progress counts as done: a stuck clean-up step); approve (its list that waits for a person runs)")), request_body = ActionRequest, responses((status = 200, description = "The request, written with who and why on the instance's VirtualMachine for the leader to carry out", body = Requested), (status = 404, description = "No such set or instance"), (status = 409, description = "The instance is not in a state the action fits, or changed while the request was made"), (status = 422, description = "A bad field, named"), (status = 503, description = "The API server could not be asked")))]
+#[utoipa::path(post, path = "/v1/vm-delivery/{namespace}/{set}/instances/{instance}/{action}", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("instance" = String, Path), ("action" = String, Path, pattern = "^(retry|skip|approve)$", description = "retry (its failed list runs again); skip (the step in progress counts as done: a stuck clean-up step); approve (its list that waits for a person runs)")), request_body = ActionRequest, responses((status = 200, description = "The request, written with who and why on the instance's VirtualMachine for the leader to carry out", body = Requested), (status = 404, description = "No such set or instance"), (status = 409, description = "The instance is not in a state the action fits, or changed while the request was made"), (status = 422, description = "A bad field, named"), (status = 503, description = "The API server could not be asked")))]
 async fn act_on_instance(
     State(state): State<AppState>,
     Path((namespace, set, instance, action)): Path<(String, String, String, InstanceVerb)>,

@@ -61,8 +61,8 @@ impl Request {
     /// A request by `by` for `why`, at `at`, about nothing yet.
     pub fn new(by: &str, why: &str, at: Timestamp) -> Self {
         Self {
-            by: by.trim().into(),
-            why: why.trim().into(),
+            by: by.into(),
+            why: why.into(),
             at,
             code: None,
             step: None,
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn a_request_reads_back_and_a_bad_one_is_named() {
-        let mut request = Request::new(" alice ", "canary looks fine", 1_767_225_600_000);
+        let mut request = Request::new("alice", "canary looks fine", 1_767_225_600_000);
         request.code = Some("2.0".into());
         request.step = Some(1);
         let annotations = BTreeMap::from([(APPROVE.to_string(), request.write())]);

@@ -206,6 +206,28 @@ impl std::fmt::Debug for Service {
     }
 }
 
+/// Whether `name` can name a Kubernetes object or namespace (a DNS
+/// subdomain): anything else names nothing, and is not sent to the API
+/// server.
+fn kubernetes_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+/// The names of a path, each a Kubernetes name, or a 404 naming `what`.
+fn named(names: &[&str], what: &str) -> Result<(), ServiceError> {
+    match names.iter().all(|n| kubernetes_name(n)) {
+        true => Ok(()),
+        false => Err(ServiceError::NotFound(
+            "not-found",
+            format!("no {what} of that name (not a Kubernetes name)"),
+        )),
+    }
+}
+
 fn text(value: &Value, pointer: &str) -> Option<String> {
     value
         .pointer(pointer)
@@ -344,6 +366,10 @@ impl Service {
 
     /// Every set (of `namespace`, when given), with its rollout.
     pub async fn sets(&self, namespace: Option<&str>) -> Result<Vec<SetSummary>, ServiceError> {
+        // A namespace no Kubernetes name could be has none.
+        if namespace.is_some_and(|n| !kubernetes_name(n)) {
+            return Ok(Vec::new());
+        }
         let sets = self
             .list(&sets(), namespace, &ListParams::default())
             .await?;
@@ -363,6 +389,7 @@ impl Service {
     }
 
     async fn set_object(&self, namespace: &str, name: &str) -> Result<Value, ServiceError> {
+        named(&[namespace, name], "VMReplicaSet")?;
         self.get(&sets(), namespace, name).await?.ok_or_else(|| {
             ServiceError::NotFound("no-such-set", format!("no VMReplicaSet {namespace}/{name}"))
         })
@@ -390,6 +417,7 @@ impl Service {
 
     async fn member(&self, namespace: &str, set: &str, name: &str) -> Result<Value, ServiceError> {
         self.set_object(namespace, set).await?;
+        named(&[name], "instance")?;
         self.get(&machines(), namespace, name)
             .await?
             .filter(|vm| vm["metadata"]["labels"][instance::SET_LABEL] == set)
@@ -764,9 +792,39 @@ fn failed_stage(recorded: &Recorded) -> Option<Stage> {
         .map(|l| l.stage)
 }
 
-/// A person's request, checked.
+/// Whether `c` is white space as the OpenAPI document's patterns (ECMA
+/// regular expressions' `\s`) read it.
+fn blank(c: char) -> bool {
+    matches!(
+        c,
+        '\t' | '\n' | '\u{b}' | '\u{c}' | '\r' | ' ' | '\u{a0}' | '\u{1680}' | '\u{2000}'
+            ..='\u{200a}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202f}'
+                | '\u{205f}'
+                | '\u{3000}'
+                | '\u{feff}'
+    )
+}
+
+/// A person's request, checked as the document says: who, with something
+/// other than white space, at most 256 characters; why at most 4096.
 fn person(asked: &ActionRequest) -> Result<Request, ServiceError> {
-    crate::overrides::decider(&asked.by, asked.why.as_deref()).map_err(ServiceError::Invalid)?;
+    if asked.by.chars().all(blank) {
+        return Err(ServiceError::Invalid("by must say who asks".into()));
+    }
+    for (field, text, max) in [
+        ("by", Some(asked.by.as_str()), 256),
+        ("why", asked.why.as_deref(), 4096),
+    ] {
+        let length = text.map_or(0, |t| t.chars().count());
+        if length > max {
+            return Err(ServiceError::Invalid(format!(
+                "{field} is {length} characters long; at most {max}"
+            )));
+        }
+    }
     Ok(Request::new(
         &asked.by,
         asked.why.as_deref().unwrap_or_default(),
