@@ -912,10 +912,12 @@ fn an_instance_named_offline_is_drained_and_deleted_and_not_replaced_and_a_small
     let mut offline = set(3, json!([{"name": "jdk", "version": "21"}]));
     offline["spec"]["offline"] = json!(["web-1"]);
     cluster.apply(offline.clone());
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
     assert!(
-        wait_until(PATIENCE * 2, || settled(&["web-0", "web-2"])).is_some(),
-        "{:#?}",
-        instances(cluster)
+        wait_until(PATIENCE * 3, || settled(&["web-0", "web-2"])).is_some(),
+        "{:#?}\nthe set: {:#}",
+        instances(cluster),
+        cluster.sim().store().get(sets, "shop", "web").unwrap()
     );
     assert_eq!(
         hooks.steps_of("web-1")[4..],
@@ -931,7 +933,6 @@ fn an_instance_named_offline_is_drained_and_deleted_and_not_replaced_and_a_small
         "{:#?}",
         instances(cluster)
     );
-    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
     let status = wait_until(PATIENCE, || {
         cluster.sim().store().get(sets, "shop", "web").unwrap()["status"]["ready"] == "1/1"
     });
