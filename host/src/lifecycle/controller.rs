@@ -126,17 +126,6 @@ fn forced(
         .map(|(_, stage, who)| (stage, who))
 }
 
-fn map_of(value: &Value) -> BTreeMap<String, String> {
-    value
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 impl Controller {
     pub fn new(
         reader: kube::Client,
@@ -552,15 +541,8 @@ impl Controller {
             .map(|vm| {
                 let value = serde_json::to_value(&vm).unwrap_or_default();
                 let name = vm.metadata.name.clone().unwrap_or_default();
-                let annotations = map_of(&value["metadata"]["annotations"]);
-                let recorded = Recorded::read(&annotations);
-                let ready = value["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|c| c["type"] == "Ready")
-                    .map(|c| c["status"] == "True");
-                let machine = instance::machine(value["status"]["printableStatus"].as_str(), ready);
+                let recorded = Recorded::read(&instance::annotations_of(&value));
+                let machine = instance::machine_of(&value);
                 let at_rest = recorded.clone().unwrap_or_default();
                 let forced = forced(&overrides, (&set.namespace, &name), &at_rest, at);
                 let state = InstanceState {

@@ -537,6 +537,27 @@ impl Recorded {
     }
 }
 
+/// An object's annotations (those with text values).
+pub fn annotations_of(object: &serde_json::Value) -> BTreeMap<String, String> {
+    object["metadata"]["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect()
+}
+
+/// The machine of a `VirtualMachine` object, by its status.
+pub fn machine_of(vm: &serde_json::Value) -> Machine {
+    let ready = vm["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| c["status"] == "True");
+    machine(vm["status"]["printableStatus"].as_str(), ready)
+}
+
 /// The machine of a `VirtualMachine` by its printable status and `Ready`
 /// condition (none: the VM does not exist).
 pub fn machine(phase: Option<&str>, ready: Option<bool>) -> Machine {

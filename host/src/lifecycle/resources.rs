@@ -366,12 +366,7 @@ pub struct DeploymentRequests {
 
 impl DeploymentRequests {
     fn read(object: &Value) -> Result<Self, String> {
-        let annotations: BTreeMap<String, String> = object["metadata"]["annotations"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-            .collect();
+        let annotations = super::instance::annotations_of(object);
         Ok(Self {
             approve: Request::read(&annotations, requests::APPROVE)?,
             promote: Request::read(&annotations, requests::PROMOTE)?,

@@ -9,7 +9,6 @@
 //! it was checked against, so that a request about a state that changed
 //! meanwhile is refused rather than applied to another.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -235,15 +234,6 @@ fn text(value: &Value, pointer: &str) -> Option<String> {
         .map(String::from)
 }
 
-fn annotations(object: &Value) -> BTreeMap<String, String> {
-    object["metadata"]["annotations"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-        .collect()
-}
-
 fn summary(set: &Value, deployment: Option<&Value>) -> SetSummary {
     SetSummary {
         namespace: text(set, "/metadata/namespace").unwrap_or_default(),
@@ -283,7 +273,7 @@ fn at_gate(status: &Value) -> bool {
 
 fn instance_view(vm: &Value) -> InstanceView {
     let name = text(vm, "/metadata/name").unwrap_or_default();
-    let recorded = Recorded::read(&annotations(vm));
+    let recorded = Recorded::read(&instance::annotations_of(vm));
     let at_rest = recorded.clone().unwrap_or_default();
     InstanceView {
         name,
@@ -438,7 +428,7 @@ impl Service {
         limit: usize,
     ) -> Result<LogPage, ServiceError> {
         let vm = self.member(namespace, set, name).await?;
-        let recorded = Recorded::read(&annotations(&vm)).map_err(|problem| {
+        let recorded = Recorded::read(&instance::annotations_of(&vm)).map_err(|problem| {
             ServiceError::Conflict(format!("the instance's annotations do not read: {problem}"))
         })?;
         let all: Vec<LogEntry> = recorded
@@ -581,7 +571,7 @@ impl Service {
         let mut on = Vec::new();
         let mut last = request.clone();
         for vm in self.members(namespace, set).await? {
-            let Ok(recorded) = Recorded::read(&annotations(&vm)) else {
+            let Ok(recorded) = Recorded::read(&instance::annotations_of(&vm)) else {
                 continue;
             };
             if let Some(stage) = failed_stage(&recorded) {
@@ -620,7 +610,7 @@ impl Service {
     ) -> Result<Requested, ServiceError> {
         let mut request = person(asked)?;
         let vm = self.member(namespace, set, name).await?;
-        let recorded = Recorded::read(&annotations(&vm)).map_err(|problem| {
+        let recorded = Recorded::read(&instance::annotations_of(&vm)).map_err(|problem| {
             ServiceError::Conflict(format!("the instance's annotations do not read: {problem}"))
         })?;
         let running = recorded
@@ -694,8 +684,8 @@ impl Service {
         let old = serde_json::to_value(request.old_object.as_ref()?).ok()?;
         let set_name = new["metadata"]["labels"][instance::SET_LABEL].as_str()?;
         let (edited, before) = (
-            Recorded::read(&annotations(&new)).ok()?,
-            Recorded::read(&annotations(&old)).ok()?,
+            Recorded::read(&instance::annotations_of(&new)).ok()?,
+            Recorded::read(&instance::annotations_of(&old)).ok()?,
         );
         let stage = edited.stage?;
         if Some(stage) == before.stage || edited.since != before.since {
@@ -709,12 +699,6 @@ impl Service {
             None => None,
         };
         let at = now();
-        let ready = new["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "Ready")
-            .map(|c| c["status"] == "True");
         let state = InstanceState {
             namespace,
             name: name.clone(),
@@ -722,7 +706,7 @@ impl Service {
             // Where it was: what it holds is let go of from there.
             stage: before.stage,
             since: before.since.unwrap_or(0),
-            machine: instance::machine(new["status"]["printableStatus"].as_str(), ready),
+            machine: instance::machine_of(&new),
             node: None,
             node_health: crate::wit::lifecycle::NodeHealth::Healthy,
             environment: edited.environment.clone(),
@@ -754,7 +738,7 @@ impl Service {
         recorded.settle();
         // The leader takes the list on.
         recorded.lock = None;
-        let present = annotations(&new);
+        let present = instance::annotations_of(&new);
         let ops = recorded
             .annotations()
             .into_iter()
