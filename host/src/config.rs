@@ -299,9 +299,12 @@ impl FileConfig {
                 }
                 ("hooks", toml::Value::Table(hooks)) => {
                     for (step, spec) in hooks {
-                        let spec: HookSpec = spec
+                        let mut spec: HookSpec = spec
                             .try_into()
                             .map_err(|e| fail(format!("hooks.{step}: {e}")))?;
+                        if let Some(job) = spec.job.take() {
+                            spec.job = Some(file.folder().join(job));
+                        }
                         spec.check(&step).map_err(fail)?;
                         file.hooks.insert(step, spec);
                     }
@@ -789,7 +792,7 @@ pub fn settings_table() -> String {
          | — | — | `[[resources]]` | KubeVirt's `VirtualMachine`, `VirtualMachineInstance`, `VirtualMachineInstanceReplicaSet`, `VirtualMachineInstanceMigration`, `VirtualMachinePool`, CDI's `DataVolume` and verdict's `VMReplicaSet` | further kinds to watch: `group`, `version`, `kind` each; a kind the server does not serve is looked for again every 2 s and watched once served (`/readyz` lists it meanwhile); `resources = []` watches none |\n\
          | — | — | `[settings.<plugin>]` | — | settings handed to that plugin as JSON |\n\
          | — | — | `[limits.<plugin>]` | — | that plugin's own `call-timeout-ms` and `memory-limit-mib` |\n\
-         | — | — | `[hooks.<step>]` | — | the step hook that carries out the lifecycle tasks of that name: `url` (called with each step), `timeout-seconds` (1 to 300, default 10), `failure-policy` (`fail`, the default, or `ignore`) |\n",
+         | — | — | `[hooks.<step>]` | — | the step hook that carries out the lifecycle tasks of that name: `url` (called with each step) or `job` (a `batch/v1` Job template file, relative to this file, made into a Job for each step), `timeout-seconds` (1 to 300, default 10: one call), `failure-policy` (`fail`, the default, or `ignore`: what a call that cannot be made does) |\n",
     );
     table
 }

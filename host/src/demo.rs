@@ -130,9 +130,8 @@ mod running {
                 .iter()
                 .map(|step| {
                     let spec = HookSpec {
-                        url: running.url.clone(),
                         timeout_seconds: 5,
-                        failure_policy: Default::default(),
+                        ..HookSpec::at(running.url.clone())
                     };
                     (step.to_string(), spec)
                 })

@@ -17,6 +17,10 @@ pub struct Resource {
     pub kind: &'static str,
     pub namespaced: bool,
     pub short_names: &'static [&'static str],
+    /// Whether the status is a subresource of its own (a custom resource
+    /// whose definition says so): a write of the object keeps the stored
+    /// status, a write of `/status` keeps everything else.
+    pub status_subresource: bool,
 }
 
 impl Resource {
@@ -40,6 +44,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "Namespace",
         namespaced: false,
         short_names: &["ns"],
+        status_subresource: false,
     },
     Resource {
         group: "",
@@ -49,6 +54,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "ConfigMap",
         namespaced: true,
         short_names: &["cm"],
+        status_subresource: false,
     },
     Resource {
         group: "",
@@ -58,6 +64,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "Node",
         namespaced: false,
         short_names: &["no"],
+        status_subresource: false,
     },
     Resource {
         group: "",
@@ -67,6 +74,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "Pod",
         namespaced: true,
         short_names: &["po"],
+        status_subresource: false,
     },
     Resource {
         group: "apps",
@@ -76,6 +84,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "Deployment",
         namespaced: true,
         short_names: &["deploy"],
+        status_subresource: false,
     },
     Resource {
         group: "apps",
@@ -85,6 +94,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "StatefulSet",
         namespaced: true,
         short_names: &["sts"],
+        status_subresource: false,
     },
     Resource {
         group: "apps",
@@ -94,6 +104,17 @@ pub static RESOURCES: &[Resource] = &[
         kind: "DaemonSet",
         namespaced: true,
         short_names: &["ds"],
+        status_subresource: false,
+    },
+    Resource {
+        group: "batch",
+        version: "v1",
+        plural: "jobs",
+        singular: "job",
+        kind: "Job",
+        namespaced: true,
+        short_names: &[],
+        status_subresource: false,
     },
     Resource {
         group: "policy",
@@ -103,6 +124,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "PodDisruptionBudget",
         namespaced: true,
         short_names: &["pdb"],
+        status_subresource: false,
     },
     Resource {
         group: "coordination.k8s.io",
@@ -112,6 +134,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "Lease",
         namespaced: true,
         short_names: &[],
+        status_subresource: false,
     },
     Resource {
         group: "apiextensions.k8s.io",
@@ -121,6 +144,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "CustomResourceDefinition",
         namespaced: false,
         short_names: &["crd", "crds"],
+        status_subresource: false,
     },
     Resource {
         group: "metrics.k8s.io",
@@ -130,6 +154,7 @@ pub static RESOURCES: &[Resource] = &[
         kind: "PodMetrics",
         namespaced: true,
         short_names: &[],
+        status_subresource: false,
     },
 ];
 
@@ -167,21 +192,24 @@ pub fn define(crd: &Value) -> Result<Vec<&'static Resource>, String> {
             .collect::<Vec<&'static str>>()
             .into_boxed_slice(),
     );
-    let versions: Vec<&'static str> = crd
+    let versions: Vec<(&'static str, bool)> = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter(|v| v["served"].as_bool().unwrap_or(true))
-        .filter_map(|v| v["name"].as_str())
-        .map(|s| &*Box::leak(s.to_string().into_boxed_str()))
+        .filter_map(|v| {
+            let name = v["name"].as_str()?;
+            let status = v.pointer("/subresources/status").is_some();
+            Some((&*Box::leak(name.to_string().into_boxed_str()), status))
+        })
         .collect();
     if versions.is_empty() {
         return Err("spec.versions names no served version".into());
     }
     Ok(versions
         .into_iter()
-        .map(|version| {
+        .map(|(version, status_subresource)| {
             &*Box::leak(Box::new(Resource {
                 group,
                 version,
@@ -190,6 +218,7 @@ pub fn define(crd: &Value) -> Result<Vec<&'static Resource>, String> {
                 kind,
                 namespaced,
                 short_names,
+                status_subresource,
             }))
         })
         .collect())

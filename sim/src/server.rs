@@ -20,7 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::resources::{self, Resource};
 use crate::selector::Selector;
-use crate::store::{Event, Store, StoreError};
+use crate::store::{Event, Part, Store, StoreError};
 use crate::table;
 
 /// What the handlers share.
@@ -78,6 +78,7 @@ enum Target {
         resource: &'static Resource,
         namespace: String,
         name: String,
+        part: Part,
     },
     /// `pods/{name}/eviction`: the Eviction API.
     Eviction {
@@ -124,16 +125,29 @@ fn resolve(path: &str, server: &str, store: &Store) -> Result<Target, StoreError
                 name: name.to_string(),
             }
         }
-        ["namespaces", namespace, plural, name]
-        | ["namespaces", namespace, plural, name, "status"] => Target::Item {
+        ["namespaces", namespace, plural, name] => Target::Item {
             resource: find(plural)?,
             namespace: namespace.to_string(),
             name: name.to_string(),
+            part: Part::Object,
         },
-        [plural, name] | [plural, name, "status"] => Target::Item {
+        ["namespaces", namespace, plural, name, "status"] => Target::Item {
+            resource: find(plural)?,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            part: Part::Status,
+        },
+        [plural, name] => Target::Item {
             resource: find(plural)?,
             namespace: String::new(),
             name: name.to_string(),
+            part: Part::Object,
+        },
+        [plural, name, "status"] => Target::Item {
+            resource: find(plural)?,
+            namespace: String::new(),
+            name: name.to_string(),
+            part: Part::Status,
         },
         _ => return Err(not_found()),
     })
@@ -242,8 +256,14 @@ async fn handle(
                 namespace,
             },
             Method::POST,
-        ) => parse_body().and_then(|object| {
+        ) => parse_body().and_then(|mut object| {
             let namespace = namespace.unwrap_or_default();
+            // A status that is a subresource is not set by a create.
+            if resource.status_subresource
+                && let Some(fields) = object.as_object_mut()
+            {
+                fields.remove("status");
+            }
             store
                 .create(resource, &namespace, object)
                 .map(|o| (StatusCode::CREATED, o))
@@ -253,6 +273,7 @@ async fn handle(
                 resource,
                 namespace,
                 name,
+                ..
             },
             Method::GET,
         ) => store.get(resource, &namespace, &name).map(|o| {
@@ -270,16 +291,18 @@ async fn handle(
                 resource,
                 namespace,
                 name,
+                part,
             },
             Method::PUT,
         ) => parse_body()
-            .and_then(|object| store.replace(resource, &namespace, &name, object))
+            .and_then(|object| store.write(resource, &namespace, &name, object, part))
             .map(|o| (StatusCode::OK, o)),
         (
             Target::Item {
                 resource,
                 namespace,
                 name,
+                part,
             },
             Method::PATCH,
         ) => {
@@ -298,7 +321,7 @@ async fn handle(
                 })
             } else {
                 parse_body()
-                    .and_then(|patch| store.patch(resource, &namespace, &name, &patch))
+                    .and_then(|patch| store.patch_part(resource, &namespace, &name, &patch, part))
                     .map(|o| (StatusCode::OK, o))
             }
         }
@@ -307,6 +330,7 @@ async fn handle(
                 resource,
                 namespace,
                 name,
+                ..
             },
             Method::DELETE,
         ) => store

@@ -87,6 +87,17 @@ impl StoreError {
     }
 }
 
+/// What a write changes of an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Everything: the simulator's own controllers and scenarios.
+    Whole,
+    /// A request to the object's URL.
+    Object,
+    /// A request to its `/status`.
+    Status,
+}
+
 fn group_or_core(resource: &Resource) -> &'static str {
     if resource.group.is_empty() {
         "core"
@@ -470,7 +481,22 @@ impl Store {
         resource: &'static Resource,
         namespace: &str,
         name: &str,
+        object: Value,
+    ) -> Result<Value, StoreError> {
+        self.write(resource, namespace, name, object, Part::Whole)
+    }
+
+    /// Replace the part of an object a request writes: of a resource whose
+    /// status is a subresource, a write of the object keeps the stored
+    /// status and a write of its status keeps everything else, as an API
+    /// server does.
+    pub fn write(
+        &self,
+        resource: &'static Resource,
+        namespace: &str,
+        name: &str,
         mut object: Value,
+        part: Part,
     ) -> Result<Value, StoreError> {
         let namespace = if resource.namespaced { namespace } else { "" };
         let mut inner = self.lock();
@@ -502,6 +528,31 @@ impl Store {
             return Err(StoreError::bad_request(
                 "the name in the body does not match the URL",
             ));
+        }
+        if resource.status_subresource {
+            match part {
+                Part::Whole => {}
+                Part::Object => match current.get("status") {
+                    Some(status) => object["status"] = status.clone(),
+                    None => {
+                        object.as_object_mut().map(|o| o.remove("status"));
+                    }
+                },
+                Part::Status => {
+                    let status = object.get("status").cloned();
+                    let version = object.pointer("/metadata/resourceVersion").cloned();
+                    object = current.clone();
+                    match status {
+                        Some(status) => object["status"] = status,
+                        None => {
+                            object.as_object_mut().map(|o| o.remove("status"));
+                        }
+                    }
+                    if let Some(version) = version {
+                        meta(&mut object).insert("resourceVersion".into(), version);
+                    }
+                }
+            }
         }
         inner.stamp(&mut object);
         object["apiVersion"] = json!(resource.api_version());
@@ -568,6 +619,19 @@ impl Store {
         name: &str,
         patch: &Value,
     ) -> Result<Value, StoreError> {
+        self.patch_part(resource, namespace, name, patch, Part::Whole)
+    }
+
+    /// Apply a JSON merge patch to the part of an object a request writes
+    /// (see [`Store::write`]).
+    pub fn patch_part(
+        &self,
+        resource: &'static Resource,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+        part: Part,
+    ) -> Result<Value, StoreError> {
         let mut object = self.get(
             resource,
             if resource.namespaced { namespace } else { "" },
@@ -578,7 +642,7 @@ impl Store {
         if patch.pointer("/metadata/resourceVersion").is_none() {
             meta(&mut object).remove("resourceVersion");
         }
-        self.replace(resource, namespace, name, object)
+        self.write(resource, namespace, name, object, part)
     }
 
     /// Delete an object: with finalizers it only gets a deletion timestamp;
@@ -774,5 +838,59 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert!(events.iter().all(|e| e.kind == EventType::Deleted));
         assert!(store.list(pods(), None).0.is_empty());
+    }
+
+    #[test]
+    fn a_custom_resources_status_subresource_is_written_apart() {
+        let store = store_with_namespace();
+        let crds = find("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
+        let definition = json!({
+            "metadata": {"name": "gadgets.example.dev"},
+            "spec": {"group": "example.dev", "scope": "Namespaced",
+                     "names": {"plural": "gadgets", "kind": "Gadget"},
+                     "versions": [{"name": "v1", "served": true, "storage": true,
+                                   "subresources": {"status": {}}}]},
+        });
+        store.create(crds, "", definition).unwrap();
+        let gadgets = store.find("example.dev", "v1", "gadgets").unwrap();
+        assert!(gadgets.status_subresource);
+        store
+            .create(
+                gadgets,
+                "shop",
+                json!({"metadata": {"name": "g"}, "spec": {"size": 1}}),
+            )
+            .unwrap();
+        store
+            .patch_part(
+                gadgets,
+                "shop",
+                "g",
+                &json!({"status": {"phase": "Ready"}}),
+                Part::Status,
+            )
+            .unwrap();
+        // A write of the object changes its spec and keeps the status.
+        let mut whole = store.get(gadgets, "shop", "g").unwrap();
+        whole["spec"]["size"] = json!(2);
+        whole["status"] = json!({"phase": "Lost"});
+        let written = store
+            .write(gadgets, "shop", "g", whole, Part::Object)
+            .unwrap();
+        assert_eq!(written["spec"]["size"], 2);
+        assert_eq!(written["status"]["phase"], "Ready");
+        // A write of the status changes nothing else.
+        let written = store
+            .patch_part(
+                gadgets,
+                "shop",
+                "g",
+                &json!({"spec": {"size": 9}, "status": {"phase": "Done"}}),
+                Part::Status,
+            )
+            .unwrap();
+        assert_eq!(written["spec"]["size"], 2);
+        assert_eq!(written["status"]["phase"], "Done");
+        assert_eq!(written["metadata"]["generation"], 2);
     }
 }

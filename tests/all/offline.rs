@@ -84,6 +84,33 @@ fn the_default_lifecycle_cases_pass() {
 }
 
 #[test]
+fn the_example_lifecycle_policy_adds_its_step_to_the_default_machine() {
+    let output = verdict(&[
+        "test",
+        "--plugins",
+        "target/example-plugins",
+        "--policy",
+        "smoke-test",
+        "examples/smoke-test/tests",
+    ]);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert_eq!(tally(&output), (4, 0));
+    // The default machine's own cases of a deploy fail against it: the
+    // smoke test is the difference.
+    let output = verdict(&[
+        "test",
+        "--plugins",
+        "target/example-plugins",
+        "--policy",
+        "smoke-test",
+        "plugins/lifecycle/tests",
+    ]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("smoke-test"), "{text}");
+}
+
+#[test]
 fn the_example_plugin_cases_pass_in_every_language() {
     for policy in ["restart-budget", "restart-budget-js", "restart-budget-py"] {
         let output = verdict(&[

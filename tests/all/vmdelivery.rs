@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::live::{Cluster, PATIENCE, start_host};
+use crate::live::{Cluster, PATIENCE};
 use crate::support::wait_until;
+use crate::support::{example_plugin, install_by_rename};
 
 /// The step names of the default lifecycle policy.
 pub const STEPS: [&str; 8] = [
@@ -117,11 +118,27 @@ pub fn delivering_with(
     config: &str,
     answer: impl Fn(&Value) -> (u16, String) + Send + Sync + 'static,
 ) -> Delivery {
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    delivering_from(&plugins, config, answer)
+}
+
+/// A host delivering on the simulator with the policies of the folder
+/// `plugins`, every step's hook (the default machine's, and `smoke-test`)
+/// answered by `answer`.
+pub fn delivering_from(
+    plugins: &std::path::Path,
+    config: &str,
+    answer: impl Fn(&Value) -> (u16, String) + Send + Sync + 'static,
+) -> Delivery {
     let cluster = cluster();
     let hooks = HookServer::start(answer);
     let data = tempfile::tempdir().unwrap();
     let mut text = config.to_string();
-    for step in STEPS {
+    for step in STEPS.iter().chain(&["smoke-test"]) {
+        // A hook the configuration names is left to it.
+        if config.contains(&format!("[hooks.{step}]")) {
+            continue;
+        }
         text.push_str(&format!(
             "[hooks.{step}]\nurl = \"{}\"\ntimeout-seconds = 5\n",
             hooks.url
@@ -129,11 +146,14 @@ pub fn delivering_with(
     }
     let path = data.path().join("verdict.toml");
     std::fs::write(&path, text).unwrap();
-    let server = start_host(
-        &cluster,
-        data.path(),
-        &["--config", path.to_str().unwrap(), "--vm-delivery"],
-    );
+    let flags = [
+        "--cluster-url",
+        &cluster.sim().url(),
+        "--config",
+        path.to_str().unwrap(),
+        "--vm-delivery",
+    ];
+    let server = crate::serve::Server::start_with(plugins, data.path(), &flags);
     Delivery {
         server,
         hooks,
@@ -1331,5 +1351,234 @@ fn an_operators_edit_of_the_stage_is_answered_with_the_policys_next_stage_by_the
         "{:?} {:#?}",
         hooks.steps_of("web-0"),
         instances(cluster)
+    );
+}
+
+#[test]
+fn a_lifecycle_policy_swapped_mid_rollout_decides_the_rest_of_it() {
+    let folder = crate::support::plugin_folder(&["status", "failover", "admission", "lifecycle"]);
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering_from(folder.path(), "", |_| (200, DONE.into()));
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+    cluster.apply(deployment("1.0", json!([])));
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 3, "1.0")).is_some(),
+        "1.0 never served: {:#?}",
+        instances(cluster)
+    );
+    redeploy(
+        cluster,
+        "2.0",
+        json!([{"instances": 1}, {"pause": {}}, {"instances": "100%"}]),
+    );
+    let at_gate = wait_until(PATIENCE * 2, || rollout(server)["at-gate"] == true);
+    assert!(
+        at_gate.is_some(),
+        "never at the gate: {:#}",
+        rollout(server)
+    );
+    let first: Vec<String> = codes(cluster)
+        .into_iter()
+        .filter(|(_, code)| code == "2.0")
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(first.len(), 1, "{:#?}", codes(cluster));
+
+    // The new policy is dropped in while the rollout waits at its gate; the
+    // host serves it without a restart.
+    let bytes = std::fs::read(example_plugin("smoke-test")).unwrap();
+    install_by_rename(&folder.path().join("lifecycle.wasm"), &bytes);
+    let swapped = wait_until(PATIENCE, || {
+        server.get("/v1/plugins").1["plugins"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| {
+                p["name"] == "lifecycle"
+                    && p["active"] == true
+                    && p["current"]["name"] == "smoke-test"
+            })
+    });
+    assert!(swapped.is_some(), "{:#}", server.get("/v1/plugins").1);
+
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/approve",
+        json!({"by": "alice", "why": "the canary is fine"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 3, "2.0")).is_some(),
+        "2.0 never rolled out under the new policy: {:#?}",
+        instances(cluster)
+    );
+    for name in ["web-0", "web-1", "web-2"] {
+        let steps = hooks.steps_of(name);
+        let deploys = steps.iter().filter(|s| *s == "deploy-code").count();
+        let smoke = steps.iter().filter(|s| *s == "smoke-test").count();
+        assert_eq!(deploys, 2, "{name}: every deploy once: {steps:?}");
+        // The instance deployed before the swap was not smoke-tested; the
+        // ones deployed after it were, right after their deploy.
+        match first.contains(&name.to_string()) {
+            true => assert_eq!(smoke, 0, "{name}: {steps:?}"),
+            false => {
+                assert_eq!(smoke, 1, "{name}: {steps:?}");
+                let at = steps.iter().position(|s| s == "smoke-test").unwrap();
+                assert_eq!(steps[at - 1], "deploy-code", "{name}: {steps:?}");
+            }
+        }
+    }
+}
+
+/// KubeVirt's neighbour in a cluster: the Job controller, played on the
+/// simulator until dropped. Each new Job completes, or fails when
+/// `fails(job)` says so.
+struct JobPlayer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl JobPlayer {
+    fn start(cluster: &Cluster, fails: impl Fn(&Value) -> bool + Send + 'static) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let store = cluster.sim().store().clone();
+        std::thread::spawn(move || {
+            let jobs = store.find("batch", "v1", "jobs").unwrap();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                for job in store.list(jobs, Some("shop")).0 {
+                    if job
+                        .get("status")
+                        .is_some_and(|s| s.get("conditions").is_some())
+                    {
+                        continue;
+                    }
+                    let condition = match fails(&job) {
+                        true => json!({"type": "Failed", "status": "True",
+                            "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}),
+                        false => json!({"type": "Complete", "status": "True"}),
+                    };
+                    let name = job["metadata"]["name"].as_str().unwrap();
+                    let _ = store.patch(
+                        jobs,
+                        "shop",
+                        name,
+                        &json!({"status": {"conditions": [condition]}}),
+                    );
+                }
+                // The pace of a controller's resync, not a wait for a condition.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        });
+        Self { stop }
+    }
+}
+
+impl Drop for JobPlayer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A Job's environment variable, from its first container.
+fn job_env(job: &Value, name: &str) -> Option<String> {
+    job["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == name)
+        .and_then(|v| v["value"].as_str())
+        .map(str::to_string)
+}
+
+#[test]
+fn steps_carried_out_by_jobs_go_as_their_jobs_go() {
+    let templates = tempfile::tempdir().unwrap();
+    let template = templates.path().join("step.yaml");
+    std::fs::write(
+        &template,
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  labels: {team: shop}\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: step\n        image: registry.example/steps:1\n",
+    )
+    .unwrap();
+    let config = format!(
+        "[hooks.install-environment]\njob = {path:?}\n[hooks.deploy-code]\njob = {path:?}\ntimeout-seconds = 5\n",
+        path = template.display().to_string()
+    );
+    let Delivery {
+        cluster,
+        hooks,
+        server,
+        ..
+    } = &delivering(&config);
+    let _player = JobPlayer::start(cluster, |job| {
+        job_env(job, "VERDICT_PARAMS").is_some_and(|p| p.contains("\"bad\""))
+    });
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    cluster.apply(deployment("1.0", json!([])));
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 1, "1.0")).is_some(),
+        "1.0 never served: {:#?}",
+        instances(cluster)
+    );
+    let store = cluster.sim().store();
+    let jobs = store.find("batch", "v1", "jobs").unwrap();
+    let made = store.list(jobs, Some("shop")).0;
+    let steps: Vec<Option<String>> = made.iter().map(|j| job_env(j, "VERDICT_STEP")).collect();
+    assert_eq!(made.len(), 2, "one Job a step: {steps:?}");
+    for (job, step) in made.iter().zip(&steps) {
+        let step = step.as_deref().unwrap();
+        assert!(
+            ["install-environment", "deploy-code"].contains(&step),
+            "{step}"
+        );
+        assert_eq!(job["metadata"]["labels"]["team"], "shop");
+        assert_eq!(job["metadata"]["labels"]["verdict.dev/instance"], "web-0");
+        assert_eq!(job["metadata"]["labels"]["verdict.dev/step"], step);
+        assert_eq!(job_env(job, "VERDICT_INSTANCE").as_deref(), Some("web-0"));
+        assert_eq!(job_env(job, "VERDICT_SET").as_deref(), Some("web"));
+    }
+    let deploy = made
+        .iter()
+        .find(|j| job_env(j, "VERDICT_STEP").as_deref() == Some("deploy-code"))
+        .unwrap();
+    assert_eq!(
+        job_env(deploy, "VERDICT_PARAMS").as_deref(),
+        Some(r#"{"version":"1.0"}"#)
+    );
+    // The other steps went to the endpoint; these two did not.
+    let called = hooks.steps_of("web-0");
+    assert!(called.contains(&"health-check".to_string()), "{called:?}");
+    assert!(!called.contains(&"deploy-code".to_string()), "{called:?}");
+
+    // A Job that fails fails its step, with the Job's reason.
+    redeploy(cluster, "bad", json!([]));
+    let stage = || instances(cluster)["web-0"]["verdict.dev/stage"].clone();
+    assert!(
+        wait_until(PATIENCE * 2, || stage() == "failed").is_some(),
+        "never failed: {:#?}",
+        instances(cluster)
+    );
+    let (_, page) = server.get("/v1/vm-delivery/shop/web/instances/web-0/log?limit=1000");
+    let failed = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["outcome"] == "failed")
+        .cloned()
+        .unwrap_or_default();
+    let step = failed["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["result"] == "failed")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(step["task"], "deploy-code", "{page:#}");
+    let message = step["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("failed: BackoffLimitExceeded"),
+        "{message}"
     );
 }

@@ -642,14 +642,17 @@ impl Controller {
             };
             let outcome = self
                 .hooks
-                .call(&StepCall {
-                    key: &key,
-                    attempt: list.attempt,
-                    instance: &reference,
-                    stage: list.stage.wit_name(),
-                    step: &task.name,
-                    params: &task.params,
-                })
+                .call(
+                    &StepCall {
+                        key: &key,
+                        attempt: list.attempt,
+                        instance: &reference,
+                        stage: list.stage.wit_name(),
+                        step: &task.name,
+                        params: &task.params,
+                    },
+                    &self.writer,
+                )
                 .await;
             let failed = matches!(outcome, super::hooks::StepOutcome::Failed { .. });
             {

@@ -12,6 +12,8 @@
 //!  "params": {"packages": [{"name": "jdk", "version": "21"}]}}
 //! ```
 //!
+//! — or a Kubernetes Job made from a template (`job = "install.yaml"`, see
+//! [`super::jobs`]) —
 //! and that answers `{"status": "done"}`, `{"status": "failed", "message":
 //! "why"}` or `{"status": "running", "message": "…", "progress": 40,
 //! "retryAfterSeconds": 5}`. The same step is asked again with the same
@@ -25,6 +27,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::jobs::JobTemplate;
 
 /// The longest answer read from a hook.
 const MAX_ANSWER_BYTES: usize = 64 << 10;
@@ -51,12 +55,19 @@ fn default_timeout() -> u64 {
     10
 }
 
-/// One hook of the configuration (`[hooks.NAME]`).
+/// One hook of the configuration (`[hooks.NAME]`): an endpoint or a Job
+/// template.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct HookSpec {
     /// The endpoint called with each step (`http://` or `https://`).
-    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A `batch/v1` Job template (a YAML or JSON file; relative to the
+    /// configuration file's folder): a Job made from it carries out each
+    /// step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<std::path::PathBuf>,
     /// Seconds one call may take (1 to 300).
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
@@ -65,15 +76,42 @@ pub struct HookSpec {
 }
 
 impl HookSpec {
+    /// An endpoint's hook.
+    pub fn at(url: impl Into<String>) -> Self {
+        Self {
+            url: Some(url.into()),
+            job: None,
+            timeout_seconds: default_timeout(),
+            failure_policy: FailurePolicy::default(),
+        }
+    }
+
+    /// What carries the hook out, for people: its URL or its template.
+    pub fn target(&self) -> String {
+        match (&self.url, &self.job) {
+            (Some(url), _) => url.clone(),
+            (None, Some(job)) => format!("Job template {}", job.display()),
+            (None, None) => "nothing".into(),
+        }
+    }
+
     /// Whether the hook can be called; what is wrong when not.
     pub fn check(&self, name: &str) -> Result<(), String> {
-        let url = reqwest::Url::parse(&self.url)
-            .map_err(|e| format!("hooks.{name}: url `{}` does not read: {e}", self.url))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "hooks.{name}: url `{}` is not http or https",
-                self.url
-            ));
+        match (&self.url, &self.job) {
+            (Some(url), None) => {
+                let parsed = reqwest::Url::parse(url)
+                    .map_err(|e| format!("hooks.{name}: url `{url}` does not read: {e}"))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(format!("hooks.{name}: url `{url}` is not http or https"));
+                }
+            }
+            (None, Some(job)) => {
+                JobTemplate::load(job).map_err(|e| format!("hooks.{name}: {e}"))?;
+            }
+            (Some(_), Some(_)) => {
+                return Err(format!("hooks.{name}: a url or a job, not both"));
+            }
+            (None, None) => return Err(format!("hooks.{name}: a url or a job is needed")),
         }
         if !(1..=300).contains(&self.timeout_seconds) {
             return Err(format!(
@@ -141,6 +179,8 @@ struct Answer {
 #[derive(Debug, Clone)]
 pub struct Hooks {
     specs: BTreeMap<String, HookSpec>,
+    /// The Job templates of the hooks that make Jobs, read once.
+    templates: BTreeMap<String, JobTemplate>,
     client: reqwest::Client,
 }
 
@@ -148,15 +188,24 @@ impl Hooks {
     /// The hooks, each checked; the first that cannot be called is the
     /// error.
     pub fn new(specs: BTreeMap<String, HookSpec>) -> Result<Self, String> {
+        let mut templates = BTreeMap::new();
         for (name, spec) in &specs {
             spec.check(name)?;
+            if let Some(path) = &spec.job {
+                let template = JobTemplate::load(path).map_err(|e| format!("hooks.{name}: {e}"))?;
+                templates.insert(name.clone(), template);
+            }
         }
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("the hooks' HTTP client: {e}"))?;
-        Ok(Self { specs, client })
+        Ok(Self {
+            specs,
+            templates,
+            client,
+        })
     }
 
     /// The names of the hooks.
@@ -169,9 +218,9 @@ impl Hooks {
         self.specs.contains_key(step)
     }
 
-    /// Call the hook of `call.step` once; a step no hook is named for
-    /// fails, saying which hooks there are.
-    pub async fn call(&self, call: &StepCall<'_>) -> StepOutcome {
+    /// Call the hook of `call.step` once (a Job hook through `kube`); a
+    /// step no hook is named for fails, saying which hooks there are.
+    pub async fn call(&self, call: &StepCall<'_>, kube: &kube::Client) -> StepOutcome {
         let Some(spec) = self.specs.get(call.step) else {
             let known: Vec<&str> = self.names().collect();
             return StepOutcome::Failed {
@@ -185,10 +234,24 @@ impl Hooks {
                 ),
             };
         };
-        match self.ask(spec, call).await {
+        let asked = match self.templates.get(call.step) {
+            Some(template) => {
+                let timeout = Duration::from_secs(spec.timeout_seconds);
+                tokio::time::timeout(timeout, super::jobs::ask(kube, template, call))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(format!(
+                            "no answer within its timeout of {}s",
+                            spec.timeout_seconds
+                        ))
+                    })
+            }
+            None => self.ask(spec, call).await,
+        };
+        match asked {
             Ok(outcome) => outcome,
             Err(error) => {
-                let message = format!("hook {} at {}: {error}", call.step, spec.url);
+                let message = format!("hook {} at {}: {error}", call.step, spec.target());
                 match spec.failure_policy {
                     FailurePolicy::Fail => StepOutcome::Failed { message },
                     FailurePolicy::Ignore => StepOutcome::Done {
@@ -200,6 +263,7 @@ impl Hooks {
     }
 
     async fn ask(&self, spec: &HookSpec, call: &StepCall<'_>) -> Result<StepOutcome, String> {
+        let url = spec.url.as_deref().unwrap_or_default();
         let mut body = serde_json::to_value(call).map_err(|e| e.to_string())?;
         body["apiVersion"] = "verdict.dev/v1alpha1".into();
         body["kind"] = "StepHookRequest".into();
@@ -207,7 +271,7 @@ impl Hooks {
         let answer = async {
             let response = self
                 .client
-                .post(&spec.url)
+                .post(url)
                 .json(&body)
                 .send()
                 .await
@@ -316,9 +380,9 @@ mod tests {
 
     fn hooks_at(step: &str, url: &str, timeout_seconds: u64, policy: FailurePolicy) -> Hooks {
         let spec = HookSpec {
-            url: url.into(),
             timeout_seconds,
             failure_policy: policy,
+            ..HookSpec::at(url)
         };
         Hooks::new([(step.to_string(), spec)].into()).unwrap()
     }
@@ -333,15 +397,21 @@ mod tests {
 
     async fn call(hooks: &Hooks, step: &str) -> StepOutcome {
         let params = serde_json::json!({"version": "1.1"});
+        // An endpoint's hook needs no API server.
+        let nowhere = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let kube = kube::Client::try_from(nowhere).unwrap();
         hooks
-            .call(&StepCall {
-                key: "shop/web-0/3/1",
-                attempt: 2,
-                instance: &instance(),
-                stage: "deploying",
-                step,
-                params: &params,
-            })
+            .call(
+                &StepCall {
+                    key: "shop/web-0/3/1",
+                    attempt: 2,
+                    instance: &instance(),
+                    stage: "deploying",
+                    step,
+                    params: &params,
+                },
+                &kube,
+            )
             .await
     }
 
@@ -514,9 +584,8 @@ mod tests {
     #[test]
     fn a_hook_that_cannot_be_called_is_refused_with_its_name() {
         let spec = |url: &str, timeout_seconds| HookSpec {
-            url: url.into(),
             timeout_seconds,
-            failure_policy: FailurePolicy::Fail,
+            ..HookSpec::at(url)
         };
         let refused =
             |spec: HookSpec| Hooks::new([("deploy-code".to_string(), spec)].into()).unwrap_err();

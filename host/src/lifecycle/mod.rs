@@ -15,6 +15,7 @@
 pub mod controller;
 pub mod hooks;
 pub mod instance;
+pub mod jobs;
 pub mod model;
 pub mod requests;
 pub mod resources;

@@ -17,11 +17,21 @@
 //! Settings: `load-balancer` and `monitoring` (whether those tasks are in
 //! the lists; both on by default), `gray-weight` (the traffic share of an
 //! instance in gray release, percent; 10 by default).
+//!
+//! A lifecycle policy can build on this machine: depend on this crate with
+//! `default-features = false` (without the `export` of the default plugin),
+//! call [`decide`], change what it answers, and export the policy with
+//! `verdict_lifecycle::export!(Mine with_types_in verdict_lifecycle)`.
+
+// The bindings' own paths name this crate as its dependents do.
+extern crate self as verdict_lifecycle;
 
 wit_bindgen::generate!({
     world: "lifecycle-policy",
     path: "../../wit",
     additional_derives: [PartialEq],
+    pub_export_macro: true,
+    default_bindings_module: "verdict_lifecycle",
 });
 
 use exports::verdict::policy::lifecycle::{
@@ -30,7 +40,8 @@ use exports::verdict::policy::lifecycle::{
 };
 use verdict::policy::types::{Context, PluginInfo};
 
-const SETTINGS_SCHEMA: &str = r#"{"type":"object","additionalProperties":false,"properties":{"load-balancer":{"type":"boolean"},"monitoring":{"type":"boolean"},"gray-weight":{"type":"integer","minimum":1,"maximum":100}}}"#;
+/// The JSON Schema of the default machine's settings.
+pub const SETTINGS_SCHEMA: &str = r#"{"type":"object","additionalProperties":false,"properties":{"load-balancer":{"type":"boolean"},"monitoring":{"type":"boolean"},"gray-weight":{"type":"integer","minimum":1,"maximum":100}}}"#;
 
 struct Settings {
     load_balancer: bool,
@@ -53,11 +64,24 @@ impl Settings {
     }
 }
 
-struct DefaultLifecycle;
+/// The default machine's decision for an instance, with the policy's
+/// settings (`ctx.settings`).
+pub fn decide(ctx: &Context, input: &LifecycleInput) -> Decision {
+    let settings = Settings::parse(&ctx.settings);
+    Rules::new(&settings, &input.instance, &input.target).decide()
+}
+
+/// Check settings against the default machine's schema.
+pub fn validate(settings: &str) -> Result<(), String> {
+    verdict_settings::check(SETTINGS_SCHEMA, settings)
+}
+
+/// The default lifecycle policy, as the plugin exports it.
+pub struct DefaultLifecycle;
 
 impl exports::verdict::policy::settings::Guest for DefaultLifecycle {
     fn validate(settings: String) -> Result<(), String> {
-        verdict_settings::check(SETTINGS_SCHEMA, &settings)
+        validate(&settings)
     }
 }
 
@@ -72,11 +96,11 @@ impl Guest for DefaultLifecycle {
     }
 
     fn next(ctx: Context, input: LifecycleInput) -> Result<Decision, String> {
-        let settings = Settings::parse(&ctx.settings);
-        Ok(Rules::new(&settings, &input.instance, &input.target).decide())
+        Ok(decide(&ctx, &input))
     }
 }
 
+#[cfg(feature = "export")]
 export!(DefaultLifecycle);
 
 /// One decision: the instance, its target and the lists they call for.
