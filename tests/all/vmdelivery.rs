@@ -1037,6 +1037,89 @@ fn an_instance_lost_with_its_node_is_repaired_by_failover_and_goes_through_the_w
 }
 
 #[test]
+fn a_set_that_scales_down_on_a_lost_instance_takes_it_offline_instead_of_repairing_it() {
+    let config =
+        crate::failover::CONFIG.replacen("[failover]\n", "[failover]\nenforce = true\n", 1);
+    let Delivery {
+        cluster, server, ..
+    } = &delivering(&config);
+    for n in ["n4", "n5", "n6"] {
+        cluster.apply(crate::failover::node(n));
+    }
+    let mut shrinking = set(2, json!([{"name": "jdk", "version": "21"}]));
+    shrinking["spec"]["lostInstance"] = json!("scale-down");
+    cluster.apply(shrinking);
+    let serving = |n: usize| {
+        let all = instances(cluster);
+        all.len() == n && all.values().all(|a| a["verdict.dev/stage"] == "serving")
+    };
+    assert!(
+        wait_until(PATIENCE * 3, || serving(2)).is_some(),
+        "never serving: {:#?}",
+        instances(cluster)
+    );
+    let vmis = resource(cluster, "kubevirt.io", "virtualmachineinstances");
+    let store = cluster.sim().store();
+    let node_of = |name: &str| {
+        store.get(vmis, "shop", name).unwrap()["status"]["nodeName"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let lost = node_of("web-0");
+    // The instances on that node (one or both, as the simulator placed them).
+    let on_lost: Vec<String> = ["web-0", "web-1"]
+        .into_iter()
+        .filter(|name| node_of(name) == lost)
+        .map(String::from)
+        .collect();
+    set_node_ready(cluster, &lost, "Unknown");
+    // Failover's repair names each instance offline: drained and deleted,
+    // and the set makes no other.
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let shrunk = wait_until(PATIENCE * 3, || {
+        let all = instances(cluster);
+        let offline = store.get(sets, "shop", "web").unwrap()["spec"]["offline"].clone();
+        let mut named: Vec<String> = serde_json::from_value(offline).unwrap_or_default();
+        named.sort();
+        named == on_lost
+            && on_lost.iter().all(|name| !all.contains_key(name))
+            && serving(2 - on_lost.len())
+    });
+    assert!(
+        shrunk.is_some(),
+        "{on_lost:?} never taken offline: {:#?}; failover: {:#}",
+        instances(cluster),
+        server.get("/v1/failover").1
+    );
+    let (_, set_view) = server.get("/v1/vm-delivery/shop/web");
+    assert_eq!(set_view["replicas"], 2, "{set_view:#}");
+    assert_eq!(
+        set_view["instances"].as_array().map(Vec::len),
+        Some(2 - on_lost.len()),
+        "{set_view:#}"
+    );
+    // The repair's task says what it did.
+    let task = |server: &crate::serve::Server| {
+        let (_, failover) = server.get("/v1/failover");
+        let taken = failover["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["node"] == lost.as_str())
+            .map(|n| n["taken"]["repair:VirtualMachineInstance/shop/web-0"]["task"].clone())
+            .unwrap_or_default();
+        server
+            .get(&format!("/v1/tasks/{}", taken.as_str().unwrap_or("none")))
+            .1
+    };
+    let said = wait_until(PATIENCE, || {
+        task(server).to_string().contains("web-0 was taken offline")
+    });
+    assert!(said.is_some(), "{:#}", task(server));
+}
+
+#[test]
 fn a_deployment_that_cannot_be_carried_out_says_why_in_its_status() {
     let Delivery { cluster, .. } = &delivering("");
     cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));

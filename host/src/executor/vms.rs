@@ -9,8 +9,11 @@
 //! a `VirtualMachineInstanceMigration` of `params.instance`; `delete`
 //! deletes the VMs and sets. Failover's repair (a `restart` whose
 //! `params.failover` names the node and the instance) fences the node, then
-//! force-deletes the instance, so that its VM or set starts it elsewhere;
-//! its rescale is a `scale` of the set `params.failover.set` names.
+//! force-deletes the instance, so that its VM or set starts it elsewhere —
+//! or, for an instance of a `VMReplicaSet` whose `lostInstance` is
+//! `scale-down`, names it in the set's `offline` list, so that the set is
+//! smaller by it; its rescale is a `scale` of the set `params.failover.set`
+//! names.
 //! Progress is read from what the host observes of them.
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -125,6 +128,8 @@ pub(super) enum Wait {
     /// No instance of the app left on the node, and the repaired one
     /// (when its VM starts it again under its name) running elsewhere.
     Repaired { node: String, instance: String },
+    /// The instance's VM gone: its set took it offline.
+    TakenOffline { instance: String },
 }
 
 impl Wait {
@@ -231,6 +236,17 @@ impl Wait {
                         (0, true) => format!("{instance} runs on another node"),
                         (0, false) => format!("{instance} is starting on another node"),
                         _ => format!("{left} instances left on node {node}"),
+                    },
+                )
+            }
+            Wait::TakenOffline { instance } => {
+                let gone = of(VM).all(|vm| &vm.name != instance);
+                (
+                    gone,
+                    if gone { 100 } else { 50 },
+                    match gone {
+                        true => format!("{instance} was taken offline; its set is smaller by one"),
+                        false => format!("{instance} is being taken offline"),
                     },
                 )
             }
@@ -440,8 +456,36 @@ impl Executor {
         Ok(job)
     }
 
+    /// The VMReplicaSet of an instance's VM when the set scales down on a
+    /// lost instance (`lostInstance: scale-down`), with the instances it
+    /// has taken offline so far.
+    fn shrinking_set(&self, namespace: &str, instance: &str) -> Option<(String, Vec<String>)> {
+        let snapshot = self.observed.read();
+        let (kind, set) = snapshot
+            .object_named(VM, namespace, instance)?
+            .owner
+            .clone()?;
+        if kind != VM_REPLICA_SET {
+            return None;
+        }
+        let spec: Value =
+            serde_json::from_str(&snapshot.object_named(VM_REPLICA_SET, namespace, &set)?.spec)
+                .ok()?;
+        if spec["lostInstance"] != "scale-down" {
+            return None;
+        }
+        let offline = spec["offline"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|name| name.as_str().map(str::to_string))
+            .collect();
+        Some((set, offline))
+    }
+
     /// Failover's repair: fence the node, so that it cannot run the
-    /// instance any more, then force-delete the instance.
+    /// instance any more, then force-delete the instance (or, in a set
+    /// that scales down on a lost instance, name it offline).
     async fn repair(&self, namespace: &str, failover: &Value, mut job: Job) -> Result<Job, String> {
         let node = failover["node"]
             .as_str()
@@ -451,6 +495,20 @@ impl Executor {
             .and_then(Value::as_str)
             .ok_or("params.failover.instance is required")?;
         self.fence(node).await?;
+        // An instance of a VMReplicaSet that gives up lost instances is
+        // taken offline instead: drained, deleted and not replaced.
+        let shrinking = self.shrinking_set(namespace, instance);
+        if let Some((set, mut offline)) = shrinking {
+            if !offline.iter().any(|name| name == instance) {
+                offline.push(instance.to_string());
+                let patch = json!({"spec": {"offline": offline}});
+                self.merge(namespace, VM_REPLICA_SET, &set, patch).await?;
+            }
+            job.machines = Some(Wait::TakenOffline {
+                instance: instance.to_string(),
+            });
+            return Ok(job);
+        }
         // Only the instance on the fenced node: asking again (after this
         // process restarted) must not delete the one started elsewhere.
         let still_there = self
