@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
@@ -34,6 +35,9 @@ use crate::plugins::{Registry, World};
 use crate::time::{Timestamp, now};
 use crate::wit::WitName;
 use crate::wit::lifecycle::{NodeHealth, Outcome, Stage};
+
+/// How many instances of a set are moved on at once.
+const STEPS_AT_ONCE: usize = 16;
 
 /// The controller and what it works with.
 pub struct Controller {
@@ -206,7 +210,9 @@ impl Controller {
     }
 
     async fn reconcile_all(&self, term: &Term) -> Result<(), kube::Error> {
-        let all_sets = self.list_all(&sets()).await?;
+        // The deployments first: a set made before its deployment is then
+        // in the sets' list, and no deployment is judged set-less because
+        // the sets were listed a moment before its set was made.
         let mut all_deployments: Vec<Value> = self
             .list_all(&deployments())
             .await
@@ -214,6 +220,7 @@ impl Controller {
             .iter()
             .map(|d| serde_json::to_value(d).unwrap_or_default())
             .collect();
+        let all_sets = self.list_all(&sets()).await?;
         // Of two deployments of one set, the older delivers (and of two
         // made in the same second, the one delivering already).
         all_deployments.sort_by_key(|d| {
@@ -421,18 +428,29 @@ impl Controller {
             at,
         );
 
-        let mut rows = Vec::new();
-        for machine in &read {
-            let target = plan.targets.get(&machine.name).cloned();
-            if let (Ok(recorded), Some(target)) = (&machine.recorded, target)
-                && let Err(error) = self
-                    .step(&set, machine, recorded.clone(), &target, term, at)
-                    .await
+        // The instances move on side by side (each its own VM, its own
+        // lock, its own hook calls), a few at a time: a slow hook holds
+        // only its instance.
+        let movable: Vec<(&Read, Recorded, model::TargetState)> = read
+            .iter()
+            .filter_map(|machine| {
+                let target = plan.targets.get(&machine.name).cloned()?;
+                Some((machine, machine.recorded.as_ref().ok()?.clone(), target))
+            })
+            .collect();
+        let mut steps = futures_util::stream::FuturesUnordered::new();
+        let mut movable = movable.into_iter();
+        loop {
+            while steps.len() < STEPS_AT_ONCE
+                && let Some((machine, recorded, target)) = movable.next()
             {
-                tracing::warn!(namespace, instance = machine.name, %error, "VM delivery: the instance could not be moved on");
+                steps.push(self.step_logged(&set, machine, recorded, target, term, at));
             }
-            rows.push(row(machine));
+            if steps.next().await.is_none() {
+                break;
+            }
         }
+        let rows: Vec<Value> = read.iter().map(row).collect();
         let problems: Vec<String> = read
             .iter()
             .filter_map(|m| {
@@ -579,6 +597,21 @@ impl Controller {
                 }
             })
             .collect())
+    }
+
+    /// [`Controller::step`], its error logged.
+    async fn step_logged(
+        &self,
+        set: &VmReplicaSet,
+        machine: &Read,
+        recorded: Recorded,
+        target: model::TargetState,
+        term: &Term,
+        at: Timestamp,
+    ) {
+        if let Err(error) = self.step(set, machine, recorded, &target, term, at).await {
+            tracing::warn!(namespace = set.namespace, instance = machine.name, %error, "VM delivery: the instance could not be moved on");
+        }
     }
 
     /// Move one instance on by one step.

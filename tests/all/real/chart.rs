@@ -39,11 +39,18 @@ stabilize-ms = 5000
 "#;
 
 fn render(cluster: &Cluster, sets: &[&str]) -> String {
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
-    let mut args = vec!["--include-crds"];
+    let mut args = vec![];
     for set in sets {
         args.extend(["--set", set]);
     }
+    render_with(cluster, &args)
+}
+
+/// The chart rendered with its CRDs and these `helm template` arguments.
+fn render_with(cluster: &Cluster, more: &[&str]) -> String {
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
+    let mut args = vec!["--include-crds"];
+    args.extend_from_slice(more);
     cluster
         .helm_template(&chart, RELEASE, NAMESPACE, &args)
         .unwrap()
@@ -507,4 +514,183 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
         .args(["get", "secrets", "-n", NAMESPACE]);
     let refused = verdict_testcluster::run_with_input(&mut as_account, None).unwrap_err();
     assert!(refused.to_string().contains("Forbidden"), "{refused}");
+}
+
+#[test]
+fn the_chart_grants_the_vm_delivery_exactly_what_it_uses() {
+    use crate::vmdelivery::{DONE, HookServer, deployment, set};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cluster) = private(
+        "the_chart_grants_the_vm_delivery_exactly_what_it_uses",
+        dir.path(),
+        Options {
+            nodes: 2,
+            node_grace: Duration::from_secs(10),
+        },
+    ) else {
+        return;
+    };
+    let cluster = std::sync::Arc::new(cluster);
+    super::vms::install_kubevirt(&cluster);
+    cluster.create_namespace(NAMESPACE, &[]).unwrap();
+    let template = dir.path().join("install.yaml");
+    std::fs::write(&template, super::vmdelivery::INSTALL_JOB).unwrap();
+    let template_file = format!("host.jobTemplates.install\\.yaml={}", template.display());
+    let switches = [
+        "--set",
+        "host.kubevirt=true",
+        "--set",
+        "webhooks.enabled=false",
+    ];
+    let base = render_with(&cluster, &switches);
+    let mut delivering = switches.to_vec();
+    delivering.extend([
+        "--set",
+        "host.vmDelivery=true",
+        "--set-file",
+        template_file.as_str(),
+    ]);
+    let rendered = render_with(&cluster, &delivering);
+    assert!(
+        rendered.contains("install.yaml: |"),
+        "the template is kept beside the configuration"
+    );
+    cluster.apply(&rendered).unwrap();
+    super::vmdelivery::install_delivery_crds(&cluster);
+    let account_config = dir.path().join("verdict.kubeconfig");
+    cluster
+        .service_account_kubeconfig(NAMESPACE, ACCOUNT, &account_config)
+        .unwrap();
+
+    let ns = "apps";
+    cluster.create_namespace(ns, &[]).unwrap();
+    let _player = super::vmdelivery::Player::start(std::sync::Arc::clone(&cluster), ns);
+    let hooks = HookServer::start(|_| (200, DONE.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config_path = super::vmdelivery::job_and_endpoint_config(data.path(), &hooks.url);
+    let server = follow(
+        &account_config,
+        data.path(),
+        &[
+            "--config",
+            config_path.to_str().unwrap(),
+            "--vm-delivery",
+            "--task-store",
+            "kubernetes",
+            "--tasks-namespace",
+            NAMESPACE,
+            "--leader-election",
+            "--replica-name",
+            "outside",
+            "--lease-name",
+            "vc-verdict-test",
+        ],
+    );
+    let in_ns = |mut object: Value| {
+        object["metadata"]["namespace"] = json!(ns);
+        object.to_string()
+    };
+    cluster
+        .apply(&in_ns(set(2, json!([{"name": "jdk", "version": "21"}]))))
+        .unwrap();
+    cluster.apply(&in_ns(deployment("1.0", json!([])))).unwrap();
+    let path = format!("/v1/vm-delivery/{ns}/web");
+    let serving = |code: &str, n: usize| {
+        let (status, view) = server.get(&path);
+        let instances = view["instances"].as_array().cloned().unwrap_or_default();
+        status == 200
+            && instances.len() == n
+            && instances
+                .iter()
+                .all(|i| i["stage"] == "serving" && i["code"] == code && i["lock"].is_null())
+    };
+    assert!(
+        wait_until(PATIENCE * 4, || serving("1.0", 2)).is_some(),
+        "1.0 never delivered as the chart's ServiceAccount: {:#}",
+        server.get(&path).1
+    );
+
+    // A gray release's gate, approved through verdict.
+    let spec = json!({"spec": deployment("2.0", json!([{"instances": 1}, {"pause": {}}, {"instances": "100%"}]))["spec"]});
+    cluster
+        .kubectl_run(
+            &[
+                "patch",
+                "vmdeployments.verdict.dev",
+                "web",
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                &spec.to_string(),
+            ],
+            None,
+        )
+        .unwrap();
+    let at_gate = wait_until(PATIENCE * 2, || {
+        server.get(&path).1["rollout"]["at-gate"] == true
+    });
+    assert!(at_gate.is_some(), "{:#}", server.get(&path).1);
+    let (code, body) = server.send(
+        "POST",
+        &format!("{path}/approve"),
+        Some(&json!({"by": "ana", "why": "fine"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        wait_until(PATIENCE * 3, || serving("2.0", 2)).is_some(),
+        "2.0 never delivered: {:#}",
+        server.get(&path).1
+    );
+    let (code, log) = server.get(&format!("{path}/instances/web-0/log"));
+    assert_eq!(code, 200, "{log}");
+
+    // An instance named offline: drained, its VM deleted.
+    cluster
+        .kubectl_run(
+            &[
+                "patch",
+                "vmreplicasets.verdict.dev",
+                "web",
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"offline":["web-1"]}}"#,
+            ],
+            None,
+        )
+        .unwrap();
+    assert!(
+        wait_until(PATIENCE * 3, || serving("2.0", 1)).is_some(),
+        "web-1 never taken offline: {:#}",
+        server.get(&path).1
+    );
+
+    // Every request was allowed, and every grant the delivery adds to the
+    // chart's role was used.
+    let mut server = server;
+    server.terminate();
+    assert!(
+        wait_until(PATIENCE, || server.exited().is_some()).is_some(),
+        "verdict did not exit on SIGTERM"
+    );
+    let (used, refused) = used(&cluster);
+    assert!(
+        refused.is_empty(),
+        "requests the chart's role refused: {refused:#?}"
+    );
+    let added: BTreeSet<_> = granted(&rendered)
+        .difference(&granted(&base))
+        .cloned()
+        .collect();
+    assert!(
+        added.contains(&("create".into(), "batch".into(), "jobs".into())),
+        "{added:?}"
+    );
+    let unused: Vec<_> = added.difference(&used).collect();
+    assert!(
+        unused.is_empty(),
+        "granted for the delivery but never used: {unused:?}"
+    );
 }

@@ -12,7 +12,7 @@ use super::{PATIENCE, follow, shared, unique};
 use crate::support::wait_until;
 
 /// The chart's VMReplicaSet and VMDeployment CRDs, served.
-fn install_delivery_crds(cluster: &verdict_testcluster::Cluster) {
+pub(super) fn install_delivery_crds(cluster: &verdict_testcluster::Cluster) {
     install_crd(
         cluster,
         "vmreplicaset-crd.yaml",
@@ -249,19 +249,23 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
 
 /// Play KubeVirt for the set's VMs until dropped: each new VM of the set
 /// gets its running instance on a node, as virt-controller would.
-struct Player {
+pub(super) struct Player {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Player {
-    fn start(cluster: &'static verdict_testcluster::Cluster, ns: &str) -> Self {
+    /// `cluster`: the shared control plane, or a test's own in an `Arc`.
+    pub(super) fn start<C>(cluster: C, ns: &str) -> Self
+    where
+        C: std::ops::Deref<Target = verdict_testcluster::Cluster> + Send + 'static,
+    {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopping = std::sync::Arc::clone(&stop);
         let ns = ns.to_string();
         let thread = std::thread::spawn(move || {
             let kube = Kube {
-                cluster,
+                cluster: &cluster,
                 ns: ns.clone(),
             };
             while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
@@ -301,9 +305,43 @@ impl Drop for Player {
     }
 }
 
+/// The Job template of the environment's step: a pod on a KWOK node,
+/// which KWOK completes as a Job's pod.
+pub const INSTALL_JOB: &str = "apiVersion: batch/v1
+kind: Job
+metadata:
+  labels: {app.kubernetes.io/component: installer}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      nodeSelector: {type: kwok}
+      containers:
+      - name: install
+        image: registry.example/installer:1
+";
+
+/// A configuration in `data` whose environment step is carried out by a
+/// Job of the cluster's ([`INSTALL_JOB`], written beside it: its pod run
+/// by KWOK, completed by the Job controller) and every other step by the
+/// endpoint `url`.
+pub(super) fn job_and_endpoint_config(data: &std::path::Path, url: &str) -> std::path::PathBuf {
+    std::fs::write(data.join("install.yaml"), INSTALL_JOB).unwrap();
+    let mut text: String = crate::vmdelivery::STEPS
+        .iter()
+        .filter(|step| **step != "install-environment")
+        .map(|step| format!("[hooks.{step}]\nurl = \"{url}\"\n"))
+        .collect();
+    text.push_str("[hooks.install-environment]\njob = \"install.yaml\"\n");
+    let config = data.join("verdict.toml");
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
 #[test]
 fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
-    use crate::vmdelivery::{DONE, HookServer, STEPS, deployment, set};
+    use crate::vmdelivery::{DONE, HookServer, deployment, set};
     let test = "a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server";
     let Some(cluster) = shared(test) else {
         return;
@@ -320,12 +358,7 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
 
     let hooks = HookServer::start(|_| (200, DONE.into()));
     let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("verdict.toml");
-    let text: String = STEPS
-        .iter()
-        .map(|step| format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url))
-        .collect();
-    std::fs::write(&config, text).unwrap();
+    let config = job_and_endpoint_config(data.path(), &hooks.url);
     let server = follow(
         &cluster.kubeconfig(),
         data.path(),
@@ -401,19 +434,38 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         // released, or in full at once.
         let steps = hooks.steps_of(&name);
         assert_eq!(
-            steps[..4],
-            [
-                "install-environment",
-                "deploy-code",
-                "health-check",
-                "bind-monitoring"
-            ],
+            steps[..3],
+            ["deploy-code", "health-check", "bind-monitoring"],
             "{name}: {steps:?}"
         );
         assert!(
-            (5..=6).contains(&steps.len())
-                && steps[4..].iter().all(|s| s == "attach-load-balancer"),
+            (4..=5).contains(&steps.len())
+                && steps[3..].iter().all(|s| s == "attach-load-balancer"),
             "{name}: {steps:?}"
+        );
+        // One Job installed its environment, and completed.
+        let jobs: Value = serde_json::from_str(&kube.run(&[
+            "get",
+            "jobs",
+            "-l",
+            &format!("verdict.dev/instance={name},verdict.dev/step=install-environment"),
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        let jobs = jobs["items"].as_array().unwrap();
+        assert_eq!(jobs.len(), 1, "{name}: {jobs:#?}");
+        let complete = jobs[0]["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True");
+        assert!(complete, "{name}: {:#}", jobs[0]["status"]);
+        let env = &jobs[0]["spec"]["template"]["spec"]["containers"][0]["env"];
+        assert!(
+            env.to_string()
+                .contains(r#"{"name":"VERDICT_INSTANCE","value":"#),
+            "{env}"
         );
     }
 
@@ -468,6 +520,62 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
     assert_eq!(status["actions"][0]["by"], "ana", "{status:#}");
     assert_eq!(status["approvedBy"], "ana", "{status:#}");
 
+    // A new environment rolls one instance at a time (maxUnavailable 1):
+    // at no moment seen are two out of service.
+    let patch = json!({"spec": {"environment": [{"name": "jdk", "version": "25"}], "rollout": {"maxUnavailable": 1}}});
+    kube.run(&[
+        "patch",
+        "vmreplicasets.verdict.dev",
+        "web",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    let environments = || -> Vec<String> {
+        let listed: Value = serde_json::from_str(&kube.run(&[
+            "get",
+            "virtualmachines.kubevirt.io",
+            "-l",
+            "verdict.dev/vmreplicaset=web",
+            "-o",
+            "json",
+        ]))
+        .unwrap_or_default();
+        listed["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|vm| {
+                vm["metadata"]["annotations"]["verdict.dev/environment"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let mut most_out = 0;
+    let rolled = wait_until(PATIENCE * 4, || {
+        let out = codes()
+            .iter()
+            .filter(|(_, stage, _)| {
+                let stage = stage.trim_end_matches(" (a list runs)");
+                !matches!(stage, "ready" | "gray-release" | "serving")
+            })
+            .count();
+        most_out = most_out.max(out);
+        all_serve("2.0") && environments().iter().all(|e| e == "jdk=25")
+    });
+    assert!(
+        rolled.is_some(),
+        "the environment never rolled: {:?} {:?}",
+        codes(),
+        environments()
+    );
+    assert_eq!(
+        most_out, 1,
+        "{most_out} instances were out of service at once"
+    );
+
     // A deleted instance is held by its clean-up, then goes; the set makes
     // another.
     kube.run(&[
@@ -489,4 +597,248 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         "never three again: {:?}",
         codes()
     );
+}
+
+#[test]
+fn a_failed_step_is_forced_past_and_an_aborted_rollout_goes_back_on_the_real_api_server() {
+    use crate::vmdelivery::{DONE, HookServer, deployment, set};
+    use std::sync::{Arc, Mutex};
+    let test =
+        "a_failed_step_is_forced_past_and_an_aborted_rollout_goes_back_on_the_real_api_server";
+    let Some(cluster) = shared(test) else {
+        return;
+    };
+    super::vms::install_kubevirt(cluster);
+    install_delivery_crds(cluster);
+    let ns = &unique("real-failing");
+    cluster.create_namespace(ns, &[]).unwrap();
+    let kube = Kube {
+        cluster,
+        ns: ns.clone(),
+    };
+    let _player = Player::start(cluster, ns);
+    // 2.0's deploy fails until the cause is fixed.
+    let fail = Arc::new(Mutex::new(true));
+    let failing = Arc::clone(&fail);
+    let hooks = HookServer::start(move |call| {
+        if call["step"] == "deploy-code"
+            && call["params"]["version"] == "2.0"
+            && *failing.lock().unwrap()
+        {
+            return (200, r#"{"status":"failed","message":"disk full"}"#.into());
+        }
+        (200, DONE.into())
+    });
+    let data = tempfile::tempdir().unwrap();
+    let config = job_and_endpoint_config(data.path(), &hooks.url);
+    let server = follow(
+        &cluster.kubeconfig(),
+        data.path(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--vm-delivery",
+            "--vm-delivery-namespace",
+            ns,
+        ],
+    );
+    let in_ns = |mut object: Value| {
+        object["metadata"]["namespace"] = json!(ns);
+        object.to_string()
+    };
+    cluster
+        .apply(&in_ns(set(2, json!([{"name": "jdk", "version": "21"}]))))
+        .unwrap();
+    cluster.apply(&in_ns(deployment("1.0", json!([])))).unwrap();
+    let path = format!("/v1/vm-delivery/{ns}/web");
+    let view = || server.get(&path).1;
+    let serving = |code: &str| {
+        let instances = view()["instances"].as_array().cloned().unwrap_or_default();
+        instances.len() == 2
+            && instances
+                .iter()
+                .all(|i| i["stage"] == "serving" && i["code"] == code && i["lock"].is_null())
+    };
+    assert!(
+        wait_until(PATIENCE * 3, || serving("1.0")).is_some(),
+        "1.0 never delivered: {:#}",
+        view()
+    );
+
+    // 2.0 fails on its first instance: the rollout is degraded, saying
+    // which, and the status the real server keeps says so too.
+    let spec = json!({"spec": deployment("2.0", json!([{"instances": 1}, {"pause": {}}]))["spec"]});
+    kube.run(&[
+        "patch",
+        "vmdeployments.verdict.dev",
+        "web",
+        "--type=merge",
+        "-p",
+        &spec.to_string(),
+    ]);
+    let degraded = wait_until(PATIENCE * 2, || view()["rollout"]["phase"] == "Degraded");
+    assert!(degraded.is_some(), "never degraded: {:#}", view());
+    let failed: Vec<String> = view()["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["stage"] == "failed")
+        .map(|i| i["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(failed.len(), 1, "{:#}", view());
+    let conditions = kube.get("vmdeployments.verdict.dev", "web")["status"]["conditions"].clone();
+    assert!(
+        conditions.to_string().contains(&failed[0]),
+        "{conditions:#}"
+    );
+
+    // The operator fixed the cause and forces the stage: the machine goes
+    // on from there, and the rollout waits at its gate.
+    *fail.lock().unwrap() = false;
+    let (code, body) = server.send(
+        "PUT",
+        &format!("/v1/apps/{ns}/web/instances/{}/override", failed[0]),
+        Some(&json!({"status": "deploying", "by": "bob", "reason": "disk freed"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    let at_gate = wait_until(PATIENCE * 2, || view()["rollout"]["at-gate"] == true);
+    assert!(at_gate.is_some(), "never at the gate: {:#}", view());
+
+    // Aborted at the gate: the instance that got 2.0 goes back to 1.0.
+    let (code, body) = server.send(
+        "POST",
+        &format!("{path}/abort"),
+        Some(&json!({"by": "bob", "why": "latency"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        wait_until(PATIENCE * 3, || serving("1.0")
+            && view()["rollout"]["phase"] == "Aborted")
+        .is_some(),
+        "never back: {:#}",
+        view()
+    );
+    let deployed: Vec<String> = hooks
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c["instance"]["name"] == failed[0].as_str() && c["step"] == "deploy-code")
+        .map(|c| {
+            c["params"]["version"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(deployed, ["1.0", "2.0", "2.0", "1.0"]);
+    let status = kube.get("vmdeployments.verdict.dev", "web")["status"].clone();
+    assert_eq!(status["phase"], "Aborted", "{status:#}");
+}
+
+#[test]
+fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice_on_the_real_api_server() {
+    use crate::vmdelivery::{DONE, HookServer, set};
+    use std::sync::{Arc, Mutex};
+    let test =
+        "a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice_on_the_real_api_server";
+    let Some(cluster) = shared(test) else {
+        return;
+    };
+    super::vms::install_kubevirt(cluster);
+    install_delivery_crds(cluster);
+    super::tasks::install_task_crd(cluster);
+    let ns = &unique("real-handover");
+    cluster.create_namespace(ns, &[]).unwrap();
+    let kube = Kube {
+        cluster,
+        ns: ns.clone(),
+    };
+    let _player = Player::start(cluster, ns);
+    // Each step runs a while: asked first, it is under way; asked again by
+    // the same key, it is done.
+    let seen = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let answered = Arc::clone(&seen);
+    let hooks = HookServer::start(move |call| {
+        match answered.lock().unwrap().insert(call["key"].to_string()) {
+            true => (
+                200,
+                r#"{"status":"running","progress":50,"retryAfterSeconds":1}"#.into(),
+            ),
+            false => (200, DONE.into()),
+        }
+    });
+    let data = tempfile::tempdir().unwrap();
+    let config = job_and_endpoint_config(data.path(), &hooks.url);
+    let kubeconfig = cluster.kubeconfig();
+    let mut group = crate::replicas::Group::start(
+        &super::plugins(),
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        ns,
+        2,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--vm-delivery",
+            "--vm-delivery-namespace",
+            ns,
+        ],
+    );
+    let first = group.leader();
+    let mut in_ns = set(3, json!([{"name": "jdk", "version": "21"}]));
+    in_ns["metadata"]["namespace"] = json!(ns);
+    cluster.apply(&in_ns.to_string()).unwrap();
+    let annotations = || -> Vec<Value> {
+        let listed: Value = serde_json::from_str(&kube.run(&[
+            "get",
+            "virtualmachines.kubevirt.io",
+            "-l",
+            "verdict.dev/vmreplicaset=web",
+            "-o",
+            "json",
+        ]))
+        .unwrap_or_default();
+        listed["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|vm| vm["metadata"]["annotations"].clone())
+            .collect()
+    };
+    // Killed while its lists run: a lock held and a step under way.
+    let under_way = wait_until(PATIENCE * 3, || {
+        annotations()
+            .iter()
+            .any(|a| a["verdict.dev/stage"] == "ready" && a["verdict.dev/lock"].is_string())
+    });
+    assert!(under_way.is_some(), "{:#?}", annotations());
+    group.kill(first);
+    let next = group.leader();
+    assert_ne!(next, first);
+    let serving = wait_until(PATIENCE * 4, || {
+        let all = annotations();
+        all.len() == 3
+            && all
+                .iter()
+                .all(|a| a["verdict.dev/stage"] == "serving" && a["verdict.dev/lock"].is_null())
+    });
+    assert!(serving.is_some(), "{:#?}", annotations());
+    // Every step of every instance ran once, by one key, across the
+    // handover; the environment by one Job each.
+    for name in ["web-0", "web-1", "web-2"] {
+        assert_eq!(
+            hooks.steps_of(name),
+            ["health-check", "bind-monitoring", "attach-load-balancer"],
+            "{name}"
+        );
+        let jobs = kube.run(&[
+            "get",
+            "jobs",
+            "-l",
+            &format!("verdict.dev/instance={name}"),
+            "-o",
+            "name",
+        ]);
+        assert_eq!(jobs.lines().count(), 1, "{name}: {jobs}");
+    }
 }
