@@ -535,7 +535,11 @@ fn the_chart_grants_the_vm_delivery_exactly_what_it_uses() {
     cluster.create_namespace(NAMESPACE, &[]).unwrap();
     let template = dir.path().join("install.yaml");
     std::fs::write(&template, super::vmdelivery::INSTALL_JOB).unwrap();
+    let hooks = HookServer::start(|_| (200, DONE.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config_path = super::vmdelivery::job_and_endpoint_config(data.path(), &hooks.url);
     let template_file = format!("host.jobTemplates.install\\.yaml={}", template.display());
+    let config_file = format!("host.configFile={}", config_path.display());
     let switches = [
         "--set",
         "host.kubevirt=true",
@@ -549,6 +553,8 @@ fn the_chart_grants_the_vm_delivery_exactly_what_it_uses() {
         "host.vmDelivery=true",
         "--set-file",
         template_file.as_str(),
+        "--set-file",
+        config_file.as_str(),
     ]);
     let rendered = render_with(&cluster, &delivering);
     assert!(
@@ -565,9 +571,6 @@ fn the_chart_grants_the_vm_delivery_exactly_what_it_uses() {
     let ns = "apps";
     cluster.create_namespace(ns, &[]).unwrap();
     let _player = super::vmdelivery::Player::start(std::sync::Arc::clone(&cluster), ns);
-    let hooks = HookServer::start(|_| (200, DONE.into()));
-    let data = tempfile::tempdir().unwrap();
-    let config_path = super::vmdelivery::job_and_endpoint_config(data.path(), &hooks.url);
     let server = follow(
         &account_config,
         data.path(),

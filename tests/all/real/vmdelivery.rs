@@ -324,12 +324,13 @@ spec:
 
 /// A configuration in `data` whose environment step is carried out by a
 /// Job of the cluster's ([`INSTALL_JOB`], written beside it: its pod run
-/// by KWOK, completed by the Job controller) and every other step by the
-/// endpoint `url`.
+/// by KWOK, completed by the Job controller) and every other step (the
+/// default machine's and `smoke-test`) by the endpoint `url`.
 pub(super) fn job_and_endpoint_config(data: &std::path::Path, url: &str) -> std::path::PathBuf {
     std::fs::write(data.join("install.yaml"), INSTALL_JOB).unwrap();
     let mut text: String = crate::vmdelivery::STEPS
         .iter()
+        .chain(&["smoke-test"])
         .filter(|step| **step != "install-environment")
         .map(|step| format!("[hooks.{step}]\nurl = \"{url}\"\n"))
         .collect();
@@ -359,10 +360,16 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
     let hooks = HookServer::start(|_| (200, DONE.into()));
     let data = tempfile::tempdir().unwrap();
     let config = job_and_endpoint_config(data.path(), &hooks.url);
-    let server = follow(
-        &cluster.kubeconfig(),
+    // A plugin folder of its own: the lifecycle policy is swapped in it
+    // mid-rollout.
+    let folder = crate::support::plugin_folder(&["status", "failover", "admission", "lifecycle"]);
+    let kubeconfig = cluster.kubeconfig();
+    let server = crate::serve::Server::start_with(
+        folder.path(),
         data.path(),
         &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
             "--config",
             config.to_str().unwrap(),
             "--vm-delivery",
@@ -484,8 +491,24 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         "never at the gate: {:#}",
         rollout()
     );
-    let on_new = codes().iter().filter(|(_, _, c)| c == "2.0").count();
-    assert_eq!(on_new, 1, "{:?}", codes());
+    let first: Vec<String> = codes()
+        .into_iter()
+        .filter(|(_, _, c)| c == "2.0")
+        .map(|(name, _, _)| name)
+        .collect();
+    assert_eq!(first.len(), 1, "{:?}", codes());
+    // A new lifecycle policy while the rollout waits: the example that
+    // smoke-tests each deploy, served without a restart.
+    let smoke = std::fs::read(crate::support::example_plugin("smoke-test")).unwrap();
+    crate::support::install_by_rename(&folder.path().join("lifecycle.wasm"), &smoke);
+    let swapped = wait_until(PATIENCE, || {
+        server.get("/v1/plugins").1["plugins"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "lifecycle" && p["current"]["name"] == "smoke-test")
+    });
+    assert!(swapped.is_some(), "{:#}", server.get("/v1/plugins").1);
     // The status the leader keeps, as the real server kept it.
     let status = kube.get("vmdeployments.verdict.dev", "web")["status"].clone();
     assert_eq!(
@@ -516,6 +539,17 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         codes(),
         rollout()
     );
+    // Deployed under the new policy, the others were smoke-tested; the
+    // first, deployed before it, was not.
+    for (name, _, _) in codes() {
+        let smoke_tests = hooks
+            .steps_of(&name)
+            .iter()
+            .filter(|s| *s == "smoke-test")
+            .count();
+        let expected = usize::from(!first.contains(&name));
+        assert_eq!(smoke_tests, expected, "{name}: {:?}", hooks.steps_of(&name));
+    }
     let status = kube.get("vmdeployments.verdict.dev", "web")["status"].clone();
     assert_eq!(status["actions"][0]["by"], "ana", "{status:#}");
     assert_eq!(status["approvedBy"], "ana", "{status:#}");
