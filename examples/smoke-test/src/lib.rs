@@ -64,4 +64,57 @@ pub fn with_smoke_test(decision: Decision) -> Decision {
     Decision::Move(transition)
 }
 
+// Exported where it runs: a component's export names are not symbols a
+// native library may carry (its unit tests build it natively).
+#[cfg(target_arch = "wasm32")]
 verdict_lifecycle::export!(SmokeTested with_types_in verdict_lifecycle);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verdict_lifecycle::exports::verdict::policy::lifecycle::Transition;
+
+    fn moving(stage: Stage, tasks: &[&str]) -> Decision {
+        Decision::Move(Transition {
+            stage,
+            tasks: tasks
+                .iter()
+                .map(|name| Task {
+                    name: name.to_string(),
+                    params: "{}".into(),
+                })
+                .collect(),
+            environment: None,
+            code: Some("2.0".into()),
+            needs_approval: false,
+            reason: "new code".into(),
+        })
+    }
+
+    fn names(decision: &Decision) -> Vec<String> {
+        match decision {
+            Decision::Move(t) => t.tasks.iter().map(|t| t.name.clone()).collect(),
+            Decision::Stay(_) => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_deploy_is_followed_by_its_smoke_test_and_nothing_else_changes() {
+        let deployed = with_smoke_test(moving(
+            Stage::Deploying,
+            &["pause-monitoring", "deploy-code"],
+        ));
+        assert_eq!(
+            names(&deployed),
+            ["pause-monitoring", "deploy-code", "smoke-test"]
+        );
+        let Decision::Move(t) = &deployed else {
+            unreachable!()
+        };
+        assert_eq!(t.tasks[2].params, r#"{"version":"2.0"}"#);
+        let ready = with_smoke_test(moving(Stage::Ready, &["health-check"]));
+        assert_eq!(names(&ready), ["health-check"]);
+        let stay = with_smoke_test(Decision::Stay("waiting".into()));
+        assert_eq!(stay, Decision::Stay("waiting".into()));
+    }
+}
