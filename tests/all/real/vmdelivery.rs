@@ -247,8 +247,50 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
     );
 }
 
-/// Play KubeVirt for the set's VMs until dropped: each new VM of the set
-/// gets its running instance on a node, as virt-controller would.
+/// The set `web`'s VMs, as `kubectl` lists them (none when it fails).
+fn set_vms(kube: &Kube) -> Vec<Value> {
+    let listed: Value = serde_json::from_str(&kube.run(&[
+        "get",
+        "virtualmachines.kubevirt.io",
+        "-l",
+        "verdict.dev/vmreplicaset=web",
+        "-o",
+        "json",
+    ]))
+    .unwrap_or_default();
+    listed["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The first node, by name, that a new instance may be placed on: ready,
+/// schedulable and untainted (a test's own nodes are tainted; a lost one
+/// is tainted by the node lifecycle controller and fenced by failover).
+fn schedulable_node(kube: &Kube) -> Option<String> {
+    let nodes: Value =
+        serde_json::from_str(&kube.run(&["get", "nodes", "-o", "json"])).unwrap_or_default();
+    let mut names: Vec<String> = nodes["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|node| {
+            let ready = node["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let tainted = node["spec"]["taints"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty());
+            ready && !tainted && node["spec"]["unschedulable"] != true
+        })
+        .filter_map(|node| node["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    names.sort();
+    names.into_iter().next()
+}
+
+/// Play KubeVirt for the set's VMs until dropped: each VM of the set asked
+/// to run and without an instance (new, or its instance deleted) gets a
+/// running one on a schedulable node, as virt-controller would.
 pub(super) struct Player {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -269,21 +311,27 @@ impl Player {
                 ns: ns.clone(),
             };
             while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
-                let listed: Value = serde_json::from_str(&kube.run(&[
+                let vms = set_vms(&kube);
+                let running = kube.run(&[
                     "get",
-                    "virtualmachines.kubevirt.io",
-                    "-l",
-                    "verdict.dev/vmreplicaset=web",
+                    "virtualmachineinstances.kubevirt.io",
                     "-o",
-                    "json",
-                ]))
-                .unwrap_or_default();
-                for vm in listed["items"].as_array().into_iter().flatten() {
+                    "jsonpath={.items[*].metadata.name}",
+                ]);
+                let running: Vec<&str> = running.split_whitespace().collect();
+                let mut node = None;
+                for vm in &vms {
                     let name = vm["metadata"]["name"].as_str().unwrap_or_default();
-                    if vm["status"]["printableStatus"].is_null()
-                        && vm["metadata"]["deletionTimestamp"].is_null()
+                    if vm["metadata"]["deletionTimestamp"].is_null()
+                        && vm["spec"]["runStrategy"] != "Halted"
+                        && !running.contains(&name)
                     {
-                        kube.start_instance(name, "real-node");
+                        if node.is_none() {
+                            node = schedulable_node(&kube);
+                        }
+                        if let Some(node) = &node {
+                            kube.start_instance(name, node);
+                        }
                     }
                 }
                 std::thread::sleep(std::time::Duration::from_millis(300));
@@ -388,19 +436,8 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         .unwrap();
     cluster.apply(&in_ns(deployment("1.0", json!([])))).unwrap();
     let codes = || -> Vec<(String, String, String)> {
-        let listed: Value = serde_json::from_str(&kube.run(&[
-            "get",
-            "virtualmachines.kubevirt.io",
-            "-l",
-            "verdict.dev/vmreplicaset=web",
-            "-o",
-            "json",
-        ]))
-        .unwrap_or_default();
-        listed["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        set_vms(&kube)
+            .iter()
             .map(|vm| {
                 let a = &vm["metadata"]["annotations"];
                 let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
@@ -566,19 +603,8 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         &patch.to_string(),
     ]);
     let environments = || -> Vec<String> {
-        let listed: Value = serde_json::from_str(&kube.run(&[
-            "get",
-            "virtualmachines.kubevirt.io",
-            "-l",
-            "verdict.dev/vmreplicaset=web",
-            "-o",
-            "json",
-        ]))
-        .unwrap_or_default();
-        listed["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        set_vms(&kube)
+            .iter()
             .map(|vm| {
                 vm["metadata"]["annotations"]["verdict.dev/environment"]
                     .as_str()
@@ -823,19 +849,8 @@ fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice_on_the_real_api
     in_ns["metadata"]["namespace"] = json!(ns);
     cluster.apply(&in_ns.to_string()).unwrap();
     let annotations = || -> Vec<Value> {
-        let listed: Value = serde_json::from_str(&kube.run(&[
-            "get",
-            "virtualmachines.kubevirt.io",
-            "-l",
-            "verdict.dev/vmreplicaset=web",
-            "-o",
-            "json",
-        ]))
-        .unwrap_or_default();
-        listed["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        set_vms(&kube)
+            .iter()
             .map(|vm| vm["metadata"]["annotations"].clone())
             .collect()
     };
@@ -875,4 +890,151 @@ fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice_on_the_real_api
         ]);
         assert_eq!(jobs.lines().count(), 1, "{name}: {jobs}");
     }
+}
+
+#[test]
+fn an_instance_lost_with_its_node_is_repaired_on_the_real_api_server() {
+    use crate::vmdelivery::{DONE, HookServer, set};
+    let test = "an_instance_lost_with_its_node_is_repaired_on_the_real_api_server";
+    // A control plane of the test's own: failover acts on every lost node
+    // of the cluster it watches.
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cluster) = super::private(
+        test,
+        dir.path(),
+        verdict_testcluster::Options {
+            nodes: 3,
+            node_grace: std::time::Duration::from_secs(10),
+        },
+    ) else {
+        return;
+    };
+    let cluster = std::sync::Arc::new(cluster);
+    super::vms::install_kubevirt(&cluster);
+    install_delivery_crds(&cluster);
+    super::tasks::install_task_crd(&cluster);
+    let ns = "shop";
+    cluster.create_namespace(ns, &[]).unwrap();
+    let kube = Kube {
+        cluster: &cluster,
+        ns: ns.to_string(),
+    };
+    let _player = Player::start(std::sync::Arc::clone(&cluster), ns);
+    let hooks = HookServer::start(|_| (200, DONE.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config = job_and_endpoint_config(data.path(), &hooks.url);
+    // Failover's clocks short and its repairs carried out.
+    let failover =
+        crate::failover::CONFIG.replacen("[failover]\n", "[failover]\nenforce = true\n", 1);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{failover}\n{text}")).unwrap();
+    let server = follow(
+        &cluster.kubeconfig(),
+        data.path(),
+        &["--config", config.to_str().unwrap(), "--vm-delivery"],
+    );
+    cluster
+        .apply(&set(1, json!([{"name": "jdk", "version": "21"}])).to_string())
+        .unwrap();
+    let node_of = || -> Option<String> {
+        let vmi = kube.cluster.kubectl_run(
+            &[
+                "-n",
+                ns,
+                "get",
+                "virtualmachineinstances.kubevirt.io",
+                "web-0",
+                "-o",
+                "jsonpath={.status.nodeName}",
+            ],
+            None,
+        );
+        vmi.ok().filter(|node| !node.is_empty())
+    };
+    let serving = || {
+        set_vms(&kube).iter().any(|vm| {
+            let a = &vm["metadata"]["annotations"];
+            a["verdict.dev/stage"] == "serving" && a["verdict.dev/lock"].is_null()
+        })
+    };
+    assert!(
+        wait_until(PATIENCE * 3, serving).is_some(),
+        "never serving: {:#?}",
+        set_vms(&kube)
+    );
+    let lost = node_of().expect("web-0 runs on a node");
+
+    // Its node's kubelet stops: the node lifecycle controller marks it
+    // Unknown; failover judges it lost, fences it and deletes the
+    // instance there; KubeVirt starts it on another node, where it goes
+    // through the whole machine again.
+    cluster.stop_kubelet(&lost).unwrap();
+    let repaired = wait_until(PATIENCE * 4, || {
+        node_of().is_some_and(|node| node != lost) && serving()
+    });
+    assert!(
+        repaired.is_some(),
+        "never repaired: {:#?} on {:?}; failover: {:#}",
+        set_vms(&kube),
+        node_of(),
+        server.get("/v1/failover").1
+    );
+    let (_, log) = server.get(&format!(
+        "/v1/vm-delivery/{ns}/web/instances/web-0/log?limit=1000"
+    ));
+    let stages: Vec<&str> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|e| e["stage"].as_str().unwrap())
+        .collect();
+    let lost_at = stages.iter().position(|s| *s == "unknown");
+    assert!(
+        lost_at.is_some_and(|at| stages[at..].ends_with(&["initializing", "ready", "serving"]))
+            && !stages.contains(&"failed"),
+        "{stages:?}"
+    );
+    // Let go of when lost; its environment installed again, by a second
+    // Job, on the new machine.
+    let steps = hooks.steps_of("web-0");
+    assert!(
+        steps.ends_with(&[
+            "detach-load-balancer".into(),
+            "pause-monitoring".into(),
+            "health-check".into(),
+            "bind-monitoring".into(),
+            "attach-load-balancer".into(),
+        ]),
+        "{steps:?}"
+    );
+    let jobs = kube.run(&[
+        "get",
+        "jobs",
+        "-l",
+        "verdict.dev/instance=web-0,verdict.dev/step=install-environment",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(jobs.lines().count(), 2, "{jobs}");
+    // The lost node is fenced, and the repair's task says what it did.
+    let taints = kube.run(&["get", "node", &lost, "-o", "jsonpath={.spec.taints[*].key}"]);
+    assert!(
+        taints.contains("node.kubernetes.io/out-of-service"),
+        "{taints}"
+    );
+    let (_, failover) = server.get("/v1/failover");
+    let taken = failover["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["node"] == lost.as_str())
+        .map(|n| n["taken"].clone())
+        .unwrap_or_default();
+    assert!(
+        taken
+            .to_string()
+            .contains("repair:VirtualMachineInstance/shop/web-0"),
+        "{failover:#}"
+    );
 }
