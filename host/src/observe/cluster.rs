@@ -78,15 +78,20 @@ impl WatchHealth {
         );
     }
 
-    fn ok(&self, kind: &'static str, synced: bool) {
+    /// The watch of a kind works (and has `synced`); returns whether
+    /// that is new.
+    fn ok(&self, kind: &'static str, synced: bool) -> bool {
         let mut kinds = self.lock();
-        if let Some(h) = kinds.get_mut(kind) {
-            if !h.healthy {
-                h.since = SystemTime::now();
-            }
-            h.healthy = true;
-            h.synced |= synced;
+        let Some(h) = kinds.get_mut(kind) else {
+            return false;
+        };
+        let new = !h.healthy || (synced && !h.synced);
+        if !h.healthy {
+            h.since = SystemTime::now();
         }
+        h.healthy = true;
+        h.synced |= synced;
+        new
     }
 
     /// Count one event of a kind (a full list's start counts as a list).
@@ -256,6 +261,7 @@ impl Observed {
             Change::Node(name) => {
                 dirty.nodes.insert(name);
             }
+            Change::Nothing => {}
         }
     }
 
@@ -275,6 +281,8 @@ enum Change {
     Apps(Vec<AppKey>),
     Namespace(String),
     Node(String),
+    /// Nothing a verdict rests on (a heartbeat renewed in time).
+    Nothing,
 }
 
 /// How one kind enters the snapshot.
@@ -326,8 +334,10 @@ impl Observe for Pod {
 impl Observe for Node {
     const KIND: &'static str = "nodes";
     fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
-        snapshot.put_node(reduce::node(object));
-        Change::Node(name(&object.metadata))
+        match snapshot.put_node(reduce::node(object)) {
+            true => Change::Node(name(&object.metadata)),
+            false => Change::Nothing,
+        }
     }
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
         snapshot.nodes.remove(&name(&object.metadata));
@@ -366,10 +376,10 @@ impl Observe for Lease {
         Api::namespaced(client, NODE_LEASES)
     }
     fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
-        if let Some((node, renewed)) = reduce::node_lease(object) {
-            snapshot.put_node_lease(&node, renewed);
+        match reduce::node_lease(object) {
+            Some((node, renewed)) if !snapshot.put_node_lease(&node, renewed) => Change::Nothing,
+            _ => Change::Node(name(&object.metadata)),
         }
-        Change::Node(name(&object.metadata))
     }
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
         snapshot.node_leases.remove(&name(&object.metadata));
@@ -585,8 +595,11 @@ fn apply<K: Resource>(
         }
         Event::Apply(object) => {
             let change = (entry.put)(&mut observed.snapshot(), &object);
+            let back = observed.health.ok(kind, false);
+            if matches!(change, Change::Nothing) && !back {
+                return;
+            }
             observed.mark(change);
-            observed.health.ok(kind, false);
         }
         Event::Delete(object) => {
             let change = (entry.remove)(&mut observed.snapshot(), &object);

@@ -164,6 +164,58 @@ pub struct Snapshot {
     object_apps: BTreeMap<resources::ObjectKey, AppKey>,
     /// Stored objects by namespace, kind and name: how owners are found.
     object_names: BTreeMap<(String, String, String), resources::ObjectKey>,
+    /// The apps with pods or objects on each node.
+    on_nodes: OnNodes,
+}
+
+/// The apps with pods or objects on each node, with how many: what a
+/// node's change touches, found without going through every pod.
+#[derive(Debug, Clone, Default)]
+struct OnNodes(BTreeMap<String, BTreeMap<AppKey, u32>>);
+
+impl OnNodes {
+    fn add(&mut self, node: Option<&str>, app: &AppKey) {
+        if let Some(node) = node {
+            let apps = self.0.entry(node.to_string()).or_default();
+            *apps.entry(app.clone()).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, node: Option<&str>, app: &AppKey) {
+        let Some(apps) = node.and_then(|node| self.0.get_mut(node)) else {
+            return;
+        };
+        if let Some(count) = apps.get_mut(app) {
+            *count -= 1;
+            if *count == 0 {
+                apps.remove(app);
+            }
+        }
+        if apps.is_empty() {
+            self.0.remove(node.unwrap_or_default());
+        }
+    }
+
+    fn apps(&self, node: &str) -> impl Iterator<Item = &AppKey> {
+        self.0.get(node).into_iter().flat_map(BTreeMap::keys)
+    }
+}
+
+/// How old a node's heartbeat must be for its renewal to be news: the
+/// node lifecycle controller's default grace period. A kubelet renews its
+/// Lease every 10 s; a renewal of a heartbeat younger than this, on a
+/// ready node, changes nothing a verdict rests on and derives nothing.
+const HEARTBEAT_NEWS_AFTER: types::Timestamp = 40_000;
+
+/// Whether a heartbeat at `renewed` is news about a node: it is not
+/// ready, or its last heartbeat before was long ago (or never).
+fn heartbeat_news(node: &types::Node, renewed: Option<types::Timestamp>) -> bool {
+    let quiet = match (node.last_heartbeat, renewed) {
+        (Some(before), Some(renewed)) => renewed - before < HEARTBEAT_NEWS_AFTER,
+        (_, None) => true,
+        (None, Some(_)) => false,
+    };
+    node.ready != types::ConditionStatus::True || !quiet
 }
 
 /// The Kubernetes kind of a workload kind: `Deployment`, `StatefulSet`,
@@ -213,6 +265,8 @@ impl Snapshot {
     /// Take a stored pod out of the index (it stays stored).
     fn unindex_pod(&mut self, key: &PodKey) -> Option<AppKey> {
         let app = self.pod_apps.remove(key)?;
+        let node = self.pods.get(key).and_then(|p| p.node.as_deref());
+        self.on_nodes.remove(node, &app);
         self.unindex(&app, |m| {
             m.pods.remove(key);
         });
@@ -239,6 +293,7 @@ impl Snapshot {
             .pods
             .insert(key.clone());
         self.pod_apps.insert(key.clone(), app.clone());
+        self.on_nodes.add(pod.node.as_deref(), &app);
         self.pods.insert(key, pod);
         if !touched.contains(&app) {
             touched.push(app);
@@ -319,19 +374,40 @@ impl Snapshot {
         self.namespaces.insert(name, labels);
     }
 
-    pub fn put_node(&mut self, mut node: types::Node) {
+    /// Add or replace a node; returns whether anything but its heartbeat
+    /// changed (a kubelet posts its status with a new heartbeat every few
+    /// minutes, and nothing else changes).
+    pub fn put_node(&mut self, mut node: types::Node) -> bool {
         if let Some(&renewed) = self.node_leases.get(&node.name) {
             node.last_heartbeat = node.last_heartbeat.max(Some(renewed));
         }
+        let news = match self.nodes.get(&node.name) {
+            Some(before) => {
+                let heartbeat = before.last_heartbeat;
+                let was_news = heartbeat_news(before, node.last_heartbeat);
+                let same = types::Node {
+                    last_heartbeat: heartbeat,
+                    ..node.clone()
+                } == *before;
+                !same || was_news
+            }
+            None => true,
+        };
         self.nodes.insert(node.name.clone(), node);
+        news
     }
 
     /// A node's Lease was renewed at `renewed`: its last heartbeat.
-    pub(crate) fn put_node_lease(&mut self, node: &str, renewed: types::Timestamp) {
+    /// Returns whether that is news (see [`HEARTBEAT_NEWS_AFTER`]): the
+    /// node is not ready, or was not heard from for a while.
+    pub(crate) fn put_node_lease(&mut self, node: &str, renewed: types::Timestamp) -> bool {
         self.node_leases.insert(node.to_string(), renewed);
-        if let Some(observed) = self.nodes.get_mut(node) {
-            observed.last_heartbeat = observed.last_heartbeat.max(Some(renewed));
-        }
+        let Some(observed) = self.nodes.get_mut(node) else {
+            return false;
+        };
+        let news = heartbeat_news(observed, Some(renewed));
+        observed.last_heartbeat = observed.last_heartbeat.max(Some(renewed));
+        news
     }
 
     /// The health-check URL of every app whose workload names one in the
@@ -410,17 +486,7 @@ impl Snapshot {
 
     /// The apps with a pod or an object on a node.
     pub(crate) fn apps_on_node(&self, node: &str) -> BTreeSet<AppKey> {
-        let pods = self
-            .pods
-            .iter()
-            .filter(|(_, p)| p.node.as_deref() == Some(node))
-            .filter_map(|(key, _)| self.pod_apps.get(key));
-        let objects = self
-            .objects
-            .iter()
-            .filter(|(_, o)| o.node.as_deref() == Some(node))
-            .filter_map(|(key, _)| self.object_apps.get(key));
-        pods.chain(objects).cloned().collect()
+        self.on_nodes.apps(node).cloned().collect()
     }
 
     /// The inputs of some apps, by the snapshot's own grouping, without
@@ -729,6 +795,7 @@ impl Snapshot {
             .objects
             .insert(key.clone());
         self.object_apps.insert(key.clone(), app.clone());
+        self.on_nodes.add(object.node.as_deref(), &app);
         self.object_names
             .insert((namespace.clone(), kind.clone(), name.clone()), key.clone());
         self.objects.insert(key, object);
@@ -777,6 +844,8 @@ impl Snapshot {
     /// Take a stored object out of the index (it stays stored).
     fn unindex_object(&mut self, key: &resources::ObjectKey) -> Option<AppKey> {
         let app = self.object_apps.remove(key)?;
+        let node = self.objects.get(key).and_then(|o| o.node.as_deref());
+        self.on_nodes.remove(node, &app);
         self.unindex(&app, |m| {
             m.objects.remove(key);
         });
@@ -1062,5 +1131,87 @@ mod tests {
         assert_eq!(snapshot.apps_in_namespace("shop"), [key("api")]);
         snapshot.clear_pods();
         assert!(snapshot.apps_in_namespace("shop").is_empty());
+    }
+
+    #[test]
+    fn the_apps_on_a_node_follow_pods_and_objects_as_they_move_and_go() {
+        let mut snapshot = Snapshot::grouped_by(Grouping::default());
+        snapshot.put_pod(pod("p1", "web"));
+        snapshot.put_pod(pod("p2", "web"));
+        let mut moved = pod("p3", "api");
+        moved.node = Some("n2".into());
+        snapshot.put_pod(moved.clone());
+        assert_eq!(snapshot.apps_on_node("n1"), [key("web")].into());
+        assert_eq!(snapshot.apps_on_node("n2"), [key("api")].into());
+        // One of web's two pods leaves n1: web is still there.
+        moved = pod("p1", "web");
+        moved.node = Some("n2".into());
+        snapshot.put_pod(moved);
+        assert_eq!(snapshot.apps_on_node("n1"), [key("web")].into());
+        assert_eq!(snapshot.apps_on_node("n2"), [key("api"), key("web")].into());
+        snapshot.remove_pod("shop", "p2");
+        assert!(snapshot.apps_on_node("n1").is_empty());
+        // A pod not yet scheduled is on no node.
+        let mut pending = pod("p4", "db");
+        pending.node = None;
+        snapshot.put_pod(pending);
+        assert_eq!(snapshot.apps_on_node("n2"), [key("api"), key("web")].into());
+        // An object on a node counts, until it goes.
+        let mut machine = vm("db-0", "db");
+        machine.node = Some("n3".into());
+        let object = machine.key();
+        snapshot.put_object(machine);
+        assert_eq!(snapshot.apps_on_node("n3"), [key("db")].into());
+        snapshot.remove_object(&object);
+        assert!(snapshot.apps_on_node("n3").is_empty());
+        snapshot.clear_pods();
+        assert!(snapshot.on_nodes.0.is_empty(), "{:?}", snapshot.on_nodes);
+    }
+
+    fn node(ready: types::ConditionStatus, heartbeat: types::Timestamp) -> types::Node {
+        types::Node {
+            name: "n1".into(),
+            ready,
+            ready_since: Some(0),
+            last_heartbeat: Some(heartbeat),
+            unschedulable: false,
+            taints: Vec::new(),
+            conditions: Vec::new(),
+            labels: Vec::new(),
+            address: None,
+            allocatable: types::Resources {
+                cpu_millis: None,
+                memory_bytes: None,
+            },
+        }
+    }
+
+    #[test]
+    fn a_heartbeat_renewed_in_time_on_a_ready_node_is_no_news() {
+        use types::ConditionStatus::{True, Unknown};
+        let mut snapshot = Snapshot::grouped_by(Grouping::default());
+        assert!(snapshot.put_node(node(True, 0)), "a new node is news");
+        // Leases renewed every 10 s: stored, but nothing to derive.
+        assert!(!snapshot.put_node_lease("n1", 10_000));
+        assert!(!snapshot.put_node_lease("n1", 20_000));
+        assert_eq!(snapshot.nodes["n1"].last_heartbeat, Some(20_000));
+        // The node's status posted again with only a new heartbeat.
+        assert!(!snapshot.put_node(node(True, 25_000)));
+        // Anything else that changes is news.
+        let mut cordoned = node(True, 25_000);
+        cordoned.unschedulable = true;
+        assert!(snapshot.put_node(cordoned));
+        // Heard from again after a long silence: news.
+        assert!(snapshot.put_node_lease("n1", 25_000 + HEARTBEAT_NEWS_AFTER));
+        // Renewals of a node that is not ready are news.
+        assert!(snapshot.put_node(node(Unknown, 70_000)));
+        assert!(snapshot.put_node_lease("n1", 71_000));
+        // A Lease of a node not (yet) seen is kept for when it comes.
+        assert!(!snapshot.put_node_lease("n9", 5_000));
+        assert!(snapshot.put_node(types::Node {
+            name: "n9".into(),
+            ..node(True, 1_000)
+        }));
+        assert_eq!(snapshot.nodes["n9"].last_heartbeat, Some(5_000));
     }
 }
