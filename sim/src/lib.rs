@@ -39,6 +39,7 @@ pub struct Simulator {
     store: Arc<Store>,
     addr: SocketAddr,
     cut: watch::Sender<u64>,
+    refused: Arc<std::sync::atomic::AtomicU64>,
     server: JoinHandle<()>,
     controller: Option<JoinHandle<()>>,
 }
@@ -59,6 +60,10 @@ pub struct Options {
     /// played by the controller when it runs. Off by default, as in a
     /// cluster without KubeVirt.
     pub kubevirt: bool,
+    /// Serve streaming lists (`sendInitialEvents`, Kubernetes' `WatchList`
+    /// feature); off, such a watch is refused as invalid, as a server
+    /// without the feature refuses it.
+    pub streaming_lists: bool,
 }
 
 /// The controller's tick in the demo and the `verdict-sim` program.
@@ -72,6 +77,7 @@ impl Default for Options {
             bookmark_every: Duration::from_secs(5),
             controller: None,
             kubevirt: false,
+            streaming_lists: true,
         }
     }
 }
@@ -97,11 +103,14 @@ impl Simulator {
         let listener = TcpListener::bind(options.listen).await?;
         let addr = listener.local_addr()?;
         let (cut, cut_rx) = watch::channel(0);
+        let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let router = server::router(server::Shared {
+            refused: Arc::clone(&refused),
             store: Arc::clone(&store),
             cut: cut_rx,
             server: addr.to_string(),
             bookmark_every: options.bookmark_every,
+            streaming_lists: options.streaming_lists,
         });
         let server = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {
@@ -115,9 +124,15 @@ impl Simulator {
             store,
             addr,
             cut,
+            refused,
             server,
             controller,
         })
+    }
+
+    /// How many streaming lists were refused (with `streaming_lists` off).
+    pub fn streaming_lists_refused(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `http://127.0.0.1:PORT`.

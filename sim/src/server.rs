@@ -31,6 +31,10 @@ pub struct Shared {
     pub cut: watch::Receiver<u64>,
     pub server: String,
     pub bookmark_every: Duration,
+    /// Whether streaming lists are served ([`crate::Options`]).
+    pub streaming_lists: bool,
+    /// Streaming lists refused so far.
+    pub refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
 pub fn router(shared: Shared) -> Router {
@@ -45,6 +49,9 @@ struct Params {
     label_selector: Option<String>,
     field_selector: Option<String>,
     allow_watch_bookmarks: Option<bool>,
+    /// A streaming list: the current objects as `ADDED` events, then a
+    /// bookmark that says they are all there.
+    send_initial_events: Option<bool>,
     timeout_seconds: Option<u64>,
     limit: Option<usize>,
     #[serde(rename = "continue")]
@@ -421,6 +428,17 @@ fn watch_stream(
             line(kind, object)
         }
     };
+    if params.send_initial_events == Some(true) && !shared.streaming_lists {
+        shared
+            .refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let refused = json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422,
+            "reason": "Invalid",
+            "message": "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        });
+        return json_response(StatusCode::UNPROCESSABLE_ENTITY, &refused);
+    }
     let store = Arc::clone(&shared.store);
     // Subscribe before reading, so that nothing falls between the two.
     let mut live = store.subscribe();
@@ -442,6 +460,14 @@ fn watch_stream(
                     .map(|o| render("ADDED", o, rv)),
             );
             last = rv;
+            if params.send_initial_events == Some(true) {
+                let end = json!({
+                    "kind": resource.kind, "apiVersion": resource.api_version(),
+                    "metadata": {"resourceVersion": rv.to_string(),
+                        "annotations": {"k8s.io/initial-events-end": "true"}},
+                });
+                first.push(line("BOOKMARK", &end));
+            }
         }
         Some(text) => match text.parse::<u64>() {
             Err(_) => {

@@ -210,6 +210,40 @@ fn verdicts_follow_the_cluster() {
 }
 
 #[test]
+fn a_server_that_refuses_streaming_lists_is_listed_page_by_page() {
+    // An API server without the WatchList feature refuses a watch that
+    // asks for its initial events: each kind is listed instead.
+    let cluster = Cluster::start_with(Options {
+        streaming_lists: false,
+        ..Options::default()
+    });
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &[]);
+    let running = until(&server, "running", |v| v["stable"] == "running");
+    assert_eq!(running["groups"][0]["status"], "running-healthy");
+    let readyz = server.get("/readyz").1;
+    assert_eq!(readyz["ready"], true, "{readyz}");
+    // Asked once per kind, then never again.
+    let refused = cluster.sim().streaming_lists_refused();
+    assert!(refused >= 7, "{refused} refused");
+    cluster.apply(pod("web-1", Some("CrashLoopBackOff")));
+    until(&server, "a change after the list", |v| {
+        v["groups"][0]["reason"] == "CrashLoopBackOff"
+    });
+    // A list again after 410 Gone, page by page too.
+    cluster.sim().store().compact();
+    cluster.sim().cut_watches();
+    cluster.apply(deployment(2, 2));
+    until(&server, "after 410 Gone", |v| v["expected_replicas"] == 2);
+    assert_eq!(cluster.sim().streaming_lists_refused(), refused);
+    assert_eq!(
+        server.get("/readyz").1["watches"]["pods"]["failures"],
+        0,
+        "a refused streaming list is no failure of the watch"
+    );
+}
+
+#[test]
 fn verdicts_turn_stale_without_the_api_server_and_recover() {
     let mut cluster = Cluster::start();
     let data = tempfile::tempdir().unwrap();

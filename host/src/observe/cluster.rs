@@ -295,7 +295,9 @@ trait Observe: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'stat
     {
         Api::all(client)
     }
-    fn put(snapshot: &mut Snapshot, object: &Self) -> Change;
+    /// The object reduced (without the snapshot's lock), and how it
+    /// enters the snapshot.
+    fn put(object: &Self) -> Put;
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change;
     /// Forget the objects of the kind a full list did not name, by
     /// namespace (empty for cluster objects) and name.
@@ -312,8 +314,9 @@ fn namespace(meta: &kube::api::ObjectMeta) -> String {
 
 impl Observe for Pod {
     const KIND: &'static str = "pods";
-    fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
-        Change::Apps(snapshot.put_pod(reduce::pod(object)))
+    fn put(object: &Self) -> Put {
+        let pod = reduce::pod(object);
+        Box::new(move |snapshot| Change::Apps(snapshot.put_pod(pod)))
     }
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
         Change::Apps(snapshot.remove_pod(&namespace(&object.metadata), &name(&object.metadata)))
@@ -333,11 +336,15 @@ impl Observe for Pod {
 
 impl Observe for Node {
     const KIND: &'static str = "nodes";
-    fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
-        match snapshot.put_node(reduce::node(object)) {
-            true => Change::Node(name(&object.metadata)),
-            false => Change::Nothing,
-        }
+    fn put(object: &Self) -> Put {
+        let node = reduce::node(object);
+        Box::new(move |snapshot| {
+            let name = node.name.clone();
+            match snapshot.put_node(node) {
+                true => Change::Node(name),
+                false => Change::Nothing,
+            }
+        })
     }
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
         snapshot.nodes.remove(&name(&object.metadata));
@@ -352,9 +359,12 @@ impl Observe for Node {
 
 impl Observe for Namespace {
     const KIND: &'static str = "namespaces";
-    fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
-        snapshot.put_namespace(object);
-        Change::Namespace(name(&object.metadata))
+    fn put(object: &Self) -> Put {
+        let (name, labels) = reduce::namespace(object);
+        Box::new(move |snapshot| {
+            snapshot.namespaces.insert(name.clone(), labels);
+            Change::Namespace(name)
+        })
     }
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
         snapshot.namespaces.remove(&name(&object.metadata));
@@ -375,11 +385,13 @@ impl Observe for Lease {
     fn api(client: Client) -> Api<Self> {
         Api::namespaced(client, NODE_LEASES)
     }
-    fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
-        match reduce::node_lease(object) {
+    fn put(object: &Self) -> Put {
+        let renewed = reduce::node_lease(object);
+        let name = name(&object.metadata);
+        Box::new(move |snapshot| match renewed {
             Some((node, renewed)) if !snapshot.put_node_lease(&node, renewed) => Change::Nothing,
-            _ => Change::Node(name(&object.metadata)),
-        }
+            _ => Change::Node(name),
+        })
     }
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
         snapshot.node_leases.remove(&name(&object.metadata));
@@ -396,8 +408,9 @@ macro_rules! observe_workload {
     ($ty:ty, $kind:literal, $reduce:path, $wk:expr) => {
         impl Observe for $ty {
             const KIND: &'static str = $kind;
-            fn put(snapshot: &mut Snapshot, object: &Self) -> Change {
-                Change::Apps(snapshot.put_workload($reduce(object)))
+            fn put(object: &Self) -> Put {
+                let workload = $reduce(object);
+                Box::new(move |snapshot| Change::Apps(snapshot.put_workload(workload)))
             }
             fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
                 Change::Apps(snapshot.remove_workload(
@@ -432,7 +445,10 @@ observe_workload!(
     types::WorkloadKind::DaemonSet
 );
 
-/// How an object enters or leaves the snapshot, and what that touches.
+/// How a reduced object enters the snapshot, and what that touches.
+type Put = Box<dyn FnOnce(&mut Snapshot) -> Change + Send>;
+
+/// How an object leaves the snapshot, and what that touches.
 type Apply<K> = Box<dyn Fn(&mut Snapshot, &K) -> Change + Send + Sync>;
 
 /// Forget the objects a full list did not name (by namespace and name).
@@ -442,7 +458,7 @@ type Retain = Box<dyn Fn(&mut Snapshot, &BTreeSet<(String, String)>) + Send + Sy
 struct Entry<K> {
     /// The kind's name in the watch health.
     name: &'static str,
-    put: Apply<K>,
+    put: Box<dyn Fn(&K) -> Put + Send + Sync>,
     remove: Apply<K>,
     retain: Retain,
 }
@@ -474,7 +490,11 @@ where
 {
     let kind = entry.name;
     observed.health.start(kind);
-    let mut stream = watcher(api.clone(), watcher::Config::default()).boxed();
+    // The first list streamed from the API server's watch cache (watch
+    // events, one object at a time, no page held whole); a server that
+    // refuses streaming lists is listed page by page instead.
+    let mut streaming = true;
+    let mut stream = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
     // A full list arrives as Init, InitApply…, InitDone: each object enters
     // as it arrives (no copy of the whole list is held), and at the end the
     // objects the list did not name are forgotten: they were deleted while
@@ -493,6 +513,11 @@ where
                         backoff = MIN_BACKOFF;
                         apply(&observed, &entry, &mut listing, event);
                     }
+                    Err(error) if streaming && refuses_streaming(&error) => {
+                        tracing::info!(kind, %error, "the API server does not stream lists; listing page by page");
+                        streaming = false;
+                        stream = watcher(api.clone(), watcher::Config::default()).boxed();
+                    }
                     Err(error) => {
                         observed.health.failed(kind, error.to_string());
                         observed.changed.notify_one();
@@ -509,6 +534,22 @@ where
                 }
             }
         }
+    }
+}
+
+/// Whether a watch failed because the server refuses streaming lists
+/// (`sendInitialEvents`, which servers without the `WatchList` feature
+/// reject as invalid).
+fn refuses_streaming(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::InitialListFailed(kube::Error::Api(status)) => {
+            matches!(status.code, 400 | 422)
+        }
+        watcher::Error::WatchError(status) => {
+            matches!(status.code, 400 | 422) && status.message.contains("sendInitialEvents")
+        }
+        _ => false,
     }
 }
 
@@ -538,8 +579,9 @@ async fn follow_resource(client: Client, observed: Arc<Observed>, resource: Reso
     let (put_resource, removed, retained) = (resource.clone(), text.clone(), text);
     let entry = Entry {
         name,
-        put: Box::new(move |snapshot: &mut Snapshot, object: &DynamicObject| {
-            Change::Apps(snapshot.put_object(Generic::reduce(&put_resource, object)))
+        put: Box::new(move |object: &DynamicObject| -> Put {
+            let object = Generic::reduce(&put_resource, object);
+            Box::new(move |snapshot| Change::Apps(snapshot.put_object(object)))
         }),
         remove: Box::new(move |snapshot: &mut Snapshot, object: &DynamicObject| {
             let key = (
@@ -583,7 +625,9 @@ fn apply<K: Resource>(
             listing
                 .get_or_insert_with(BTreeSet::new)
                 .insert(listed_key(object.meta()));
-            (entry.put)(&mut observed.snapshot(), &object);
+            let put = (entry.put)(&object);
+            drop(object);
+            put(&mut observed.snapshot());
             // Derivation waits for the whole list.
             return;
         }
@@ -594,7 +638,9 @@ fn apply<K: Resource>(
             observed.health.ok(kind, true);
         }
         Event::Apply(object) => {
-            let change = (entry.put)(&mut observed.snapshot(), &object);
+            let put = (entry.put)(&object);
+            drop(object);
+            let change = put(&mut observed.snapshot());
             let back = observed.health.ok(kind, false);
             if matches!(change, Change::Nothing) && !back {
                 return;

@@ -369,8 +369,7 @@ impl Snapshot {
 
     /// Add or replace a namespace (its labels are all that is kept).
     pub fn put_namespace(&mut self, namespace: &k8s_openapi::api::core::v1::Namespace) {
-        let name = namespace.metadata.name.clone().unwrap_or_default();
-        let labels = reduce::key_values(namespace.metadata.labels.as_ref());
+        let (name, labels) = reduce::namespace(namespace);
         self.namespaces.insert(name, labels);
     }
 

@@ -26,6 +26,14 @@ pub(crate) fn node_lease(lease: &Lease) -> Option<(String, types::Timestamp)> {
     Some((lease.metadata.name.clone()?, renewed.0.as_millisecond()))
 }
 
+/// A namespace's name and labels (all that is kept of it).
+pub(crate) fn namespace(
+    namespace: &k8s_openapi::api::core::v1::Namespace,
+) -> (String, Vec<types::KeyValue>) {
+    let name = namespace.metadata.name.clone().unwrap_or_default();
+    (name, key_values(namespace.metadata.labels.as_ref()))
+}
+
 /// Labels or annotations as key-value pairs.
 pub(crate) fn key_values(map: Option<&BTreeMap<String, String>>) -> Vec<types::KeyValue> {
     map.into_iter()
