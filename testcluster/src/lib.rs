@@ -288,6 +288,9 @@ pub struct Cluster {
     ports: Ports,
     options: Options,
     children: BTreeMap<&'static str, Child>,
+    /// The components of an attached control plane, by process id: another
+    /// process started them.
+    recorded: BTreeMap<String, u32>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -320,6 +323,7 @@ impl Cluster {
             ports,
             options,
             children: BTreeMap::new(),
+            recorded: BTreeMap::new(),
         };
         Pki::create(&dir.join("pki"), dir, &cluster.server())?;
         std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
@@ -419,6 +423,15 @@ impl Cluster {
         if let Some(mut child) = self.children.remove("kube-apiserver") {
             child.kill()?;
             child.wait()?;
+        } else if let Some(pid) = self.recorded.remove("kube-apiserver")
+            && alive(pid, &self.bin.dir)
+            && let Ok(raw) = i32::try_from(pid)
+        {
+            signal(raw, libc::SIGKILL);
+            let started = Instant::now();
+            while alive(pid, &self.bin.dir) && started.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
         Ok(())
     }
@@ -733,9 +746,14 @@ impl Cluster {
             nodes: self.options.nodes,
             node_grace_s: self.options.node_grace.as_secs(),
             pids: self
-                .children
-                .iter()
-                .map(|(name, child)| ((*name).to_string(), child.id()))
+                .recorded
+                .clone()
+                .into_iter()
+                .chain(
+                    self.children
+                        .iter()
+                        .map(|(name, child)| ((*name).to_string(), child.id())),
+                )
                 .collect(),
             bin: self.bin.dir.clone(),
         };
@@ -768,7 +786,23 @@ impl Cluster {
                 node_grace: Duration::from_secs(state.node_grace_s),
             },
             children: BTreeMap::new(),
+            recorded: state.pids,
         })
+    }
+
+    /// Stop one component (SIGTERM, then SIGKILL after 10 s), whether this
+    /// process started it or an attached control plane recorded it: the
+    /// controller manager, say, so that nothing but the caller makes pods.
+    pub fn stop(&mut self, component: &str) -> Result<()> {
+        if let Some(mut child) = self.children.remove(component) {
+            terminate(child.id());
+            child.wait()?;
+        } else if let Some(pid) = self.recorded.remove(component)
+            && alive(pid, &self.bin.dir)
+        {
+            terminate(pid);
+        }
+        Ok(())
     }
 }
 

@@ -75,7 +75,12 @@ verbs:
             SIGTERM and SIGKILL, the time until another leads — on the
             control plane of `cluster up` when it runs, else the simulator;
             `bench --languages`: the restart-budget rule in Rust,
-            JavaScript and Python side by side, by `verdict bench`)
+            JavaScript and Python side by side, by `verdict bench`;
+            `bench --scale [--pods N] [--nodes N] [--keep] [--quick]`:
+            150 000 pods on 500 KWOK nodes of a real control plane of its
+            own, verdict's time to every verdict, memory, CPU and a relist
+            — `--keep` leaves the filled cluster up for the next run,
+            `--quick` is 2 000 pods in the dev profile, as CI runs it)
 ";
 
 fn main() -> ExitCode {
@@ -724,6 +729,28 @@ fn bench(rest: &[String]) -> Result<()> {
                 .current_dir(root()),
             Duration::from_secs(24 * 3600),
         );
+    }
+    // `--scale`: the largest clusters on a real control plane of the
+    // benchmark's own (built with Go), filled with pods made directly.
+    if rest.iter().any(|a| a == "--scale") {
+        build_plugins()?;
+        verdict_testcluster::Binaries::build(&cargo_target_dir())?;
+        let dev = rest.iter().any(|a| a == "--quick");
+        let mut command = cargo();
+        command.args(["bench", "--package", "verdict", "--bench", "scale"]);
+        if dev {
+            // The short run CI keeps: the test build's profile.
+            command.args(["--profile", "dev"]);
+        }
+        command
+            .arg("--")
+            .args(rest.iter().filter(|a| *a != "--scale"))
+            .env(
+                "VERDICT_TESTCLUSTER_BIN",
+                verdict_testcluster::Binaries::folder(&cargo_target_dir()),
+            )
+            .current_dir(root());
+        return run(&mut command, Duration::from_secs(6 * 3600));
     }
     // `--handover`: leader handovers among three replicas, on the local
     // control plane when `cluster up` runs.
