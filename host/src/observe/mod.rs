@@ -139,7 +139,7 @@ pub struct Snapshot {
     /// Workloads by kind, namespace and name.
     pub workloads: BTreeMap<WorkloadKey, types::Workload>,
     /// Pods by namespace and name.
-    pub pods: BTreeMap<PodKey, types::Pod>,
+    pub pods: BTreeMap<PodKey, StoredPod>,
     /// Nodes by name.
     pub nodes: BTreeMap<String, types::Node>,
     /// When each node's kubelet last renewed its Lease (`kube-node-lease`):
@@ -159,13 +159,29 @@ pub struct Snapshot {
     /// through stored objects (a `virt-launcher` pod to its VMI, a VMI to
     /// its VM, a VM to its pool), so theirs is kept beside the index.
     index: BTreeMap<AppKey, Members>,
-    /// The app each indexed pod and object is in.
-    pod_apps: BTreeMap<PodKey, AppKey>,
+    /// The app each indexed object is in (a pod's is stored with it).
     object_apps: BTreeMap<resources::ObjectKey, AppKey>,
     /// Stored objects by namespace, kind and name: how owners are found.
     object_names: BTreeMap<(String, String, String), resources::ObjectKey>,
     /// The apps with pods or objects on each node.
     on_nodes: OnNodes,
+}
+
+/// A pod as the snapshot holds it: its record (boxed, so that the map's
+/// nodes hold a pointer, not the record and the room beside it) and the
+/// app it is in.
+#[derive(Debug, Clone)]
+pub struct StoredPod {
+    pod: Box<types::Pod>,
+    app: AppKey,
+}
+
+impl std::ops::Deref for StoredPod {
+    type Target = types::Pod;
+
+    fn deref(&self) -> &types::Pod {
+        &self.pod
+    }
 }
 
 /// The apps with pods or objects on each node, with how many: what a
@@ -262,11 +278,10 @@ impl Snapshot {
         }
     }
 
-    /// Take a stored pod out of the index (it stays stored).
+    /// Forget a stored pod and take it out of the index; the app it was in.
     fn unindex_pod(&mut self, key: &PodKey) -> Option<AppKey> {
-        let app = self.pod_apps.remove(key)?;
-        let node = self.pods.get(key).and_then(|p| p.node.as_deref());
-        self.on_nodes.remove(node, &app);
+        let StoredPod { pod, app } = self.pods.remove(key)?;
+        self.on_nodes.remove(pod.node.as_deref(), &app);
         self.unindex(&app, |m| {
             m.pods.remove(key);
         });
@@ -292,9 +307,15 @@ impl Snapshot {
             .or_default()
             .pods
             .insert(key.clone());
-        self.pod_apps.insert(key.clone(), app.clone());
         self.on_nodes.add(pod.node.as_deref(), &app);
-        self.pods.insert(key, pod);
+        let pod = Box::new(pod);
+        self.pods.insert(
+            key,
+            StoredPod {
+                pod,
+                app: app.clone(),
+            },
+        );
         if !touched.contains(&app) {
             touched.push(app);
         }
@@ -304,9 +325,7 @@ impl Snapshot {
     /// Remove a pod; returns the app it belonged to.
     pub(crate) fn remove_pod(&mut self, namespace: &str, name: &str) -> Vec<AppKey> {
         let key = (namespace.to_string(), name.to_string());
-        let left = self.unindex_pod(&key).into_iter().collect();
-        self.pods.remove(&key);
-        left
+        self.unindex_pod(&key).into_iter().collect()
     }
 
     /// Forget every pod (before a full re-list).
@@ -435,7 +454,7 @@ impl Snapshot {
 
     /// The app a pod (namespace, name) belongs to.
     pub(crate) fn app_of_pod_key(&self, key: &(String, String)) -> Option<AppKey> {
-        self.pod_apps.get(key).cloned()
+        self.pods.get(key).map(|stored| stored.app.clone())
     }
 
     /// The app a workload (`Deployment`, `StatefulSet` or `DaemonSet`, its
@@ -515,7 +534,7 @@ impl Snapshot {
         let pods = members
             .into_iter()
             .flat_map(|m| m.pods.iter())
-            .filter_map(|k| self.pods.get(k))
+            .filter_map(|k| self.pods.get(k).map(|p| &**p))
             .collect();
         let exists = self.namespaces.contains_key(&key.0) || self.namespace_has_apps(&key.0);
         (workloads, pods, exists)
@@ -828,7 +847,7 @@ impl Snapshot {
             .range((namespace.to_string(), String::new())..)
             .take_while(|((ns, _), _)| ns == namespace)
             .filter(|(_, p)| owns(p.owner.as_ref().map(|o| (o.kind.as_str(), o.name.as_str()))))
-            .map(|(_, p)| p.clone())
+            .map(|(_, p)| (**p).clone())
             .collect();
         let mut touched = Vec::new();
         for object in objects {

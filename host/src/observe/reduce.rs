@@ -213,6 +213,10 @@ macro_rules! conditions {
                 last_transition: c.last_transition_time.as_ref().map(millis),
             })
             .collect::<Vec<_>>()
+            // A flattened iterator's length is not known ahead: without
+            // this, five conditions hold room for eight.
+            .into_boxed_slice()
+            .into_vec()
     };
 }
 
@@ -288,6 +292,9 @@ pub fn pod(pod: &Pod) -> types::Pod {
         ));
     }
 
+    // Held for as long as the pod lives: no room for containers it does
+    // not have (a vector grown by one holds room for four).
+    containers.shrink_to_fit();
     types::Pod {
         namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
         name: meta.name.clone().unwrap_or_default(),
