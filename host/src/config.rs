@@ -24,8 +24,8 @@ use crate::http::tls::TlsFiles;
 use crate::lifecycle::hooks::HookSpec;
 use crate::observe::resources::ResourceRef;
 use crate::{
-    admission, delivery, events, executor, http, leader, lifecycle, observe, plugins, shadow,
-    tasks, verdicts,
+    admission, delivery, events, executor, http, leader, lifecycle, memory, observe, plugins,
+    shadow, tasks, verdicts,
 };
 
 /// Everything the host is built from.
@@ -48,6 +48,7 @@ pub struct Config {
     pub tasks: tasks::Settings,
     pub verdicts: verdicts::Settings,
     pub events: events::Settings,
+    pub memory: memory::Settings,
     pub admission: admission::Settings,
     pub failover: FailoverConfig,
     pub executor: executor::Settings,
@@ -100,6 +101,7 @@ impl Config {
             tasks: tasks::Settings::default(),
             verdicts: verdicts::Settings::default(),
             events: events::Settings::default(),
+            memory: memory::Settings::default(),
             admission: admission::Settings::default(),
             failover: FailoverConfig::default(),
             executor: executor::Settings::default(),
@@ -190,6 +192,8 @@ pub struct ServeArgs {
     pub tasks: tasks::Settings,
     #[command(flatten)]
     pub events: events::Settings,
+    #[command(flatten)]
+    pub memory: memory::Settings,
     #[command(flatten)]
     pub admission: admission::Settings,
     #[command(flatten)]
@@ -564,6 +568,7 @@ impl ServeArgs {
             tasks: self.tasks,
             verdicts: self.verdicts,
             events: self.events,
+            memory: self.memory,
             admission: self.admission,
             failover,
             executor: self.executor,

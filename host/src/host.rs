@@ -47,6 +47,7 @@ pub(crate) struct Host {
     heartbeat: std::time::Duration,
     tokens: Arc<http::access::Tokens>,
     hosts: Arc<http::access::Hosts>,
+    memory: Arc<crate::memory::Budget>,
     metrics: Arc<http::metrics::Metrics>,
     body_limit: usize,
     request_timeout: std::time::Duration,
@@ -420,6 +421,10 @@ impl Host {
             .as_ref()
             .map(|_| Arc::new(Observed::new(config.observe.group_by.clone())));
         let mut loops = Vec::new();
+        let memory = Arc::new(crate::memory::Budget::new(&config.memory));
+        loops.push(tokio::spawn(
+            Arc::clone(&memory).watch(std::time::Duration::from_secs(1)),
+        ));
         let tasks = tasks(config, client.as_ref(), &observed, &events, &mut loops).await?;
         let shadows = Shadows::start(config.shadow.clone(), Some(Arc::clone(&events)));
         let (live, following) = match (&client, observed) {
@@ -522,6 +527,7 @@ impl Host {
             leadership: Arc::clone(&leadership),
             shadows: Arc::clone(&shadows),
             delivery: delivery.clone(),
+            memory: Arc::clone(&memory),
         });
         Ok(Self {
             registry,
@@ -541,6 +547,7 @@ impl Host {
                 &config.write_tokens,
             )),
             hosts: Arc::new(http::access::Hosts::new(&config.http.allowed_hosts)),
+            memory,
             metrics,
             body_limit: config.http.body_limit,
             request_timeout: config.http.request_timeout,
@@ -571,6 +578,7 @@ impl Host {
             heartbeat: self.heartbeat,
             tokens: Arc::clone(&self.tokens),
             hosts: Arc::clone(&self.hosts),
+            memory: Arc::clone(&self.memory),
             metrics: Arc::clone(&self.metrics),
             body_limit: self.body_limit,
             request_timeout: self.request_timeout,

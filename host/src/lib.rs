@@ -10,6 +10,7 @@
 //! - [`time`]: the present, and times as milliseconds and RFC 3339 text;
 //! - [`wit`]: the WIT contract's bindings, and its enumerations' names;
 //! - [`settings`]: how a module declares its settings, once;
+//! - [`memory`]: the process's memory beside its limit;
 //!
 //! Storage, folders, events (each with its own error type):
 //! - [`native`]: the default status rules compiled natively, for comparison
@@ -65,6 +66,7 @@ pub mod host;
 pub mod http;
 pub mod leader;
 pub mod lifecycle;
+pub mod memory;
 pub mod native;
 pub mod observe;
 pub mod offline;

@@ -96,3 +96,53 @@ fn metrics_describe_the_running_host() {
     );
     assert_eq!(sample(&text, "verdict_event_stream_clients"), Some(0.0));
 }
+
+#[test]
+fn a_host_near_its_memory_limit_says_so_in_readyz_and_metrics() {
+    // A limit the host cannot fit in: it still serves, and says so.
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &["--host-memory-limit-mib", "8"]);
+    let near = wait_until(PATIENCE, || {
+        let (code, readyz) = server.get("/readyz");
+        code == 200 && readyz["memory"]["near_limit"] == true
+    });
+    assert!(near.is_some(), "{}", server.get("/readyz").1);
+    let (code, readyz) = server.get("/readyz");
+    assert_eq!(code, 200, "near its limit, the host still serves: {readyz}");
+    let memory = &readyz["memory"];
+    assert_eq!(memory["limit_mib"], 8, "{memory}");
+    assert!(memory["resident_mib"].as_u64() > Some(8), "{memory}");
+    let message = memory["message"].as_str().unwrap();
+    assert!(
+        message.contains("of the 8 MiB limit") && message.contains("resources.limits.memory"),
+        "{message}"
+    );
+    let text = reqwest::blocking::get(format!("{}/metrics", server.base))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert_eq!(
+        sample(&text, "verdict_memory_limit_bytes"),
+        Some(8.0 * 1024.0 * 1024.0)
+    );
+    assert!(sample(&text, "verdict_memory_resident_bytes").unwrap() > 8.0 * 1024.0 * 1024.0);
+
+    // With room to spare, nothing is said.
+    let data = tempfile::tempdir().unwrap();
+    let roomy = start_host(
+        &cluster,
+        data.path(),
+        &["--host-memory-limit-mib", "100000"],
+    );
+    let read = wait_until(PATIENCE, || {
+        roomy.get("/readyz").1["memory"]["resident_mib"].as_u64() > Some(0)
+    });
+    assert!(read.is_some(), "{}", roomy.get("/readyz").1);
+    let memory = roomy.get("/readyz").1["memory"].clone();
+    assert_eq!(
+        (memory["near_limit"].clone(), memory["message"].clone()),
+        (json!(false), json!(null)),
+        "{memory}"
+    );
+}

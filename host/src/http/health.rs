@@ -29,6 +29,8 @@ async fn healthz() -> Json<Value> {
 /// replica leads is said (`leader`), and holds nothing back: every replica
 /// serves. A configured kind the server does not serve holds
 /// nothing back: it is listed under `unserved` and watched once served.
+/// `memory` is the process's resident memory beside its limit, with what to
+/// do when it nears it.
 async fn readyz(State(state): State<AppState>) -> Response {
     let policy = state.registry.policy(crate::plugins::World::Status).is_ok();
     let watches = state.live.as_ref().map(|l| l.observed.health.kinds());
@@ -69,6 +71,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "apps": apps, "derive_error": derive_error,
         "unserved": unserved, "objects": objects,
         "stopping": stopping,
+        "memory": state.memory.last(),
         "replica": standing.replica,
         "leader": state.leadership.acting().is_some(),
         "leadership": standing,

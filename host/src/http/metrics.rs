@@ -100,6 +100,7 @@ pub(crate) struct Sources {
     pub leadership: Arc<crate::leader::Leadership>,
     pub shadows: Arc<crate::shadow::Shadows>,
     pub delivery: Option<Arc<crate::lifecycle::service::Service>>,
+    pub memory: Arc<crate::memory::Budget>,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -210,6 +211,25 @@ impl Collector for Sources {
             "1 while this replica leads and acts (always, without leader election)",
             &leader,
         )?;
+        let reading = self.memory.last();
+        let resident = Gauge::<i64>::default();
+        resident.set(i64::try_from(reading.resident_mib * 1024 * 1024).unwrap_or(i64::MAX));
+        family(
+            encoder,
+            "memory_resident_bytes",
+            "The process's resident memory, read every second",
+            &resident,
+        )?;
+        if let Some(limit) = reading.limit_mib {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(i64::try_from(limit * 1024 * 1024).unwrap_or(i64::MAX));
+            family(
+                encoder,
+                "memory_limit_bytes",
+                "The memory the process may use (its container's limit, or --host-memory-limit-mib)",
+                &gauge,
+            )?;
+        }
         let term = Gauge::<i64>::default();
         term.set(standing.term as i64);
         family(

@@ -144,6 +144,8 @@ pub(crate) struct AppState {
     /// The VM delivery's sets, instances and people's requests; `None`
     /// when the host follows no cluster.
     pub delivery: Option<Arc<crate::lifecycle::service::Service>>,
+    /// The process's memory beside its limit.
+    pub memory: Arc<crate::memory::Budget>,
 }
 
 impl AppState {
