@@ -64,6 +64,9 @@ pub struct Options {
     /// feature); off, such a watch is refused as invalid, as a server
     /// without the feature refuses it.
     pub streaming_lists: bool,
+    /// Hold the first events of every watch of this kind (by plural) back
+    /// for a while: a kind whose list comes late.
+    pub slow_list: Option<(&'static str, Duration)>,
 }
 
 /// The controller's tick in the demo and the `verdict-sim` program.
@@ -78,6 +81,7 @@ impl Default for Options {
             controller: None,
             kubevirt: false,
             streaming_lists: true,
+            slow_list: None,
         }
     }
 }
@@ -111,6 +115,7 @@ impl Simulator {
             server: addr.to_string(),
             bookmark_every: options.bookmark_every,
             streaming_lists: options.streaming_lists,
+            slow_list: options.slow_list,
         });
         let server = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {

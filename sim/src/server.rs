@@ -33,6 +33,8 @@ pub struct Shared {
     pub bookmark_every: Duration,
     /// Whether streaming lists are served ([`crate::Options`]).
     pub streaming_lists: bool,
+    /// A kind whose watches' first events are held back ([`crate::Options`]).
+    pub slow_list: Option<(&'static str, Duration)>,
     /// Streaming lists refused so far.
     pub refused: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -497,7 +499,14 @@ fn watch_stream(
     let bookmark_every = shared.bookmark_every;
     let mut cut = shared.cut.clone();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let hold = shared
+        .slow_list
+        .filter(|(plural, _)| *plural == resource.plural)
+        .map(|(_, hold)| hold);
     tokio::spawn(async move {
+        if let Some(hold) = hold {
+            tokio::time::sleep(hold).await;
+        }
         for bytes in first {
             if tx.send(bytes).await.is_err() {
                 return;

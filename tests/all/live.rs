@@ -244,6 +244,36 @@ fn a_server_that_refuses_streaming_lists_is_listed_page_by_page() {
 }
 
 #[test]
+fn no_app_is_judged_before_every_kind_is_listed() {
+    // The namespaces' list comes 3 s after the others'.
+    let cluster = Cluster::start_with(Options {
+        slow_list: Some(("namespaces", Duration::from_secs(3))),
+        ..Options::default()
+    });
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &[]);
+    let watches = || server.get("/readyz").1["watches"].clone();
+    let half = wait_until(PATIENCE, || {
+        let w = watches();
+        w["pods"]["synced"] == true && w["deployments"]["synced"] == true
+    });
+    assert!(half.is_some(), "{}", watches());
+    assert_eq!(watches()["namespaces"]["synced"], false, "{}", watches());
+    // Its pods seen but not its namespace, the app is not judged yet (it
+    // would be judged not to exist), so a task asked now is admitted.
+    let (code, missing) = server.get("/v1/apps/shop/web");
+    assert_eq!(code, 404, "{missing}");
+    let (code, task) = server.send(
+        "POST",
+        "/v1/tasks",
+        Some(&json!({"app": "shop/web", "action": "restart"}).to_string()),
+    );
+    assert_eq!(code, 201, "{task}");
+    let running = until(&server, "running", |v| v["stable"] == "running");
+    assert_eq!(running["groups"][0]["status"], "running-healthy");
+}
+
+#[test]
 fn verdicts_turn_stale_without_the_api_server_and_recover() {
     let mut cluster = Cluster::start();
     let data = tempfile::tempdir().unwrap();

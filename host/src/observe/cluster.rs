@@ -172,13 +172,24 @@ impl WatchHealth {
     /// Whether every watch (of the built-in kinds) has synced and works
     /// now.
     pub fn ready(&self) -> bool {
+        self.required_all(|h| h.synced && h.healthy)
+    }
+
+    /// Whether every watch of the built-in kinds has had its first full
+    /// list (a verdict derived before then could judge an app by half of
+    /// it: its pods, but not yet its namespace).
+    pub fn synced_all(&self) -> bool {
+        self.required_all(|h| h.synced)
+    }
+
+    fn required_all(&self, check: impl Fn(&KindHealth) -> bool) -> bool {
         let optional = self.optional();
         let kinds = self.lock();
         let mut required = kinds
             .iter()
             .filter(|(k, _)| !optional.contains(*k))
             .peekable();
-        required.peek().is_some() && required.all(|(_, h)| h.synced && h.healthy)
+        required.peek().is_some() && required.all(|(_, h)| check(h))
     }
 
     /// Up to when observations are known to be current: now while every
@@ -672,6 +683,19 @@ impl Drop for Following {
 
 /// Start a watcher per observed kind, and one per configured kind.
 pub fn follow(client: Client, observed: &Arc<Observed>, resources: &[ResourceRef]) -> Following {
+    // Every built-in kind is known from the start, so that none counts as
+    // synced before all of them are.
+    for kind in [
+        Namespace::KIND,
+        Node::KIND,
+        Lease::KIND,
+        Pod::KIND,
+        Deployment::KIND,
+        StatefulSet::KIND,
+        DaemonSet::KIND,
+    ] {
+        observed.health.start(kind);
+    }
     let mut tasks: Vec<JoinHandle<()>> = resources
         .iter()
         .map(|r| {

@@ -451,6 +451,10 @@ fn same_but_recheck(a: &types::AppVerdict, b: &types::AppVerdict) -> bool {
         && a.forced == b.forced
 }
 
+/// How long derivation waits for every watch's first list before it
+/// derives from what it has.
+const FIRST_LISTS: Duration = Duration::from_secs(30);
+
 /// Derive on every change (only what changed), and everything on a policy
 /// swap or when a recheck comes due, until aborted.
 pub(crate) async fn derive_forever(
@@ -462,15 +466,27 @@ pub(crate) async fn derive_forever(
 ) {
     let mut recheck: Option<SystemTime> = None;
     let mut full = true;
+    let started = Instant::now();
     loop {
         let wait = recheck
             .and_then(|at| at.duration_since(SystemTime::now()).ok())
             .unwrap_or(Duration::from_secs(3600));
         let due = tokio::time::sleep_until((Instant::now() + wait).into());
+        // Until every watch has had its first list (or for a while, when
+        // one cannot), nothing is derived: an app judged by half of the
+        // cluster would be judged wrongly (its pods seen, its namespace not
+        // yet: "not existed"), and admission would act on that.
+        let waiting = !observed.health.synced_all() && started.elapsed() < FIRST_LISTS;
+        let first_lists = tokio::time::sleep(Duration::from_millis(100));
         tokio::select! {
             () = observed.changed.notified() => {}
             () = registry.swapped().notified() => full = true,
             () = due, if recheck.is_some() => full = true,
+            () = first_lists, if waiting => {}
+        }
+        if !observed.health.synced_all() && started.elapsed() < FIRST_LISTS {
+            full = true;
+            continue;
         }
         let (o, r, v, b, e) = (
             Arc::clone(&observed),
