@@ -23,12 +23,14 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use verdict_testcluster::{Binaries, Cluster, Options};
@@ -184,10 +186,27 @@ async fn fill(client: &Client, shape: Shape) {
         apps.len(),
         started.elapsed().as_secs_f64()
     );
-    let pods = apps.iter().enumerate().flat_map(|(a, (ns, app))| {
-        (0..shape.per_app).map(move |p| {
-            let node = format!("n{}", (a * shape.per_app + p) % shape.nodes + 1);
-            (ns.clone(), pod(ns, app, p, &node))
+    make_pods(client, shape, &namespaces).await;
+    println!(
+        "  {} pods made in {:.0} s",
+        shape.pods,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Make the pods of the apps in `namespaces`, each bound to its node by
+/// name, `in_flight` requests at a time.
+async fn make_pods(client: &Client, shape: Shape, namespaces: &[String]) {
+    let (started, in_flight) = (Instant::now(), 48);
+    let pods = namespaces.iter().flat_map(|ns| {
+        let n: usize = ns.trim_start_matches("ns-").parse().unwrap();
+        (0..shape.apps_per_namespace()).flat_map(move |a| {
+            // Numbered across the namespaces, so that the nodes share them.
+            let app_number = n * shape.apps_per_namespace() + a;
+            (0..shape.per_app).map(move |p| {
+                let node = format!("n{}", (app_number * shape.per_app + p) % shape.nodes + 1);
+                (ns.clone(), pod(ns, &format!("app-{a:03}"), p, &node))
+            })
         })
     });
     let made = std::sync::atomic::AtomicUsize::new(0);
@@ -197,7 +216,7 @@ async fn fill(client: &Client, shape: Shape) {
             async move {
                 let api: Api<Pod> = Api::namespaced(client, &ns);
                 create(&api, pod).await;
-                let n = made.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let n = made.fetch_add(1, Ordering::Relaxed) + 1;
                 if n % 10_000 == 0 {
                     println!("  {n} pods made ({:.0} s)", started.elapsed().as_secs_f64());
                 }
@@ -206,11 +225,6 @@ async fn fill(client: &Client, shape: Shape) {
         .buffer_unordered(in_flight)
         .collect::<Vec<()>>()
         .await;
-    println!(
-        "  {} pods made in {:.0} s",
-        shape.pods,
-        started.elapsed().as_secs_f64()
-    );
 }
 
 /// Wait until KWOK has played every pod Running.
@@ -263,22 +277,76 @@ fn server_list(cluster: &Cluster, dir: &Path) -> (Duration, u64) {
     (took, size)
 }
 
-/// CPU time a process has used (user and system).
-fn cpu(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|t| t.parse::<u64>().ok())
-            .unwrap_or(0)
+/// Now, as a kubelet writes times.
+fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// A pod's status as its kubelet reports it: running and ready after
+/// `restarts` restarts (the last a moment ago), or waiting to be restarted
+/// in a crash loop.
+fn pod_status(app: &str, restarts: u64, crash_looping: bool) -> Value {
+    let at = now();
+    let ready = if crash_looping { "False" } else { "True" };
+    let state = if crash_looping {
+        json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}})
+    } else {
+        json!({"running": {"startedAt": at}})
     };
-    // utime and stime are the 14th and 15th fields; the two before `)` are
-    // not in `fields`. Linux counts 100 ticks a second.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    json!({"status": {
+        "conditions": [
+            {"type": "Initialized", "status": "True", "lastTransitionTime": at},
+            {"type": "Ready", "status": ready, "lastTransitionTime": at},
+            {"type": "ContainersReady", "status": ready, "lastTransitionTime": at},
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": at}],
+        "containerStatuses": [{"name": "main", "image": format!("registry.example/{app}:1"),
+            "imageID": "", "ready": !crash_looping, "started": !crash_looping,
+            "restartCount": restarts, "state": state,
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": at}}}],
+    }})
+}
+
+/// The namespace and name of the app numbered `number` across the cluster.
+fn app_numbered(shape: Shape, number: usize) -> (String, String) {
+    let per_namespace = shape.apps_per_namespace();
+    (
+        format!("ns-{:03}", number / per_namespace % shape.namespaces),
+        format!("app-{:03}", number % per_namespace),
+    )
+}
+
+/// Write `rate` pod changes a second (a container's restart, each on the
+/// next pod but the first of each app) until `stop`; how many were written.
+async fn churn(client: Client, shape: Shape, rate: u32, stop: Arc<AtomicBool>) -> u64 {
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / rate);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let writes = Arc::new(tokio::sync::Semaphore::new(64));
+    let mut written = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        tick.tick().await;
+        let i = written as usize;
+        let (ns, app) = app_numbered(shape, i);
+        let index = 1 + (i / shape.apps()) % (shape.per_app - 1);
+        let name = format!("{app}-{HASH}-{index:02}");
+        let permit = Arc::clone(&writes).acquire_owned().await.unwrap();
+        let client = client.clone();
+        tokio::spawn(async move {
+            let api: Api<Pod> = Api::namespaced(client, &ns);
+            let status = pod_status(&app, written, false);
+            let _ = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                .await;
+            drop(permit);
+        });
+        written += 1;
+    }
+    written
+}
+
+/// The `q` quantile of some durations, in milliseconds.
+fn quantile(sorted: &[Duration], q: f64) -> f64 {
+    let at = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(at).map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
 
 /// One reading of the host while it works.
@@ -396,7 +464,7 @@ fn main() {
     let sample = |readyz: &Value| Sample {
         at: started.elapsed(),
         rss: support::memory(pid).0,
-        cpu: cpu(pid),
+        cpu: support::cpu_time(pid),
         pod_events: readyz["watches"]["pods"]["events"].as_u64().unwrap_or(0),
     };
     let last = format!(
@@ -421,14 +489,15 @@ fn main() {
         std::thread::sleep(Duration::from_millis(500));
     };
     let (rss, peak) = support::memory(pid);
-    let cpu_to_derive = cpu(pid);
+    let cpu_to_derive = support::cpu_time(pid);
 
     // Idle: settled for 30 s, then CPU over 60 s while the Leases renew.
     std::thread::sleep(Duration::from_secs(30));
     let (settled, _) = support::memory(pid);
-    let idle_from = (Instant::now(), cpu(pid));
+    let idle_from = (Instant::now(), support::cpu_time(pid));
     std::thread::sleep(Duration::from_secs(60));
-    let idle = (cpu(pid) - idle_from.1).as_secs_f64() / idle_from.0.elapsed().as_secs_f64();
+    let idle =
+        (support::cpu_time(pid) - idle_from.1).as_secs_f64() / idle_from.0.elapsed().as_secs_f64();
 
     // One answer: every app, and one app.
     let timed = |path: &str| {
@@ -443,6 +512,140 @@ fn main() {
     };
     let (all_apps, all_bytes) = timed("/v1/apps");
     let (one_app, _) = timed(&last);
+
+    let client = runtime.block_on(client(&kubeconfig));
+
+    // A steady churn of 200 pod changes a second; meanwhile probes, one at
+    // a time, each put a pod of another app into a crash loop and time the
+    // change from its write to its new verdict over HTTP.
+    let (rate, probes) = (200, if quick { 20 } else { 100 });
+    let stop = Arc::new(AtomicBool::new(false));
+    let churning = {
+        let (churn_client, churn_stop) = (client.clone(), Arc::clone(&stop));
+        let runtime = &runtime;
+        std::thread::scope(|scope| {
+            let churn =
+                scope.spawn(move || runtime.block_on(churn(churn_client, shape, rate, churn_stop)));
+            let from = (Instant::now(), support::cpu_time(pid));
+            let mut seen = Vec::new();
+            let mut writes = Vec::new();
+            for k in 0..probes {
+                // Apps far apart, none probed twice.
+                let (ns, app) = app_numbered(shape, k * 7919 % shape.apps());
+                let name = format!("{app}-{HASH}-00");
+                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+                let sent = Instant::now();
+                runtime
+                    .block_on(api.patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(pod_status(&app, 1, true)),
+                    ))
+                    .unwrap();
+                writes.push(sent.elapsed());
+                let path = format!("/v1/apps/{ns}/{app}");
+                loop {
+                    let verdict = get(&path);
+                    let crash = verdict["groups"].as_array().is_some_and(|g| {
+                        g.iter().any(|p| {
+                            p["name"] == name.as_str() && p["reason"] == "CrashLoopBackOff"
+                        })
+                    });
+                    if crash {
+                        break;
+                    }
+                    assert!(
+                        sent.elapsed() < Duration::from_secs(60),
+                        "change never seen: {verdict}"
+                    );
+                }
+                seen.push(sent.elapsed());
+            }
+            let cpu =
+                (support::cpu_time(pid) - from.1).as_secs_f64() / from.0.elapsed().as_secs_f64();
+            let seconds = from.0.elapsed().as_secs_f64();
+            stop.store(true, Ordering::Relaxed);
+            let written = churn.join().unwrap();
+            // The probed pods run again, for the next run of a kept cluster.
+            for k in 0..probes {
+                let (ns, app) = app_numbered(shape, k * 7919 % shape.apps());
+                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+                runtime
+                    .block_on(api.patch_status(
+                        &format!("{app}-{HASH}-00"),
+                        &PatchParams::default(),
+                        &Patch::Merge(pod_status(&app, 1, false)),
+                    ))
+                    .unwrap();
+            }
+            seen.sort();
+            writes.sort();
+            (seen, writes, cpu, written as f64 / seconds)
+        })
+    };
+
+    // A burst of deletions: the pods of enough namespaces to make 20 000
+    // (at most half the cluster's), deleted at once, while another app is
+    // read over HTTP without a pause.
+    let per_namespace = shape.pods / shape.namespaces;
+    let doomed: Vec<String> = (0..20_000usize
+        .div_ceil(per_namespace)
+        .clamp(1, shape.namespaces / 2))
+        .map(|n| format!("ns-{n:03}"))
+        .collect();
+    let deleted = doomed.len() * per_namespace;
+    let survivor = format!("/v1/apps/ns-{:03}/app-000", shape.namespaces - 1);
+    let burst = std::thread::scope(|scope| {
+        let reading = Arc::new(AtomicBool::new(true));
+        let reader = {
+            let reading = Arc::clone(&reading);
+            let (http, base, survivor) = (&http, &base, &survivor);
+            scope.spawn(move || {
+                let mut times = Vec::new();
+                while reading.load(Ordering::Relaxed) {
+                    let at = Instant::now();
+                    let ok = http
+                        .get(format!("{base}{survivor}"))
+                        .send()
+                        .is_ok_and(|r| r.status().is_success());
+                    assert!(ok, "{survivor} not answered during the burst");
+                    times.push(at.elapsed());
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                times
+            })
+        };
+        let started = Instant::now();
+        runtime.block_on(futures_util::future::join_all(doomed.iter().map(|ns| {
+            let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+            async move {
+                api.delete_collection(
+                    &DeleteParams::default().grace_period(0),
+                    &ListParams::default(),
+                )
+                .await
+                .unwrap();
+            }
+        })));
+        let requested = started.elapsed();
+        let last_app = format!("app-{:03}", shape.apps_per_namespace() - 1);
+        let gone = support::wait_until(Duration::from_secs(900), || {
+            doomed.iter().all(|ns| {
+                get(&format!("/v1/apps/{ns}/{last_app}"))["groups"]
+                    .as_array()
+                    .is_some_and(Vec::is_empty)
+            })
+        });
+        let absorbed = started.elapsed();
+        reading.store(false, Ordering::Relaxed);
+        let mut times = reader.join().unwrap();
+        assert!(gone.is_some(), "the deleted pods still judged after 15 min");
+        times.sort();
+        (requested, absorbed, times)
+    });
+    // The deleted pods made again, for the next run of a kept cluster.
+    runtime.block_on(make_pods(&client, shape, &doomed));
+    runtime.block_on(all_running(&client, shape.pods));
 
     // A relist after the API server restarts: the last verdicts stay
     // (marked stale), memory is watched until every watch is back.
@@ -506,6 +709,27 @@ fn main() {
         all_bytes as f64 / 1e6,
         secs(one_app) * 1e3
     );
+    let (seen, writes, churn_cpu, churn_rate) = &churning;
+    println!(
+        "| pod change → new verdict on HTTP under {churn_rate:.0} changes/s, p50 / p99 of {} | {:.1} / {:.1} ms (the API server's write in it: {:.1} / {:.1} ms); the host's CPU {:.0} % of a core |",
+        seen.len(),
+        quantile(seen, 0.5),
+        quantile(seen, 0.99),
+        quantile(writes, 0.5),
+        quantile(writes, 0.99),
+        churn_cpu * 100.0
+    );
+    let (requested, absorbed, reads) = &burst;
+    println!(
+        "| {deleted} pods deleted at once ({} namespaces) | requested in {:.1} s, every verdict without them {:.1} s after the first request; one app read {} times meanwhile: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms |",
+        doomed.len(),
+        secs(*requested),
+        secs(*absorbed),
+        reads.len(),
+        quantile(reads, 0.5),
+        quantile(reads, 0.99),
+        quantile(reads, 1.0)
+    );
     match relisted {
         Some(took) => println!(
             "| relist after an API server restart | every watch back in {:.1} s; peak {relist_peak:.0} MiB ({:.2}× settled), {after_relist:.0} MiB after; the last verdicts served throughout: {served} |",
@@ -549,6 +773,11 @@ fn main() {
         "cpu_s": secs(cpu_to_derive), "idle_cpu": idle,
         "all_apps_s": secs(all_apps), "one_app_ms": secs(one_app) * 1e3,
         "relist_s": relisted.map(secs), "relist_peak_mib": relist_peak,
+        "churn_rate": churning.3, "churn_p50_ms": quantile(&churning.0, 0.5),
+        "churn_p99_ms": quantile(&churning.0, 0.99), "churn_write_p99_ms": quantile(&churning.1, 0.99),
+        "churn_cpu": churning.2,
+        "burst_deleted": deleted, "burst_absorbed_s": secs(burst.1),
+        "burst_read_p99_ms": quantile(&burst.2, 0.99), "burst_read_max_ms": quantile(&burst.2, 1.0),
     });
     std::fs::write(
         dir.join("result.json"),
