@@ -15,25 +15,6 @@ use std::time::{Duration, Instant};
 #[path = "../../tests/all/support.rs"]
 mod support;
 
-/// CPU time a process has used (user and system), from `/proc`.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command's closing parenthesis; utime and stime
-    // are the 14th and 15th of the line, in clock ticks (100 a second).
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let minutes: u64 = args
@@ -55,7 +36,7 @@ fn main() {
     loop {
         let at = started.elapsed();
         let (rss, _) = support::memory(pid);
-        samples.push((at, rss, cpu_time(pid)));
+        samples.push((at, rss, support::cpu_time(pid)));
         if let Ok(Some(status)) = child.0.try_wait() {
             panic!("the host exited during the soak: {status}");
         }

@@ -885,3 +885,33 @@ fn override_expiries_and_names_are_bounded() {
     assert_eq!(code, 422, "{error}");
     assert_eq!(server.get("/v1/failover").0, 200);
 }
+
+#[test]
+fn a_reason_that_only_counts_the_seconds_is_no_new_record() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = host(&cluster, data.path(), &[]);
+    // n3 carries nothing: it goes offline and stays so, its actions (dry
+    // run) settled within a second or two.
+    lose(&cluster, "n3");
+    let mut reason =
+        decision_until(&server, "n3", "offline", |d| d["health"] == "offline")["reason"].clone();
+    // The reason counts the seconds the node has been out of contact.
+    let mut next_count = || {
+        let seen = reason.clone();
+        reason =
+            decision_until(&server, "n3", "a new count", |d| d["reason"] != seen)["reason"].clone();
+    };
+    next_count();
+    next_count();
+    let settled = history(&server, "n3");
+    next_count();
+    next_count();
+    let later = history(&server, "n3");
+    assert_eq!(
+        later.len(),
+        settled.len(),
+        "new records while only the count of seconds changed: {later:#?}"
+    );
+    assert_eq!(later[0]["health"], "offline");
+}

@@ -86,22 +86,16 @@ impl Failover {
 }
 
 /// The pods and VM instances on the `watched` nodes (none watched: none
-/// looked at).
+/// looked at), in the order of their names.
 pub(crate) fn placed(
     snapshot: &Snapshot,
     watched: &[&str],
 ) -> (Vec<wit::Placement>, Vec<wit::InstancePlacement>) {
-    let pods = if watched.is_empty() {
-        None
-    } else {
-        Some(snapshot.pods.values())
-    };
-    let placements = pods
-        .into_iter()
-        .flatten()
-        .filter(|p| p.deleting_since.is_none())
-        .filter_map(|p| {
-            let node = p.node.as_deref().filter(|n| watched.contains(n))?;
+    let mut placements: Vec<wit::Placement> = watched
+        .iter()
+        .flat_map(|node| snapshot.pods_on_node(node).map(move |p| (*node, p)))
+        .filter(|(_, p)| p.deleting_since.is_none())
+        .map(|(node, p)| {
             let workload = p.owner.as_ref().and_then(|o| {
                 Some(wit::WorkloadRef {
                     kind: crate::observe::workload_kind_named(&o.kind)?,
@@ -114,16 +108,17 @@ pub(crate) fn placed(
                     .workload(w.kind, &w.namespace, &w.name)
                     .map(|w| w.desired_replicas)
             });
-            Some(wit::Placement {
+            wit::Placement {
                 namespace: p.namespace.clone(),
                 pod: p.name.clone(),
                 node: node.to_string(),
                 stateful: p.owner.as_ref().is_some_and(|o| o.kind == "StatefulSet"),
                 workload,
                 workload_replicas,
-            })
+            }
         })
         .collect();
+    placements.sort_by(|a, b| (&a.namespace, &a.pod).cmp(&(&b.namespace, &b.pod)));
     let instances = if watched.is_empty() {
         Vec::new()
     } else {

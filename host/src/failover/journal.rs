@@ -47,6 +47,24 @@ pub struct Memory {
     pub started: Vec<Timestamp>,
 }
 
+impl Memory {
+    /// Whether `other` holds the same, but perhaps for the wording of the
+    /// previous decisions' reasons: nothing worth writing again.
+    pub(crate) fn same_but_reasons(&self, other: &Self) -> bool {
+        self.overrides == other.overrides
+            && self.approvals == other.approvals
+            && self.ledger == other.ledger
+            && self.flaps == other.flaps
+            && self.started == other.started
+            && self.previous.len() == other.previous.len()
+            && self
+                .previous
+                .iter()
+                .zip(&other.previous)
+                .all(|((a, x), (b, y))| a == b && x.decides_as(y))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Journal {
     path: PathBuf,
@@ -177,7 +195,7 @@ impl super::Failover {
     /// Save what changed, or say why not: the records not saved stay
     /// pending.
     pub(super) async fn commit(&self, inner: &mut super::Inner) -> Result<(), StorageError> {
-        if inner.pending.is_empty() && inner.memory == inner.saved {
+        if inner.pending.is_empty() && inner.memory.same_but_reasons(&inner.saved) {
             return Ok(());
         }
         let journal = self.journal.clone();

@@ -269,6 +269,15 @@ pub struct Decided {
 }
 
 impl Decided {
+    /// Whether `other` is the same decision but for the reason's wording.
+    pub(crate) fn decides_as(&self, other: &Self) -> bool {
+        self.node == other.node
+            && self.health == other.health
+            && self.since == other.since
+            && self.rule == other.rule
+            && self.actions == other.actions
+    }
+
     pub(crate) fn from_wit(d: &wit::NodeDecision) -> Self {
         Self {
             node: d.node.clone(),
@@ -477,6 +486,21 @@ pub struct NodeReport {
     /// an eviction does once the pods are gone).
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub taken: BTreeMap<String, Attempt>,
+}
+
+impl NodeReport {
+    /// Whether `other` is the same decision: all of it but the reason's
+    /// wording, which may count the seconds a node has been down (a new
+    /// count is no new decision to record).
+    pub(crate) fn decides_as(&self, other: &Self) -> bool {
+        self.node == other.node
+            && self.health == other.health
+            && self.since == other.since
+            && self.rule == other.rule
+            && self.overridden == other.overridden
+            && self.actions == other.actions
+            && self.taken == other.taken
+    }
 }
 
 /// One audit record.

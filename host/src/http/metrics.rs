@@ -24,7 +24,6 @@ use crate::failover::Failover;
 use crate::plugins::Registry;
 use crate::tasks::Tasks;
 use crate::verdicts::live::Live;
-use crate::wit::WitName;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
@@ -154,6 +153,13 @@ impl Metrics {
                 "Answered requests by route, method and code",
                 self.http.clone(),
             );
+            if let Some(failover) = &sources.failover {
+                registry.register(
+                    "failover_evaluation_seconds",
+                    "Time of one judgement of every node: the policy's input, its call, the brakes and the saved state",
+                    failover.evaluation_seconds(),
+                );
+            }
             registry.register_collector(Box::new(sources));
             registry
         });
@@ -188,16 +194,14 @@ impl Collector for Sources {
         let apps: Family<StatusLabels, Gauge> = Family::default();
         let pods: Family<StatusLabels, Gauge> = Family::default();
         if let Some(live) = &self.live {
-            for v in live.verdicts.all() {
-                apps.get_or_create(&StatusLabels {
-                    status: v.verdict.stable.wit_name().into(),
-                })
-                .inc();
-                for group in &v.verdict.groups {
-                    pods.get_or_create(&StatusLabels {
-                        status: group.status.wit_name().into(),
-                    })
-                    .inc();
+            let (by_app, by_pod) = live.verdicts.status_counts();
+            for (counts, family) in [(by_app, &apps), (by_pod, &pods)] {
+                for (status, n) in counts {
+                    family
+                        .get_or_create(&StatusLabels {
+                            status: status.into(),
+                        })
+                        .set(n);
                 }
             }
         }

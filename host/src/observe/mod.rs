@@ -507,6 +507,17 @@ impl Snapshot {
         self.on_nodes.apps(node).cloned().collect()
     }
 
+    /// The pods on a node, found through the apps on it rather than among
+    /// every pod.
+    pub(crate) fn pods_on_node<'s>(&'s self, node: &'s str) -> impl Iterator<Item = &'s StoredPod> {
+        self.on_nodes
+            .apps(node)
+            .filter_map(|app| self.index.get(app))
+            .flat_map(|members| members.pods.iter())
+            .filter_map(|key| self.pods.get(key))
+            .filter(move |pod| pod.node.as_deref() == Some(node))
+    }
+
     /// The inputs of some apps, by the snapshot's own grouping, without
     /// tasks. An app with nothing in it is there too.
     pub(crate) fn inputs_for<'k>(
@@ -1167,7 +1178,19 @@ mod tests {
         snapshot.put_pod(moved);
         assert_eq!(snapshot.apps_on_node("n1"), [key("web")].into());
         assert_eq!(snapshot.apps_on_node("n2"), [key("api"), key("web")].into());
+        // The pods on a node: those of its apps that are on it.
+        let on = |snapshot: &Snapshot, node: &str| -> Vec<String> {
+            let mut names: Vec<String> = snapshot
+                .pods_on_node(node)
+                .map(|p| p.name.clone())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(on(&snapshot, "n1"), ["p2"]);
+        assert_eq!(on(&snapshot, "n2"), ["p1", "p3"]);
         snapshot.remove_pod("shop", "p2");
+        assert!(on(&snapshot, "n1").is_empty());
         assert!(snapshot.apps_on_node("n1").is_empty());
         // A pod not yet scheduled is on no node.
         let mut pending = pod("p4", "db");

@@ -167,8 +167,12 @@ pub(crate) fn node_decisions(
     decisions: &[failover::NodeDecision],
     input: &failover::FailoverInput,
 ) -> Result<(), CallError> {
+    // Looked up, not searched: a large cluster's 5 000 nodes are judged
+    // every second.
+    let nodes: std::collections::HashSet<&str> =
+        input.nodes.iter().map(|n| n.name.as_str()).collect();
     for decision in decisions {
-        if !input.nodes.iter().any(|n| n.name == decision.node) {
+        if !nodes.contains(decision.node.as_str()) {
             return Err(malformed(format!(
                 "a decision on node {}, which is not in the input",
                 decision.node

@@ -18,6 +18,10 @@ use crate::plugins::{CallError, Registry, World};
 use crate::shadow::Shadows;
 use crate::tasks::Tasks;
 use crate::time::millis;
+use crate::wit::WitName;
+
+/// How many there are of each status, by its WIT name.
+pub(crate) type StatusCounts = Vec<(&'static str, i64)>;
 use crate::wit::types;
 
 /// The live side of the host: the observed cluster and its verdicts.
@@ -102,6 +106,38 @@ impl Verdicts {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// How many apps are in each stable status, and how many pods in each
+    /// status, counted in place (a scrape of a large cluster's metrics
+    /// copies no verdict and looks nothing up by name).
+    pub(crate) fn status_counts(&self) -> (StatusCounts, StatusCounts) {
+        // Counted by the statuses' places in their WIT enums.
+        fn count(counts: &mut StatusCounts, place: usize, name: &'static str) {
+            if counts.len() <= place {
+                counts.resize(place + 1, ("", 0));
+            }
+            counts[place] = (name, counts[place].1 + 1);
+        }
+        let (mut apps, mut pods) = (Vec::new(), Vec::new());
+        for v in self
+            .apps
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+        {
+            count(
+                &mut apps,
+                v.verdict.stable as usize,
+                v.verdict.stable.wit_name(),
+            );
+            for group in &v.verdict.groups {
+                count(&mut pods, group.status as usize, group.status.wit_name());
+            }
+        }
+        let seen =
+            |counts: Vec<(&'static str, i64)>| counts.into_iter().filter(|(_, n)| *n > 0).collect();
+        (seen(apps), seen(pods))
     }
 
     /// The earliest time a verdict asked to be evaluated again.
