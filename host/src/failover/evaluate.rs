@@ -3,6 +3,8 @@
 //! awaiting approval, held, in flight, done, failed) and the audit records
 //! of every change.
 
+use std::collections::HashMap;
+
 use super::act::Refused;
 use super::{
     Action, ActionReport, Arc, Attempt, BTreeMap, Candidate, Counts, Decided, Failover,
@@ -10,7 +12,6 @@ use super::{
     Record, State, Value, brakes, json, model, rfc3339, types, wit,
 };
 use crate::events::Kind;
-use std::collections::HashMap;
 
 impl Failover {
     pub(super) fn record(inner: &mut Inner, mut record: Record) {

@@ -51,14 +51,22 @@ impl Memory {
     /// Whether `other` holds the same, but perhaps for the wording of the
     /// previous decisions' reasons: nothing worth writing again.
     pub(crate) fn same_but_reasons(&self, other: &Self) -> bool {
-        self.overrides == other.overrides
-            && self.approvals == other.approvals
-            && self.ledger == other.ledger
-            && self.flaps == other.flaps
-            && self.started == other.started
-            && self.previous.len() == other.previous.len()
-            && self
-                .previous
+        // Every field named, so that a new one is not left out.
+        let Self {
+            previous,
+            overrides,
+            approvals,
+            ledger,
+            flaps,
+            started,
+        } = self;
+        *overrides == other.overrides
+            && *approvals == other.approvals
+            && *ledger == other.ledger
+            && *flaps == other.flaps
+            && *started == other.started
+            && previous.len() == other.previous.len()
+            && previous
                 .iter()
                 .zip(&other.previous)
                 .all(|((a, x), (b, y))| a == b && x.decides_as(y))

@@ -271,11 +271,19 @@ pub struct Decided {
 impl Decided {
     /// Whether `other` is the same decision but for the reason's wording.
     pub(crate) fn decides_as(&self, other: &Self) -> bool {
-        self.node == other.node
-            && self.health == other.health
-            && self.since == other.since
-            && self.rule == other.rule
-            && self.actions == other.actions
+        let Self {
+            node,
+            health,
+            since,
+            reason: _,
+            rule,
+            actions,
+        } = self;
+        *node == other.node
+            && *health == other.health
+            && *since == other.since
+            && *rule == other.rule
+            && *actions == other.actions
     }
 
     pub(crate) fn from_wit(d: &wit::NodeDecision) -> Self {
@@ -493,13 +501,24 @@ impl NodeReport {
     /// wording, which may count the seconds a node has been down (a new
     /// count is no new decision to record).
     pub(crate) fn decides_as(&self, other: &Self) -> bool {
-        self.node == other.node
-            && self.health == other.health
-            && self.since == other.since
-            && self.rule == other.rule
-            && self.overridden == other.overridden
-            && self.actions == other.actions
-            && self.taken == other.taken
+        // Every field named, so that a new one is not left out.
+        let Self {
+            node,
+            health,
+            since,
+            reason: _,
+            rule,
+            overridden,
+            actions,
+            taken,
+        } = self;
+        *node == other.node
+            && *health == other.health
+            && *since == other.since
+            && *rule == other.rule
+            && *overridden == other.overridden
+            && *actions == other.actions
+            && *taken == other.taken
     }
 }
 

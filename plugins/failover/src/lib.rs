@@ -115,34 +115,16 @@ struct ByNode<'a> {
 
 impl<'a> ByNode<'a> {
     fn of(input: &'a FailoverInput) -> Self {
-        let mut by_node = Self {
+        Self {
             previous: input
                 .previous
                 .iter()
                 .map(|d| (d.node.as_str(), d))
                 .collect(),
-            pods: HashMap::new(),
-            instances: HashMap::new(),
-            overrides: HashMap::new(),
-        };
-        for p in &input.placements {
-            by_node.pods.entry(p.node.as_str()).or_default().push(p);
+            pods: grouped(&input.placements, |p| &p.node),
+            instances: grouped(&input.instances, |i| &i.node),
+            overrides: grouped(&input.overrides, |o| &o.node),
         }
-        for i in &input.instances {
-            by_node
-                .instances
-                .entry(i.node.as_str())
-                .or_default()
-                .push(i);
-        }
-        for o in &input.overrides {
-            by_node
-                .overrides
-                .entry(o.node.as_str())
-                .or_default()
-                .push(o);
-        }
-        by_node
     }
 
     /// The override in force on `node`: the latest of those not run out.
@@ -154,6 +136,18 @@ impl<'a> ByNode<'a> {
             .max_by_key(|o| o.at)
             .copied()
     }
+}
+
+/// `items` grouped by the node each names.
+fn grouped<'a, T>(
+    items: &'a [T],
+    node: impl Fn(&'a T) -> &'a String,
+) -> HashMap<&'a str, Vec<&'a T>> {
+    let mut by_node: HashMap<&str, Vec<&T>> = HashMap::new();
+    for item in items {
+        by_node.entry(node(item).as_str()).or_default().push(item);
+    }
+    by_node
 }
 
 fn decide_node(
