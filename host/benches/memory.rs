@@ -11,11 +11,13 @@
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
+use verdict::observe::record::PodRecord;
 use verdict::observe::{Snapshot, reduce};
 use verdict::wit::types;
 
@@ -138,16 +140,24 @@ fn main() {
     let pods = apps.len() * per_app;
     let per_pod = |bytes: usize| bytes as f64 / pods as f64;
 
-    // The pods reduced, one at a time, as the watch takes them in.
+    // The pods reduced, one at a time, as the watch takes them in: first
+    // to the WIT record, then to the compact one the snapshot holds.
     let before = held();
-    let mut records = Vec::with_capacity(pods);
+    let mut reduced = Vec::with_capacity(pods);
     for (a, (ns, app)) in apps.iter().enumerate() {
         for p in 0..per_app {
             let node = format!("n{}", (a * per_app + p) % nodes + 1);
-            records.push(reduce::pod(&pod(ns, app, p, &node)));
+            reduced.push(reduce::pod(&pod(ns, app, p, &node)));
         }
     }
+    let reduced_bytes = held() - before;
+    let before = held();
+    let records: Vec<Arc<PodRecord>> = reduced
+        .iter()
+        .map(|p| Arc::new(PodRecord::new(p.clone())))
+        .collect();
     let records_bytes = held() - before;
+    drop(reduced);
 
     // The same records in the snapshot, keyed and indexed by app and node.
     let before = held();
@@ -158,7 +168,7 @@ fn main() {
     let workloads_bytes = held() - before;
     let before_pods = held();
     for record in records {
-        snapshot.put_pod(record);
+        snapshot.put_record(record);
     }
     // What the records' own Vec held is freed as they move: the snapshot's
     // growth is what it adds to them.
@@ -185,8 +195,13 @@ fn main() {
     println!("| held | bytes a pod |");
     println!("|---|---|");
     println!(
-        "| a reduced pod record alone (`types::Pod`: {} bytes inline) | {:.0} |",
+        "| a pod as the WIT record (`types::Pod`: {} bytes inline), what a typed call copies | {:.0} |",
         size_of::<types::Pod>(),
+        per_pod(reduced_bytes)
+    );
+    println!(
+        "| a pod record as held (`PodRecord`: {} bytes inline, in an `Arc`; what pods share counted once) | {:.0} |",
+        size_of::<PodRecord>(),
         per_pod(records_bytes)
     );
     println!(

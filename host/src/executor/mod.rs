@@ -530,14 +530,12 @@ impl Executor {
             .pods
             .values()
             .filter(|p| {
-                p.namespace == m.workload.namespace
-                    && p.node.as_deref() == Some(m.node.as_str())
-                    && p.deleting_since.is_none()
-                    && p.owner
-                        .as_ref()
-                        .is_some_and(|o| o.kind == m.workload.kind && o.name == m.workload.name)
+                p.namespace() == m.workload.namespace
+                    && p.node() == Some(m.node.as_str())
+                    && p.deleting_since().is_none()
+                    && p.owner() == Some((&m.workload.kind, &m.workload.name))
             })
-            .map(|p| p.name.clone())
+            .map(|p| p.name().to_string())
             .collect()
     }
 

@@ -94,13 +94,13 @@ pub(crate) fn placed(
     let mut placements: Vec<wit::Placement> = watched
         .iter()
         .flat_map(|node| snapshot.pods_on_node(node).map(move |p| (*node, p)))
-        .filter(|(_, p)| p.deleting_since.is_none())
+        .filter(|(_, p)| p.deleting_since().is_none())
         .map(|(node, p)| {
-            let workload = p.owner.as_ref().and_then(|o| {
+            let workload = p.owner().and_then(|(kind, name)| {
                 Some(wit::WorkloadRef {
-                    kind: crate::observe::workload_kind_named(&o.kind)?,
-                    namespace: p.namespace.clone(),
-                    name: o.name.clone(),
+                    kind: crate::observe::workload_kind_named(kind)?,
+                    namespace: p.namespace().to_string(),
+                    name: name.to_string(),
                 })
             });
             let workload_replicas = workload.as_ref().and_then(|w| {
@@ -109,10 +109,10 @@ pub(crate) fn placed(
                     .map(|w| w.desired_replicas)
             });
             wit::Placement {
-                namespace: p.namespace.clone(),
-                pod: p.name.clone(),
+                namespace: p.namespace().to_string(),
+                pod: p.name().to_string(),
                 node: node.to_string(),
-                stateful: p.owner.as_ref().is_some_and(|o| o.kind == "StatefulSet"),
+                stateful: p.owner().is_some_and(|(kind, _)| kind == "StatefulSet"),
                 workload,
                 workload_replicas,
             }

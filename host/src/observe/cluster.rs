@@ -336,8 +336,8 @@ impl Observe for Pod {
         let gone: Vec<(String, String)> = snapshot
             .pods
             .keys()
-            .filter(|k| !listed.contains(*k))
-            .cloned()
+            .map(|(namespace, name)| (namespace.to_string(), name.to_string()))
+            .filter(|k| !listed.contains(k))
             .collect();
         for (ns, name) in gone {
             snapshot.remove_pod(&ns, &name);

@@ -117,7 +117,7 @@ pub(crate) async fn poll_forever(client: kube::Client, observed: Arc<Observed>, 
             let changed: Vec<_> = keys
                 .into_iter()
                 .filter(|k| !same(usage.get(k), snapshot.usage.get(k)))
-                .filter_map(|k| snapshot.app_of_pod_key(&k))
+                .filter_map(|(namespace, name)| snapshot.app_of_pod_key((&namespace, &name)))
                 .collect();
             snapshot.usage = usage;
             changed

@@ -6,14 +6,17 @@ pub mod cluster;
 pub mod metrics;
 pub mod objects;
 pub mod probe;
+pub mod record;
 pub mod reduce;
 pub mod resources;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::wit::{status, types};
+use record::PodRecord;
 use resources::kubevirt;
 
 /// What observation is told: how apps are grouped, and how often their
@@ -109,14 +112,16 @@ pub struct Around {
 
 /// An application's key: namespace and name.
 pub(crate) type AppKey = (String, String);
-type PodKey = (String, String);
 type WorkloadKey = (&'static str, String, String);
 
 /// What belongs to one application.
 #[derive(Debug, Clone, Default)]
 struct Members {
     workloads: BTreeSet<WorkloadKey>,
-    pods: BTreeSet<PodKey>,
+    /// Its pods by name (an app's pods are in its namespace): their
+    /// records, shared with the snapshot's map of pods, so that an app's
+    /// pods are found without looking each one up there.
+    pods: BTreeMap<Arc<str>, Arc<PodRecord>>,
     objects: BTreeSet<resources::ObjectKey>,
 }
 
@@ -139,7 +144,7 @@ pub struct Snapshot {
     /// Workloads by kind, namespace and name.
     pub workloads: BTreeMap<WorkloadKey, types::Workload>,
     /// Pods by namespace and name.
-    pub pods: BTreeMap<PodKey, StoredPod>,
+    pub pods: Pods,
     /// Nodes by name.
     pub nodes: BTreeMap<String, types::Node>,
     /// When each node's kubelet last renewed its Lease (`kube-node-lease`):
@@ -158,7 +163,7 @@ pub struct Snapshot {
     /// computed from it; a pod or an object may follow its owner chain
     /// through stored objects (a `virt-launcher` pod to its VMI, a VMI to
     /// its VM, a VM to its pool), so theirs is kept beside the index.
-    index: BTreeMap<AppKey, Members>,
+    index: BTreeMap<Arc<AppKey>, Members>,
     /// The app each indexed object is in (a pod's is stored with it).
     object_apps: BTreeMap<resources::ObjectKey, AppKey>,
     /// Stored objects by namespace, kind and name: how owners are found.
@@ -167,32 +172,100 @@ pub struct Snapshot {
     on_nodes: OnNodes,
 }
 
-/// A pod as the snapshot holds it: its record (boxed, so that the map's
-/// nodes hold a pointer, not the record and the room beside it) and the
-/// app it is in.
+/// A pod as the snapshot holds it: its record (behind a pointer, so that
+/// the map's nodes do not hold the record and the room beside it; shared
+/// with its app's entry in the index) and the app it is in.
 #[derive(Debug, Clone)]
 pub struct StoredPod {
-    pod: Box<types::Pod>,
-    app: AppKey,
+    pod: Arc<PodRecord>,
+    /// Shared with the app index's key.
+    app: Arc<AppKey>,
 }
 
 impl std::ops::Deref for StoredPod {
-    type Target = types::Pod;
+    type Target = PodRecord;
 
-    fn deref(&self) -> &types::Pod {
+    fn deref(&self) -> &PodRecord {
         &self.pod
+    }
+}
+
+/// Pods by namespace, then name: found by a namespace and a name without
+/// a key made to look them up, each name held once (the record's, shared
+/// with the map and the app index), in the order of namespace and name.
+#[derive(Debug, Clone, Default)]
+pub struct Pods {
+    namespaces: BTreeMap<Arc<str>, BTreeMap<Arc<str>, StoredPod>>,
+    len: usize,
+}
+
+impl Pods {
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&StoredPod> {
+        self.namespaces.get(namespace)?.get(name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every pod, by namespace and name.
+    pub fn values(&self) -> impl Iterator<Item = &StoredPod> {
+        self.namespaces.values().flat_map(BTreeMap::values)
+    }
+
+    /// Every pod's namespace and name.
+    pub fn keys(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values().map(|p| (p.namespace(), p.name()))
+    }
+
+    /// The pods of a namespace.
+    pub fn in_namespace(&self, namespace: &str) -> impl Iterator<Item = &StoredPod> {
+        self.namespaces
+            .get(namespace)
+            .into_iter()
+            .flat_map(BTreeMap::values)
+    }
+
+    fn insert(&mut self, pod: StoredPod) {
+        let (namespace, name) = pod.key();
+        if self
+            .namespaces
+            .entry(namespace)
+            .or_default()
+            .insert(name, pod)
+            .is_none()
+        {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<StoredPod> {
+        let pods = self.namespaces.get_mut(namespace)?;
+        let removed = pods.remove(name)?;
+        if pods.is_empty() {
+            self.namespaces.remove(namespace);
+        }
+        self.len -= 1;
+        Some(removed)
     }
 }
 
 /// The apps with pods or objects on each node, with how many: what a
 /// node's change touches, found without going through every pod.
 #[derive(Debug, Clone, Default)]
-struct OnNodes(BTreeMap<String, BTreeMap<AppKey, u32>>);
+struct OnNodes(BTreeMap<String, BTreeMap<Arc<AppKey>, u32>>);
 
 impl OnNodes {
-    fn add(&mut self, node: Option<&str>, app: &AppKey) {
+    fn add(&mut self, node: Option<&str>, app: &Arc<AppKey>) {
         if let Some(node) = node {
-            let apps = self.0.entry(node.to_string()).or_default();
+            let apps = match self.0.get_mut(node) {
+                Some(apps) => apps,
+                None => self.0.entry(node.to_string()).or_default(),
+            };
             *apps.entry(app.clone()).or_default() += 1;
         }
     }
@@ -213,7 +286,11 @@ impl OnNodes {
     }
 
     fn apps(&self, node: &str) -> impl Iterator<Item = &AppKey> {
-        self.0.get(node).into_iter().flat_map(BTreeMap::keys)
+        self.0
+            .get(node)
+            .into_iter()
+            .flat_map(BTreeMap::keys)
+            .map(|app| &**app)
     }
 }
 
@@ -278,14 +355,30 @@ impl Snapshot {
         }
     }
 
-    /// Forget a stored pod and take it out of the index; the app it was in.
-    fn unindex_pod(&mut self, key: &PodKey) -> Option<AppKey> {
-        let StoredPod { pod, app } = self.pods.remove(key)?;
-        self.on_nodes.remove(pod.node.as_deref(), &app);
+    /// The app index's entry of `app`, made when there is none; its key,
+    /// shared, and the entry.
+    fn index_entry(&mut self, app: &AppKey) -> (Arc<AppKey>, &mut Members) {
+        let key = match self.index.get_key_value(app) {
+            Some((key, _)) => key.clone(),
+            None => {
+                let key = Arc::new(app.clone());
+                self.index.insert(key.clone(), Members::default());
+                key
+            }
+        };
+        let members = self.index.get_mut(app).expect("just made");
+        (key, members)
+    }
+
+    /// Forget a stored pod and take it out of the index; the app it was in
+    /// and its record.
+    fn unindex_pod(&mut self, namespace: &str, name: &str) -> Option<(AppKey, Arc<PodRecord>)> {
+        let StoredPod { pod, app } = self.pods.remove(namespace, name)?;
+        self.on_nodes.remove(pod.node(), &app);
         self.unindex(&app, |m| {
-            m.pods.remove(key);
+            m.pods.remove(name);
         });
-        Some(app)
+        Some(((*app).clone(), pod))
     }
 
     /// Take a stored workload out of the index (it stays stored).
@@ -299,23 +392,21 @@ impl Snapshot {
 
     /// Add or replace a pod; returns the apps it left and joined.
     pub fn put_pod(&mut self, pod: types::Pod) -> Vec<AppKey> {
-        let key = (pod.namespace.clone(), pod.name.clone());
-        let mut touched: Vec<AppKey> = self.unindex_pod(&key).into_iter().collect();
+        self.put_record(Arc::new(PodRecord::new(pod)))
+    }
+
+    /// Add or replace a pod's record; returns the apps it left and joined.
+    pub fn put_record(&mut self, pod: Arc<PodRecord>) -> Vec<AppKey> {
+        let mut touched: Vec<AppKey> = self
+            .unindex_pod(pod.namespace(), pod.name())
+            .map(|(app, _)| app)
+            .into_iter()
+            .collect();
         let app = self.app_of_pod(&pod);
-        self.index
-            .entry(app.clone())
-            .or_default()
-            .pods
-            .insert(key.clone());
-        self.on_nodes.add(pod.node.as_deref(), &app);
-        let pod = Box::new(pod);
-        self.pods.insert(
-            key,
-            StoredPod {
-                pod,
-                app: app.clone(),
-            },
-        );
+        let (shared, members) = self.index_entry(&app);
+        members.pods.insert(pod.key().1, pod.clone());
+        self.on_nodes.add(pod.node(), &shared);
+        self.pods.insert(StoredPod { pod, app: shared });
         if !touched.contains(&app) {
             touched.push(app);
         }
@@ -324,15 +415,17 @@ impl Snapshot {
 
     /// Remove a pod; returns the app it belonged to.
     pub(crate) fn remove_pod(&mut self, namespace: &str, name: &str) -> Vec<AppKey> {
-        let key = (namespace.to_string(), name.to_string());
-        self.unindex_pod(&key).into_iter().collect()
+        self.unindex_pod(namespace, name)
+            .map(|(app, _)| app)
+            .into_iter()
+            .collect()
     }
 
     /// Forget every pod (before a full re-list).
     pub fn clear_pods(&mut self) {
-        let keys: Vec<PodKey> = self.pods.keys().cloned().collect();
-        for key in keys {
-            self.remove_pod(&key.0, &key.1);
+        let keys: Vec<(Arc<str>, Arc<str>)> = self.pods.values().map(|p| p.key()).collect();
+        for (namespace, name) in keys {
+            self.remove_pod(&namespace, &name);
         }
     }
 
@@ -341,11 +434,7 @@ impl Snapshot {
         let key = (workload_kind(w.kind), w.namespace.clone(), w.name.clone());
         let mut touched: Vec<AppKey> = self.unindex_workload(&key).into_iter().collect();
         let app = key_of(Self::app_of_workload(&self.grouping, &w));
-        self.index
-            .entry(app.clone())
-            .or_default()
-            .workloads
-            .insert(key.clone());
+        self.index_entry(&app).1.workloads.insert(key.clone());
         self.workloads.insert(key, w);
         touched.push(app);
         touched
@@ -444,7 +533,7 @@ impl Snapshot {
 
     /// Every app with a workload, a pod or an object.
     pub(crate) fn app_keys(&self) -> impl Iterator<Item = &AppKey> {
-        self.index.keys()
+        self.index.keys().map(|key| &**key)
     }
 
     /// Whether an app has a workload, a pod or an object.
@@ -453,8 +542,10 @@ impl Snapshot {
     }
 
     /// The app a pod (namespace, name) belongs to.
-    pub(crate) fn app_of_pod_key(&self, key: &(String, String)) -> Option<AppKey> {
-        self.pods.get(key).map(|stored| stored.app.clone())
+    pub(crate) fn app_of_pod_key(&self, (namespace, name): (&str, &str)) -> Option<AppKey> {
+        self.pods
+            .get(namespace, name)
+            .map(|stored| (*stored.app).clone())
     }
 
     /// The app a workload (`Deployment`, `StatefulSet` or `DaemonSet`, its
@@ -488,17 +579,17 @@ impl Snapshot {
     /// Whether any workload or pod lives in a namespace.
     fn namespace_has_apps(&self, namespace: &str) -> bool {
         self.index
-            .range((namespace.to_string(), String::new())..)
+            .range::<AppKey, _>((namespace.to_string(), String::new())..)
             .next()
-            .is_some_and(|((ns, _), _)| ns == namespace)
+            .is_some_and(|(key, _)| key.0 == namespace)
     }
 
     /// The indexed apps of a namespace.
     pub(crate) fn apps_in_namespace(&self, namespace: &str) -> Vec<AppKey> {
         self.index
-            .range((namespace.to_string(), String::new())..)
-            .take_while(|((ns, _), _)| ns == namespace)
-            .map(|(key, _)| key.clone())
+            .range::<AppKey, _>((namespace.to_string(), String::new())..)
+            .take_while(|(key, _)| key.0 == namespace)
+            .map(|(key, _)| (**key).clone())
             .collect()
     }
 
@@ -509,13 +600,13 @@ impl Snapshot {
 
     /// The pods on a node, found through the apps on it rather than among
     /// every pod.
-    pub(crate) fn pods_on_node<'s>(&'s self, node: &'s str) -> impl Iterator<Item = &'s StoredPod> {
+    pub(crate) fn pods_on_node<'s>(&'s self, node: &'s str) -> impl Iterator<Item = &'s PodRecord> {
         self.on_nodes
             .apps(node)
             .filter_map(|app| self.index.get(app))
-            .flat_map(|members| members.pods.iter())
-            .filter_map(|key| self.pods.get(key))
-            .filter(move |pod| pod.node.as_deref() == Some(node))
+            .flat_map(|members| members.pods.values())
+            .map(|pod| &**pod)
+            .filter(move |pod| pod.node() == Some(node))
     }
 
     /// The inputs of some apps, by the snapshot's own grouping, without
@@ -535,7 +626,7 @@ impl Snapshot {
 
     /// An app's workloads and pods as stored, and whether its namespace
     /// exists.
-    fn members_of(&self, key: &AppKey) -> (Vec<&types::Workload>, Vec<&types::Pod>, bool) {
+    fn members_of(&self, key: &AppKey) -> (Vec<&types::Workload>, Vec<&PodRecord>, bool) {
         let members = self.index.get(key);
         let workloads = members
             .into_iter()
@@ -544,8 +635,8 @@ impl Snapshot {
             .collect();
         let pods = members
             .into_iter()
-            .flat_map(|m| m.pods.iter())
-            .filter_map(|k| self.pods.get(k).map(|p| &**p))
+            .flat_map(|m| m.pods.values())
+            .map(|p| &**p)
             .collect();
         let exists = self.namespaces.contains_key(&key.0) || self.namespace_has_apps(&key.0);
         (workloads, pods, exists)
@@ -554,10 +645,10 @@ impl Snapshot {
     /// The nodes an app's pods and objects are on.
     fn nodes_of<'a>(
         &'a self,
-        pods: impl Iterator<Item = &'a types::Pod>,
+        pods: impl Iterator<Item = &'a PodRecord>,
         app: &AppKey,
     ) -> Vec<&'a types::Node> {
-        let mut on: BTreeSet<&str> = pods.filter_map(|p| p.node.as_deref()).collect();
+        let mut on: BTreeSet<&str> = pods.filter_map(PodRecord::node).collect();
         on.extend(
             self.objects_of(app)
                 .iter()
@@ -576,7 +667,6 @@ impl Snapshot {
         observed_at: types::Timestamp,
         around: impl Fn(&AppKey) -> Around,
     ) -> Result<Vec<u8>, postcard::Error> {
-        use std::borrow::Cow;
         // `status::AppInput` and `types::App`, field for field, borrowing.
         #[derive(Serialize)]
         struct Input<'a> {
@@ -592,7 +682,7 @@ impl Snapshot {
             namespace_labels: &'a [types::KeyValue],
             expected_replicas: Option<u32>,
             workloads: Vec<&'a types::Workload>,
-            pods: Vec<Cow<'a, types::Pod>>,
+            pods: Vec<record::Wire<'a>>,
             objects: Vec<types::Object>,
             probe: Option<&'a types::HealthProbe>,
             observed_at: types::Timestamp,
@@ -602,8 +692,10 @@ impl Snapshot {
             .map(|key| {
                 let (workloads, stored, namespace_exists) = self.members_of(key);
                 let nodes = self.nodes_of(stored.iter().copied(), key);
-                let pods: Vec<Cow<'_, types::Pod>> =
-                    stored.into_iter().map(|p| self.with_usage(p)).collect();
+                let pods = stored
+                    .into_iter()
+                    .map(|p| p.wire(self.usage_of(p)))
+                    .collect();
                 let Around { tasks, overrides } = around(key);
                 Input {
                     nodes,
@@ -633,20 +725,17 @@ impl Snapshot {
         &self,
         key: &AppKey,
         workloads: &[&types::Workload],
-        pods: &[&types::Pod],
+        pods: &[&PodRecord],
         around: Around,
         namespace_exists: bool,
         now: types::Timestamp,
     ) -> status::AppInput {
-        let pods: Vec<types::Pod> = pods
-            .iter()
-            .map(|p| self.with_usage(p).into_owned())
-            .collect();
         let nodes = self
-            .nodes_of(pods.iter(), key)
+            .nodes_of(pods.iter().copied(), key)
             .into_iter()
             .cloned()
             .collect();
+        let pods: Vec<types::Pod> = pods.iter().map(|p| p.to_wit(self.usage_of(p))).collect();
         let Around {
             mut tasks,
             overrides,
@@ -673,25 +762,14 @@ impl Snapshot {
         }
     }
 
-    /// A pod with its measured usage, when metrics were seen (a copy);
-    /// else the stored pod itself.
-    fn with_usage<'a>(&self, p: &'a types::Pod) -> std::borrow::Cow<'a, types::Pod> {
+    /// A pod's measured usage by container, when metrics were seen.
+    fn usage_of(&self, p: &PodRecord) -> Option<&BTreeMap<String, types::Resources>> {
         // Without metrics (the usual case) no key is built to look up.
-        let usage = (!self.usage.is_empty())
-            .then(|| self.usage.get(&(p.namespace.clone(), p.name.clone())))
-            .flatten();
-        let Some(usage) = usage else {
-            return std::borrow::Cow::Borrowed(p);
-        };
-        let mut pod = p.clone();
-        for c in &mut pod.containers {
-            c.usage = usage.get(&c.name).copied();
+        if self.usage.is_empty() {
+            return None;
         }
-        pod.usage = Some(types::Resources {
-            cpu_millis: usage.values().map(|u| u.cpu_millis).sum(),
-            memory_bytes: usage.values().map(|u| u.memory_bytes).sum(),
-        });
-        std::borrow::Cow::Owned(pod)
+        self.usage
+            .get(&(p.namespace().to_string(), p.name().to_string()))
     }
 }
 
@@ -735,10 +813,10 @@ impl Snapshot {
     /// label; else, when its owner is a stored object, that object's app
     /// (up the owner chain: a VMI's VM, a VM's pool), else its owner's name,
     /// else its own; or its namespace.
-    fn app_by_rule(
+    fn app_by_rule<'l>(
         &self,
         (namespace, name): (&str, &str),
-        labels: &[types::KeyValue],
+        label: impl FnOnce(&str) -> Option<&'l str>,
         owner: Option<(&str, &str)>,
         depth: usize,
     ) -> AppKey {
@@ -747,7 +825,7 @@ impl Snapshot {
             return app(namespace);
         }
         if let Grouping::Label(key) = &self.grouping
-            && let Some(value) = label(labels, key)
+            && let Some(value) = label(key)
         {
             return app(value);
         }
@@ -779,13 +857,17 @@ impl Snapshot {
             Some(vmi) => Some((kubevirt::VMI, vmi.as_str())),
             None => o.owner.as_ref().map(|(k, n)| (k.as_str(), n.as_str())),
         };
-        self.app_by_rule((&o.namespace, &o.name), &o.labels, owner, depth)
+        self.app_by_rule(
+            (&o.namespace, &o.name),
+            |key| label(&o.labels, key),
+            owner,
+            depth,
+        )
     }
 
     /// The app a pod belongs to (a `virt-launcher` pod's is its VMI's).
-    fn app_of_pod(&self, p: &types::Pod) -> AppKey {
-        let owner = p.owner.as_ref().map(|o| (o.kind.as_str(), o.name.as_str()));
-        self.app_by_rule((&p.namespace, &p.name), &p.labels, owner, 0)
+    fn app_of_pod(&self, p: &PodRecord) -> AppKey {
+        self.app_by_rule((p.namespace(), p.name()), |key| p.label(key), p.owner(), 0)
     }
 
     /// An app's objects as policies see them, for both input paths.
@@ -818,13 +900,10 @@ impl Snapshot {
             object.kind.clone(),
             object.name.clone(),
         );
-        self.index
-            .entry(app.clone())
-            .or_default()
-            .objects
-            .insert(key.clone());
+        let (shared, members) = self.index_entry(&app);
+        members.objects.insert(key.clone());
         self.object_apps.insert(key.clone(), app.clone());
-        self.on_nodes.add(object.node.as_deref(), &app);
+        self.on_nodes.add(object.node.as_deref(), &shared);
         self.object_names
             .insert((namespace.clone(), kind.clone(), name.clone()), key.clone());
         self.objects.insert(key, object);
@@ -853,19 +932,21 @@ impl Snapshot {
             .filter(|o| owns(o.owner.as_ref().map(|(k, n)| (k.as_str(), n.as_str()))))
             .cloned()
             .collect();
-        let pods: Vec<types::Pod> = self
+        let pods: Vec<Arc<str>> = self
             .pods
-            .range((namespace.to_string(), String::new())..)
-            .take_while(|((ns, _), _)| ns == namespace)
-            .filter(|(_, p)| owns(p.owner.as_ref().map(|o| (o.kind.as_str(), o.name.as_str()))))
-            .map(|(_, p)| (**p).clone())
+            .in_namespace(namespace)
+            .filter(|p| owns(p.owner()))
+            .map(|p| p.key().1)
             .collect();
         let mut touched = Vec::new();
         for object in objects {
             touched.extend(self.put_object(object));
         }
-        for pod in pods {
-            touched.extend(self.put_pod(pod));
+        for name in pods {
+            if let Some((app, pod)) = self.unindex_pod(namespace, &name) {
+                touched.push(app);
+                touched.extend(self.put_record(pod));
+            }
         }
         touched
     }
@@ -918,7 +999,7 @@ impl Snapshot {
         let mut groups: BTreeMap<AppKey, Vec<types::Task>> = self
             .index
             .keys()
-            .map(|key| (key.clone(), Vec::new()))
+            .map(|key| ((**key).clone(), Vec::new()))
             .collect();
         for id in known {
             groups.entry(key_of(id.clone())).or_default();
@@ -1112,7 +1193,7 @@ mod tests {
         );
         assert_eq!(input.app.pods[0].name, "virt-launcher-db-0-x");
         assert_eq!(
-            snapshot.app_of_pod_key(&("shop".into(), "virt-launcher-db-0-x".into())),
+            snapshot.app_of_pod_key(("shop", "virt-launcher-db-0-x")),
             Some(key("shopdb"))
         );
         // The same objects in another order land in the same app.
@@ -1182,7 +1263,7 @@ mod tests {
         let on = |snapshot: &Snapshot, node: &str| -> Vec<String> {
             let mut names: Vec<String> = snapshot
                 .pods_on_node(node)
-                .map(|p| p.name.clone())
+                .map(|p| p.name().to_string())
                 .collect();
             names.sort();
             names

@@ -421,8 +421,8 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(objects.snapshot.pods.len(), 1);
-        let pod = &objects.snapshot.pods[&("shop".to_string(), "web-1".to_string())];
-        assert_eq!(pod.containers[0].image, "web:1");
+        let pod = objects.snapshot.pods.get("shop", "web-1").unwrap();
+        assert_eq!(pod.to_wit(None).containers[0].image, "web:1");
         assert_eq!(objects.snapshot.namespaces["shop"][0].key, "team");
         assert_eq!(objects.skipped["Service"], 1);
     }
