@@ -494,6 +494,10 @@ fn main() {
     // Idle: settled for 30 s, then CPU over 60 s while the Leases renew.
     std::thread::sleep(Duration::from_secs(30));
     let (settled, _) = support::memory(pid);
+    // What of it the heap holds (jemalloc's count of what it handed out).
+    let allocated = get("/readyz")["memory"]["allocated_mib"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
     let idle_from = (Instant::now(), support::cpu_time(pid));
     std::thread::sleep(Duration::from_secs(60));
     let idle =
@@ -698,6 +702,10 @@ fn main() {
         "| resident memory at every verdict / 30 s later / peak | {rss:.0} MiB / {settled:.0} MiB / {peak:.0} MiB ({:.1} KiB a pod) |",
         settled * 1024.0 / shape.pods as f64
     );
+    println!(
+        "| of which the heap (what the allocator handed out), 30 s after | {allocated:.0} MiB ({:.1} KiB a pod) |",
+        allocated * 1024.0 / shape.pods as f64
+    );
     println!("| CPU to get there | {:.0} s |", secs(cpu_to_derive));
     println!(
         "| idle CPU afterwards (60 s, the nodes' Leases renewing) | {:.1} % of a core |",
@@ -769,7 +777,7 @@ fn main() {
         "shape": shape,
         "server_list_s": secs(listed_in),
         "derived_s": secs(derived),
-        "rss_mib": rss, "settled_mib": settled, "peak_mib": peak,
+        "rss_mib": rss, "settled_mib": settled, "peak_mib": peak, "allocated_mib": allocated,
         "cpu_s": secs(cpu_to_derive), "idle_cpu": idle,
         "all_apps_s": secs(all_apps), "one_app_ms": secs(one_app) * 1e3,
         "relist_s": relisted.map(secs), "relist_peak_mib": relist_peak,

@@ -49,6 +49,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "jemalloc")]
+    verdict::memory::allocator_is_jemalloc();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // `serve` reads its configuration file first: the file's values are
     // the defaults beneath the flags and the environment.

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -40,6 +41,10 @@ pub struct Reading {
     pub peak_mib: u64,
     /// The limit, in MiB, when there is one.
     pub limit_mib: Option<u64>,
+    /// What the allocator has handed out and not had back, in MiB, when
+    /// it says (jemalloc): the rest of `resident_mib` is pages it keeps
+    /// for later, its own books, and what is not the heap (code, stacks).
+    pub allocated_mib: Option<u64>,
     /// Past 90 % of the limit.
     pub near_limit: bool,
     /// What to do about it, when near.
@@ -58,6 +63,34 @@ pub fn resident() -> Option<(u64, u64)> {
             .map(|kib| kib * 1024)
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Whether the process's allocator is jemalloc, whose statistics are then
+/// read too.
+static JEMALLOC: AtomicBool = AtomicBool::new(false);
+
+/// Say that the process's allocator is jemalloc (the binary's, which the
+/// library does not choose).
+pub fn allocator_is_jemalloc() {
+    JEMALLOC.store(true, Ordering::Relaxed);
+}
+
+/// The bytes the allocator has handed out and not had back, when it is
+/// jemalloc.
+pub fn allocated() -> Option<u64> {
+    if !JEMALLOC.load(Ordering::Relaxed) {
+        return None;
+    }
+    #[cfg(feature = "jemalloc")]
+    {
+        // Its statistics are cached until the epoch moves.
+        tikv_jemalloc_ctl::epoch::advance().ok()?;
+        tikv_jemalloc_ctl::stats::allocated::read()
+            .ok()
+            .map(|b| b as u64)
+    }
+    #[cfg(not(feature = "jemalloc"))]
+    None
 }
 
 /// The memory limit of the cgroup at `root` (`/sys/fs/cgroup`): cgroup v2's
@@ -129,6 +162,7 @@ impl Budget {
             resident_mib: resident / MIB,
             peak_mib: peak / MIB,
             limit_mib: self.limit.map(|l| l / MIB),
+            allocated_mib: allocated().map(|b| b / MIB),
             near_limit: near,
             message,
         };

@@ -224,6 +224,16 @@ impl Collector for Sources {
             "The process's resident memory, read every second",
             &resident,
         )?;
+        if let Some(allocated) = reading.allocated_mib {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(i64::try_from(allocated * 1024 * 1024).unwrap_or(i64::MAX));
+            family(
+                encoder,
+                "memory_allocated_bytes",
+                "What the allocator has handed out and not had back (jemalloc's stats.allocated), read every second",
+                &gauge,
+            )?;
+        }
         if let Some(limit) = reading.limit_mib {
             let gauge = Gauge::<i64>::default();
             gauge.set(i64::try_from(limit * 1024 * 1024).unwrap_or(i64::MAX));
