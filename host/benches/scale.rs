@@ -490,6 +490,11 @@ fn main() {
     };
     let (rss, peak) = support::memory(pid);
     let cpu_to_derive = support::cpu_time(pid);
+    println!(
+        "  every verdict after {:.1} s: {rss:.0} MiB resident (peak {peak:.0}), {:.0} s of CPU",
+        derived.as_secs_f64(),
+        cpu_to_derive.as_secs_f64()
+    );
 
     // Idle: settled for 30 s, then CPU over 60 s while the Leases renew.
     std::thread::sleep(Duration::from_secs(30));
@@ -502,6 +507,10 @@ fn main() {
     std::thread::sleep(Duration::from_secs(60));
     let idle =
         (support::cpu_time(pid) - idle_from.1).as_secs_f64() / idle_from.0.elapsed().as_secs_f64();
+    println!(
+        "  settled at {settled:.0} MiB (the heap {allocated:.0} MiB); idle CPU {:.1} % of a core",
+        idle * 100.0
+    );
 
     // One answer: every app, and one app.
     let timed = |path: &str| {
@@ -587,6 +596,12 @@ fn main() {
             (seen, writes, cpu, written as f64 / seconds)
         })
     };
+    println!(
+        "  under {:.0} changes/s a change's new verdict p50 / p99: {:.1} / {:.1} ms",
+        churning.3,
+        quantile(&churning.0, 0.5),
+        quantile(&churning.0, 0.99)
+    );
 
     // A burst of deletions: the pods of enough namespaces to make 20 000
     // (at most half the cluster's), deleted at once, while another app is
@@ -601,6 +616,15 @@ fn main() {
     let survivor = format!("/v1/apps/ns-{:03}/app-000", shape.namespaces - 1);
     let burst = std::thread::scope(|scope| {
         let reading = Arc::new(AtomicBool::new(true));
+        // The reader stops however the burst ends (a panic included), so
+        // that the scope does.
+        struct Stop(Arc<AtomicBool>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Relaxed);
+            }
+        }
+        let stop = Stop(Arc::clone(&reading));
         let reader = {
             let reading = Arc::clone(&reading);
             let (http, base, survivor) = (&http, &base, &survivor);
@@ -623,12 +647,24 @@ fn main() {
         runtime.block_on(futures_util::future::join_all(doomed.iter().map(|ns| {
             let api: Api<Pod> = Api::namespaced(client.clone(), ns);
             async move {
-                api.delete_collection(
-                    &DeleteParams::default().grace_period(0),
-                    &ListParams::default(),
-                )
-                .await
-                .unwrap();
+                // A collection this large can outlast the server's request
+                // timeout under load: what it deleted stays deleted, and
+                // asking again deletes the rest.
+                for attempt in 1.. {
+                    match api
+                        .delete_collection(
+                            &DeleteParams::default().grace_period(0),
+                            &ListParams::default(),
+                        )
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(e) if attempt < 10 => {
+                            eprintln!("  deleting the pods of {ns} again after: {e}");
+                        }
+                        Err(e) => panic!("the pods of {ns} not deleted: {e}"),
+                    }
+                }
             }
         })));
         let requested = started.elapsed();
@@ -641,7 +677,7 @@ fn main() {
             })
         });
         let absorbed = started.elapsed();
-        reading.store(false, Ordering::Relaxed);
+        drop(stop);
         let mut times = reader.join().unwrap();
         assert!(gone.is_some(), "the deleted pods still judged after 15 min");
         times.sort();
