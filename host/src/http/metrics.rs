@@ -216,32 +216,31 @@ impl Collector for Sources {
             &leader,
         )?;
         let reading = self.memory.last();
-        let resident = Gauge::<i64>::default();
-        resident.set(i64::try_from(reading.resident_mib * 1024 * 1024).unwrap_or(i64::MAX));
+        let mib = |mib: u64| {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(i64::try_from(mib * 1024 * 1024).unwrap_or(i64::MAX));
+            gauge
+        };
         family(
             encoder,
             "memory_resident_bytes",
             "The process's resident memory, read every second",
-            &resident,
+            &mib(reading.resident_mib),
         )?;
         if let Some(allocated) = reading.allocated_mib {
-            let gauge = Gauge::<i64>::default();
-            gauge.set(i64::try_from(allocated * 1024 * 1024).unwrap_or(i64::MAX));
             family(
                 encoder,
                 "memory_allocated_bytes",
                 "What the allocator has handed out and not had back (jemalloc's stats.allocated), read every second",
-                &gauge,
+                &mib(allocated),
             )?;
         }
         if let Some(limit) = reading.limit_mib {
-            let gauge = Gauge::<i64>::default();
-            gauge.set(i64::try_from(limit * 1024 * 1024).unwrap_or(i64::MAX));
             family(
                 encoder,
                 "memory_limit_bytes",
                 "The memory the process may use (its container's limit, or --host-memory-limit-mib)",
-                &gauge,
+                &mib(limit),
             )?;
         }
         let term = Gauge::<i64>::default();

@@ -103,7 +103,7 @@ type Label = (Arc<str>, Arc<str>);
 
 /// A condition's type, status, reason and message: what the same
 /// condition of many pods shares.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct ConditionShape {
     kind: Arc<str>,
     status: types::ConditionStatus,
@@ -128,7 +128,7 @@ struct Condition {
 
 /// What a container's spec says, shared by the same container of every
 /// pod of a workload.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct ContainerSpec {
     name: Arc<str>,
     image: Arc<str>,
@@ -174,7 +174,7 @@ struct Container {
 }
 
 /// A pod's controlling owner, shared by the pods of a workload.
-#[derive(Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Owner {
     kind: Arc<str>,
     name: Arc<str>,
@@ -224,9 +224,7 @@ impl PodRecord {
                     message: pools.optional(c.message.as_deref()),
                 };
                 Condition {
-                    shape: pools
-                        .conditions
-                        .share(&shape, |_| Arc::new(shape_copy(&shape))),
+                    shape: pools.conditions.share(&shape, |s| Arc::new(s.clone())),
                     last_transition: Time::of(c.last_transition),
                 }
             })
@@ -243,9 +241,7 @@ impl PodRecord {
                     requests: c.requests,
                 };
                 Container {
-                    spec: pools
-                        .containers
-                        .share(&spec, |_| Arc::new(spec_copy(&spec))),
+                    spec: pools.containers.share(&spec, |s| Arc::new(s.clone())),
                     state: match c.state {
                         types::ContainerState::Waiting(w) => State::Waiting {
                             reason: pools.optional(w.reason.as_deref()),
@@ -267,12 +263,7 @@ impl PodRecord {
                 kind: pools.string(&o.kind),
                 name: pools.string(&o.name),
             };
-            pools.owners.share(&owner, |_| {
-                Arc::new(Owner {
-                    kind: owner.kind.clone(),
-                    name: owner.name.clone(),
-                })
-            })
+            pools.owners.share(&owner, |o| Arc::new(o.clone()))
         });
         Self {
             namespace: pools.string(&pod.namespace),
@@ -414,25 +405,6 @@ fn pod_usage(usage: &BTreeMap<String, types::Resources>) -> types::Resources {
     types::Resources {
         cpu_millis: usage.values().map(|u| u.cpu_millis).sum(),
         memory_bytes: usage.values().map(|u| u.memory_bytes).sum(),
-    }
-}
-
-fn shape_copy(shape: &ConditionShape) -> ConditionShape {
-    ConditionShape {
-        kind: shape.kind.clone(),
-        status: shape.status,
-        reason: shape.reason.clone(),
-        message: shape.message.clone(),
-    }
-}
-
-fn spec_copy(spec: &ContainerSpec) -> ContainerSpec {
-    ContainerSpec {
-        name: spec.name.clone(),
-        image: spec.image.clone(),
-        kind: spec.kind,
-        limits: spec.limits,
-        requests: spec.requests,
     }
 }
 
