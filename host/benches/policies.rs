@@ -9,7 +9,9 @@
 //! stored), and memory.
 //!
 //! Run with `cargo xtask bench` (release profile); `--quick` for a short
-//! run (1 000 and 10 000 pods, fewer rounds).
+//! run (1 000 and 10 000 pods, fewer rounds); `--pods 150000` for one size
+//! of cluster (or several, separated by commas):
+//! `cargo bench -p verdict --bench policies -- --pods 150000`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -116,10 +118,20 @@ struct Row {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let sizes: &[usize] = if quick {
-        &[1_000, 10_000]
-    } else {
-        &[1_000, 10_000, 100_000]
+    // `--pods N,M`: those sizes only (multiples of 10).
+    let chosen: Option<Vec<usize>> =
+        std::env::args()
+            .skip_while(|a| a != "--pods")
+            .nth(1)
+            .map(|list| {
+                list.split(',')
+                    .map(|n| n.trim().parse().expect("--pods takes numbers"))
+                    .collect()
+            });
+    let sizes: &[usize] = match &chosen {
+        Some(sizes) => sizes,
+        None if quick => &[1_000, 10_000],
+        None => &[1_000, 10_000, 100_000],
     };
     let rounds = if quick { 3 } else { 7 };
     println!(

@@ -6,7 +6,8 @@
 //! The host binds worlds of its own (`verdict:host`), each the package's
 //! world without its `settings` export: a component built before that
 //! export existed still loads, and the host looks the export up by name
-//! where a component has it (as it does `status-encoded`).
+//! where a component has it (as it does `status-encoded` and
+//! `failover-encoded`).
 
 mod generated {
     pub mod status {
@@ -38,7 +39,9 @@ mod generated {
                 }
             ",
             world: "verdict:host/failover-policy",
-            additional_derives: [PartialEq, serde::Serialize],
+            // The input crosses encoded to plugins that take it so
+            // (`failover-encoded`).
+            additional_derives: [PartialEq, serde::Serialize, serde::Deserialize],
             with: {
                 "verdict:policy/types": super::status::verdict::policy::types,
                 "verdict:policy/host": super::status::verdict::policy::host,

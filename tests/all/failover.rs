@@ -915,3 +915,207 @@ fn a_reason_that_only_counts_the_seconds_is_no_new_record() {
     );
     assert_eq!(later[0]["health"], "offline");
 }
+
+/// A failover input of `n` nodes in every state the default policy tells
+/// apart: ready, briefly and long out of contact, cordoned and tainted,
+/// with pods and VM instances on the troubled ones, previous decisions of
+/// every health and action, and overrides.
+fn mixed_input(n: usize, now: i64) -> verdict::wit::failover::FailoverInput {
+    use verdict::wit::failover::{
+        Action, FailoverInput, InstancePlacement, InstanceRef, NodeDecision, NodeHealth, Override,
+        OverrideKind, Placement, ProposedAction, ScaleRequest, SetRef, WorkloadRef,
+    };
+    use verdict::wit::types::{
+        Condition, ConditionStatus, KeyValue, Node, Owner, Resources, Taint, WorkloadKind,
+    };
+    let name = |i: usize| format!("node-{i:04}");
+    let minutes = |m: i64| now - m * 60_000;
+    let nodes: Vec<Node> = (0..n)
+        .map(|i| {
+            let (ready, heartbeat) = match i % 5 {
+                0 => (ConditionStatus::Unknown, minutes(30)),
+                1 => (ConditionStatus::Unknown, now - 5_000),
+                2 => (ConditionStatus::False, minutes(2)),
+                _ => (ConditionStatus::True, now - 2_000),
+            };
+            Node {
+                name: name(i),
+                ready,
+                ready_since: Some(minutes(40)),
+                last_heartbeat: Some(heartbeat),
+                unschedulable: i % 7 == 0,
+                taints: (i % 3 == 0)
+                    .then(|| Taint {
+                        key: "node.kubernetes.io/unreachable".into(),
+                        value: None,
+                        effect: "NoExecute".into(),
+                        added_at: Some(minutes(20)),
+                    })
+                    .into_iter()
+                    .collect(),
+                conditions: vec![Condition {
+                    kind: "Ready".into(),
+                    status: ready,
+                    reason: Some("NodeStatusUnknown".into()),
+                    message: Some("Kubelet stopped posting node status.".into()),
+                    last_transition: Some(minutes(40)),
+                }],
+                labels: vec![KeyValue {
+                    key: "topology.kubernetes.io/zone".into(),
+                    value: format!("zone-{}", i % 3),
+                }],
+                address: Some(format!("10.0.{}.{}", i / 250, i % 250)),
+                allocatable: Resources {
+                    cpu_millis: Some(4000),
+                    memory_bytes: Some(16 << 30),
+                },
+            }
+        })
+        .collect();
+    let troubled = || (0..n).filter(|i| i % 5 < 3);
+    let placements: Vec<Placement> = troubled()
+        .flat_map(|i| {
+            [
+                (WorkloadKind::Deployment, false),
+                (WorkloadKind::StatefulSet, true),
+            ]
+            .map(|(kind, stateful)| Placement {
+                namespace: "shop".into(),
+                pod: format!("{}-{i}", if stateful { "db" } else { "web" }),
+                node: name(i),
+                workload: Some(WorkloadRef {
+                    kind,
+                    namespace: "shop".into(),
+                    name: if stateful { "db" } else { "web" }.into(),
+                }),
+                stateful,
+                workload_replicas: Some(3),
+            })
+        })
+        .collect();
+    let instances: Vec<InstancePlacement> = troubled()
+        .map(|i| InstancePlacement {
+            namespace: "vms".into(),
+            name: format!("vm-{i}"),
+            node: name(i),
+            owner: Some(Owner {
+                kind: "VirtualMachine".into(),
+                name: format!("vm-{i}"),
+            }),
+            set: (i % 2 == 0).then(|| SetRef {
+                namespace: "vms".into(),
+                kind: "VirtualMachinePool".into(),
+                name: "pool".into(),
+                replicas: 4,
+            }),
+            exclusive_disk: i % 4 == 0,
+        })
+        .collect();
+    let workload = WorkloadRef {
+        kind: WorkloadKind::StatefulSet,
+        namespace: "shop".into(),
+        name: "db".into(),
+    };
+    let actions = [
+        Action::Wait(now + 1_000),
+        Action::MarkUnknown,
+        Action::Cordon,
+        Action::Uncordon,
+        Action::Evict(workload.clone()),
+        Action::Release(workload.clone()),
+        Action::RequestReplacement,
+        Action::Scale(ScaleRequest {
+            workload,
+            replicas: 2,
+        }),
+        Action::Repair(InstanceRef {
+            namespace: "vms".into(),
+            name: "vm-0".into(),
+        }),
+        Action::Rescale(SetRef {
+            namespace: "vms".into(),
+            kind: "VirtualMachinePool".into(),
+            name: "pool".into(),
+            replicas: 3,
+        }),
+        Action::Notify("look at the rack".into()),
+    ];
+    let healths = [
+        NodeHealth::Healthy,
+        NodeHealth::Suspect,
+        NodeHealth::Unknown,
+        NodeHealth::Offline,
+        NodeHealth::Recovering,
+    ];
+    let previous: Vec<NodeDecision> = (0..n)
+        .filter(|i| i % 2 == 0)
+        .map(|i| NodeDecision {
+            node: name(i),
+            health: healths[i % healths.len()],
+            since: minutes(25),
+            reason: "as judged before".into(),
+            rule: "earlier".into(),
+            actions: vec![ProposedAction {
+                action: actions[i % actions.len()].clone(),
+                reason: "proposed before".into(),
+                needs_approval: i % 4 == 0,
+            }],
+        })
+        .collect();
+    let overrides = vec![
+        Override {
+            node: name(3),
+            kind: OverrideKind::Offline,
+            by: "alice".into(),
+            reason: "the rack is being replaced".into(),
+            at: minutes(1),
+            expires_at: Some(now + 600_000),
+        },
+        Override {
+            node: name(5),
+            kind: OverrideKind::Pause,
+            by: "bob".into(),
+            reason: "hands off".into(),
+            at: minutes(1),
+            expires_at: None,
+        },
+    ];
+    FailoverInput {
+        nodes,
+        placements,
+        instances,
+        previous,
+        overrides,
+    }
+}
+
+#[test]
+fn the_encoded_input_is_decided_as_the_typed_one_is() {
+    // The default failover policy takes its input encoded
+    // (`failover-encoded`): every node crosses every second. The typed call
+    // gives the same decisions, for nodes in every state with every kind
+    // of previous action, override, pod and instance.
+    use verdict::plugins::World;
+    let fixture = crate::support::Fixture::new();
+    fixture.install("failover", &crate::support::default_plugin("failover"));
+    fixture.registry.reload();
+    let slot = fixture.registry.policy(World::Failover).unwrap();
+    assert!(
+        slot.call(|v| Ok(v.info().encoded_batches)).unwrap().value,
+        "the default failover policy takes its input encoded"
+    );
+    let now = 1_790_000_000_000;
+    let input = mixed_input(200, now);
+    let encoded = slot
+        .call(|v| v.decide(&v.context(now), &input))
+        .unwrap()
+        .value;
+    let typed = slot
+        .call(|v| v.decide_typed(&v.context(now), &input))
+        .unwrap()
+        .value;
+    assert_eq!(encoded.len(), 200);
+    assert_eq!(encoded, typed);
+    let acted_on = encoded.iter().filter(|d| !d.actions.is_empty()).count();
+    assert!(acted_on > 20, "{acted_on} nodes with actions: {encoded:?}");
+}

@@ -12,6 +12,7 @@ mod metrics;
 mod registry;
 mod runtime;
 mod sandbox;
+mod ticker;
 mod validate;
 mod version;
 mod watch;

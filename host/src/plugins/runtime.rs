@@ -5,7 +5,6 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
@@ -15,6 +14,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::error::LoadError;
 use super::sandbox;
+use super::ticker::{Running, TICK, Ticker};
 use crate::native;
 use crate::settings;
 use crate::wit::{defaults, host, status, types};
@@ -42,9 +42,6 @@ impl Default for Limits {
     }
 }
 
-/// How often the epoch advances. Call deadlines are counted in these ticks.
-pub(crate) const TICK: Duration = Duration::from_millis(2);
-
 /// Longest log message a plugin may write; longer ones are cut.
 pub(crate) const MAX_LOG_MESSAGE: usize = 4096;
 
@@ -66,7 +63,7 @@ pub struct Runtime {
     /// `precompile_compatibility_hash` of the engine, in cache file names.
     compat: String,
     pub(crate) limits: Limits,
-    ticker_stop: Arc<AtomicBool>,
+    ticker: Arc<Ticker>,
     /// How long calls take, by plugin and version (`/metrics`).
     pub call_seconds: super::CallSeconds,
 }
@@ -111,17 +108,8 @@ impl Runtime {
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let compat = format!("{:016x}", hasher.finish());
 
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        let stop = Arc::clone(&ticker_stop);
         let ticking = engine.clone();
-        std::thread::Builder::new()
-            .name("verdict-epoch".into())
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(TICK);
-                    ticking.increment_epoch();
-                }
-            })
+        let ticker = Ticker::start(move || ticking.increment_epoch())
             .map_err(|e| LoadError::Ticker(Arc::new(e)))?;
 
         Ok(Self {
@@ -130,7 +118,7 @@ impl Runtime {
             cache_dir: cache_dir.to_path_buf(),
             compat,
             limits,
-            ticker_stop,
+            ticker,
             call_seconds: super::CallSeconds::default(),
         })
     }
@@ -273,9 +261,17 @@ impl Limits {
     }
 }
 
+impl Runtime {
+    /// A plugin call begins: the epoch advances (and the call's deadline
+    /// nears) until the returned guard is dropped.
+    pub(crate) fn running(&self) -> Running {
+        self.ticker.running()
+    }
+}
+
 impl Drop for Runtime {
     fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
+        self.ticker.stop();
     }
 }
 

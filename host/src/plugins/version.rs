@@ -44,8 +44,9 @@ pub struct VersionInfo {
     pub code: CodeSource,
     /// Milliseconds to compile (or to read from the cache).
     pub compile_ms: f64,
-    /// Whether status batches go in encoded (the plugin exports
-    /// `status-encoded`).
+    /// Whether the policy's input goes in encoded: a status plugin's
+    /// batches (it exports `status-encoded`), a failover plugin's input (it
+    /// exports `failover-encoded`).
     pub encoded_batches: bool,
     /// Whether the plugin checks its settings before it is served with
     /// them (it exports `settings`); one built before that export is
@@ -65,13 +66,16 @@ enum Pre {
     Lifecycle(LifecyclePolicyPre<StoreState>),
 }
 
-/// `status-encoded.evaluate-batch-encoded`, for the status plugins that
-/// export it.
-type EncodedBatch =
+/// An encoded call (`status-encoded.evaluate-batch-encoded`,
+/// `failover-encoded.decide-encoded`), for the plugins that export one.
+type EncodedCall =
     wasmtime::component::TypedFunc<(types::Context, Vec<u8>), (Result<Vec<u8>, String>,)>;
 
-/// The interface of the encoded batches.
+/// The interface of the encoded status batches.
 const STATUS_ENCODED: &str = "verdict:policy/status-encoded@0.2.0";
+
+/// The interface of the encoded failover input.
+const FAILOVER_ENCODED: &str = "verdict:policy/failover-encoded@0.2.0";
 
 /// `settings.validate`, for the plugins that export it.
 type ValidateSettings = wasmtime::component::TypedFunc<(String,), (Result<(), String>,)>;
@@ -80,8 +84,8 @@ type ValidateSettings = wasmtime::component::TypedFunc<(String,), (Result<(), St
 const SETTINGS: &str = "verdict:policy/settings@0.2.0";
 
 enum Bound {
-    Status(StatusPolicy, Option<EncodedBatch>),
-    Failover(FailoverPolicy),
+    Status(StatusPolicy, Option<EncodedCall>),
+    Failover(FailoverPolicy, Option<EncodedCall>),
     Admission(AdmissionPolicy),
     Lifecycle(LifecyclePolicy),
 }
@@ -307,7 +311,11 @@ impl Version {
     ) -> Result<Self, LoadError> {
         let (component, code, compile_time) = runtime.compile(plugin, bytes, &hash)?;
         let world = world_of(runtime, &component)?;
-        let encoded = world == World::Status && exports(runtime, &component, STATUS_ENCODED);
+        let encoded = match world {
+            World::Status => exports(runtime, &component, STATUS_ENCODED),
+            World::Failover => exports(runtime, &component, FAILOVER_ENCODED),
+            World::Admission | World::Lifecycle => false,
+        };
         let checks_settings = exports(runtime, &component, SETTINGS);
         let linked = runtime
             .linker()
@@ -389,6 +397,21 @@ impl Version {
         }
     }
 
+    /// The encoded call `name` of `interface`, when this version takes its
+    /// input encoded.
+    fn encoded_call(
+        &self,
+        store: &mut Store<StoreState>,
+        instance: &wasmtime::component::Instance,
+        interface: &str,
+        name: &str,
+    ) -> wasmtime::Result<Option<EncodedCall>> {
+        match self.info.encoded_batches {
+            true => exported_func(store, instance, interface, name).map(Some),
+            false => Ok(None),
+        }
+    }
+
     fn instantiate(&self) -> Result<Instance, CallError> {
         let mut store = self.runtime.store(Arc::clone(&self.plugin), &self.limits);
         store.set_epoch_deadline(self.limits.deadline_ticks());
@@ -397,24 +420,23 @@ impl Version {
             Pre::Status(pre) => {
                 let instance = pre.instance_pre().instantiate(&mut store).map_err(failed)?;
                 let policy = StatusPolicy::new(&mut store, &instance).map_err(failed)?;
-                let encoded = match self.info.encoded_batches {
-                    true => Some(
-                        exported_func(
-                            &mut store,
-                            &instance,
-                            STATUS_ENCODED,
-                            "evaluate-batch-encoded",
-                        )
-                        .map_err(failed)?,
-                    ),
-                    false => None,
-                };
+                let encoded = self
+                    .encoded_call(
+                        &mut store,
+                        &instance,
+                        STATUS_ENCODED,
+                        "evaluate-batch-encoded",
+                    )
+                    .map_err(failed)?;
                 (Bound::Status(policy, encoded), instance)
             }
             Pre::Failover(pre) => {
                 let instance = pre.instance_pre().instantiate(&mut store).map_err(failed)?;
                 let policy = FailoverPolicy::new(&mut store, &instance).map_err(failed)?;
-                (Bound::Failover(policy), instance)
+                let encoded = self
+                    .encoded_call(&mut store, &instance, FAILOVER_ENCODED, "decide-encoded")
+                    .map_err(failed)?;
+                (Bound::Failover(policy, encoded), instance)
             }
             Pre::Admission(pre) => {
                 let instance = pre.instance_pre().instantiate(&mut store).map_err(failed)?;
@@ -453,6 +475,9 @@ impl Version {
             Option<&ValidateSettings>,
         ) -> Option<wasmtime::Result<R>>,
     ) -> Result<R, CallError> {
+        // The epoch advances while guest code may run: instantiation and
+        // the call.
+        let _running = self.runtime.running();
         let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut instance = match pooled {
             Some(instance) => instance,
@@ -508,7 +533,7 @@ impl Version {
     fn describe(&self) -> Result<types::PluginInfo, CallError> {
         let info = self.call(self.info.world, |store, bound, _| match bound {
             Bound::Status(b, _) => Some(b.verdict_policy_status().call_describe(store)),
-            Bound::Failover(b) => Some(b.verdict_policy_failover().call_describe(store)),
+            Bound::Failover(b, _) => Some(b.verdict_policy_failover().call_describe(store)),
             Bound::Admission(b) => Some(b.verdict_policy_admission().call_describe(store)),
             Bound::Lifecycle(b) => Some(b.verdict_policy_lifecycle().call_describe(store)),
         })?;
@@ -636,14 +661,42 @@ impl Version {
         decode_answers(&bytes)
     }
 
-    /// The failover decisions over the given nodes.
-    pub(crate) fn decide(
+    /// The failover decisions over the given nodes: the input in one
+    /// buffer to a plugin that takes it encoded, else the typed call.
+    pub fn decide(
+        &self,
+        ctx: &types::Context,
+        input: &failover::FailoverInput,
+    ) -> Result<Vec<failover::NodeDecision>, CallError> {
+        if !self.info.encoded_batches {
+            return self.decide_typed(ctx, input);
+        }
+        let encoded = postcard::to_allocvec(input)
+            .map_err(|e| CallError::undecodable("encoding the input")(e.into()))?;
+        let answer = self.call(World::Failover, |store, bound, _| match bound {
+            Bound::Failover(_, Some(f)) => {
+                Some(f.call(store, (ctx.clone(), encoded)).map(|(r,)| Encoded(r)))
+            }
+            _ => None,
+        })?;
+        let bytes = answer.0.map_err(CallError::Refused)?;
+        let decisions: Vec<failover::NodeDecision> = postcard::from_bytes(&bytes)
+            .map_err(|e| CallError::undecodable("the encoded decisions do not decode")(e.into()))?;
+        validate::node_decisions(&decisions, input)?;
+        Ok(decisions)
+    }
+
+    /// The failover decisions through the typed call (`failover.decide`),
+    /// what a plugin without `failover-encoded` is asked.
+    pub fn decide_typed(
         &self,
         ctx: &types::Context,
         input: &failover::FailoverInput,
     ) -> Result<Vec<failover::NodeDecision>, CallError> {
         let answer = self.call(World::Failover, |store, bound, _| match bound {
-            Bound::Failover(b) => Some(b.verdict_policy_failover().call_decide(store, ctx, input)),
+            Bound::Failover(b, _) => {
+                Some(b.verdict_policy_failover().call_decide(store, ctx, input))
+            }
             _ => None,
         })?;
         let decisions = answer.map_err(CallError::Refused)?;

@@ -18,9 +18,10 @@
 //! never run twice); an instance nothing starts again is only reported.
 
 wit_bindgen::generate!({
-    world: "failover-policy",
+    world: "failover-policy-encoded",
     path: "../../wit",
-    additional_derives: [PartialEq],
+    // The encoded input and answer are postcard's encoding of these types.
+    additional_derives: [PartialEq, serde::Serialize, serde::Deserialize],
 });
 
 use exports::verdict::policy::failover::{
@@ -99,6 +100,15 @@ impl Guest for DefaultFailover {
             .iter()
             .map(|node| decide_node(&settings, ctx.now, node, &by_node))
             .collect())
+    }
+}
+
+impl exports::verdict::policy::failover_encoded::Guest for DefaultFailover {
+    fn decide_encoded(ctx: Context, input: Vec<u8>) -> Result<Vec<u8>, String> {
+        let input: FailoverInput =
+            postcard::from_bytes(&input).map_err(|e| format!("the input does not decode: {e}"))?;
+        let decisions = <Self as Guest>::decide(ctx, input)?;
+        postcard::to_allocvec(&decisions).map_err(|e| format!("the decisions do not encode: {e}"))
     }
 }
 
