@@ -17,6 +17,7 @@
 //! ```sh
 //! cargo xtask bench --scale                      # 150 000 pods on 500 nodes
 //! cargo xtask bench --scale --pods 20000 --nodes 100
+//! cargo xtask bench --scale --fill               # only fill it, and leave it up…
 //! cargo xtask bench --scale --keep               # leave the filled cluster up…
 //! cargo xtask bench --scale --keep               # …and measure it again
 //! cargo xtask bench --scale --quick              # 2 000 pods (what CI runs)
@@ -464,6 +465,15 @@ fn main() {
             cluster
         }
     };
+    if args.iter().any(|a| a == "--fill") {
+        // Made (or made whole again) for a later `--keep` run to measure.
+        cluster.detach().unwrap();
+        println!(
+            "  the filled cluster is left up in {} (`--fill`)",
+            dir.display()
+        );
+        return;
+    }
     let kubeconfig = cluster.kubeconfig();
     let (listed_in, listed_bytes) = server_list(&cluster, &dir);
     println!(

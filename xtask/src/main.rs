@@ -78,10 +78,11 @@ verbs:
             control plane of `cluster up` when it runs, else the simulator;
             `bench --languages`: the restart-budget rule in Rust,
             JavaScript and Python side by side, by `verdict bench`;
-            `bench --scale [--pods N] [--nodes N] [--keep] [--quick]`:
+            `bench --scale [--pods N] [--nodes N] [--keep] [--fill] [--quick]`:
             150 000 pods on 500 KWOK nodes of a real control plane of its
             own, verdict's time to every verdict, memory, CPU and a relist
             — `--keep` leaves the filled cluster up for the next run,
+            `--fill` only fills it and leaves it up,
             `--quick` is 2 000 pods in the dev profile, as CI runs it)
 ";
 
