@@ -24,8 +24,8 @@ use crate::http::tls::TlsFiles;
 use crate::lifecycle::hooks::HookSpec;
 use crate::observe::resources::ResourceRef;
 use crate::{
-    admission, delivery, events, executor, http, leader, lifecycle, memory, observe, plugins,
-    shadow, tasks, verdicts,
+    admission, delivery, events, executor, history, http, leader, lifecycle, memory, observe,
+    plugins, shadow, tasks, verdicts,
 };
 
 /// Everything the host is built from.
@@ -48,6 +48,7 @@ pub struct Config {
     pub tasks: tasks::Settings,
     pub verdicts: verdicts::Settings,
     pub events: events::Settings,
+    pub history: history::Settings,
     pub memory: memory::Settings,
     pub admission: admission::Settings,
     pub failover: FailoverConfig,
@@ -101,6 +102,7 @@ impl Config {
             tasks: tasks::Settings::default(),
             verdicts: verdicts::Settings::default(),
             events: events::Settings::default(),
+            history: history::Settings::default(),
             memory: memory::Settings::default(),
             admission: admission::Settings::default(),
             failover: FailoverConfig::default(),
@@ -192,6 +194,8 @@ pub struct ServeArgs {
     pub tasks: tasks::Settings,
     #[command(flatten)]
     pub events: events::Settings,
+    #[command(flatten)]
+    pub history: history::Settings,
     #[command(flatten)]
     pub memory: memory::Settings,
     #[command(flatten)]
@@ -568,6 +572,7 @@ impl ServeArgs {
             tasks: self.tasks,
             verdicts: self.verdicts,
             events: self.events,
+            history: self.history,
             memory: self.memory,
             admission: self.admission,
             failover,

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 /// One event as the stream carries it.
 #[derive(Debug, Clone)]
@@ -25,6 +25,8 @@ pub struct Event {
     pub kind: Kind,
     /// The app it concerns (`namespace/name`), for filtering.
     pub app: Option<String>,
+    /// When it was published.
+    pub at: crate::time::Timestamp,
     /// The event as JSON (its id, type, time, app and data), written once
     /// when it is published: every subscriber sends the same text, and the
     /// replay buffer holds text, a third of what the parsed data takes.
@@ -125,6 +127,11 @@ struct Inner {
     first: u64,
     next: u64,
     buffer: VecDeque<Arc<Event>>,
+    /// Consumers that must see every event (the history), each with a
+    /// bounded queue of its own.
+    taps: Vec<mpsc::Sender<Arc<Event>>>,
+    /// Events a full tap could not take.
+    dropped: u64,
 }
 
 /// The host's events.
@@ -153,6 +160,8 @@ impl Events {
                 first,
                 next: first,
                 buffer: VecDeque::with_capacity(capacity.min(4096)),
+                taps: Vec::new(),
+                dropped: 0,
             }),
             capacity: capacity.max(1),
             live,
@@ -168,10 +177,11 @@ impl Events {
     /// Publish an event; returns its id.
     pub(crate) fn publish(&self, kind: Kind, app: Option<String>, data: Value) -> u64 {
         let mut inner = self.lock();
+        let at = crate::time::now();
         let wire = Wire {
             id: inner.next,
             kind,
-            at: crate::time::rfc3339(crate::time::now()),
+            at: crate::time::rfc3339(at),
             app: app.as_deref(),
             data: &data,
         };
@@ -180,6 +190,7 @@ impl Events {
             id: inner.next,
             kind,
             app,
+            at,
             json,
         });
         inner.next = inner.next.saturating_add(1);
@@ -190,7 +201,33 @@ impl Events {
         // Under the lock, so that the live order is the id order. No
         // subscriber is not an error.
         let _ = self.live.send(Arc::clone(&event));
+        let mut dropped = 0;
+        inner
+            .taps
+            .retain(|tap| match tap.try_send(Arc::clone(&event)) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    dropped += 1;
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            });
+        inner.dropped += dropped;
         event.id
+    }
+
+    /// Every event from now on, in id order, into a queue of `capacity`
+    /// events; when the queue is full, events are dropped for this tap
+    /// alone (counted by [`Events::dropped`]) rather than held up.
+    pub(crate) fn tap(&self, capacity: usize) -> mpsc::Receiver<Arc<Event>> {
+        let (sender, receiver) = mpsc::channel(capacity.max(1));
+        self.lock().taps.push(sender);
+        receiver
+    }
+
+    /// Events a full tap could not take, since the start.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.lock().dropped
     }
 
     /// Subscribe to live events, and the buffered events after `last` (all
@@ -279,6 +316,27 @@ mod tests {
         let (mut live, _) = events.subscribe(None);
         events.publish(Kind::Plugin, None, Value::Null);
         assert_eq!(live.try_recv().unwrap().id, 6);
+    }
+
+    #[test]
+    fn a_tap_sees_every_event_until_it_is_full() {
+        let events = Events::starting_at(1, 2);
+        let mut tap = events.tap(3);
+        for n in 0..5 {
+            events.publish(Kind::Task, None, serde_json::json!(n));
+        }
+        let ids: Vec<u64> = std::iter::from_fn(|| tap.try_recv().ok())
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(
+            ids,
+            [1, 2, 3],
+            "past the replay buffer, up to its own bound"
+        );
+        assert_eq!(events.dropped(), 2);
+        drop(tap);
+        events.publish(Kind::Task, None, Value::Null);
+        assert_eq!(events.dropped(), 2, "a closed tap is let go, not counted");
     }
 
     #[test]

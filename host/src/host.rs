@@ -48,6 +48,8 @@ pub(crate) struct Host {
     tokens: Arc<http::access::Tokens>,
     hosts: Arc<http::access::Hosts>,
     memory: Arc<crate::memory::Budget>,
+    /// The verdicts' history.
+    history: Arc<crate::history::History>,
     metrics: Arc<http::metrics::Metrics>,
     body_limit: usize,
     request_timeout: std::time::Duration,
@@ -415,6 +417,13 @@ impl Host {
         let mut demo = None;
         let client = client(&config.cluster, &mut demo).await?;
         let events = Arc::new(Events::new(config.events.buffer));
+        // Tapped before anything publishes, so that the history sees the
+        // first plugin loads.
+        let history = Arc::new(crate::history::History::open(
+            &config.data_dir.join("history.db"),
+            config.history,
+        ));
+        let history_tap = (!history.is_off()).then(|| events.tap(crate::history::TAP));
         let metrics = Arc::new(http::metrics::Metrics::default());
         let (registry, watcher) = plugins(config, demo.is_some(), &events, &metrics)?;
         let observed = client
@@ -435,6 +444,13 @@ impl Host {
             }
             _ => (None, None),
         };
+        if let (Some(live), Some(tap)) = (&live, history_tap) {
+            loops.push(tokio::spawn(Arc::clone(&history).record_forever(
+                tap,
+                live.clone(),
+                Arc::clone(&events),
+            )));
+        }
         let admission = Admission {
             registry: Arc::clone(&registry),
             shadows: Some(Arc::clone(&shadows)),
@@ -528,6 +544,8 @@ impl Host {
             shadows: Arc::clone(&shadows),
             delivery: delivery.clone(),
             memory: Arc::clone(&memory),
+            history: Arc::clone(&history),
+            app_series: config.http.app_series,
         });
         Ok(Self {
             registry,
@@ -548,6 +566,7 @@ impl Host {
             )),
             hosts: Arc::new(http::access::Hosts::new(&config.http.allowed_hosts)),
             memory,
+            history,
             metrics,
             body_limit: config.http.body_limit,
             request_timeout: config.http.request_timeout,
@@ -579,6 +598,7 @@ impl Host {
             tokens: Arc::clone(&self.tokens),
             hosts: Arc::clone(&self.hosts),
             memory: Arc::clone(&self.memory),
+            history: Arc::clone(&self.history),
             metrics: Arc::clone(&self.metrics),
             body_limit: self.body_limit,
             request_timeout: self.request_timeout,

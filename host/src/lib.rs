@@ -35,6 +35,8 @@
 //! - [`delivery`]: policies fetched from OCI registries and URLs, checked
 //!   against their digests and kept by digest;
 //! - [`verdicts`]: status evaluation, the live verdicts and their JSON form;
+//! - [`history`]: every verdict change kept, with its cause, and
+//!   availability over a window;
 //! - [`admission`]: the one way a task is admitted and stored, and the
 //!   Kubernetes admission webhook;
 //! - [`failover`]: node health decisions, brakes, overrides and approvals;
@@ -62,6 +64,7 @@ pub mod error;
 pub mod events;
 pub mod executor;
 pub mod failover;
+pub mod history;
 pub mod host;
 pub mod http;
 pub mod leader;

@@ -10,6 +10,7 @@ mod delivery;
 mod disk;
 mod events;
 mod failover;
+mod history;
 mod languages;
 mod live;
 mod lua_rules;

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::serve::Server;
 
 /// Every operation of the HTTP API.
-const OPERATIONS: [(&str, &str); 39] = [
+const OPERATIONS: [(&str, &str); 44] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -41,6 +41,14 @@ const OPERATIONS: [(&str, &str); 39] = [
         "/v1/apps/{namespace}/{name}/instances/{instance}/override",
     ),
     ("get", "/v1/apps/{namespace}/{name}/overrides/history"),
+    ("get", "/v1/apps/{namespace}/{name}/history"),
+    (
+        "get",
+        "/v1/apps/{namespace}/{name}/instances/{instance}/history",
+    ),
+    ("get", "/v1/apps/{namespace}/{name}/availability"),
+    ("get", "/v1/namespaces/{namespace}/availability"),
+    ("get", "/v1/availability"),
     ("get", "/v1/events"),
     ("get", "/v1/replicas"),
     ("get", "/v1/policies"),

@@ -181,6 +181,24 @@ impl From<OverrideError> for ApiError {
     }
 }
 
+impl From<crate::history::HistoryError> for ApiError {
+    fn from(error: crate::history::HistoryError) -> Self {
+        use crate::history::HistoryError as E;
+        match error {
+            E::Off => ApiError::new(StatusCode::NOT_FOUND, "history-off", error.to_string()),
+            E::Unavailable(detail) => {
+                tracing::error!(error = %detail, "the history cannot be read");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "history-unavailable",
+                    "the history cannot be opened; /readyz and the server's log say why",
+                )
+            }
+            E::Storage(error) => ApiError::internal("the history", &error),
+        }
+    }
+}
+
 /// Errors the HTTP layers answer themselves (a body over the limit, a
 /// request past its time, a query or path that does not parse, a method
 /// not allowed) in the same JSON form as every other error.

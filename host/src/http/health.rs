@@ -30,7 +30,8 @@ async fn healthz() -> Json<Value> {
 /// serves. A configured kind the server does not serve holds
 /// nothing back: it is listed under `unserved` and watched once served.
 /// `memory` is the process's resident memory beside its limit, with what to
-/// do when it nears it.
+/// do when it nears it. `history` says whether the history is written, and
+/// why not (it holds nothing back: the verdicts are served without it).
 async fn readyz(State(state): State<AppState>) -> Response {
     let policy = state.registry.policy(crate::plugins::World::Status).is_ok();
     let watches = state.live.as_ref().map(|l| l.observed.health.kinds());
@@ -72,6 +73,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "unserved": unserved, "objects": objects,
         "stopping": stopping,
         "memory": state.memory.last(),
+        "history": (!state.history.is_off()).then(|| state.history.health()),
         "replica": standing.replica,
         "leader": state.leadership.acting().is_some(),
         "leadership": standing,

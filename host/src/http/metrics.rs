@@ -100,6 +100,22 @@ pub(crate) struct Sources {
     pub shadows: Arc<crate::shadow::Shadows>,
     pub delivery: Option<Arc<crate::lifecycle::service::Service>>,
     pub memory: Arc<crate::memory::Budget>,
+    pub history: Arc<crate::history::History>,
+    /// Apps given series of their own (the first, by namespace and name).
+    pub app_series: usize,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AppLabels {
+    namespace: String,
+    app: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AppStatusLabels {
+    namespace: String,
+    app: String,
+    status: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -485,6 +501,8 @@ impl Collector for Sources {
             )?;
         }
 
+        self.encode_apps(encoder)?;
+        self.encode_history(encoder)?;
         family(
             encoder,
             "event_stream_clients",
@@ -496,6 +514,116 @@ impl Collector for Sources {
             "events",
             "Events published on the event stream",
             &ConstCounter::new(self.events.published()),
+        )
+    }
+}
+
+impl Sources {
+    /// Each app's series, as kube-state-metrics gives each object's: the
+    /// stable status in force (1), since when, its changes and the time in
+    /// each status — for the first `app_series` apps, the rest counted.
+    fn encode_apps(&self, encoder: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        use crate::wit::WitName;
+        let Some(live) = &self.live else {
+            return Ok(());
+        };
+        let (apps, omitted) = live.verdicts.tallies(self.app_series);
+        let status: Family<AppStatusLabels, Gauge> = Family::default();
+        let since: Family<AppLabels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default();
+        let transitions: Family<AppLabels, Counter> = Family::default();
+        let seconds: Family<AppStatusLabels, Counter<f64, std::sync::atomic::AtomicU64>> =
+            Family::default();
+        let now = crate::time::now();
+        for ((namespace, app), stable, tally) in apps {
+            let labels = AppLabels { namespace, app };
+            let with = |status: &str| AppStatusLabels {
+                namespace: labels.namespace.clone(),
+                app: labels.app.clone(),
+                status: status.to_string(),
+            };
+            status.get_or_create(&with(stable.wit_name())).set(1);
+            since
+                .get_or_create(&labels)
+                .set(tally.since as f64 / 1000.0);
+            transitions
+                .get_or_create(&labels)
+                .inc_by(u64::from(tally.transitions));
+            for (place, ms) in tally.ms_until(stable, now).into_iter().enumerate() {
+                if ms > 0 {
+                    let name = <crate::wit::types::StableStatus as WitName>::NAMES[place];
+                    seconds
+                        .get_or_create(&with(name))
+                        .inc_by(ms as f64 / 1000.0);
+                }
+            }
+        }
+        family(
+            encoder,
+            "app_status",
+            "1 for the stable status in force of each app",
+            &status,
+        )?;
+        family(
+            encoder,
+            "app_status_since_seconds",
+            "When each app entered its stable status in force (Unix time; since this process started at the earliest)",
+            &since,
+        )?;
+        family(
+            encoder,
+            "app_transitions",
+            "Changes of each app's stable status seen by this process",
+            &transitions,
+        )?;
+        family(
+            encoder,
+            "app_status_seconds",
+            "Time each app spent in each stable status while this process watched",
+            &seconds,
+        )?;
+        family(
+            encoder,
+            "app_series_omitted",
+            "Apps past --app-metrics-max, without series of their own",
+            &ConstGauge::new(omitted as i64),
+        )
+    }
+
+    /// The history's writes.
+    fn encode_history(&self, encoder: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        if self.history.is_off() {
+            return Ok(());
+        }
+        let health = self.history.health();
+        family(
+            encoder,
+            "history_ok",
+            "Whether the history is written (1) or not (0; /readyz says why)",
+            &ConstGauge::new(i64::from(health.ok)),
+        )?;
+        family(
+            encoder,
+            "history_changes",
+            "Status changes written to the history",
+            &ConstCounter::new(health.changes),
+        )?;
+        family(
+            encoder,
+            "history_folded",
+            "Status changes folded into the entry they returned to (flapping)",
+            &ConstCounter::new(health.folded),
+        )?;
+        family(
+            encoder,
+            "history_pending",
+            "Records waiting to be written to the history",
+            &ConstGauge::new(health.pending as i64),
+        )?;
+        family(
+            encoder,
+            "history_lost",
+            "Records the history could not keep",
+            &ConstCounter::new(health.lost),
         )
     }
 }

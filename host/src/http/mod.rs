@@ -13,7 +13,7 @@
 //! - `openapi`: the document's own parts;
 //! - one file of handlers per resource: `health`, `apps`, `plugins`,
 //!   `tasks`, `admission`, `failover`, `events`, `metrics`, `replicas`,
-//!   `policies`, `delivery`;
+//!   `policies`, `delivery`, `history`;
 //! - [`access`], [`connections`], [`tls`]: tokens and origins, connection
 //!   bounds, HTTPS.
 
@@ -26,6 +26,7 @@ mod error;
 mod events;
 mod failover;
 mod health;
+mod history;
 mod json;
 pub mod metrics;
 mod middleware;
@@ -102,6 +103,11 @@ pub struct Settings {
     /// rebound to this server's address cannot use it.
     #[arg(long = "allowed-host", value_name = "NAME", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
+    /// Apps given series of their own in `/metrics` (status, since when,
+    /// changes, time in each status), the first by namespace and name; 0
+    /// for none. Bounds the series a large cluster makes.
+    #[arg(long = "app-metrics-max", value_name = "N", default_value = "10000")]
+    pub app_series: usize,
 }
 
 impl Default for Settings {
@@ -146,6 +152,8 @@ pub(crate) struct AppState {
     pub delivery: Option<Arc<crate::lifecycle::service::Service>>,
     /// The process's memory beside its limit.
     pub memory: Arc<crate::memory::Budget>,
+    /// The verdicts' history.
+    pub history: Arc<crate::history::History>,
 }
 
 impl AppState {
@@ -214,6 +222,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(admission::routes())
         .merge(failover::routes())
         .merge(overrides::routes())
+        .merge(history::routes())
         .merge(events::routes())
         .merge(metrics::routes())
         .merge(replicas::routes())

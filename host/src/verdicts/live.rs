@@ -47,6 +47,64 @@ pub struct LiveVerdict {
     /// When the serving version failed and the one before it answered:
     /// which answered, and why.
     pub fallback: Option<Fallback>,
+    /// The version of the status policy that gave it (`name@version`).
+    pub policy: Arc<str>,
+    /// Since when it holds its stable status, and how it got there.
+    pub tally: Tally,
+}
+
+/// The stable statuses, as many as the WIT names.
+const STABLE: usize = <types::StableStatus as WitName>::NAMES.len();
+
+/// An app's stable statuses over this process's life: since when it holds
+/// the one in force, how many times it changed, and the milliseconds spent
+/// in each before (by its place in the WIT enum) — what `/metrics` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub since: crate::time::Timestamp,
+    pub transitions: u32,
+    pub ms_in: [i64; STABLE],
+}
+
+impl Tally {
+    fn new(now: crate::time::Timestamp) -> Self {
+        Self {
+            since: now,
+            transitions: 0,
+            ms_in: [0; STABLE],
+        }
+    }
+
+    /// After a verdict of `to` replaced one of `from` at `now`.
+    fn then(
+        self,
+        from: types::StableStatus,
+        to: types::StableStatus,
+        now: crate::time::Timestamp,
+    ) -> Self {
+        if from == to {
+            return self;
+        }
+        let mut ms_in = self.ms_in;
+        ms_in[from as usize] += (now - self.since).max(0);
+        Self {
+            since: now,
+            transitions: self.transitions.saturating_add(1),
+            ms_in,
+        }
+    }
+
+    /// Milliseconds spent in each stable status until `now`, the one in
+    /// force (`current`) included.
+    pub fn ms_until(
+        &self,
+        current: types::StableStatus,
+        now: crate::time::Timestamp,
+    ) -> [i64; STABLE] {
+        let mut ms = self.ms_in;
+        ms[current as usize] += (now - self.since).max(0);
+        ms
+    }
 }
 
 /// A verdict the serving version of the policy did not give: the version
@@ -138,6 +196,24 @@ impl Verdicts {
         let seen =
             |counts: Vec<(&'static str, i64)>| counts.into_iter().filter(|(_, n)| *n > 0).collect();
         (seen(apps), seen(pods))
+    }
+
+    /// The first `limit` apps (by namespace and name) with their stable
+    /// status and tally, and how many more there are.
+    pub(crate) fn tallies(
+        &self,
+        limit: usize,
+    ) -> (Vec<(AppKey, types::StableStatus, Tally)>, usize) {
+        let apps = self
+            .apps
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let first = apps
+            .iter()
+            .take(limit)
+            .map(|(key, v)| (key.clone(), v.verdict.stable, v.tally))
+            .collect();
+        (first, apps.len().saturating_sub(limit))
     }
 
     /// The earliest time a verdict asked to be evaluated again.
@@ -319,6 +395,12 @@ pub fn derive(
             ),
             because: answer.failure.clone().unwrap_or_default(),
         });
+        let policy: Arc<str> = format!(
+            "{}@{}",
+            answer.version.info().name,
+            answer.version.info().version
+        )
+        .into();
         let results = answer.value;
         let mut derived = Vec::with_capacity(batch.len());
         for (key, result) in batch.iter().zip(results) {
@@ -330,6 +412,8 @@ pub fn derive(
                         verdict,
                         observed_at,
                         fallback: fallback.clone(),
+                        policy: Arc::clone(&policy),
+                        tally: Tally::new(millis(now)),
                     },
                 )),
                 Err(refusal) => {
@@ -391,11 +475,18 @@ pub fn derive(
         }
     }
     let mut replaced = None;
-    let changed: Vec<AppView> = {
+    let changed: Vec<(AppView, Arc<str>)> = {
         let mut apps = verdicts
             .apps
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (key, new) in &mut fresh {
+            if let Some(old) = apps.get(key) {
+                new.tally = old
+                    .tally
+                    .then(old.verdict.stable, new.verdict.stable, millis(now));
+            }
+        }
         // What a person would see change (not the recheck time alone).
         let changed = events.map(|_| {
             fresh
@@ -404,7 +495,7 @@ pub fn derive(
                     apps.get(*key)
                         .is_none_or(|old| !same_but_recheck(&old.verdict, &new.verdict))
                 })
-                .map(|(_, new)| AppView::from(&new.verdict))
+                .map(|(_, new)| (AppView::from(&new.verdict), Arc::clone(&new.policy)))
                 .collect()
         });
         if full {
@@ -418,13 +509,11 @@ pub fn derive(
     // released, so that readers do not wait for thousands of frees.
     drop(replaced);
     if let Some(events) = events {
-        for view in changed {
+        for (view, policy) in changed {
             let app = format!("{}/{}", view.namespace, view.name);
-            events.publish(
-                Kind::Verdict,
-                Some(app),
-                serde_json::to_value(&view).unwrap_or_default(),
-            );
+            let mut data = serde_json::to_value(&view).unwrap_or_default();
+            data["policy"] = serde_json::Value::from(&*policy);
+            events.publish(Kind::Verdict, Some(app), data);
         }
     }
     verdicts.next_recheck()
@@ -553,6 +642,8 @@ pub struct AppStatus {
     /// app and the version before it gave this verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Fallback>,
+    /// The version of the status policy that gave it (`name@version`).
+    pub policy: String,
 }
 
 impl LiveVerdict {
@@ -569,6 +660,7 @@ impl LiveVerdict {
             observation_age_ms: age.as_millis() as u64,
             stale: age > stale_after,
             fallback: self.fallback.clone(),
+            policy: self.policy.to_string(),
         }
     }
 }
@@ -608,7 +700,23 @@ mod tests {
             verdict,
             observed_at,
             fallback: None,
+            policy: "status@1.0.0".into(),
+            tally: Tally::new(0),
         }
+    }
+
+    #[test]
+    fn a_tally_counts_changes_and_the_time_in_each_status() {
+        use types::StableStatus::{Degraded, Running};
+        let tally = Tally::new(1_000);
+        assert_eq!(tally.then(Running, Running, 5_000), tally, "no change");
+        let degraded = tally.then(Running, Degraded, 5_000);
+        assert_eq!((degraded.since, degraded.transitions), (5_000, 1));
+        let back = degraded.then(Degraded, Running, 6_500);
+        let ms = back.ms_until(Running, 10_000);
+        assert_eq!(ms[Running as usize], 4_000 + 3_500);
+        assert_eq!(ms[Degraded as usize], 1_500);
+        assert_eq!(back.transitions, 2);
     }
 
     #[test]

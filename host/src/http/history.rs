@@ -1,0 +1,290 @@
+//! `/v1/apps/{namespace}/{name}/history` (and an instance's), and
+//! availability over a window of an app, a namespace and the cluster.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::{ApiError, AppState, MAX_PAGE, page_limit};
+use crate::history::store::Away;
+use crate::history::{Availability, Cause, Mark, Page, Row};
+use crate::time::{Timestamp, parse_time, rfc3339};
+
+/// The routes of this file.
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(app_history))
+        .routes(routes!(instance_history))
+        .routes(routes!(app_availability))
+        .routes(routes!(namespace_availability))
+        .routes(routes!(cluster_availability))
+}
+
+#[derive(Debug, Deserialize)]
+struct HistoryQuery {
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<usize>,
+    #[serde(rename = "continue")]
+    after: Option<String>,
+}
+
+/// One period in which an app or instance held a status.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct Entry {
+    /// When it began (RFC 3339).
+    at: String,
+    /// When it ended (the next entry's start); none while it holds.
+    until: Option<String>,
+    /// The instance's kind (`pod`, `VirtualMachine`); none for the app.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance: Option<String>,
+    /// The stable status (an app's), or the instance's status; `gone`
+    /// when the instance left the app.
+    status: String,
+    /// The transition of a task under way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transitional: Option<String>,
+    /// The status a person saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    display: Option<String>,
+    reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<String>,
+    /// What caused it, when something did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cause: Option<Cause>,
+    /// The status policy's version that judged it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<String>,
+    /// Round trips to another status and back within the flap window,
+    /// kept in this one entry, and the time spent in each.
+    flaps: u32,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    away: BTreeMap<String, Away>,
+    /// When it was last entered (its last return, while flapping).
+    last_at: String,
+}
+
+/// A page of history, newest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct HistoryPage {
+    entries: Vec<Entry>,
+    /// What happened meanwhile: tasks, overrides, failover, rollout steps,
+    /// policy swaps (for an app: its own and the cluster's), oldest first.
+    marks: Vec<Mark>,
+    /// Give as `continue` for the next (older) page; none on the last.
+    #[serde(rename = "continue")]
+    next: Option<String>,
+}
+
+fn entry(row: Row, until: Option<Timestamp>) -> Entry {
+    let instance = !row.subject.is_app();
+    Entry {
+        at: rfc3339(row.at),
+        until: until.map(rfc3339),
+        kind: instance.then(|| row.subject.kind.clone()),
+        instance: instance.then(|| row.subject.instance.clone()),
+        status: row.held.status,
+        transitional: row.held.transitional,
+        display: row.held.display,
+        reason: row.reason,
+        node: row.node,
+        cause: row.cause,
+        policy: row.policy,
+        flaps: row.flaps,
+        away: row.away,
+        last_at: rfc3339(row.last_at),
+    }
+}
+
+fn time_param(name: &str, text: Option<&str>) -> Result<Option<Timestamp>, ApiError> {
+    text.map(|t| parse_time(t).map_err(|e| ApiError::invalid(name, format!("{name}: {e}"))))
+        .transpose()
+}
+
+/// A page of a subject's history, with the marks of its span.
+async fn history(
+    state: AppState,
+    (namespace, name, instance): (String, String, Option<String>),
+    query: HistoryQuery,
+) -> Result<Json<HistoryPage>, ApiError> {
+    let limit = page_limit(query.limit, 100)?;
+    let before = query
+        .after
+        .as_deref()
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            a.parse::<i64>()
+                .map_err(|_| ApiError::invalid("continue", "continue: not a mark this server gave"))
+        })
+        .transpose()?;
+    let page = Page {
+        since: time_param("since", query.since.as_deref())?,
+        until: time_param("until", query.until.as_deref())?,
+        before,
+        // One more, to know whether there is a next page.
+        limit: limit + 1,
+    };
+    let history = std::sync::Arc::clone(&state.history);
+    let page = tokio::task::spawn_blocking(move || {
+        let mut rows = history.page(&namespace, &name, instance.as_deref(), &page)?;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        // The entry newer than the first (the previous page's last) ends it.
+        let newer = match before {
+            Some(id) => history
+                .page(
+                    &namespace,
+                    &name,
+                    instance.as_deref(),
+                    &Page {
+                        before: Some(id + 1),
+                        limit: 1,
+                        ..Page::default()
+                    },
+                )?
+                .first()
+                .map(|r| r.at),
+            None => None,
+        };
+        let span = (
+            rows.last().map_or(0, |r| r.at),
+            newer.unwrap_or(Timestamp::MAX),
+        );
+        let marks = match instance {
+            None if !rows.is_empty() => history.marks(&namespace, &name, span, MAX_PAGE)?,
+            _ => Vec::new(),
+        };
+        let next = more
+            .then(|| rows.last().map(|r| r.id.to_string()))
+            .flatten();
+        let mut until = newer;
+        let entries = rows
+            .into_iter()
+            .map(|row| {
+                let at = row.at;
+                let e = entry(row, until);
+                until = Some(at);
+                e
+            })
+            .collect();
+        Ok::<_, ApiError>(HistoryPage {
+            entries,
+            marks,
+            next,
+        })
+    })
+    .await
+    .map_err(|e| ApiError::internal("the history", &e))??;
+    Ok(Json(page))
+}
+
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/history", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("since" = Option<String>, Query, description = "Entries that began at or after this time (RFC 3339)"), ("until" = Option<String>, Query, description = "Entries that began before this time (RFC 3339)"), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "At most this many, 100 by default"), ("continue" = Option<String>, Query, description = "The `continue` of the page before")), responses((status = 200, description = "The app's status changes, newest first, with the marks of what happened meanwhile", body = HistoryPage), (status = 404, description = "The history is off"), (status = 422, description = "A bad parameter, named"), (status = 503, description = "The history cannot be read")))]
+async fn app_history(
+    State(state): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<HistoryPage>, ApiError> {
+    history(state, (namespace, name, None), query).await
+}
+
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/instances/{instance}/history", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("instance" = String, Path, description = "A pod's or an object's name"), ("since" = Option<String>, Query), ("until" = Option<String>, Query), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000), ("continue" = Option<String>, Query)), responses((status = 200, description = "The instance's status changes, newest first", body = HistoryPage), (status = 404, description = "The history is off"), (status = 422, description = "A bad parameter, named"), (status = 503, description = "The history cannot be read")))]
+async fn instance_history(
+    State(state): State<AppState>,
+    Path((namespace, name, instance)): Path<(String, String, String)>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<HistoryPage>, ApiError> {
+    history(state, (namespace, name, Some(instance)), query).await
+}
+
+#[derive(Debug, Deserialize)]
+struct WindowQuery {
+    /// `7d`, `24h`, `90m`.
+    window: Option<String>,
+    /// The window's end, RFC 3339 (now by default).
+    until: Option<String>,
+}
+
+/// Availability over a window, and which.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct AvailabilityView {
+    /// The window, RFC 3339.
+    from: String,
+    to: String,
+    #[serde(flatten)]
+    availability: Availability,
+}
+
+/// The window a query names: `[to - window, to)`.
+fn window(query: &WindowQuery) -> Result<(Timestamp, Timestamp), ApiError> {
+    let length = match query.window.as_deref() {
+        None => std::time::Duration::from_secs(7 * 86_400),
+        Some(text) => humantime::parse_duration(text).map_err(|e| {
+            ApiError::invalid(
+                "window",
+                format!("window: `{text}` is not a length of time (7d, 24h, 90m): {e}"),
+            )
+        })?,
+    };
+    if length.is_zero() || length > std::time::Duration::from_secs(366 * 86_400) {
+        return Err(ApiError::invalid(
+            "window",
+            "window: must be longer than nothing and at most 366 days",
+        ));
+    }
+    let to = time_param("until", query.until.as_deref())?.unwrap_or_else(crate::time::now);
+    Ok((to - length.as_millis() as Timestamp, to))
+}
+
+async fn availability(
+    state: AppState,
+    scope: (Option<String>, Option<String>),
+    query: WindowQuery,
+) -> Result<Json<AvailabilityView>, ApiError> {
+    let (from, to) = window(&query)?;
+    let history = std::sync::Arc::clone(&state.history);
+    let availability = tokio::task::spawn_blocking(move || match scope {
+        (Some(ns), Some(app)) => history.availability(&ns, &app, (from, to)),
+        (namespace, _) => history.availability_of_all(namespace.as_deref(), (from, to)),
+    })
+    .await
+    .map_err(|e| ApiError::internal("the history", &e))??;
+    Ok(Json(AvailabilityView {
+        from: rfc3339(from),
+        to: rfc3339(to),
+        availability,
+    }))
+}
+
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/availability", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("window" = Option<String>, Query, description = "How far back: `7d` by default, `24h`, `90m`"), ("until" = Option<String>, Query, description = "The window's end, RFC 3339; now by default")), responses((status = 200, description = "Time in each status over the window (with the time before the app existed and unobserved time apart, adding up to the window), incidents and times to recover", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
+async fn app_availability(
+    State(state): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    Query(query): Query<WindowQuery>,
+) -> Result<Json<AvailabilityView>, ApiError> {
+    availability(state, (Some(namespace), Some(name)), query).await
+}
+
+#[utoipa::path(get, path = "/v1/namespaces/{namespace}/availability", tag = "history", params(("namespace" = String, Path), ("window" = Option<String>, Query), ("until" = Option<String>, Query)), responses((status = 200, description = "Every app of the namespace over the window, together (app-milliseconds)", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
+async fn namespace_availability(
+    State(state): State<AppState>,
+    Path(namespace): Path<String>,
+    Query(query): Query<WindowQuery>,
+) -> Result<Json<AvailabilityView>, ApiError> {
+    availability(state, (Some(namespace), None), query).await
+}
+
+#[utoipa::path(get, path = "/v1/availability", tag = "history", params(("window" = Option<String>, Query), ("until" = Option<String>, Query)), responses((status = 200, description = "Every app of the cluster over the window, together (app-milliseconds)", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
+async fn cluster_availability(
+    State(state): State<AppState>,
+    Query(query): Query<WindowQuery>,
+) -> Result<Json<AvailabilityView>, ApiError> {
+    availability(state, (None, None), query).await
+}
