@@ -80,6 +80,9 @@ pub enum Error {
 
     #[error("{0}")]
     Delivery(#[from] crate::delivery::DeliveryError),
+
+    #[error("the host at {url}: {message}")]
+    Remote { url: String, message: String },
 }
 
 /// The host's result type.

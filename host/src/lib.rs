@@ -53,6 +53,7 @@
 //!   per resource;
 //! - [`config`]: flags, environment and file into one [`config::Config`];
 //! - [`offline`]: `verdict eval` and `verdict test` for policy authors;
+//! - [`remote`]: `verdict history`, against a running host;
 //! - [`demo`]: the built-in demo cluster (the cargo feature `demo`);
 //! - [`host`]: the parts assembled, in flow order, and served.
 
@@ -75,6 +76,7 @@ pub mod observe;
 pub mod offline;
 pub mod overrides;
 pub mod plugins;
+pub mod remote;
 pub mod settings;
 pub mod shadow;
 pub mod shared;

@@ -46,6 +46,9 @@ enum Command {
     /// Measure a status policy over objects from files: per-app latency,
     /// throughput, instance memory, load time cold and from the cache.
     Bench(verdict::offline::bench::BenchArgs),
+    /// An app's status changes (or one instance's), from a running host:
+    /// since when, why, what caused them, and its availability.
+    History(verdict::remote::HistoryArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,7 +90,8 @@ fn main() -> ExitCode {
         | Command::Diff(_)
         | Command::New(_)
         | Command::Build(_)
-        | Command::Bench(_) => "warn",
+        | Command::Bench(_)
+        | Command::History(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -129,6 +133,7 @@ fn main() -> ExitCode {
             verdict::offline::policy::run(&command).map(|out| print!("{out}"))
         }
         Command::Bench(args) => verdict::offline::bench::run(&args).map(|(_, out)| print!("{out}")),
+        Command::History(args) => verdict::remote::history(&args).map(|out| print!("{out}")),
         Command::New(args) => verdict::offline::project::new(&args).map(|out| print!("{out}")),
         Command::Build(args) => verdict::offline::project::build(&args).map(|out| print!("{out}")),
         Command::Test(args) => match verdict::offline::test::run(&args) {

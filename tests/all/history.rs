@@ -145,6 +145,38 @@ fn the_demo_keeps_each_apps_changes_with_their_causes_and_availability_adds_up()
         .and_then(|n| n.parse::<u64>().ok());
     assert!(changes.is_some_and(|n| n > 0), "{metrics}");
 
+    // `verdict history` against the running host, for people and for
+    // scripts.
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .arg("history")
+            .args(args)
+            .args(["--url", &server.base])
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).to_string(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+    let (code, table, _) = run(&["shop/cart", "--availability", "1h"]);
+    assert_eq!(code, Some(0), "{table}");
+    assert!(table.starts_with("SINCE") && table.contains(&id), "{table}");
+    assert!(
+        table.contains("availability") && table.contains("incidents"),
+        "{table}"
+    );
+    let (code, json, _) = run(&["shop/cart", "-o", "json", "--limit", "2"]);
+    assert_eq!(code, Some(0), "{json}");
+    let json: Value = serde_json::from_str(&json).unwrap();
+    assert!(entries(&json["history"]).len() <= 2, "{json}");
+    let (code, _, error) = run(&["shop/cart", "--since", "yesterday"]);
+    assert_eq!(code, Some(1), "{error}");
+    assert!(error.contains("since"), "{error}");
+    let (code, _, error) = run(&["cart"]);
+    assert_eq!(code, Some(2), "{error}");
+
     // Bad parameters are named.
     for (path, field) in [
         ("/v1/apps/shop/api/availability?window=soon", "window"),
