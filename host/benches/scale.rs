@@ -321,8 +321,8 @@ fn pod_status(app: &str, restarts: u64) -> Value {
 }
 
 /// The restart counts of the probes' writes start here, far past any the
-/// churn gives.
-const PROBED: u64 = 1 << 40;
+/// churn gives (and within the API's 32 bits).
+const PROBED: u64 = 1_000_000_000;
 
 /// The namespace and name of the app numbered `number` across the cluster.
 fn app_numbered(shape: Shape, number: usize) -> (String, String) {
