@@ -104,6 +104,7 @@ fn entry(row: Row, until: Option<Timestamp>) -> Entry {
     }
 }
 
+/// A time of the query, RFC 3339.
 fn time_param(name: &str, text: Option<&str>) -> Result<Option<Timestamp>, ApiError> {
     text.map(|t| parse_time(t).map_err(|e| ApiError::invalid(name, format!("{name}: {e}"))))
         .transpose()
@@ -186,7 +187,7 @@ async fn history(
     Ok(Json(page))
 }
 
-#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/history", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("since" = Option<String>, Query, description = "Entries that began at or after this time (RFC 3339)"), ("until" = Option<String>, Query, description = "Entries that began before this time (RFC 3339)"), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "At most this many, 100 by default"), ("continue" = Option<String>, Query, description = "The `continue` of the page before")), responses((status = 200, description = "The app's status changes, newest first, with the marks of what happened meanwhile", body = HistoryPage), (status = 404, description = "The history is off"), (status = 422, description = "A bad parameter, named"), (status = 503, description = "The history cannot be read")))]
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/history", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("since" = Option<String>, Query, format = DateTime, description = "Entries that began at or after this time (RFC 3339, after 1970)"), ("until" = Option<String>, Query, format = DateTime, description = "Entries that began before this time (RFC 3339, after 1970)"), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "At most this many, 100 by default"), ("continue" = Option<String>, Query, pattern = "^[0-9]{0,18}$", description = "The `continue` of the page before")), responses((status = 200, description = "The app's status changes, newest first, with the marks of what happened meanwhile", body = HistoryPage), (status = 404, description = "The history is off"), (status = 422, description = "A bad parameter, named"), (status = 503, description = "The history cannot be read")))]
 async fn app_history(
     State(state): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
@@ -195,7 +196,7 @@ async fn app_history(
     history(state, (namespace, name, None), query).await
 }
 
-#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/instances/{instance}/history", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("instance" = String, Path, description = "A pod's or an object's name"), ("since" = Option<String>, Query), ("until" = Option<String>, Query), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000), ("continue" = Option<String>, Query)), responses((status = 200, description = "The instance's status changes, newest first", body = HistoryPage), (status = 404, description = "The history is off"), (status = 422, description = "A bad parameter, named"), (status = 503, description = "The history cannot be read")))]
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/instances/{instance}/history", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("instance" = String, Path, description = "A pod's or an object's name"), ("since" = Option<String>, Query, format = DateTime), ("until" = Option<String>, Query, format = DateTime), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000), ("continue" = Option<String>, Query, pattern = "^[0-9]{0,18}$")), responses((status = 200, description = "The instance's status changes, newest first", body = HistoryPage), (status = 404, description = "The history is off"), (status = 422, description = "A bad parameter, named"), (status = 503, description = "The history cannot be read")))]
 async fn instance_history(
     State(state): State<AppState>,
     Path((namespace, name, instance)): Path<(String, String, String)>,
@@ -224,7 +225,7 @@ struct AvailabilityView {
 
 /// The window a query names: `[to - window, to)`.
 fn window(query: &WindowQuery) -> Result<(Timestamp, Timestamp), ApiError> {
-    let length = match query.window.as_deref() {
+    let length = match query.window.as_deref().filter(|w| !w.is_empty()) {
         None => std::time::Duration::from_secs(7 * 86_400),
         Some(text) => humantime::parse_duration(text).map_err(|e| {
             ApiError::invalid(
@@ -263,7 +264,7 @@ async fn availability(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/availability", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("window" = Option<String>, Query, description = "How far back: `7d` by default, `24h`, `90m`"), ("until" = Option<String>, Query, description = "The window's end, RFC 3339; now by default")), responses((status = 200, description = "Time in each status over the window (with the time before the app existed and unobserved time apart, adding up to the window), incidents and times to recover", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/availability", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("window" = Option<String>, Query, pattern = "^([0-9]{1,6}(ms|s|m|h|d))?$", description = "How far back, at most 366 days: `7d` by default, `24h`, `90m`"), ("until" = Option<String>, Query, format = DateTime, description = "The window's end, RFC 3339 (after 1970); now by default")), responses((status = 200, description = "Time in each status over the window (with the time before the app existed and unobserved time apart, adding up to the window), incidents and times to recover", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
 async fn app_availability(
     State(state): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
@@ -272,7 +273,7 @@ async fn app_availability(
     availability(state, (Some(namespace), Some(name)), query).await
 }
 
-#[utoipa::path(get, path = "/v1/namespaces/{namespace}/availability", tag = "history", params(("namespace" = String, Path), ("window" = Option<String>, Query), ("until" = Option<String>, Query)), responses((status = 200, description = "Every app of the namespace over the window, together (app-milliseconds)", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
+#[utoipa::path(get, path = "/v1/namespaces/{namespace}/availability", tag = "history", params(("namespace" = String, Path), ("window" = Option<String>, Query, pattern = "^([0-9]{1,6}(ms|s|m|h|d))?$"), ("until" = Option<String>, Query, format = DateTime)), responses((status = 200, description = "Every app of the namespace over the window, together (app-milliseconds)", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
 async fn namespace_availability(
     State(state): State<AppState>,
     Path(namespace): Path<String>,
@@ -281,7 +282,7 @@ async fn namespace_availability(
     availability(state, (Some(namespace), None), query).await
 }
 
-#[utoipa::path(get, path = "/v1/availability", tag = "history", params(("window" = Option<String>, Query), ("until" = Option<String>, Query)), responses((status = 200, description = "Every app of the cluster over the window, together (app-milliseconds)", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
+#[utoipa::path(get, path = "/v1/availability", tag = "history", params(("window" = Option<String>, Query, pattern = "^([0-9]{1,6}(ms|s|m|h|d))?$"), ("until" = Option<String>, Query, format = DateTime)), responses((status = 200, description = "Every app of the cluster over the window, together (app-milliseconds)", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
 async fn cluster_availability(
     State(state): State<AppState>,
     Query(query): Query<WindowQuery>,
