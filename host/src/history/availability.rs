@@ -78,27 +78,27 @@ pub fn of_app(
         apps: 1,
         ..Availability::default()
     };
-    let first = rows.first().map_or(to, |r| r.at.max(from)).min(to);
+    let first = rows.first().map_or(to, |r| r.seen.at.max(from)).min(to);
     out.before_ms = first - from;
     let mut recoveries = Vec::new();
     let mut down_since: Option<Timestamp> = None;
     for (i, row) in rows.iter().enumerate() {
-        let start = row.at.max(from);
-        let end = rows.get(i + 1).map_or(to, |next| next.at).min(to);
-        let down = DOWN.contains(&row.held.status.as_str());
+        let start = row.seen.at.max(from);
+        let end = rows.get(i + 1).map_or(to, |next| next.seen.at).min(to);
+        let down = DOWN.contains(&row.seen.held.status.as_str());
         // Entered within the window, from an up status (or from nothing).
-        let was_down = i > 0 && DOWN.contains(&rows[i - 1].held.status.as_str());
+        let was_down = i > 0 && DOWN.contains(&rows[i - 1].seen.held.status.as_str());
         if down && !was_down {
-            if row.at >= from {
+            if row.seen.at >= from {
                 out.incidents += 1;
             }
-            down_since = Some(row.at);
+            down_since = Some(row.seen.at);
         } else if !down
             && let Some(since) = down_since.take()
-            && row.at >= from
+            && row.seen.at >= from
             && since >= from
         {
-            recoveries.push(row.at - since);
+            recoveries.push(row.seen.at - since);
         }
         if end <= start {
             continue;
@@ -108,7 +108,7 @@ pub fn of_app(
         out.unobserved_ms += length - seen;
         // The time away while flapping, shared out as the row's whole
         // length was, and each return from a down status a recovery.
-        let whole = (rows.get(i + 1).map_or(to, |n| n.at) - row.at).max(1);
+        let whole = (rows.get(i + 1).map_or(to, |n| n.seen.at) - row.seen.at).max(1);
         let mut given = 0;
         for (status, away) in &row.away {
             let part = (away.ms as i128 * seen as i128 / whole as i128) as i64;
@@ -121,7 +121,9 @@ pub fn of_app(
                 recoveries.extend(std::iter::repeat_n(each, away.entries as usize));
             }
         }
-        *out.statuses.entry(row.held.status.clone()).or_default() += seen - given;
+        *out.statuses
+            .entry(row.seen.held.status.clone())
+            .or_default() += seen - given;
     }
     out.recovered = recoveries.len() as u32;
     if !recoveries.is_empty() {
@@ -169,21 +171,23 @@ pub fn sum(all: &[Availability], window_ms: i64) -> Availability {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::store::{Away, Held, Subject};
+    use crate::history::store::{Away, Held, Seen, Subject};
 
     fn row(at: Timestamp, status: &str) -> Row {
         Row {
             id: at,
-            at,
-            subject: Subject::app("shop", "web"),
-            held: Held {
-                status: status.into(),
-                ..Held::default()
+            seen: Seen {
+                at,
+                subject: Subject::app("shop", "web"),
+                held: Held {
+                    status: status.into(),
+                    ..Held::default()
+                },
+                reason: String::new(),
+                node: None,
+                cause: None,
+                policy: None,
             },
-            reason: String::new(),
-            node: None,
-            cause: None,
-            policy: None,
             flaps: 0,
             away: BTreeMap::new(),
             last_at: at,

@@ -206,28 +206,13 @@ impl Recorder {
                 }
             }
         };
-        if let (Some(key), Some(reference)) = (&app, &mark.reference) {
-            self.by_app.insert(
-                key.clone(),
-                (
-                    at,
-                    Cause {
-                        kind: mark.kind.clone(),
-                        id: reference.clone(),
-                    },
-                ),
-            );
-        } else if let Some(key) = &app {
-            self.by_app.insert(
-                key.clone(),
-                (
-                    at,
-                    Cause {
-                        kind: mark.kind.clone(),
-                        id: mark.text.clone(),
-                    },
-                ),
-            );
+        if let Some(key) = app {
+            let id = mark.reference.clone().unwrap_or_else(|| mark.text.clone());
+            let cause = Cause {
+                kind: mark.kind.clone(),
+                id,
+            };
+            self.by_app.insert(key, (at, cause));
         }
         Some(mark)
     }

@@ -140,13 +140,8 @@ pub struct Away {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     pub id: i64,
-    pub at: Timestamp,
-    pub subject: Subject,
-    pub held: Held,
-    pub reason: String,
-    pub node: Option<String>,
-    pub cause: Option<Cause>,
-    pub policy: Option<String>,
+    /// The verdict that began it.
+    pub seen: Seen,
     /// Round trips to other statuses folded into this row.
     pub flaps: u32,
     pub away: BTreeMap<String, Away>,
@@ -210,22 +205,24 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     }
     Ok(Row {
         id: r.get(0)?,
-        at: r.get(1)?,
-        subject: Subject {
-            namespace: r.get(2)?,
-            app: r.get(3)?,
-            kind: r.get(4)?,
-            instance: r.get(5)?,
+        seen: Seen {
+            at: r.get(1)?,
+            subject: Subject {
+                namespace: r.get(2)?,
+                app: r.get(3)?,
+                kind: r.get(4)?,
+                instance: r.get(5)?,
+            },
+            held: Held {
+                status: r.get(6)?,
+                transitional: r.get(7)?,
+                display: r.get(8)?,
+            },
+            reason: r.get(9)?,
+            node: r.get(10)?,
+            cause: json(r.get(11)?),
+            policy: r.get(12)?,
         },
-        held: Held {
-            status: r.get(6)?,
-            transitional: r.get(7)?,
-            display: r.get(8)?,
-        },
-        reason: r.get(9)?,
-        node: r.get(10)?,
-        cause: json(r.get(11)?),
-        policy: r.get(12)?,
         flaps: r.get(13)?,
         away: json(r.get(14)?).unwrap_or_default(),
         last_at: r.get(15)?,
@@ -299,7 +296,7 @@ impl Store {
                  (SELECT row FROM current WHERE namespace = ?1 AND app = ?2 AND kind != '')"
             ),
             params![namespace, app],
-            |r| row(r).map(|r| (r.subject, r.held)),
+            |r| row(r).map(|r| (r.seen.subject, r.seen.held)),
         )
     }
 
@@ -548,7 +545,7 @@ fn record_one(
         .optional()?;
     let gone = seen.held.status == GONE;
     if let Some(current) = &current {
-        if current.held == seen.held {
+        if current.seen.held == seen.held {
             return Ok(None);
         }
         // Back to what it held before, soon after it left: a flap.
@@ -565,10 +562,10 @@ fn record_one(
             .optional()?;
         // A task's transition is no flap: it stays an entry of its own.
         let flapped = |b: &Row| {
-            b.held == seen.held
+            b.seen.held == seen.held
                 && !gone
-                && current.held.transitional.is_none()
-                && seen.at - current.at <= flap_window
+                && current.seen.held.transitional.is_none()
+                && seen.at - current.seen.at <= flap_window
         };
         if let Some(mut before) = before.filter(flapped) {
             fold(&mut before, current, seen.at);
@@ -636,9 +633,9 @@ pub const GONE: &str = "gone";
 /// `into`, the period it returned to.
 fn fold(into: &mut Row, left: &Row, back: Timestamp) {
     into.flaps += 1 + left.flaps;
-    let spent = (back - left.at).max(0);
+    let spent = (back - left.seen.at).max(0);
     let elsewhere: i64 = left.away.values().map(|a| a.ms).sum();
-    let away = into.away.entry(left.held.status.clone()).or_default();
+    let away = into.away.entry(left.seen.held.status.clone()).or_default();
     away.ms += (spent - elsewhere).max(0);
     away.entries += 1;
     for (status, a) in &left.away {
@@ -729,7 +726,7 @@ mod tests {
             .record(&[seen(200_000, "running")], &[], window)
             .unwrap();
         let rows = page(&store);
-        let statuses: Vec<&str> = rows.iter().map(|r| r.held.status.as_str()).collect();
+        let statuses: Vec<&str> = rows.iter().map(|r| r.seen.held.status.as_str()).collect();
         assert_eq!(statuses, ["running", "degraded", "running"], "newest first");
     }
 
@@ -782,7 +779,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(first.len() + rest.len(), 7);
-        assert!(rest.iter().all(|r| r.at < first[2].at));
+        assert!(rest.iter().all(|r| r.seen.at < first[2].seen.at));
         let pod_rows = store
             .page(
                 "shop",
@@ -795,7 +792,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(pod_rows.len(), 2);
-        assert_eq!(pod_rows[0].held.status, GONE);
+        assert_eq!(pod_rows[0].seen.held.status, GONE);
     }
 
     #[test]
@@ -828,6 +825,10 @@ mod tests {
             )
             .unwrap();
         assert!(kept.len() < 2_000 && !kept.is_empty(), "{}", kept.len());
-        assert_eq!(kept[0].at, 2_000_000 + 1_999 * 1_000, "the newest stay");
+        assert_eq!(
+            kept[0].seen.at,
+            2_000_000 + 1_999 * 1_000,
+            "the newest stay"
+        );
     }
 }

@@ -85,19 +85,19 @@ struct HistoryPage {
 }
 
 fn entry(row: Row, until: Option<Timestamp>) -> Entry {
-    let instance = !row.subject.is_app();
+    let instance = !row.seen.subject.is_app();
     Entry {
-        at: rfc3339(row.at),
+        at: rfc3339(row.seen.at),
         until: until.map(rfc3339),
-        kind: instance.then(|| row.subject.kind.clone()),
-        instance: instance.then(|| row.subject.instance.clone()),
-        status: row.held.status,
-        transitional: row.held.transitional,
-        display: row.held.display,
-        reason: row.reason,
-        node: row.node,
-        cause: row.cause,
-        policy: row.policy,
+        kind: instance.then(|| row.seen.subject.kind.clone()),
+        instance: instance.then(|| row.seen.subject.instance.clone()),
+        status: row.seen.held.status,
+        transitional: row.seen.held.transitional,
+        display: row.seen.held.display,
+        reason: row.seen.reason,
+        node: row.seen.node,
+        cause: row.seen.cause,
+        policy: row.seen.policy,
         flaps: row.flaps,
         away: row.away,
         last_at: rfc3339(row.last_at),
@@ -152,11 +152,11 @@ async fn history(
                     },
                 )?
                 .first()
-                .map(|r| r.at),
+                .map(|r| r.seen.at),
             None => None,
         };
         let span = (
-            rows.last().map_or(0, |r| r.at),
+            rows.last().map_or(0, |r| r.seen.at),
             newer.unwrap_or(Timestamp::MAX),
         );
         let marks = match instance {
@@ -170,7 +170,7 @@ async fn history(
         let entries = rows
             .into_iter()
             .map(|row| {
-                let at = row.at;
+                let at = row.seen.at;
                 let e = entry(row, until);
                 until = Some(at);
                 e

@@ -480,30 +480,26 @@ pub fn derive(
             .apps
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // One look at each app's verdict before: its tally goes on, and
+        // whether a person would see a change (not the recheck time alone).
+        let mut changed = Vec::new();
         for (key, new) in &mut fresh {
-            if let Some(old) = apps.get(key) {
+            let old = apps.get(key);
+            if let Some(old) = old {
                 new.tally = old
                     .tally
                     .then(old.verdict.stable, new.verdict.stable, millis(now));
             }
+            if events.is_some() && old.is_none_or(|o| !same_but_recheck(&o.verdict, &new.verdict)) {
+                changed.push((AppView::from(&new.verdict), Arc::clone(&new.policy)));
+            }
         }
-        // What a person would see change (not the recheck time alone).
-        let changed = events.map(|_| {
-            fresh
-                .iter()
-                .filter(|(key, new)| {
-                    apps.get(*key)
-                        .is_none_or(|old| !same_but_recheck(&old.verdict, &new.verdict))
-                })
-                .map(|(_, new)| (AppView::from(&new.verdict), Arc::clone(&new.policy)))
-                .collect()
-        });
         if full {
             replaced = Some(std::mem::replace(&mut *apps, fresh));
         } else {
             apps.extend(fresh);
         }
-        changed.unwrap_or_default()
+        changed
     };
     // The verdicts a full derivation replaced are freed after the lock is
     // released, so that readers do not wait for thousands of frees.
