@@ -10,6 +10,7 @@
 //! older than the buffer, or from the future — is told to resync.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -104,6 +105,20 @@ impl Event {
     }
 }
 
+/// Every event, in id order, for one consumer ([`Events::tap`]).
+#[derive(Debug)]
+pub struct Tap {
+    pub receiver: mpsc::Receiver<Arc<Event>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Tap {
+    /// Events this tap's full queue could not take, since it was made.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
 /// Live events, and the buffered ones a subscriber asked to replay.
 pub(crate) type Subscription = (
     broadcast::Receiver<Arc<Event>>,
@@ -127,11 +142,9 @@ struct Inner {
     first: u64,
     next: u64,
     buffer: VecDeque<Arc<Event>>,
-    /// Consumers that must see every event (the history), each with a
-    /// bounded queue of its own.
-    taps: Vec<mpsc::Sender<Arc<Event>>>,
-    /// Events a full tap could not take.
-    dropped: u64,
+    /// Consumers that must see every event (the history, the Kubernetes
+    /// Events), each with a bounded queue and a count of drops of its own.
+    taps: Vec<(mpsc::Sender<Arc<Event>>, Arc<AtomicU64>)>,
 }
 
 /// The host's events.
@@ -161,7 +174,6 @@ impl Events {
                 next: first,
                 buffer: VecDeque::with_capacity(capacity.min(4096)),
                 taps: Vec::new(),
-                dropped: 0,
             }),
             capacity: capacity.max(1),
             live,
@@ -201,33 +213,27 @@ impl Events {
         // Under the lock, so that the live order is the id order. No
         // subscriber is not an error.
         let _ = self.live.send(Arc::clone(&event));
-        let mut dropped = 0;
         inner
             .taps
-            .retain(|tap| match tap.try_send(Arc::clone(&event)) {
+            .retain(|(tap, dropped)| match tap.try_send(Arc::clone(&event)) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    dropped += 1;
+                    dropped.fetch_add(1, Ordering::Relaxed);
                     true
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
             });
-        inner.dropped += dropped;
         event.id
     }
 
     /// Every event from now on, in id order, into a queue of `capacity`
     /// events; when the queue is full, events are dropped for this tap
-    /// alone (counted by [`Events::dropped`]) rather than held up.
-    pub(crate) fn tap(&self, capacity: usize) -> mpsc::Receiver<Arc<Event>> {
+    /// alone (counted by [`Tap::dropped`]) rather than held up.
+    pub(crate) fn tap(&self, capacity: usize) -> Tap {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
-        self.lock().taps.push(sender);
-        receiver
-    }
-
-    /// Events a full tap could not take, since the start.
-    pub(crate) fn dropped(&self) -> u64 {
-        self.lock().dropped
+        let dropped = Arc::new(AtomicU64::new(0));
+        self.lock().taps.push((sender, Arc::clone(&dropped)));
+        Tap { receiver, dropped }
     }
 
     /// Subscribe to live events, and the buffered events after `last` (all
@@ -322,10 +328,11 @@ mod tests {
     fn a_tap_sees_every_event_until_it_is_full() {
         let events = Events::starting_at(1, 2);
         let mut tap = events.tap(3);
+        let other = events.tap(8);
         for n in 0..5 {
             events.publish(Kind::Task, None, serde_json::json!(n));
         }
-        let ids: Vec<u64> = std::iter::from_fn(|| tap.try_recv().ok())
+        let ids: Vec<u64> = std::iter::from_fn(|| tap.receiver.try_recv().ok())
             .map(|e| e.id)
             .collect();
         assert_eq!(
@@ -333,10 +340,17 @@ mod tests {
             [1, 2, 3],
             "past the replay buffer, up to its own bound"
         );
-        assert_eq!(events.dropped(), 2);
+        assert_eq!(tap.dropped(), 2);
+        assert_eq!(other.dropped(), 0, "each tap counts its own drops");
+        let dropped = Arc::clone(&tap.dropped);
         drop(tap);
         events.publish(Kind::Task, None, Value::Null);
-        assert_eq!(events.dropped(), 2, "a closed tap is let go, not counted");
+        assert_eq!(
+            dropped.load(Ordering::Relaxed),
+            2,
+            "a closed tap is let go, not counted"
+        );
+        assert_eq!(other.receiver.len(), 6);
     }
 
     #[test]

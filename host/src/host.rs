@@ -424,6 +424,8 @@ impl Host {
             config.history,
         ));
         let history_tap = (!history.is_off()).then(|| events.tap(crate::history::TAP));
+        let announce_tap = (client.is_some() && !config.history.no_kube_events)
+            .then(|| events.tap(crate::history::TAP));
         let metrics = Arc::new(http::metrics::Metrics::default());
         let (registry, watcher) = plugins(config, demo.is_some(), &events, &metrics)?;
         let observed = client
@@ -445,11 +447,9 @@ impl Host {
             _ => (None, None),
         };
         if let (Some(live), Some(tap)) = (&live, history_tap) {
-            loops.push(tokio::spawn(Arc::clone(&history).record_forever(
-                tap,
-                live.clone(),
-                Arc::clone(&events),
-            )));
+            loops.push(tokio::spawn(
+                Arc::clone(&history).record_forever(tap, live.clone()),
+            ));
         }
         let admission = Admission {
             registry: Arc::clone(&registry),
@@ -476,6 +476,17 @@ impl Host {
         };
         if let Some(failover) = &failover {
             failover.shadow_with(Arc::clone(&shadows));
+        }
+        let mut announcer = None;
+        if let (Some(client), Some(live), Some(tap)) = (&client, &live, announce_tap) {
+            let made = Arc::new(crate::history::announce::Announcer::default());
+            loops.push(tokio::spawn(Arc::clone(&made).run(
+                tap,
+                live.clone(),
+                Arc::clone(&leadership),
+                leadership.fenced(client.clone()),
+            )));
+            announcer = Some(made);
         }
         let mut delivery = None;
         if let (Some(client), Some(live)) = (&client, &live) {
@@ -545,6 +556,7 @@ impl Host {
             delivery: delivery.clone(),
             memory: Arc::clone(&memory),
             history: Arc::clone(&history),
+            announcer,
             app_series: config.http.app_series,
         });
         Ok(Self {

@@ -137,6 +137,16 @@ pub static RESOURCES: &[Resource] = &[
         status_subresource: false,
     },
     Resource {
+        group: "events.k8s.io",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        short_names: &["ev"],
+        status_subresource: false,
+    },
+    Resource {
         group: "apiextensions.k8s.io",
         version: "v1",
         plural: "customresourcedefinitions",

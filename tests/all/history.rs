@@ -306,3 +306,106 @@ fn a_history_that_cannot_be_opened_is_an_error_of_its_routes_only() {
     );
     assert!(!data.path().join("history.db").exists());
 }
+
+/// The Kubernetes Events (`events.k8s.io/v1`) the cluster holds in `shop`.
+fn kube_events(cluster: &crate::live::Cluster) -> Vec<Value> {
+    let url = format!(
+        "{}/apis/events.k8s.io/v1/namespaces/shop/events",
+        cluster.sim().url()
+    );
+    let list: Value = reqwest::blocking::get(url).unwrap().json().unwrap();
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn each_status_change_is_a_kubernetes_event_on_the_apps_workload_counted_into_a_series() {
+    use crate::live::{Cluster, deployment, pod, start_host};
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &[]);
+    server.app_until("shop/web", "running", PATIENCE, |v| {
+        v["stable"] == "running"
+    });
+    assert!(
+        kube_events(&cluster).is_empty(),
+        "a first verdict is no change"
+    );
+
+    // Into a crash loop and out of it, twice.
+    for round in 1..=2 {
+        cluster.apply(deployment(1, 0));
+        cluster.apply(pod("web-1", Some("CrashLoopBackOff")));
+        server.app_until("shop/web", "panic", PATIENCE, |v| v["stable"] == "panic");
+        cluster.apply(deployment(1, 1));
+        cluster.apply(pod("web-1", None));
+        server.app_until("shop/web", "running", PATIENCE, |v| {
+            v["stable"] == "running"
+        });
+        let mut events = Vec::new();
+        let written = wait_until(PATIENCE, || {
+            events = kube_events(&cluster);
+            let count = |reason: &str| {
+                events
+                    .iter()
+                    .find(|e| e["reason"] == reason)
+                    .map(|e| e["series"]["count"].as_i64().unwrap_or(1))
+            };
+            count("Panic") == Some(round) && count("Running") == Some(round)
+        });
+        assert!(written.is_some(), "round {round}: {events:#?}");
+    }
+    // One series per reason (a derivation may pass through `degraded`
+    // on the way), all of them verdict's.
+    let events = kube_events(&cluster);
+    let mut reasons: Vec<&str> = events
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    reasons.sort_unstable();
+    reasons.dedup();
+    assert_eq!(reasons.len(), events.len(), "{events:#?}");
+    assert!(
+        events.iter().all(|e| e["reportingController"] == "verdict"),
+        "{events:#?}"
+    );
+    let deployment_uid = {
+        let url = format!(
+            "{}/apis/apps/v1/namespaces/shop/deployments/web",
+            cluster.sim().url()
+        );
+        let d: Value = reqwest::blocking::get(url).unwrap().json().unwrap();
+        d["metadata"]["uid"].as_str().unwrap().to_string()
+    };
+    let panic = events.iter().find(|e| e["reason"] == "Panic").unwrap();
+    assert_eq!(panic["type"], "Warning", "{panic}");
+    assert_eq!(panic["reportingController"], "verdict", "{panic}");
+    assert_eq!(panic["action"], "Judge", "{panic}");
+    assert_eq!(
+        (
+            &panic["regarding"]["kind"],
+            &panic["regarding"]["name"],
+            panic["regarding"]["uid"].as_str()
+        ),
+        (&json!("Deployment"), &json!("web"), Some(&*deployment_uid)),
+        "{panic}"
+    );
+    let note = panic["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("running → panic") && note.contains("judged by default-status@"),
+        "{note}"
+    );
+    let running = events.iter().find(|e| e["reason"] == "Running").unwrap();
+    assert_eq!(running["type"], "Normal", "{running}");
+
+    // Counted in /metrics: each write, a series' counts among them.
+    let metrics = reqwest::blocking::get(format!("{}/metrics", server.base))
+        .unwrap()
+        .text()
+        .unwrap();
+    let written: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("verdict_kube_events_total{outcome=\"written\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(written >= 4, "{metrics}");
+}

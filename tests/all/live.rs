@@ -19,7 +19,7 @@ fn namespace(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 }
 
-fn deployment(replicas: i64, ready: i64) -> Value {
+pub fn deployment(replicas: i64, ready: i64) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web", "namespace": "shop", "labels": {"app.kubernetes.io/instance": "web"}},
@@ -42,7 +42,7 @@ fn node(name: &str, ready: &str) -> Value {
 }
 
 /// A pod of `web`; `waiting` puts its container in that waiting reason.
-fn pod(name: &str, waiting: Option<&str>) -> Value {
+pub fn pod(name: &str, waiting: Option<&str>) -> Value {
     let (state, ready) = match waiting {
         Some(reason) => (json!({"waiting": {"reason": reason}}), false),
         None => (

@@ -13,8 +13,10 @@
 //!
 //! - `store`: the database;
 //! - `record`: events into records and marks;
-//! - `availability`: time in each status, incidents and recoveries.
+//! - `availability`: time in each status, incidents and recoveries;
+//! - `announce`: each app's status change as a Kubernetes Event.
 
+pub mod announce;
 pub mod availability;
 pub mod record;
 pub mod store;
@@ -24,12 +26,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 pub use availability::Availability;
 pub use store::{Cause, Mark, Page, Row, Subject};
 
-use crate::events::{Event, Events, Kind};
+use crate::events::{Event, Kind, Tap};
 use crate::storage::StorageError;
 use crate::time::Timestamp;
 use crate::verdicts::live::Live;
@@ -54,6 +55,10 @@ pub struct Settings {
     /// entry with a count (a crash loop is one entry, not thousands).
     #[arg(long = "history-flap-window-ms", value_name = "MS", default_value = "120000", value_parser = crate::settings::millis)]
     pub flap_window: Duration,
+    /// Write no Kubernetes Events (`events.k8s.io/v1`) of apps' status
+    /// changes on their workloads (the leader writes them otherwise).
+    #[arg(long = "no-kube-events")]
+    pub no_kube_events: bool,
 }
 
 impl Default for Settings {
@@ -215,12 +220,7 @@ impl History {
     /// Record what the events say, until the tap closes: verdicts as
     /// changes, the rest as marks, and the runs in which `live` was
     /// current.
-    pub async fn record_forever(
-        self: Arc<Self>,
-        mut tap: mpsc::Receiver<Arc<Event>>,
-        live: Live,
-        events: Arc<Events>,
-    ) {
+    pub async fn record_forever(self: Arc<Self>, mut tap: Tap, live: Live) {
         if self.store.is_err() {
             return;
         }
@@ -231,13 +231,13 @@ impl History {
         loop {
             let mut pruning = false;
             tokio::select! {
-                n = tap.recv_many(&mut buffer, 4096) => if n == 0 { return },
+                n = tap.receiver.recv_many(&mut buffer, 4096) => if n == 0 { return },
                 _ = heartbeat.tick() => {}
                 _ = prune.tick() => pruning = true,
             }
             let batch = std::mem::take(&mut buffer);
             let current = observed_now(&live);
-            let dropped = events.dropped();
+            let dropped = tap.dropped();
             let this = Arc::clone(&self);
             let moved = std::mem::take(&mut state);
             state = tokio::task::spawn_blocking(move || {

@@ -367,7 +367,7 @@ mod tests {
     fn events() -> (Events, tokio::sync::mpsc::Receiver<std::sync::Arc<Event>>) {
         let events = Events::starting_at(1, 16);
         let tap = events.tap(16);
-        (events, tap)
+        (events, tap.receiver)
     }
 
     fn verdict(stable: &str, pods: &[(&str, &str)]) -> Value {

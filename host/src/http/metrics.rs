@@ -101,6 +101,8 @@ pub(crate) struct Sources {
     pub delivery: Option<Arc<crate::lifecycle::service::Service>>,
     pub memory: Arc<crate::memory::Budget>,
     pub history: Arc<crate::history::History>,
+    /// The Kubernetes Events of apps' status changes, when written.
+    pub announcer: Option<Arc<crate::history::announce::Announcer>>,
     /// Apps given series of their own (the first, by namespace and name).
     pub app_series: usize,
 }
@@ -131,6 +133,11 @@ struct PhaseLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StepLabels {
     step: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
 }
 
 impl Metrics {
@@ -624,6 +631,29 @@ impl Sources {
             "history_lost",
             "Records the history could not keep",
             &ConstCounter::new(health.lost),
+        )?;
+        let Some(announcer) = &self.announcer else {
+            return Ok(());
+        };
+        let c = &announcer.counts;
+        let events: Family<OutcomeLabels, Counter> = Family::default();
+        for (outcome, n) in [
+            ("written", &c.written),
+            ("failed", &c.failed),
+            ("limited", &c.limited),
+            ("dropped", &c.dropped),
+            ("unreferenced", &c.unreferenced),
+        ] {
+            events
+                .get_or_create(&OutcomeLabels { outcome })
+                .inc_by(n.load(std::sync::atomic::Ordering::Relaxed));
+        }
+        family(
+            encoder,
+            "kube_events",
+            "Kubernetes Events of apps' status changes, by outcome (written by the leader; \
+             limited: past an app's burst; unreferenced: an app without a workload or object)",
+            &events,
         )
     }
 }

@@ -421,7 +421,10 @@ macro_rules! observe_workload {
             const KIND: &'static str = $kind;
             fn put(object: &Self) -> Put {
                 let workload = $reduce(object);
-                Box::new(move |snapshot| Change::Apps(snapshot.put_workload(workload)))
+                let uid = object.metadata.uid.clone();
+                Box::new(move |snapshot| {
+                    Change::Apps(snapshot.put_workload_with_uid(workload, uid))
+                })
             }
             fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
                 Change::Apps(snapshot.remove_workload(

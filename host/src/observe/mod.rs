@@ -13,6 +13,7 @@ pub mod resources;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use serde::{Deserialize, Serialize};
 
 use crate::wit::{status, types};
@@ -170,6 +171,9 @@ pub struct Snapshot {
     object_names: BTreeMap<(String, String, String), resources::ObjectKey>,
     /// The apps with pods or objects on each node.
     on_nodes: OnNodes,
+    /// Each workload's `metadata.uid`, when it came from the API: what an
+    /// Event about it refers to.
+    workload_uids: BTreeMap<WorkloadKey, Box<str>>,
 }
 
 /// A pod as the snapshot holds it: its record (behind a pointer, so that
@@ -431,7 +435,20 @@ impl Snapshot {
 
     /// Add or replace a workload; returns the apps it left and joined.
     pub fn put_workload(&mut self, w: types::Workload) -> Vec<AppKey> {
+        self.put_workload_with_uid(w, None)
+    }
+
+    /// Add or replace a workload of the API, with its `metadata.uid`.
+    pub(crate) fn put_workload_with_uid(
+        &mut self,
+        w: types::Workload,
+        uid: Option<String>,
+    ) -> Vec<AppKey> {
         let key = (workload_kind(w.kind), w.namespace.clone(), w.name.clone());
+        match uid {
+            Some(uid) => self.workload_uids.insert(key.clone(), uid.into()),
+            None => self.workload_uids.remove(&key),
+        };
         let mut touched: Vec<AppKey> = self.unindex_workload(&key).into_iter().collect();
         let app = key_of(Self::app_of_workload(&self.grouping, &w));
         self.index_entry(&app).1.workloads.insert(key.clone());
@@ -450,6 +467,7 @@ impl Snapshot {
         let key = (workload_kind(kind), namespace.to_string(), name.to_string());
         let left = self.unindex_workload(&key).into_iter().collect();
         self.workloads.remove(&key);
+        self.workload_uids.remove(&key);
         left
     }
 
@@ -472,6 +490,7 @@ impl Snapshot {
         for key in gone {
             self.unindex_workload(&key);
             self.workloads.remove(&key);
+            self.workload_uids.remove(&key);
         }
     }
 
@@ -539,6 +558,35 @@ impl Snapshot {
     /// Whether an app has a workload, a pod or an object.
     pub(crate) fn has_app(&self, key: &AppKey) -> bool {
         self.index.contains_key(key)
+    }
+
+    /// What an Event about an app's status refers to: its first workload
+    /// (by kind, then name), else its first object of a configured kind;
+    /// `None` for an app of bare pods.
+    pub(crate) fn regarding(&self, app: &AppKey) -> Option<ObjectReference> {
+        let members = self.index.get(app)?;
+        if let Some(key @ (kind, namespace, name)) = members.workloads.iter().next() {
+            return Some(ObjectReference {
+                api_version: Some("apps/v1".into()),
+                kind: Some((*kind).into()),
+                namespace: Some(namespace.clone()),
+                name: Some(name.clone()),
+                uid: self.workload_uids.get(key).map(|u| u.to_string()),
+                ..ObjectReference::default()
+            });
+        }
+        let object = members
+            .objects
+            .iter()
+            .find_map(|key| self.objects.get(key))?;
+        Some(ObjectReference {
+            api_version: Some(object.api_version.clone()),
+            kind: Some(object.kind.clone()),
+            namespace: Some(object.namespace.clone()),
+            name: Some(object.name.clone()),
+            uid: object.uid.clone(),
+            ..ObjectReference::default()
+        })
     }
 
     /// The app a pod (namespace, name) belongs to.
@@ -1064,6 +1112,7 @@ mod tests {
             "apiVersion": "kubevirt.io/v1",
             "kind": "VirtualMachine",
             "metadata": {"name": name, "namespace": "shop", "generation": 3,
+                "uid": format!("uid-{name}"),
                 "labels": {"app.kubernetes.io/instance": app}},
             "status": {"printableStatus": "Running", "observedGeneration": 2,
                 "conditions": [{"type": "Ready", "status": "True"}]}
@@ -1071,6 +1120,53 @@ mod tests {
         .unwrap();
         let resource = resources::defaults().remove(0);
         resources::Generic::reduce(&resource, &object)
+    }
+
+    #[test]
+    fn an_event_about_an_app_regards_its_workload_else_its_object() {
+        let mut snapshot = Snapshot::default();
+        let deployment: k8s_openapi::api::apps::v1::Deployment =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "d-1",
+                    "labels": {"app.kubernetes.io/instance": "web"}},
+                "spec": {"replicas": 1, "selector": {}, "template": {}}
+            }))
+            .unwrap();
+        snapshot.put_workload_with_uid(
+            reduce::deployment(&deployment),
+            deployment.metadata.uid.clone(),
+        );
+        snapshot.put_pod(pod("web-1", "web"));
+        snapshot.put_object(vm("web-vm", "web"));
+        let web = snapshot.regarding(&key("web")).unwrap();
+        assert_eq!(
+            (web.api_version, web.kind, web.name, web.uid),
+            (
+                Some("apps/v1".into()),
+                Some("Deployment".into()),
+                Some("web".into()),
+                Some("d-1".into())
+            )
+        );
+        snapshot.put_object(vm("db-vm", "db"));
+        let db = snapshot.regarding(&key("db")).unwrap();
+        assert_eq!(
+            (db.api_version, db.kind, db.uid),
+            (
+                Some("kubevirt.io/v1".into()),
+                Some("VirtualMachine".into()),
+                Some("uid-db-vm".into())
+            )
+        );
+        snapshot.put_pod(pod("bare-1", "bare"));
+        assert_eq!(snapshot.regarding(&key("bare")), None, "bare pods");
+        // Gone, with its uid.
+        snapshot.remove_workload(types::WorkloadKind::Deployment, "shop", "web");
+        assert!(snapshot.workload_uids.is_empty());
+        assert_eq!(
+            snapshot.regarding(&key("web")).unwrap().kind.as_deref(),
+            Some("VirtualMachine")
+        );
     }
 
     #[test]

@@ -107,6 +107,8 @@ pub struct Generic {
     pub kind: String,
     pub namespace: String,
     pub name: String,
+    /// `metadata.uid`: what an Event about it refers to.
+    pub uid: Option<String>,
     pub labels: Vec<types::KeyValue>,
     pub annotations: Vec<types::KeyValue>,
     /// The controlling owner's kind and name.
@@ -172,6 +174,7 @@ impl Generic {
             kind: resource.kind.clone(),
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
             labels: super::reduce::key_values(meta.labels.as_ref()),
             annotations: super::reduce::key_values(meta.annotations.as_ref()),
             owner: meta

@@ -319,6 +319,14 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
     task(&server, json!({"app": "apps/cache", "action": "delete"}));
     let image = cluster.kubectl_run(&["get", "deployment", "api", "-n", "apps"], None);
     assert!(image.is_err(), "apps/api was deleted: {image:?}");
+    // What verdict saw of apps/api, where people look: its Events on the
+    // Deployment (a status met again counts into the Event it wrote).
+    until_kubectl(
+        &cluster,
+        &["events", "-n", "apps", "--for", "deployment/api"],
+        "verdict's Events on apps/api",
+        |s| s.contains("Stopped") && s.contains("→ stopped") && s.contains("Running"),
+    );
     // Finished tasks beyond the history bound are deleted from the store.
     let kept = cluster
         .kubectl_run(
