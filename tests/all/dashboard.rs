@@ -519,3 +519,102 @@ fn the_dashboard_shows_a_rollout_and_a_person_approves_its_gate_there() {
         .join("../target/test-artifacts/dashboard-rollout.png");
     browser.screenshot(&artifact);
 }
+
+/// A JavaScript expression: whether the canvas `id` has a pixel of
+/// exactly this colour (the inside of a bar or an area, away from its
+/// anti-aliased edges).
+fn painted(id: &str, (r, g, b): (u8, u8, u8)) -> String {
+    format!(
+        "(() => {{ const canvas = document.getElementById('{id}');
+           const px = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+           for (let i = 0; i < px.length; i += 4)
+             if (px[i] === {r} && px[i + 1] === {g} && px[i + 2] === {b} && px[i + 3] === 255) return true;
+           return false; }})()"
+    )
+}
+
+#[test]
+fn the_dashboard_draws_an_apps_history_and_the_clusters_statuses_over_time() {
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let data = tempfile::tempdir().unwrap();
+    let server = crate::serve::Server::start_with(&plugins, data.path(), &["--demo"]);
+    // The charting library comes from the host itself, kept for good.
+    let library =
+        reqwest::blocking::get(format!("{}/assets/chart-4.5.1.umd.min.js", server.base)).unwrap();
+    assert_eq!(library.status(), 200);
+    assert!(
+        library.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("immutable")
+    );
+    assert!(library.text().unwrap().contains("Chart.js v4.5.1"));
+
+    let browser = Browser::start();
+    browser.open(&format!("{}/", server.base));
+    let loop_time = Duration::from_secs(90);
+    // The cluster: apps by status over time, drawn (running's green is on
+    // the canvas, not only in the data).
+    browser.until_within(
+        "apps by status drawn",
+        &format!(
+            "const c = Chart.getChart('over-time'); if (!c || !c.data.datasets.some((d) => d.label === 'running' && d.data.some((p) => p.y > 0))) return false;
+             return {};",
+            painted("over-time", (26, 127, 55))
+        ),
+        loop_time,
+    );
+
+    // shop/api's pod on n2 crash-loops, and n2 is lost each loop: its
+    // timeline shows it running, flapping into degraded (the crash loop,
+    // folded into one entry), and failover's judgement of the node marked.
+    browser.until(
+        "shop/api shown",
+        r#"return !!document.querySelector('tr[data-app="shop/api"]');"#,
+    );
+    browser.run(r#"document.querySelector('tr[data-app="shop/api"]').click(); return true;"#);
+    browser.until_within(
+        "shop/api's timeline with its crash loop and the lost node marked",
+        &format!(
+            "const c = Chart.getChart('timeline'); if (!c) return false;
+             const statuses = c.data.datasets[0].data.map((d) => d.p.e.status);
+             const flapped = c.data.datasets[1].data.map((d) => d.f.status);
+             const marks = c.data.datasets[2].data.map((d) => d.m.kind);
+             if (!statuses.includes('running') || !flapped.includes('degraded') || !marks.includes('failover')) return false;
+             return {} && {};",
+            painted("timeline", (26, 127, 55)),
+            painted("timeline", (212, 167, 44))
+        ),
+        loop_time,
+    );
+    browser.until(
+        "its availability over a day, a week and a month",
+        "const rows = [...document.querySelectorAll('#availability tbody tr[data-window]')];
+         return rows.length === 3 && rows.every((r) => /\\d+\\.\\d\\d %/.test(r.cells[1].textContent));",
+    );
+    browser.until(
+        "its incidents listed",
+        "return !!document.querySelector('#incidents li[data-incident]');",
+    );
+    let artifact = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-artifacts/dashboard-history.png");
+    browser.screenshot(&artifact);
+
+    // shop/cart is restarted, stopped and started by tasks each loop: its
+    // tasks are marked on its timeline, and a range of one hour redraws it.
+    browser.run(r#"document.querySelector('tr[data-app="shop/cart"]').click(); return true;"#);
+    browser
+        .run(r#"document.querySelector('#history button[data-range="1h"]').click(); return true;"#);
+    browser.until_within(
+        "shop/cart's tasks marked",
+        "const c = Chart.getChart('timeline');
+         return !!c && document.getElementById('detail-title').textContent === 'shop/cart'
+           && document.querySelector('#history button[data-range=\"1h\"]').getAttribute('aria-pressed') === 'true'
+           && c.scales.x.max - c.scales.x.min <= 3600000
+           && c.data.datasets[2].data.some((d) => d.m.kind === 'task');",
+        loop_time,
+    );
+    let artifact = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-artifacts/dashboard-history-tasks.png");
+    browser.screenshot(&artifact);
+}

@@ -124,6 +124,35 @@ fn the_demo_keeps_each_apps_changes_with_their_causes_and_availability_adds_up()
         assert!(a["before_ms"].as_i64().unwrap() > 0, "{scope}: {a}");
     }
 
+    // Apps by status over time: from the history's start at the earliest,
+    // the last moment now, each app counted once in the status it held.
+    let (code, timeline) = server.get("/v1/availability/timeline?window=1h&points=10");
+    assert_eq!(code, 200, "{timeline}");
+    let points = timeline["points"].as_array().unwrap();
+    assert_eq!(points.len(), 10, "{timeline}");
+    let (_, apps) = server.get("/v1/availability?window=1h");
+    let counted: u64 = points[9]["counts"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, apps["apps"].as_u64().unwrap(), "{timeline}");
+    assert!(
+        points[9]["counts"]["unobserved"].is_null(),
+        "the run under way lasts until now: {timeline}"
+    );
+    assert!(
+        timeline["since"].as_str().unwrap() > "2026-01-01",
+        "{timeline}"
+    );
+    let (code, refused) = server.get("/v1/availability/timeline?points=1");
+    assert_eq!(
+        (code, refused["error"]["field"].as_str()),
+        (422, Some("points")),
+        "{refused}"
+    );
+
     // Each app's status is a series of its own, and the history's writes
     // are counted.
     let metrics = reqwest::blocking::get(format!("{}/metrics", server.base))

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::serve::Server;
 
 /// Every operation of the HTTP API.
-const OPERATIONS: [(&str, &str); 44] = [
+const OPERATIONS: [(&str, &str); 45] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -49,6 +49,7 @@ const OPERATIONS: [(&str, &str); 44] = [
     ("get", "/v1/apps/{namespace}/{name}/availability"),
     ("get", "/v1/namespaces/{namespace}/availability"),
     ("get", "/v1/availability"),
+    ("get", "/v1/availability/timeline"),
     ("get", "/v1/events"),
     ("get", "/v1/replicas"),
     ("get", "/v1/policies"),

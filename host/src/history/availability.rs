@@ -168,6 +168,87 @@ pub fn sum(all: &[Availability], window_ms: i64) -> Availability {
     out
 }
 
+/// How many apps held each status at evenly spaced moments of a window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Timeline {
+    /// The window, RFC 3339, and the time between two points.
+    pub since: String,
+    pub until: String,
+    pub step_ms: i64,
+    /// Oldest first; the last is at `until`.
+    pub points: Vec<Point>,
+}
+
+/// The apps in each stable status at one moment; `unobserved` when no
+/// replica observed the cluster then (an app not seen yet is counted in
+/// none).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Point {
+    /// RFC 3339.
+    pub at: String,
+    pub counts: BTreeMap<String, u32>,
+}
+
+/// The moments of `[from, to]` a timeline of `points` samples: `to` and
+/// the `points - 1` before it, a step apart.
+fn moments(from: Timestamp, to: Timestamp, points: usize) -> (i64, Vec<Timestamp>) {
+    let points = points.max(2);
+    let step = ((to - from) / (points as i64 - 1)).max(1);
+    let mut at: Vec<Timestamp> = (0..points as i64).map(|i| to - i * step).collect();
+    at.retain(|t| *t >= from);
+    at.reverse();
+    (step, at)
+}
+
+/// The apps by status at `points` moments of `[from, to]`, from each
+/// app's rows oldest first (the last one before `from` among them) and the
+/// observation runs.
+pub fn timeline<'r>(
+    apps: impl IntoIterator<Item = &'r [Row]>,
+    runs: Vec<(Timestamp, Timestamp)>,
+    (from, to): (Timestamp, Timestamp),
+    points: usize,
+) -> Timeline {
+    let runs = merged(runs);
+    let (step, at) = moments(from, to, points);
+    let mut counts: Vec<BTreeMap<String, u32>> = vec![BTreeMap::new(); at.len()];
+    let observed: Vec<bool> = at
+        .iter()
+        .map(|t| runs.iter().any(|&(s, e)| s <= *t && *t <= e))
+        .collect();
+    for rows in apps {
+        // Moments and rows both ascend: one pass over each.
+        let mut next = 0;
+        for (i, t) in at.iter().enumerate() {
+            while next < rows.len() && rows[next].seen.at <= *t {
+                next += 1;
+            }
+            let Some(row) = next.checked_sub(1).map(|n| &rows[n]) else {
+                continue;
+            };
+            let status = if observed[i] {
+                row.seen.held.status.as_str()
+            } else {
+                "unobserved"
+            };
+            *counts[i].entry(status.to_string()).or_default() += 1;
+        }
+    }
+    Timeline {
+        since: crate::time::rfc3339(from),
+        until: crate::time::rfc3339(to),
+        step_ms: step,
+        points: at
+            .into_iter()
+            .zip(counts)
+            .map(|(at, counts)| Point {
+                at: crate::time::rfc3339(at),
+                counts,
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,5 +335,34 @@ mod tests {
         assert_eq!(a.before_ms, 1_000);
         assert_eq!(total(&a), 1_000);
         assert_eq!(a.running_share, None);
+    }
+
+    #[test]
+    fn a_timeline_counts_each_app_in_the_status_it_held_at_each_moment() {
+        let web = [
+            row(1_000, "running"),
+            row(5_000, "panic"),
+            row(7_000, "running"),
+        ];
+        let api = [row(4_000, "degraded")];
+        let runs = vec![(0, 8_000), (9_500, 20_000)];
+        let t = timeline([&web[..], &api[..]], runs, (0, 10_000), 11);
+        assert_eq!(t.step_ms, 1_000);
+        let at = |ms: usize| -> Vec<(&str, u32)> {
+            t.points[ms / 1_000]
+                .counts
+                .iter()
+                .map(|(s, n)| (s.as_str(), *n))
+                .collect()
+        };
+        assert_eq!(t.points.len(), 11);
+        assert_eq!(at(0), [], "nothing seen yet");
+        assert_eq!(at(1_000), [("running", 1)]);
+        assert_eq!(at(4_000), [("degraded", 1), ("running", 1)]);
+        assert_eq!(at(5_000), [("degraded", 1), ("panic", 1)]);
+        assert_eq!(at(7_000), [("degraded", 1), ("running", 1)]);
+        assert_eq!(at(9_000), [("unobserved", 2)], "between runs");
+        assert_eq!(at(10_000), [("degraded", 1), ("running", 1)]);
+        assert_eq!(t.points[10].at, crate::time::rfc3339(10_000));
     }
 }

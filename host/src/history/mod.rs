@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use availability::Availability;
+pub use availability::{Availability, Timeline};
 pub use store::{Cause, Mark, Page, Row, Subject};
 
 use crate::events::{Event, Kind, Tap};
@@ -105,6 +105,10 @@ pub struct Health {
     /// Records lost: the database refused them past the bound kept, or
     /// the recorder fell behind the events.
     pub lost: u64,
+    /// Where the run of observation under way was last written up to
+    /// (none while the cluster is not observed): it lasts until now.
+    #[serde(skip)]
+    observed_at: Option<Timestamp>,
 }
 
 /// The history: its store (or why there is none) and what it did.
@@ -195,7 +199,12 @@ impl History {
     ) -> Result<Availability, HistoryError> {
         let store = self.store()?;
         let rows = store.window(namespace, app, from, to)?;
-        Ok(availability::of_app(&rows, store.runs(from, to)?, from, to))
+        Ok(availability::of_app(
+            &rows,
+            self.runs(store, from, to)?,
+            from,
+            to,
+        ))
     }
 
     /// Every app's availability of a namespace (or the cluster) together.
@@ -205,7 +214,7 @@ impl History {
         (from, to): (Timestamp, Timestamp),
     ) -> Result<Availability, HistoryError> {
         let store = self.store()?;
-        let runs = store.runs(from, to)?;
+        let runs = self.runs(store, from, to)?;
         let each = store
             .apps(namespace)?
             .into_iter()
@@ -215,6 +224,53 @@ impl History {
             })
             .collect::<Result<Vec<_>, StorageError>>()?;
         Ok(availability::sum(&each, to - from))
+    }
+
+    /// The runs of observation that overlap `[from, to)`; the one under
+    /// way lasts until now, not until its last heartbeat.
+    fn runs(
+        &self,
+        store: &Store,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<Vec<(Timestamp, Timestamp)>, StorageError> {
+        let mut runs = store.runs(from, to)?;
+        let observed_at = self.health_mut().observed_at;
+        if let (Some(at), Some(last)) = (observed_at, runs.last_mut())
+            && last.1 == at
+        {
+            last.1 = last.1.max(crate::time::now());
+        }
+        Ok(runs)
+    }
+
+    /// How many apps of a namespace (or the cluster) held each status at
+    /// `points` moments of `[from, to]`, from the history's first run of
+    /// observation at the earliest.
+    pub fn timeline(
+        &self,
+        namespace: Option<&str>,
+        (from, to): (Timestamp, Timestamp),
+        points: usize,
+    ) -> Result<Timeline, HistoryError> {
+        let store = self.store()?;
+        // No earlier than the history itself.
+        let from = match store.first_observed()? {
+            Some(first) if first > from && first < to => first,
+            _ => from,
+        };
+        let runs = self.runs(store, from, to)?;
+        let rows = store
+            .apps(namespace)?
+            .into_iter()
+            .map(|(ns, app)| store.window(&ns, &app, from, to.saturating_add(1)))
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok(availability::timeline(
+            rows.iter().map(Vec::as_slice),
+            runs,
+            (from, to),
+            points,
+        ))
     }
 
     /// Record what the events say, until the tap closes: verdicts as
@@ -347,6 +403,7 @@ impl History {
                 health.changes += recorded.changes as u64;
                 health.folded += recorded.folded as u64;
                 health.marks += state.marks.len() as u64;
+                health.observed_at = run.map(|_| now);
                 state.seen.clear();
                 state.marks.clear();
                 state.run = run;
@@ -366,6 +423,7 @@ impl History {
                 }
                 health.ok = false;
                 health.error = error;
+                health.observed_at = None;
             }
         }
         health.pending = state.seen.len() + state.marks.len();

@@ -373,6 +373,17 @@ impl Store {
         }
     }
 
+    /// When the first run of observation kept began.
+    pub fn first_observed(&self) -> Result<Option<Timestamp>, StorageError> {
+        Ok(self
+            .all("SELECT MIN(started) FROM runs", params![], |r| {
+                r.get::<_, Option<Timestamp>>(0)
+            })?
+            .into_iter()
+            .next()
+            .flatten())
+    }
+
     /// The runs of observation that overlap `[from, to)`, in order.
     pub fn runs(
         &self,

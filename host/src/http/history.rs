@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 
 use super::{ApiError, AppState, MAX_PAGE, page_limit};
 use crate::history::store::Away;
-use crate::history::{Availability, Cause, Mark, Page, Row};
+use crate::history::{Availability, Cause, Mark, Page, Row, Timeline};
 use crate::time::{Timestamp, parse_time, rfc3339};
 
 /// The routes of this file.
@@ -22,6 +22,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(app_availability))
         .routes(routes!(namespace_availability))
         .routes(routes!(cluster_availability))
+        .routes(routes!(timeline))
 }
 
 #[derive(Debug, Deserialize)]
@@ -288,4 +289,42 @@ async fn cluster_availability(
     Query(query): Query<WindowQuery>,
 ) -> Result<Json<AvailabilityView>, ApiError> {
     availability(state, (None, None), query).await
+}
+
+#[derive(Debug, Deserialize)]
+struct TimelineQuery {
+    window: Option<String>,
+    until: Option<String>,
+    points: Option<usize>,
+    namespace: Option<String>,
+}
+
+/// Points of a timeline when none are asked for, and the most.
+const POINTS: usize = 120;
+const MAX_POINTS: usize = 1_000;
+
+#[utoipa::path(get, path = "/v1/availability/timeline", tag = "history", params(("window" = Option<String>, Query, pattern = "^([0-9]{1,6}(ms|s|m|h|d))?$", description = "How far back, at most 366 days: `7d` by default"), ("until" = Option<String>, Query, format = DateTime, description = "The window's end, RFC 3339 (after 1970); now by default"), ("points" = Option<usize>, Query, minimum = 2, maximum = 1000, description = "Moments sampled, evenly spaced, the last at `until` (120 by default)"), ("namespace" = Option<String>, Query, description = "Only this namespace's apps")), responses((status = 200, description = "How many apps held each stable status at each moment (`unobserved` while no replica observed the cluster)", body = Timeline), (status = 404, description = "The history is off"), (status = 422, description = "A bad window or number of points, named"), (status = 503, description = "The history cannot be read")))]
+async fn timeline(
+    State(state): State<AppState>,
+    Query(query): Query<TimelineQuery>,
+) -> Result<Json<Timeline>, ApiError> {
+    let points = query.points.unwrap_or(POINTS);
+    if !(2..=MAX_POINTS).contains(&points) {
+        return Err(ApiError::invalid(
+            "points",
+            format!("points: {points} is not from 2 to {MAX_POINTS}"),
+        ));
+    }
+    let (from, to) = window(&WindowQuery {
+        window: query.window,
+        until: query.until,
+    })?;
+    let history = std::sync::Arc::clone(&state.history);
+    let namespace = query.namespace.filter(|n| !n.is_empty());
+    let timeline = tokio::task::spawn_blocking(move || {
+        history.timeline(namespace.as_deref(), (from, to), points)
+    })
+    .await
+    .map_err(|e| ApiError::internal("the history", &e))??;
+    Ok(Json(timeline))
 }

@@ -233,6 +233,7 @@ pub(crate) fn router(state: AppState) -> Router {
     let document = Arc::new(api.to_pretty_json().unwrap_or_default());
     router
         .route("/", get(dashboard))
+        .route(CHART_JS, get(chart_js))
         .route(
             "/openapi.json",
             get(move || {
@@ -282,6 +283,24 @@ pub(crate) fn router(state: AppState) -> Router {
 /// stream like any other client.
 async fn dashboard() -> axum::response::Html<&'static str> {
     axum::response::Html(include_str!("dashboard.html"))
+}
+
+/// Where the dashboard's charting library (Chart.js, vendored in
+/// `vendor/` with its licence) is served; its version is in the path, so
+/// that a browser may keep it for good.
+pub(crate) const CHART_JS: &str = "/assets/chart-4.5.1.umd.min.js";
+
+async fn chart_js() -> impl axum::response::IntoResponse {
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/javascript"),
+            (
+                axum::http::header::CACHE_CONTROL,
+                "public, max-age=31536000, immutable",
+            ),
+        ],
+        include_str!("vendor/chart.umd.min.js"),
+    )
 }
 
 async fn not_found() -> ApiError {
