@@ -715,8 +715,7 @@ fn elect(
 
 /// Run the host until Ctrl-C or SIGTERM: HTTPS when a certificate is
 /// configured, else HTTP.
-pub async fn serve(config: Config) -> Result<()> {
-    let mut host = Host::start(&config).await?;
+pub async fn serve(mut config: Config) -> Result<()> {
     let listen_error = |source| Error::Listen {
         addr: config.http.listen,
         source,
@@ -724,6 +723,17 @@ pub async fn serve(config: Config) -> Result<()> {
     let listener = std::net::TcpListener::bind(config.http.listen).map_err(listen_error)?;
     listener.set_nonblocking(true).map_err(listen_error)?;
     let addr = listener.local_addr().map_err(listen_error)?;
+    // Listening on one address, a replica is reached there unless it says
+    // otherwise.
+    if config.leader.advertise_url.is_none() && !addr.ip().is_unspecified() {
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        config.leader.advertise_url = Some(format!("{scheme}://{addr}"));
+    }
+    let mut host = Host::start(&config).await?;
     let router = host.router();
     let handle = axum_server::Handle::new();
     let bounded =

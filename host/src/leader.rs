@@ -60,7 +60,8 @@ pub struct Settings {
     #[arg(long = "replica-name", value_name = "NAME")]
     pub replica: Option<String>,
     /// The URL other replicas and people reach this replica at, listed by
-    /// `GET /v1/replicas`.
+    /// `GET /v1/replicas` (followers send history reads to the leader's);
+    /// by default the address it listens on, when that is one address.
     #[arg(long = "advertise-url", value_name = "URL")]
     pub advertise_url: Option<String>,
     /// How long the Lease holds without a renewal, in milliseconds (whole

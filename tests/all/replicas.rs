@@ -587,3 +587,67 @@ fn decisions_made_on_any_replica_count_on_every_replica() {
         d["override"]["kind"] == "pause" && d["override"]["by"] == "ana"
     });
 }
+
+/// An app's history as one replica answers it: who answered, and the
+/// entries' start times.
+fn history_on(server: &Server, app: &str) -> (String, Vec<String>) {
+    let response =
+        reqwest::blocking::get(format!("{}/v1/apps/{app}/history", server.base)).unwrap();
+    assert_eq!(response.status(), 200);
+    let by = response.headers()["x-verdict-history"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let page: Value = response.json().unwrap();
+    let at = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["at"].as_str().unwrap().to_string())
+        .collect();
+    (by, at)
+}
+
+#[test]
+fn the_history_read_on_any_replica_is_the_leaders_and_survives_its_loss() {
+    let cluster = sim_cluster(&["cart"]);
+    let url = cluster.sim().url();
+    let mut group = Group::start(
+        &plugins(),
+        &["--cluster-url", &url],
+        "verdict-system",
+        2,
+        &[],
+    );
+    let leader = group.leader();
+    let follower = group.other(leader);
+    let leader_name = group.names[leader].clone();
+    let recorded = wait_until(PATIENCE, || {
+        !history_on(group.server(leader), "shop/cart").1.is_empty()
+    });
+    assert!(recorded.is_some(), "the leader recorded nothing");
+    // The follower's answer is the leader's, said so.
+    let (by, entries) = history_on(group.server(follower), "shop/cart");
+    assert_eq!(by, leader_name);
+    assert_eq!(entries, history_on(group.server(leader), "shop/cart").1);
+    let (_, replicas) = group.server(follower).get("/v1/replicas");
+    assert!(
+        replicas["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["url"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("http://127.0.0.1:"))),
+        "each replica advertises where it listens: {replicas}"
+    );
+
+    // The leader is lost: the other takes over, with the history it
+    // recorded meanwhile, and answers itself.
+    group.kill(leader);
+    let took = wait_until(PATIENCE, || group.leaders() == [follower]);
+    assert!(took.is_some(), "no handover");
+    let (by, entries) = history_on(group.server(follower), "shop/cart");
+    assert_eq!(by, group.names[follower]);
+    assert!(!entries.is_empty(), "the new leader kept its own record");
+}

@@ -1,5 +1,12 @@
 //! `/v1/apps/{namespace}/{name}/history` (and an instance's), and
 //! availability over a window of an app, a namespace and the cluster.
+//!
+//! With elected replicas, every replica records what it observes (so that
+//! one that takes over has the history), and the history read on any
+//! replica is the leader's: a follower sends the request on to the
+//! leader's advertised URL, and answers from its own only when the leader
+//! cannot be reached (`x-verdict-history` names the replica whose history
+//! answered).
 
 use std::collections::BTreeMap;
 
@@ -327,4 +334,104 @@ async fn timeline(
     .await
     .map_err(|e| ApiError::internal("the history", &e))??;
     Ok(Json(timeline))
+}
+
+/// Names the replica whose history answered.
+const ANSWERED_BY: &str = "x-verdict-history";
+/// Marks a request a follower sent on: its answer is the receiver's own.
+const FORWARDED: &str = "x-verdict-forwarded-by";
+
+/// The history routes' layer: on a follower, the leader's answer.
+pub(super) async fn from_leader(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let standing = state.leadership.standing();
+    let mut fallback = None;
+    if standing.elected && !standing.leader && !request.headers().contains_key(FORWARDED) {
+        let path = request
+            .uri()
+            .path_and_query()
+            .map_or("/", axum::http::uri::PathAndQuery::as_str)
+            .to_string();
+        let token = request
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .cloned();
+        match forward(&state, &standing.replica, &path, token).await {
+            Ok(answer) => return answer,
+            Err(why) => {
+                tracing::debug!(%why, "the history answered here, not by the leader");
+                fallback = Some(why);
+            }
+        }
+    }
+    let mut answer = next.run(request).await;
+    let headers = answer.headers_mut();
+    if let Ok(name) = axum::http::HeaderValue::from_str(&standing.replica) {
+        headers.insert(ANSWERED_BY, name);
+    }
+    if let Some(why) = fallback.and_then(|w| axum::http::HeaderValue::from_str(&w).ok()) {
+        headers.insert("x-verdict-history-fallback", why);
+    }
+    answer
+}
+
+/// The same request, answered by the leader's replica.
+async fn forward(
+    state: &AppState,
+    replica: &str,
+    path: &str,
+    token: Option<axum::http::HeaderValue>,
+) -> Result<axum::response::Response, String> {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    let members = state.members.as_ref().ok_or("no replicas' heartbeats")?;
+    let replicas = members
+        .list()
+        .await
+        .map_err(|e| format!("the replicas: {e}"))?;
+    let leader = replicas
+        .into_iter()
+        .find(|r| r.leader && !r.this)
+        .ok_or("no other replica leads")?;
+    let base = leader
+        .url
+        .ok_or_else(|| format!("{} advertises no URL", leader.name))?;
+    let client = CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .unwrap_or_default()
+    });
+    let mut sent = client
+        .get(format!("{}{path}", base.trim_end_matches('/')))
+        .header(FORWARDED, replica);
+    if let Some(token) = token {
+        sent = sent.header(axum::http::header::AUTHORIZATION, token);
+    }
+    let answer = sent
+        .send()
+        .await
+        .map_err(|e| format!("{} at {base}: {e}", leader.name))?;
+    let status = answer.status();
+    if status.is_server_error() {
+        return Err(format!("{} answered {status}", leader.name));
+    }
+    let mut response = axum::response::Response::builder().status(status.as_u16());
+    for name in [
+        axum::http::header::CONTENT_TYPE,
+        ANSWERED_BY.parse().expect("a header name"),
+    ] {
+        if let Some(value) = answer.headers().get(&name) {
+            response = response.header(name, value.as_bytes());
+        }
+    }
+    let body = answer
+        .bytes()
+        .await
+        .map_err(|e| format!("{} at {base}: {e}", leader.name))?;
+    response
+        .body(axum::body::Body::from(body))
+        .map_err(|e| e.to_string())
 }

@@ -222,7 +222,12 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(admission::routes())
         .merge(failover::routes())
         .merge(overrides::routes())
-        .merge(history::routes())
+        .merge(
+            history::routes().route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                history::from_leader,
+            )),
+        )
         .merge(events::routes())
         .merge(metrics::routes())
         .merge(replicas::routes())
