@@ -144,3 +144,62 @@ fn a_full_disk_answers_503_and_keeps_only_what_it_acknowledged() {
     assert!(kept.to_string().contains("maintenance"), "{kept}");
     assert!(!kept.to_string().contains("disk failing"), "{kept}");
 }
+
+#[test]
+fn a_full_disk_stops_the_history_not_the_verdicts_and_loses_none_of_it() {
+    use crate::live::{Cluster, deployment, pod};
+    let Some(disk) = Tmpfs::mount(64) else {
+        return;
+    };
+    let cluster = Cluster::start();
+    let data = disk.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let server = start_host(&cluster, &data, &[]);
+    server.app_until("shop/web", "running", crate::live::PATIENCE, |v| {
+        v["stable"] == "running"
+    });
+    let ready = || server.get("/readyz").1;
+    assert!(
+        crate::support::wait_until(crate::live::PATIENCE, || ready()["history"]["ok"] == true)
+            .is_some(),
+        "{}",
+        ready()
+    );
+
+    // The disk fills; the app crash-loops: its verdict is served, the
+    // history says it cannot be written, on its routes and in /readyz.
+    let filler = disk.fill();
+    cluster.apply(deployment(1, 0));
+    cluster.apply(pod("web-1", Some("CrashLoopBackOff")));
+    server.app_until("shop/web", "panic", crate::live::PATIENCE, |v| {
+        v["stable"] == "panic"
+    });
+    let failing =
+        crate::support::wait_until(crate::live::PATIENCE, || ready()["history"]["ok"] == false);
+    let said = ready();
+    assert!(failing.is_some(), "{said}");
+    assert!(
+        said["history"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("full")),
+        "{said}"
+    );
+    let (code, body) = server.get("/v1/apps/shop/web/history");
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(body["error"]["code"], "history-unavailable", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("wait in memory")),
+        "{body}"
+    );
+
+    // Room again: what waited is written, the panic among it.
+    filler.free();
+    let written =
+        crate::support::wait_until(crate::live::PATIENCE, || ready()["history"]["ok"] == true);
+    assert!(written.is_some(), "{}", ready());
+    let (code, page) = server.get("/v1/apps/shop/web/history");
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(page["entries"][0]["status"], "panic", "{page}");
+}

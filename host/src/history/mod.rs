@@ -74,6 +74,10 @@ pub enum HistoryError {
     Off,
     #[error("the history cannot be read: {0}")]
     Unavailable(String),
+    #[error(
+        "the history cannot be written; {0} records wait in memory and are written when it can be"
+    )]
+    Unwritten(usize),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -150,9 +154,17 @@ impl History {
         self.settings.off
     }
 
+    /// The store to read, unless it cannot be read — or cannot be
+    /// written, when what it would answer lacks what waits in memory.
     fn store(&self) -> Result<&Store, HistoryError> {
         match &self.store {
-            Ok(store) => Ok(store),
+            Ok(store) => {
+                let health = self.health_mut();
+                match &health.error {
+                    None => Ok(store),
+                    Some(_) => Err(HistoryError::Unwritten(health.pending)),
+                }
+            }
             Err(_) if self.settings.off => Err(HistoryError::Off),
             Err(error) => Err(HistoryError::Unavailable(error.clone())),
         }

@@ -194,6 +194,11 @@ impl From<crate::history::HistoryError> for ApiError {
                     "the history cannot be opened; /readyz and the server's log say why",
                 )
             }
+            E::Unwritten(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "history-unavailable",
+                format!("{error} (the disk may be full); /readyz says why"),
+            ),
             E::Storage(error) => ApiError::internal("the history", &error),
         }
     }
