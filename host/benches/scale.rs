@@ -20,6 +20,7 @@
 //! cargo xtask bench --scale --fill               # only fill it, and leave it up…
 //! cargo xtask bench --scale --keep               # leave the filled cluster up…
 //! cargo xtask bench --scale --keep               # …and measure it again
+//! cargo xtask bench --scale --keep --no-history  # …without the history
 //! cargo xtask bench --scale --quick              # 2 000 pods (what CI runs)
 //! ```
 
@@ -485,10 +486,16 @@ fn main() {
     let server_cpu = support::cpu_time(server_pid);
     let data = tempfile::tempdir().unwrap();
     let started = Instant::now();
+    // `--no-history`: the host keeps no history and writes no Kubernetes
+    // Events, for the figures beside those with them.
+    let mut flags = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+    if args.iter().any(|a| a == "--no-history") {
+        flags.extend(["--no-history", "--no-kube-events"]);
+    }
     let (child, base) = support::spawn_verdict(
         &workspace.join("target/plugins"),
         data.path(),
-        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &flags,
         // The client's own errors while the API server restarts are
         // expected.
         "error,kube_client=off",

@@ -102,6 +102,26 @@ impl Binaries {
         target.join("cluster").join("bin")
     }
 
+    /// `helm template` of a chart for this Kubernetes version, with more
+    /// arguments; the rendered documents.
+    pub fn helm_template(
+        &self,
+        chart: &Path,
+        release: &str,
+        namespace: &str,
+        args: &[&str],
+    ) -> Result<String> {
+        let version = KUBERNETES_VERSION.trim_start_matches('v');
+        run_with_input(
+            Command::new(self.path("helm"))
+                .args(["template", release])
+                .arg(chart)
+                .args(["--namespace", namespace, "--kube-version", version])
+                .args(args),
+            None,
+        )
+    }
+
     /// The programs in `dir`, all of which must be there.
     pub fn at(dir: &Path) -> Result<Binaries> {
         let binaries = Binaries {
@@ -517,15 +537,7 @@ impl Cluster {
         namespace: &str,
         args: &[&str],
     ) -> Result<String> {
-        let version = KUBERNETES_VERSION.trim_start_matches('v');
-        run_with_input(
-            Command::new(self.bin.path("helm"))
-                .args(["template", release])
-                .arg(chart)
-                .args(["--namespace", namespace, "--kube-version", version])
-                .args(args),
-            None,
-        )
+        self.bin.helm_template(chart, release, namespace, args)
     }
 
     /// Write a kubeconfig to `path` that acts as a ServiceAccount, with a

@@ -216,6 +216,32 @@ fn ensure_schemathesis() -> Result<PathBuf> {
     Ok(st)
 }
 
+/// Prometheus' `promtool` (checks and unit-tests the chart's alert rules),
+/// built from its Go module into the target folder when Go is here; `None`
+/// (the test says so loudly) without Go.
+const PROMTOOL: &str = "github.com/prometheus/prometheus/cmd/promtool@v0.316.0";
+
+fn ensure_promtool() -> Result<Option<PathBuf>> {
+    if verdict_testcluster::go_available().is_none() {
+        return Ok(None);
+    }
+    let version = PROMTOOL.rsplit('@').next().unwrap_or("latest");
+    let bin = cargo_target_dir().join("tools/promtool").join(version);
+    let promtool = bin.join("promtool");
+    if promtool.is_file() {
+        return Ok(Some(promtool));
+    }
+    eprintln!("xtask: building promtool into {}", bin.display());
+    run(
+        Command::new("go")
+            .args(["install", PROMTOOL])
+            .env("GOBIN", &bin),
+        BUILD,
+    )
+    .context("building promtool from its Go module")?;
+    Ok(Some(promtool))
+}
+
 /// Where a built guest crate's component goes under `target/`: `plugins`
 /// for the default policies, `test-plugins` for `plugins/testing/*`,
 /// `example-plugins` for `examples/*`.
@@ -473,6 +499,7 @@ fn test() -> Result<()> {
     ensure_browser()?;
     ensure_registry()?;
     let schemathesis = ensure_schemathesis()?;
+    let promtool = ensure_promtool()?;
     // The real-server suite's control plane: built (when Go is here) and
     // started once for the whole run, stopped when the run ends.
     let real = real_cluster()?;
@@ -503,6 +530,9 @@ fn test() -> Result<()> {
         .args(["test", "--workspace", "--no-fail-fast"])
         .env("VERDICT_SCHEMATHESIS", schemathesis)
         .current_dir(root());
+    if let Some(promtool) = &promtool {
+        command.env("VERDICT_PROMTOOL", promtool);
+    }
     if let Some(cluster) = &real {
         command
             .env("VERDICT_TEST_CLUSTER", cluster.dir())

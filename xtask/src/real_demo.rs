@@ -92,7 +92,7 @@ fn ask(verdict: &str, app: &str, action: &str) -> Result<String> {
     Ok(answer.to_string())
 }
 
-const STEPS: [Step; 11] = [
+const STEPS: [Step; 12] = [
     Step {
         at: Duration::from_secs(4),
         what: "task: restart shop/cart",
@@ -149,6 +149,16 @@ const STEPS: [Step; 11] = [
         run: |c, _| {
             scale(c, "shop", "web", 3)?;
             scale(c, "batch", "report", 0)
+        },
+    },
+    Step {
+        at: Duration::from_secs(58),
+        what: "what verdict saw, as `kubectl events -n shop` shows it",
+        run: |c, _| {
+            let events = kubectl(c, &["events", "-n", "shop"])?;
+            let verdicts: Vec<&str> = events.lines().filter(|l| l.contains("→")).collect();
+            eprintln!("{}", verdicts.join("\n"));
+            Ok(String::new())
         },
     },
 ];

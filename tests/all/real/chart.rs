@@ -705,3 +705,89 @@ fn the_chart_grants_the_vm_delivery_exactly_what_it_uses() {
         "granted for the delivery but never used: {unused:?}"
     );
 }
+
+/// The chart's PrometheusRule, rendered, as Prometheus' rule file (JSON,
+/// which promtool reads as YAML).
+fn alert_rules(binaries: &verdict_testcluster::Binaries) -> Value {
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
+    let rendered = binaries
+        .helm_template(
+            &chart,
+            RELEASE,
+            NAMESPACE,
+            &["--set", "metrics.prometheusRule.enabled=true"],
+        )
+        .unwrap();
+    serde_yaml_ng::Deserializer::from_str(&rendered)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .find(|o| o["kind"] == "PrometheusRule")
+        .expect("a PrometheusRule")["spec"]
+        .clone()
+}
+
+#[test]
+fn the_charts_alerts_are_valid_rules_that_fire_when_they_should() {
+    let test = "the_charts_alerts_are_valid_rules_that_fire_when_they_should";
+    let (Some(bin), Some(promtool)) = (
+        std::env::var_os("VERDICT_TESTCLUSTER_BIN"),
+        std::env::var_os("VERDICT_PROMTOOL"),
+    ) else {
+        // helm and promtool come with Go (`cargo xtask test`).
+        super::skip::<()>(test);
+        return;
+    };
+    let binaries = verdict_testcluster::Binaries::at(Path::new(&bin)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, alert_rules(&binaries).to_string()).unwrap();
+    let promtool = |args: &[&str]| {
+        let mut command = std::process::Command::new(&promtool);
+        command.args(args).current_dir(dir.path());
+        verdict_testcluster::run_with_input(&mut command, None)
+    };
+    let checked = promtool(&["check", "rules", "rules.yaml"]);
+    assert!(checked.is_ok(), "{checked:?}");
+
+    // Two replicas report the same app: one alert, by its labels. An app
+    // in panic for five minutes pages, one that recovers within them does
+    // not; an app running half of its time warns; a history not written
+    // for ten minutes warns.
+    let panic = |app: &str| {
+        json!({"summary": format!("shop/{app} is in panic"),
+            "description": format!("Its pods are failing (crash loops, image pulls) for 5m; GET /v1/apps/shop/{app}/history says since when and why.")})
+    };
+    let tests = json!({
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": "verdict_app_status{namespace=\"shop\",app=\"api\",status=\"panic\",pod=\"verdict-0\"}", "values": "1x30"},
+                {"series": "verdict_app_status{namespace=\"shop\",app=\"api\",status=\"panic\",pod=\"verdict-1\"}", "values": "1x30"},
+                {"series": "verdict_app_status{namespace=\"shop\",app=\"web\",status=\"panic\",pod=\"verdict-0\"}", "values": "1 1 1 0x27"},
+                {"series": "verdict_app_status_seconds_total{namespace=\"shop\",app=\"web\",status=\"running\",pod=\"verdict-0\"}", "values": "0+30x30"},
+                {"series": "verdict_app_status_seconds_total{namespace=\"shop\",app=\"web\",status=\"degraded\",pod=\"verdict-0\"}", "values": "0+30x30"},
+                {"series": "verdict_app_status_seconds_total{namespace=\"shop\",app=\"cart\",status=\"running\",pod=\"verdict-0\"}", "values": "0+60x30"},
+                {"series": "verdict_history_ok{pod=\"verdict-0\"}", "values": "0x30"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": "VerdictAppPanic", "exp_alerts": []},
+                {"eval_time": "6m", "alertname": "VerdictAppPanic", "exp_alerts": [
+                    {"exp_labels": {"severity": "critical", "namespace": "shop", "app": "api"},
+                     "exp_annotations": panic("api")}]},
+                {"eval_time": "25m", "alertname": "VerdictAppAvailabilityLow", "exp_alerts": [
+                    {"exp_labels": {"severity": "warning", "namespace": "shop", "app": "web"},
+                     "exp_annotations": {"summary": "shop/web ran less than 0.99 of the last day",
+                        "description": "GET /v1/apps/shop/web/availability?window=1d has the incidents and times to recover."}}]},
+                {"eval_time": "5m", "alertname": "VerdictHistoryNotWritten", "exp_alerts": []},
+                {"eval_time": "12m", "alertname": "VerdictHistoryNotWritten", "exp_alerts": [
+                    {"exp_labels": {"severity": "warning", "pod": "verdict-0"},
+                     "exp_annotations": {"summary": "verdict cannot write its history on verdict-0",
+                        "description": "Its /readyz says why (a full disk, a damaged history.db); the verdicts are served meanwhile."}}]},
+            ],
+        }],
+    });
+    std::fs::write(dir.path().join("tests.yaml"), tests.to_string()).unwrap();
+    let tested = promtool(&["test", "rules", "tests.yaml"]);
+    assert!(tested.is_ok(), "{tested:?}");
+}
