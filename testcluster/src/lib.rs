@@ -448,8 +448,15 @@ impl Cluster {
             && let Ok(raw) = i32::try_from(pid)
         {
             signal(raw, libc::SIGKILL);
+            // Until it has exited, not only let go of its memory: a large
+            // process loses its `/proc/<pid>/exe` (which `alive` reads) while
+            // the kernel frees its pages, before it closes its sockets — a
+            // new server started then cannot bind the port.
             let started = Instant::now();
-            while alive(pid, &self.bin.dir) && started.elapsed() < Duration::from_secs(10) {
+            while Path::new(&format!("/proc/{pid}")).exists()
+                && !zombie(pid)
+                && started.elapsed() < Duration::from_secs(60)
+            {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
