@@ -535,18 +535,6 @@ impl Cluster {
         Ok(())
     }
 
-    /// `helm template` of a chart with this control plane's helm, for its
-    /// Kubernetes version; more `helm` arguments in `args`.
-    pub fn helm_template(
-        &self,
-        chart: &Path,
-        release: &str,
-        namespace: &str,
-        args: &[&str],
-    ) -> Result<String> {
-        self.bin.helm_template(chart, release, namespace, args)
-    }
-
     /// Write a kubeconfig to `path` that acts as a ServiceAccount, with a
     /// token from the TokenRequest API (valid for a day).
     pub fn service_account_kubeconfig(

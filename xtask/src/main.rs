@@ -857,7 +857,7 @@ fn install_service_account(cluster: &verdict_testcluster::Cluster, path: &Path) 
     const NAMESPACE: &str = "verdict-system";
     cluster.create_namespace(NAMESPACE, &[])?;
     let chart = root().join("deploy/chart/verdict");
-    let rendered = cluster.helm_template(
+    let rendered = cluster.binaries().helm_template(
         &chart,
         "verdict",
         NAMESPACE,

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder as KubeRecorder, Reporter};
-use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::record::Recorder;
@@ -43,7 +42,7 @@ pub const QUEUE: usize = 1024;
 const NOTE_MAX: usize = 1024;
 
 /// What the Events did since the start, for `/metrics`.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default)]
 pub struct Counts {
     /// Written (created, or counted into their series).
     pub written: AtomicU64,

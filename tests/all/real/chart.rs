@@ -43,15 +43,15 @@ fn render(cluster: &Cluster, sets: &[&str]) -> String {
     for set in sets {
         args.extend(["--set", set]);
     }
-    render_with(cluster, &args)
+    render_with(cluster.binaries(), &args)
 }
 
 /// The chart rendered with its CRDs and these `helm template` arguments.
-fn render_with(cluster: &Cluster, more: &[&str]) -> String {
+fn render_with(binaries: &verdict_testcluster::Binaries, more: &[&str]) -> String {
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
     let mut args = vec!["--include-crds"];
     args.extend_from_slice(more);
-    cluster
+    binaries
         .helm_template(&chart, RELEASE, NAMESPACE, &args)
         .unwrap()
 }
@@ -554,7 +554,7 @@ fn the_chart_grants_the_vm_delivery_exactly_what_it_uses() {
         "--set",
         "webhooks.enabled=false",
     ];
-    let base = render_with(&cluster, &switches);
+    let base = render_with(cluster.binaries(), &switches);
     let mut delivering = switches.to_vec();
     delivering.extend([
         "--set",
@@ -564,7 +564,7 @@ fn the_chart_grants_the_vm_delivery_exactly_what_it_uses() {
         "--set-file",
         config_file.as_str(),
     ]);
-    let rendered = render_with(&cluster, &delivering);
+    let rendered = render_with(cluster.binaries(), &delivering);
     assert!(
         rendered.contains("install.yaml: |"),
         "the template is kept beside the configuration"
@@ -709,15 +709,7 @@ fn the_chart_grants_the_vm_delivery_exactly_what_it_uses() {
 /// The chart's PrometheusRule, rendered, as Prometheus' rule file (JSON,
 /// which promtool reads as YAML).
 fn alert_rules(binaries: &verdict_testcluster::Binaries) -> Value {
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
-    let rendered = binaries
-        .helm_template(
-            &chart,
-            RELEASE,
-            NAMESPACE,
-            &["--set", "metrics.prometheusRule.enabled=true"],
-        )
-        .unwrap();
+    let rendered = render_with(binaries, &["--set", "metrics.prometheusRule.enabled=true"]);
     serde_yaml_ng::Deserializer::from_str(&rendered)
         .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
         .find(|o| o["kind"] == "PrometheusRule")

@@ -38,6 +38,7 @@ fn register(
     )
     .unwrap();
     let rendered = cluster
+        .binaries()
         .helm_template(
             &chart(),
             release,
