@@ -5,7 +5,10 @@
 //! host's resident memory, and the delay from one pod change to its new
 //! verdict on HTTP.
 //!
-//! Run with `cargo xtask bench` (release profile); `--quick` for 1 000 pods.
+//! Run with `cargo xtask bench` (release profile); `--quick` for 1 000 pods;
+//! `--no-history` for a host that keeps no history and writes no Kubernetes
+//! Events (`cargo bench -p verdict --bench cluster -- --no-history`), to
+//! set its figures beside the default's.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -47,6 +50,7 @@ fn pod(ns: &str, app: &str, name: &str, waiting: Option<&str>) -> Value {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    let history = !std::env::args().any(|a| a == "--no-history");
     let (namespaces, apps_per_namespace, pods_per_app) =
         if quick { (10, 10, 10) } else { (100, 100, 10) };
     let apps = namespaces * apps_per_namespace;
@@ -80,8 +84,9 @@ fn main() {
     }
     let pods = apps * pods_per_app as usize;
     println!(
-        "verdict cluster benchmark: {pods} pods in {apps} apps ({} mode); simulator loaded in {:.1} s",
+        "verdict cluster benchmark: {pods} pods in {apps} apps ({} mode, history {}); simulator loaded in {:.1} s",
         if quick { "quick" } else { "full" },
+        if history { "on" } else { "off" },
         loading.elapsed().as_secs_f64()
     );
     println!();
@@ -89,10 +94,15 @@ fn main() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let data = tempfile::tempdir().unwrap();
     let started = Instant::now();
+    let url = simulator.url();
+    let mut flags = vec!["--cluster-url", &url];
+    if !history {
+        flags.extend(["--no-history", "--no-kube-events"]);
+    }
     let (child, base) = support::spawn_verdict(
         &workspace.join("target/plugins"),
         data.path(),
-        &["--cluster-url", &simulator.url()],
+        &flags,
         "error",
     );
     let host = support::KillOnDrop(child);

@@ -107,6 +107,145 @@ fn observed(inputs: &[status::AppInput]) -> Observed {
     observed
 }
 
+/// `inputs` with the first pod of every app crash-looping: each app's
+/// verdict differs from its verdict over `inputs`.
+fn crash_looping(inputs: &[status::AppInput]) -> Vec<status::AppInput> {
+    let mut crashed = inputs.to_vec();
+    for input in &mut crashed {
+        let Some(pod) = input.app.pods.first_mut() else {
+            continue;
+        };
+        for condition in &mut pod.conditions {
+            if condition.kind == "Ready" || condition.kind == "ContainersReady" {
+                condition.status = verdict::wit::types::ConditionStatus::False;
+            }
+        }
+        for container in &mut pod.containers {
+            container.ready = false;
+            container.restart_count += 1;
+            container.state =
+                verdict::wit::types::ContainerState::Waiting(verdict::wit::types::WaitingState {
+                    reason: Some("CrashLoopBackOff".into()),
+                    message: Some("back-off 5m0s restarting failed container".into()),
+                });
+        }
+    }
+    crashed
+}
+
+/// What a run of changing re-derivations cost, and what the history made
+/// of them.
+struct Changing {
+    /// The median time of one re-derivation.
+    derive: Duration,
+    /// Changes the history wrote (entries and flaps folded into them).
+    written: u64,
+    /// Records the history lost.
+    lost: u64,
+    /// From the last re-derivation until the history had written all.
+    drained: Duration,
+}
+
+/// Re-derivations back to back in which every app's verdict changes (its
+/// first pod starts crash-looping, then runs again: a crash loop in every
+/// app at once), each publishing its verdicts' changes as the host does;
+/// with `history`, the history records them into its database as the host
+/// does, on its own task, while the next re-derivations run.
+fn changing_derivations(
+    inputs: &[status::AppInput],
+    registry: &Registry,
+    rounds: usize,
+    history: bool,
+) -> Changing {
+    use verdict::events::Events;
+    use verdict::history::History;
+    let states = [
+        Arc::new(observed(inputs)),
+        Arc::new(observed(&crash_looping(inputs))),
+    ];
+    let verdicts = Arc::new(Verdicts::default());
+    let events = Arc::new(Events::new(1024));
+    let data = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let history = history.then(|| {
+        let history = Arc::new(History::open(
+            &data.path().join("history.db"),
+            verdict::history::Settings::default(),
+        ));
+        let overrides =
+            verdict::overrides::Overrides::open(&data.path().join("overrides.db"), None, |_| {})
+                .unwrap();
+        let live = live::Live {
+            observed: Arc::clone(&states[0]),
+            verdicts: Arc::clone(&verdicts),
+            overrides: Arc::new(overrides),
+            stale_after: Duration::from_secs(60),
+        };
+        let tap = events.tap(verdict::history::TAP);
+        runtime.spawn(Arc::clone(&history).record_forever(tap, live));
+        history
+    });
+    let derive = |round: usize| {
+        live::derive(
+            &states[round % 2],
+            registry,
+            &verdicts,
+            &live::Beside::default(),
+            Some(&events),
+            true,
+        );
+    };
+    // Warm-up: the first verdicts, and the first change of each.
+    derive(0);
+    derive(1);
+    let published = events.published();
+    let times: Vec<Duration> = (0..rounds)
+        .map(|round| {
+            let started = Instant::now();
+            derive(round);
+            started.elapsed()
+        })
+        .collect();
+    assert_eq!(
+        events.published() - published,
+        (rounds * inputs.len()) as u64,
+        "every app's verdict changed in every round"
+    );
+    let ended = Instant::now();
+    let (mut written, mut lost, mut drained) = (0, 0, Duration::ZERO);
+    if let Some(history) = &history {
+        // Done when nothing waits and no change was written for a second
+        // (the recorder takes whatever its queue holds at once).
+        let mut last_change = Instant::now();
+        loop {
+            let health = history.health();
+            if health.changes + health.folded != written || health.lost != lost {
+                (written, lost) = (health.changes + health.folded, health.lost);
+                last_change = Instant::now();
+                drained = ended.elapsed();
+            }
+            if health.pending == 0 && last_change.elapsed() > Duration::from_secs(1) {
+                break;
+            }
+            assert!(
+                ended.elapsed() < Duration::from_secs(600),
+                "the history never caught up: {health:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Changing {
+        derive: median(times),
+        written,
+        lost,
+        drained,
+    }
+}
+
 struct Row {
     pods: usize,
     native: f64,
@@ -114,6 +253,9 @@ struct Row {
     batched: f64,
     lua: f64,
     derive: Duration,
+    /// Re-derivations in which every verdict changes, without and with
+    /// the history recording them.
+    changing: [Changing; 2],
 }
 
 fn main() {
@@ -257,6 +399,8 @@ fn main() {
             );
         });
         assert_eq!(verdicts.count(), inputs.len(), "every app derived");
+        let changing =
+            [false, true].map(|history| changing_derivations(&inputs, &registry, rounds, history));
         rows.push(Row {
             pods,
             native: ns_per(native, pods),
@@ -264,6 +408,7 @@ fn main() {
             batched: ns_per(batched, pods),
             lua: ns_per(lua_time, pods),
             derive,
+            changing,
         });
     }
 
@@ -300,6 +445,29 @@ fn main() {
             r.pods / 10,
             ms(r.derive),
             ns_per(r.derive, r.pods)
+        );
+    }
+    println!();
+    println!(
+        "Re-derivations in which every app's verdict changes (a crash loop in every app at once, then over), back to back, their changes published; without and with the history recording them (SQLite, WAL, synced) on its own task meanwhile:"
+    );
+    println!();
+    println!(
+        "| pods | apps | history off | history on | on / off | changes written (folded included) | lost | history done after the last |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let [off, on] = &r.changing;
+        println!(
+            "| {} | {} | {} | {} | {:.2}× | {} | {} | {} |",
+            r.pods,
+            r.pods / 10,
+            ms(off.derive),
+            ms(on.derive),
+            on.derive.as_secs_f64() / off.derive.as_secs_f64(),
+            on.written,
+            on.lost,
+            ms(on.drained)
         );
     }
     println!();

@@ -229,7 +229,7 @@ impl Events {
     /// Every event from now on, in id order, into a queue of `capacity`
     /// events; when the queue is full, events are dropped for this tap
     /// alone (counted by [`Tap::dropped`]) rather than held up.
-    pub(crate) fn tap(&self, capacity: usize) -> Tap {
+    pub fn tap(&self, capacity: usize) -> Tap {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
         let dropped = Arc::new(AtomicU64::new(0));
         self.lock().taps.push((sender, Arc::clone(&dropped)));
@@ -267,7 +267,7 @@ impl Events {
     }
 
     /// Events published by this process.
-    pub(crate) fn published(&self) -> u64 {
+    pub fn published(&self) -> u64 {
         let inner = self.lock();
         inner.next - inner.first
     }

@@ -359,6 +359,10 @@ fn each_status_change_is_a_kubernetes_event_on_the_apps_workload_counted_into_a_
         kube_events(&cluster).is_empty(),
         "a first verdict is no change"
     );
+    // Only the replica that acts writes Events: changes seen before it
+    // holds the Lease are no one's to announce.
+    let acting = wait_until(PATIENCE, || server.get("/readyz").1["leader"] == true);
+    assert!(acting.is_some(), "never led: {}", server.get("/readyz").1);
 
     // Into a crash loop and out of it, twice.
     for round in 1..=2 {
