@@ -6,9 +6,10 @@
 //! verdict on HTTP.
 //!
 //! Run with `cargo xtask bench` (release profile); `--quick` for 1 000 pods;
-//! `--no-history` for a host that keeps no history and writes no Kubernetes
-//! Events (`cargo bench -p verdict --bench cluster -- --no-history`), to
-//! set its figures beside the default's.
+//! `--no-history` for a host that keeps no history, `--no-kube-events` for
+//! one that writes no Kubernetes Events (`cargo bench -p verdict --bench
+//! cluster -- --no-history --no-kube-events`), to set their figures beside
+//! the default's.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -51,6 +52,7 @@ fn pod(ns: &str, app: &str, name: &str, waiting: Option<&str>) -> Value {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let history = !std::env::args().any(|a| a == "--no-history");
+    let kube_events = !std::env::args().any(|a| a == "--no-kube-events");
     let (namespaces, apps_per_namespace, pods_per_app) =
         if quick { (10, 10, 10) } else { (100, 100, 10) };
     let apps = namespaces * apps_per_namespace;
@@ -84,9 +86,10 @@ fn main() {
     }
     let pods = apps * pods_per_app as usize;
     println!(
-        "verdict cluster benchmark: {pods} pods in {apps} apps ({} mode, history {}); simulator loaded in {:.1} s",
+        "verdict cluster benchmark: {pods} pods in {apps} apps ({} mode, history {}, Kubernetes Events {}); simulator loaded in {:.1} s",
         if quick { "quick" } else { "full" },
         if history { "on" } else { "off" },
+        if kube_events { "on" } else { "off" },
         loading.elapsed().as_secs_f64()
     );
     println!();
@@ -97,7 +100,10 @@ fn main() {
     let url = simulator.url();
     let mut flags = vec!["--cluster-url", &url];
     if !history {
-        flags.extend(["--no-history", "--no-kube-events"]);
+        flags.push("--no-history");
+    }
+    if !kube_events {
+        flags.push("--no-kube-events");
     }
     let (child, base) = support::spawn_verdict(
         &workspace.join("target/plugins"),

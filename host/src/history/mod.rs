@@ -6,7 +6,9 @@
 //! over a window.
 //!
 //! The history follows the event stream through a tap of its own and
-//! writes on a thread of its own: a derivation never waits for it. A
+//! writes on a thread of its own at the lowest scheduling priority: a
+//! derivation never waits for it, nor for the CPU it takes. A burst that
+//! outlasts the tap's room is a gap, marked as one. A
 //! history that cannot be opened or written is an error on its routes and
 //! a line in `/readyz`, never a stopped host; what could not be written is
 //! kept (up to a bound) and written when the database takes it again.
@@ -292,6 +294,15 @@ impl History {
         if self.store.is_err() {
             return;
         }
+        let jobs = match writer() {
+            Ok(jobs) => jobs,
+            Err(error) => {
+                let mut health = self.health_mut();
+                health.ok = false;
+                health.error = Some(format!("the history's writer could not start: {error}"));
+                return;
+            }
+        };
         let mut state = Recording::default();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         let mut prune = tokio::time::interval(PRUNE_EVERY);
@@ -308,17 +319,20 @@ impl History {
             let dropped = tap.dropped();
             let this = Arc::clone(&self);
             let moved = std::mem::take(&mut state);
-            state = tokio::task::spawn_blocking(move || {
+            let (done, written) = tokio::sync::oneshot::channel();
+            let job: Job = Box::new(move || {
                 let mut state = moved;
                 this.take(&mut state, &batch, dropped);
                 this.write(&mut state, current);
                 if pruning {
                     this.prune();
                 }
-                state
-            })
-            .await
-            .unwrap_or_default();
+                let _ = done.send(state);
+            });
+            if jobs.send(job).is_err() {
+                return;
+            }
+            state = written.await.unwrap_or_default();
         }
     }
 
@@ -455,6 +469,29 @@ impl History {
 
 /// Whether the verdicts are current now: every watch works, the policy
 /// derives, the observations are within the staleness bound.
+/// Work for the history's writer.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The history's writer: a thread that runs the jobs sent to it, one at a
+/// time, at the lowest scheduling priority (nice 19), so that the CPU a
+/// burst of changes takes to write goes to derivations first; it ends when
+/// its sender is dropped.
+fn writer() -> std::io::Result<std::sync::mpsc::Sender<Job>> {
+    let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("verdict-history".into())
+        .spawn(move || {
+            let thread = rustix::thread::gettid();
+            if let Err(error) = rustix::process::setpriority_process(Some(thread), 19) {
+                tracing::debug!(%error, "the history's writer keeps the host's priority");
+            }
+            for job in queue {
+                job();
+            }
+        })?;
+    Ok(jobs)
+}
+
 fn observed_now(live: &Live) -> bool {
     let until = live
         .verdicts
@@ -476,4 +513,31 @@ struct Recording {
     run: Option<(i64, Timestamp)>,
     /// The tap's drops counted so far.
     dropped: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_writer_runs_its_jobs_in_order_at_the_lowest_priority() {
+        let jobs = writer().unwrap();
+        let (seen, results) = std::sync::mpsc::channel();
+        for job in 0..3 {
+            let seen = seen.clone();
+            jobs.send(Box::new(move || {
+                let thread = rustix::thread::gettid();
+                let priority = rustix::process::getpriority_process(Some(thread)).unwrap();
+                seen.send((job, priority)).unwrap();
+            }))
+            .unwrap();
+        }
+        let got: Vec<(i32, i32)> = (0..3)
+            .map(|_| results.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        assert_eq!(got, [(0, 19), (1, 19), (2, 19)]);
+        // This thread keeps its own.
+        let own = rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        assert_ne!(own, 19);
+    }
 }

@@ -258,7 +258,13 @@ impl Recorder {
     /// gives the instances the history holds for the app, so that those
     /// missing from the verdict are recorded as gone.
     pub fn seen(&self, event: &Event, known: impl FnOnce(&str, &str) -> Vec<Subject>) -> Vec<Seen> {
-        let Ok(verdict) = serde_json::from_value::<Verdict>(data(event)) else {
+        // Straight into the fields kept: the verdict's other fields (its
+        // containers, their messages) are skipped, not built.
+        #[derive(Deserialize)]
+        struct Envelope {
+            data: Verdict,
+        }
+        let Ok(Envelope { data: verdict }) = serde_json::from_str::<Envelope>(&event.json) else {
             return Vec::new();
         };
         let at = event.at;
