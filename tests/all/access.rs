@@ -53,6 +53,12 @@ fn host(dir: &Path, extra: &[&str]) -> Server {
 fn mutations_need_a_write_token_and_reads_a_read_token() {
     let dir = tempfile::tempdir().unwrap();
     let server = host(dir.path(), &[]);
+    // The task's app is one the host has seen: a task for an app not yet
+    // observed is the admission policy's refusal, not the tokens'.
+    let seen = crate::support::wait_until(std::time::Duration::from_secs(60), || {
+        request(&server, "GET", "/v1/apps/shop/web", Some("read-token"), "").0 == 200
+    });
+    assert!(seen.is_some(), "shop/web never observed");
     let task = r#"{"app": "shop/web", "action": "restart"}"#;
     let mutations = [
         ("POST", "/v1/tasks", task),
