@@ -467,8 +467,6 @@ impl History {
     }
 }
 
-/// Whether the verdicts are current now: every watch works, the policy
-/// derives, the observations are within the staleness bound.
 /// Work for the history's writer.
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -492,6 +490,8 @@ fn writer() -> std::io::Result<std::sync::mpsc::Sender<Job>> {
     Ok(jobs)
 }
 
+/// Whether the verdicts are current now: every watch works, the policy
+/// derives, the observations are within the staleness bound.
 fn observed_now(live: &Live) -> bool {
     let until = live
         .verdicts
