@@ -14,7 +14,6 @@
 //! cargo bench -p verdict --bench failover -- --nodes 2000 --pods 20000 --rounds 60
 //! ```
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -25,6 +24,11 @@ use verdict_sim::{Options, Simulator};
 #[allow(dead_code)]
 #[path = "../../tests/all/support.rs"]
 mod support;
+
+// Histograms read from the host's `/metrics`.
+#[path = "common/histogram.rs"]
+mod histogram;
+use histogram::{histogram, mean_ms, p99_bound};
 
 /// When the lost nodes were last heard of: long enough ago to be offline.
 const LOST_AT: &str = "2026-01-01T00:00:00Z";
@@ -82,70 +86,6 @@ fn pod(ns: &str, app: &str, name: &str, node: &str) -> Value {
             "containerStatuses": [{"name": "main", "image": "app:1", "imageID": "", "ready": true, "restartCount": 0,
                 "state": {"running": {"startedAt": LOST_AT}}}]}
     })
-}
-
-/// One histogram of a scrape: its sum, its count and its cumulative
-/// buckets by upper bound (seconds).
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    sum: f64,
-    count: f64,
-    buckets: BTreeMap<String, f64>,
-}
-
-/// The histogram `name` of a scrape, summed over the series whose labels
-/// contain `labels`.
-fn histogram(text: &str, name: &str, labels: &str) -> Histogram {
-    let mut h = Histogram::default();
-    for line in text.lines().filter(|l| l.starts_with(name)) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        if !series.contains(labels) {
-            continue;
-        }
-        let rest = &series[name.len()..];
-        if rest.starts_with("_sum") {
-            h.sum += value;
-        } else if rest.starts_with("_count") {
-            h.count += value;
-        } else if let Some(le) = rest.split("le=\"").nth(1).and_then(|s| s.split('"').next()) {
-            *h.buckets.entry(le.to_string()).or_default() += value;
-        }
-    }
-    h
-}
-
-/// The smallest bucket bound holding at least 99 % of the observations
-/// between two scrapes.
-fn p99_bound(before: &Histogram, after: &Histogram) -> String {
-    let total = after.count - before.count;
-    let mut bounds: Vec<(f64, f64)> = after
-        .buckets
-        .iter()
-        .map(|(le, n)| {
-            let bound = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().unwrap_or(f64::INFINITY)
-            };
-            (bound, n - before.buckets.get(le).copied().unwrap_or(0.0))
-        })
-        .collect();
-    bounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-    bounds
-        .iter()
-        .find(|(_, n)| *n >= 0.99 * total)
-        .map_or("—".into(), |(b, _)| {
-            if b.is_finite() {
-                format!("≤ {:.1} ms", b * 1e3)
-            } else {
-                "above the largest bucket".into()
-            }
-        })
 }
 
 fn flag(name: &str) -> Option<usize> {
@@ -268,9 +208,8 @@ fn main() {
     let cpu = (support::cpu_time(host.0.id()).as_secs_f64() - cpu_before)
         / measured.elapsed().as_secs_f64();
     let n = after.count - before.count;
-    let mean = (after.sum - before.sum) / n * 1e3;
-    let calls = after_call.count - before_call.count;
-    let call_mean = (after_call.sum - before_call.sum) / calls.max(1.0) * 1e3;
+    let mean = mean_ms(&before, &after);
+    let call_mean = mean_ms(&before_call, &after_call);
     let (rss, _) = support::memory(host.0.id());
 
     println!();

@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use verdict_testcluster::{Binaries, Cluster, Options};
@@ -41,6 +43,10 @@ use verdict_testcluster::{Binaries, Cluster, Options};
 #[allow(dead_code)]
 #[path = "../../tests/all/support.rs"]
 mod support;
+
+// Histograms read from the host's `/metrics`.
+#[path = "common/histogram.rs"]
+mod histogram;
 
 /// The cluster's shape.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -362,6 +368,71 @@ async fn churn(client: Client, shape: Shape, rate: u32, stop: Arc<AtomicBool>) -
     written
 }
 
+/// Opens a watch of the pod `name` from its current version; the task it
+/// returns ends when the watch delivers the pod with the restart count
+/// `marker` (the time it did), or with `None` when it does not within a
+/// minute.
+async fn watch_for(
+    api: &Api<Pod>,
+    name: &str,
+    marker: u64,
+) -> tokio::task::JoinHandle<Option<Instant>> {
+    let version = api
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(60);
+    let stream = api.watch(&params, &version).await.unwrap();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            let Ok(WatchEvent::Modified(pod)) = event else {
+                continue;
+            };
+            let restarts = pod
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.first().map(|c| c.restart_count));
+            if restarts.is_some_and(|r| r as u64 == marker) {
+                return Some(Instant::now());
+            }
+        }
+        None
+    })
+}
+
+/// What a steady churn of pod changes measured: each probe's change to
+/// its new verdict on HTTP, its write, its watch event's delivery (all
+/// from the write), the last read's own time, the host's derivations
+/// meanwhile (mean ms, p99 bucket, count), the host's CPU and the rate.
+struct Churned {
+    seen: Vec<Duration>,
+    writes: Vec<Duration>,
+    delivered: Vec<Duration>,
+    reads: Vec<Duration>,
+    derivations: (f64, String, f64),
+    cpu: f64,
+    rate: f64,
+}
+
+/// The derivations of changed apps between two scrapes of `/metrics`:
+/// mean ms, the p99 bucket, and how many.
+fn derivations_between(before: &str, after: &str) -> (f64, String, f64) {
+    let read =
+        |text: &str| histogram::histogram(text, "verdict_derivation_seconds", "scope=\"changed\"");
+    let (before, after) = (read(before), read(after));
+    (
+        histogram::mean_ms(&before, &after),
+        histogram::p99_bound(&before, &after),
+        after.count - before.count,
+    )
+}
+
 /// The `q` quantile of some durations, in milliseconds.
 fn quantile(sorted: &[Duration], q: f64) -> f64 {
     let at = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
@@ -512,6 +583,12 @@ fn main() {
             .and_then(|r| r.json())
             .unwrap_or(Value::Null)
     };
+    let scrape = || -> String {
+        http.get(format!("{base}/metrics"))
+            .send()
+            .and_then(|r| r.text())
+            .unwrap_or_default()
+    };
     let sample = |readyz: &Value| Sample {
         at: started.elapsed(),
         rss: support::memory(pid).0,
@@ -604,12 +681,19 @@ fn main() {
             let from = (Instant::now(), support::cpu_time(pid));
             let mut seen = Vec::new();
             let mut writes = Vec::new();
+            let (mut delivered, mut reads) = (Vec::new(), Vec::new());
+            let derivations_before = scrape();
             for k in 0..probes {
                 // Apps far apart, none probed twice.
                 let (ns, app) = app_numbered(shape, k * 7919 % shape.apps());
                 let name = format!("{app}-{HASH}-00");
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let marker = PROBED + k as u64;
+                // A watch of the probed pod of the benchmark's own, open
+                // before the write: when the API server's watch delivers
+                // the change (the host's watch gets it from the same cache
+                // at about the same time).
+                let watched = runtime.block_on(watch_for(&api, &name, marker));
                 let sent = Instant::now();
                 runtime
                     .block_on(api.patch_status(
@@ -620,7 +704,10 @@ fn main() {
                     .unwrap();
                 writes.push(sent.elapsed());
                 let path = format!("/v1/apps/{ns}/{app}");
-                loop {
+                // Read every millisecond (a read without a pause would be
+                // a client taking a core of the two from the host).
+                let read = loop {
+                    let asked = Instant::now();
                     let verdict = get(&path);
                     let restarted = verdict["groups"].as_array().is_some_and(|g| {
                         g.iter().any(|p| {
@@ -629,14 +716,20 @@ fn main() {
                         })
                     });
                     if restarted {
-                        break;
+                        break asked.elapsed();
                     }
                     assert!(
                         sent.elapsed() < Duration::from_secs(60),
                         "change never seen: {verdict}"
                     );
-                }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
                 seen.push(sent.elapsed());
+                reads.push(read);
+                let at = runtime.block_on(watched).unwrap();
+                if let Some(at) = at {
+                    delivered.push(at.saturating_duration_since(sent));
+                }
             }
             let cpu =
                 (support::cpu_time(pid) - from.1).as_secs_f64() / from.0.elapsed().as_secs_f64();
@@ -655,16 +748,27 @@ fn main() {
                     ))
                     .unwrap();
             }
+            let derivations = derivations_between(&derivations_before, &scrape());
             seen.sort();
             writes.sort();
-            (seen, writes, cpu, written as f64 / seconds)
+            delivered.sort();
+            reads.sort();
+            Churned {
+                seen,
+                writes,
+                delivered,
+                reads,
+                derivations,
+                cpu,
+                rate: written as f64 / seconds,
+            }
         })
     };
     println!(
         "  under {:.0} changes/s a change's new verdict p50 / p99: {:.1} / {:.1} ms",
-        churning.3,
-        quantile(&churning.0, 0.5),
-        quantile(&churning.0, 0.99)
+        churning.rate,
+        quantile(&churning.seen, 0.5),
+        quantile(&churning.seen, 0.99)
     );
 
     // A burst of deletions: the pods of enough namespaces to make 20 000
@@ -815,15 +919,26 @@ fn main() {
         all_bytes as f64 / 1e6,
         secs(one_app) * 1e3
     );
-    let (seen, writes, churn_cpu, churn_rate) = &churning;
+    let c = &churning;
     println!(
-        "| pod change → new verdict on HTTP under {churn_rate:.0} changes/s, p50 / p99 of {} | {:.1} / {:.1} ms (the API server's write in it: {:.1} / {:.1} ms); the host's CPU {:.0} % of a core |",
-        seen.len(),
-        quantile(seen, 0.5),
-        quantile(seen, 0.99),
-        quantile(writes, 0.5),
-        quantile(writes, 0.99),
-        churn_cpu * 100.0
+        "| pod change → new verdict on HTTP under {:.0} changes/s, p50 / p99 of {} | {:.1} / {:.1} ms; the host's CPU {:.0} % of a core |",
+        c.rate,
+        c.seen.len(),
+        quantile(&c.seen, 0.5),
+        quantile(&c.seen, 0.99),
+        c.cpu * 100.0
+    );
+    println!(
+        "| … its parts, p50 / p99: the API server's write answered / its watch event delivered (a watch of the benchmark's own) / the last read over HTTP / the host's derivations meanwhile (mean, p99 bucket, count) | {:.1} / {:.1} ms; {:.1} / {:.1} ms; {:.1} / {:.1} ms; {:.1} ms, {}, {} |",
+        quantile(&c.writes, 0.5),
+        quantile(&c.writes, 0.99),
+        quantile(&c.delivered, 0.5),
+        quantile(&c.delivered, 0.99),
+        quantile(&c.reads, 0.5),
+        quantile(&c.reads, 0.99),
+        c.derivations.0,
+        c.derivations.1,
+        c.derivations.2
     );
     let (requested, absorbed, reads) = &burst;
     println!(
@@ -879,9 +994,13 @@ fn main() {
         "cpu_s": secs(cpu_to_derive), "server_cpu_s": secs(server_cpu), "idle_cpu": idle,
         "all_apps_s": secs(all_apps), "one_app_ms": secs(one_app) * 1e3,
         "relist_s": relisted.map(secs), "relist_peak_mib": relist_peak,
-        "churn_rate": churning.3, "churn_p50_ms": quantile(&churning.0, 0.5),
-        "churn_p99_ms": quantile(&churning.0, 0.99), "churn_write_p99_ms": quantile(&churning.1, 0.99),
-        "churn_cpu": churning.2,
+        "churn_rate": churning.rate, "churn_p50_ms": quantile(&churning.seen, 0.5),
+        "churn_p99_ms": quantile(&churning.seen, 0.99), "churn_write_p99_ms": quantile(&churning.writes, 0.99),
+        "churn_delivered_p50_ms": quantile(&churning.delivered, 0.5),
+        "churn_delivered_p99_ms": quantile(&churning.delivered, 0.99),
+        "churn_read_p99_ms": quantile(&churning.reads, 0.99),
+        "churn_derivation_mean_ms": churning.derivations.0,
+        "churn_cpu": churning.cpu,
         "burst_deleted": deleted, "burst_absorbed_s": secs(burst.1),
         "burst_read_p99_ms": quantile(&burst.2, 0.99), "burst_read_max_ms": quantile(&burst.2, 1.0),
     });

@@ -48,6 +48,7 @@ fn metrics_describe_the_running_host() {
         assert!(line.starts_with("verdict_"), "{line}");
     }
     assert!(text.contains("# TYPE verdict_policy_call_seconds histogram"));
+    assert!(text.contains("# TYPE verdict_derivation_seconds histogram"));
     assert!(text.trim_end().ends_with("# EOF"));
 
     assert_eq!(
@@ -72,6 +73,16 @@ fn metrics_describe_the_running_host() {
         )
         .unwrap()
             >= 1.0
+    );
+    // The first derivation takes every app.
+    assert!(
+        sample(
+            &text,
+            r#"verdict_derivation_seconds_count{scope="every-app"}"#
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
     );
     assert_eq!(
         sample(&text, "verdict_plugin_reloads_total"),

@@ -176,6 +176,13 @@ impl Metrics {
                 "Answered requests by route, method and code",
                 self.http.clone(),
             );
+            if let Some(live) = &sources.live {
+                registry.register(
+                    "derivation_seconds",
+                    "Time of one derivation, from the apps' inputs to their verdicts stored, by scope (every-app or changed)",
+                    live.verdicts.derivation_seconds(),
+                );
+            }
             if let Some(failover) = &sources.failover {
                 registry.register(
                     "failover_evaluation_seconds",

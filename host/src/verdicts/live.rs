@@ -117,8 +117,53 @@ pub struct Fallback {
     pub because: String,
 }
 
+/// The bounds of the derivation time's histogram, in seconds: 0.5 ms to
+/// 2.5 s.
+const DERIVATION_BUCKETS: [f64; 12] = [
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// Which apps a derivation took: `every-app` (at start, after a policy
+/// swap, a full list or a due recheck) or `changed` (those whose
+/// observations changed since the last).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct DerivationLabels {
+    scope: String,
+}
+
+/// How long derivations take, from the apps' inputs to their verdicts
+/// stored, by scope (`/metrics`).
+pub type DerivationSeconds = prometheus_client::metrics::family::Family<
+    DerivationLabels,
+    prometheus_client::metrics::histogram::Histogram,
+    fn() -> prometheus_client::metrics::histogram::Histogram,
+>;
+
+fn derivation_histogram() -> prometheus_client::metrics::histogram::Histogram {
+    prometheus_client::metrics::histogram::Histogram::new(DERIVATION_BUCKETS)
+}
+
+/// Observes a derivation's time into its histogram when dropped, however
+/// the derivation ends.
+struct Timed<'v> {
+    seconds: &'v DerivationSeconds,
+    full: bool,
+    started: Instant,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        let scope = if self.full { "every-app" } else { "changed" };
+        self.seconds
+            .get_or_create(&DerivationLabels {
+                scope: scope.to_string(),
+            })
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
 /// The latest verdicts, and the applications ever seen.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Verdicts {
     apps: RwLock<BTreeMap<(String, String), LiveVerdict>>,
     /// Applications seen once stay known, so that a deleted namespace shows
@@ -128,6 +173,20 @@ pub struct Verdicts {
     pub last_error: Mutex<Option<String>>,
     /// Threads a derivation evaluates batches on; 0 for one per core.
     threads: usize,
+    /// How long derivations take.
+    derivations: DerivationSeconds,
+}
+
+impl Default for Verdicts {
+    fn default() -> Self {
+        Self {
+            apps: RwLock::default(),
+            known: Mutex::default(),
+            last_error: Mutex::default(),
+            threads: 0,
+            derivations: DerivationSeconds::new_with_constructor(derivation_histogram),
+        }
+    }
 }
 
 impl Verdicts {
@@ -147,6 +206,11 @@ impl Verdicts {
         } else {
             observed_until
         }
+    }
+
+    /// How long derivations take, by scope, for a metrics registry.
+    pub(crate) fn derivation_seconds(&self) -> DerivationSeconds {
+        self.derivations.clone()
     }
 
     /// Verdicts derived on at most `threads` threads (0: one per core).
@@ -307,6 +371,11 @@ pub fn derive(
     if keys.is_empty() && !full {
         return verdicts.next_recheck();
     }
+    let _timed = Timed {
+        seconds: &verdicts.derivations,
+        full,
+        started: Instant::now(),
+    };
     let failed = |error: String| {
         *verdicts
             .last_error
