@@ -453,10 +453,7 @@ impl Cluster {
             // the kernel frees its pages, before it closes its sockets — a
             // new server started then cannot bind the port.
             let started = Instant::now();
-            while Path::new(&format!("/proc/{pid}")).exists()
-                && !zombie(pid)
-                && started.elapsed() < Duration::from_secs(60)
-            {
+            while !exited(pid) && started.elapsed() < Duration::from_secs(60) {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -879,12 +876,26 @@ fn terminate(pid: u32) {
     signal(raw, libc::SIGTERM);
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(10) {
-        if !Path::new(&format!("/proc/{pid}")).exists() || zombie(pid) {
+        if exited(pid) {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     signal(raw, libc::SIGKILL);
+}
+
+/// Whether `pid` has exited: it is gone, or a zombie whose threads have
+/// all ended. The first thread of a process of many (a Go server's) turns
+/// zombie as soon as it ends, while the others may still be tearing the
+/// process down — gigabytes of memory freed — and hold its open files,
+/// its listening socket among them.
+fn exited(pid: u32) -> bool {
+    let proc = format!("/proc/{pid}");
+    if !Path::new(&proc).exists() {
+        return true;
+    }
+    zombie(pid)
+        && std::fs::read_dir(format!("{proc}/task")).map_or(true, |threads| threads.count() <= 1)
 }
 
 /// Whether `pid` has exited but not been waited for.
@@ -977,4 +988,29 @@ fn kwok_config() -> Result<String> {
         config.push_str(&std::fs::read_to_string(&file)?);
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_has_exited_once_gone_or_a_zombie_of_one_thread() {
+        // This test process runs, with threads of its own.
+        assert!(!exited(std::process::id()));
+        let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id();
+        assert!(!exited(pid));
+        child.kill().unwrap();
+        // Killed but not waited for: a zombie of one thread, once the
+        // kernel has ended it.
+        let started = Instant::now();
+        while !zombie(pid) && started.elapsed() < Duration::from_secs(10) {
+            std::thread::yield_now();
+        }
+        assert!(zombie(pid));
+        assert!(exited(pid));
+        child.wait().unwrap();
+        assert!(exited(pid));
+    }
 }
