@@ -12,6 +12,7 @@
 //! cargo bench -p verdict --bench failover                 # 5 000 nodes, 150 000 pods
 //! cargo bench -p verdict --bench failover -- --quick      # 500 nodes, 5 000 pods
 //! cargo bench -p verdict --bench failover -- --nodes 2000 --pods 20000 --rounds 60
+//! cargo bench -p verdict --bench failover -- --scrape-every-ms 2000  # fewer scrapes
 //! ```
 
 use std::path::Path;
@@ -175,9 +176,12 @@ fn main() {
             .collect::<String>()
     );
 
-    // Read a few times a second: a scrape is work for the host too.
+    // Read a few times a second (`--scrape-every-ms`, 250 by default): a
+    // scrape is work for the host too, on the same cores as the
+    // judgements.
+    let scrape_every = flag("--scrape-every-ms").unwrap_or(250) as u64;
     let scrape = || {
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(scrape_every));
         get("/metrics").text().unwrap()
     };
     let evaluation = |text: &str| histogram(text, "verdict_failover_evaluation_seconds", "");
