@@ -420,6 +420,21 @@ struct Churned {
     rate: f64,
 }
 
+impl Churned {
+    /// Its parts, p50 / p99: the write answered, the watch event
+    /// delivered, the last read; the derivations meanwhile.
+    fn parts(&self) -> String {
+        let (mean, p99, count) = &self.derivations;
+        let p = |d: &[Duration]| format!("{:.1} / {:.1} ms", quantile(d, 0.5), quantile(d, 0.99));
+        format!(
+            "the write answered {}; its watch event delivered {}; the last read {}; derivations meanwhile: mean {mean:.1} ms, p99 {p99}, {count} of them",
+            p(&self.writes),
+            p(&self.delivered),
+            p(&self.reads)
+        )
+    }
+}
+
 /// The derivations of changed apps between two scrapes of `/metrics`:
 /// mean ms, the p99 bucket, and how many.
 fn derivations_between(before: &str, after: &str) -> (f64, String, f64) {
@@ -765,17 +780,11 @@ fn main() {
         })
     };
     println!(
-        "  under {:.0} changes/s a change's new verdict p50 / p99: {:.1} / {:.1} ms (its watch event delivered {:.1} / {:.1} ms; the last read {:.1} / {:.1} ms; derivations meanwhile: mean {:.1} ms, p99 {}, {} of them)",
+        "  under {:.0} changes/s a change's new verdict p50 / p99: {:.1} / {:.1} ms ({})",
         churning.rate,
         quantile(&churning.seen, 0.5),
         quantile(&churning.seen, 0.99),
-        quantile(&churning.delivered, 0.5),
-        quantile(&churning.delivered, 0.99),
-        quantile(&churning.reads, 0.5),
-        quantile(&churning.reads, 0.99),
-        churning.derivations.0,
-        churning.derivations.1,
-        churning.derivations.2
+        churning.parts()
     );
 
     // A burst of deletions: the pods of enough namespaces to make 20 000
@@ -936,16 +945,8 @@ fn main() {
         c.cpu * 100.0
     );
     println!(
-        "| … its parts, p50 / p99: the API server's write answered / its watch event delivered (a watch of the benchmark's own) / the last read over HTTP / the host's derivations meanwhile (mean, p99 bucket, count) | {:.1} / {:.1} ms; {:.1} / {:.1} ms; {:.1} / {:.1} ms; {:.1} ms, {}, {} |",
-        quantile(&c.writes, 0.5),
-        quantile(&c.writes, 0.99),
-        quantile(&c.delivered, 0.5),
-        quantile(&c.delivered, 0.99),
-        quantile(&c.reads, 0.5),
-        quantile(&c.reads, 0.99),
-        c.derivations.0,
-        c.derivations.1,
-        c.derivations.2
+        "| … its parts, p50 / p99 (the watch event's delivery to a watch of the benchmark's own) | {} |",
+        c.parts()
     );
     let (requested, absorbed, reads) = &burst;
     println!(

@@ -55,12 +55,6 @@ pub(crate) const REQUESTER: &str = "verdict-failover";
 /// pods of stateful workloads may be released elsewhere.
 pub(crate) const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 
-/// The bounds of the judgement time's histogram, in seconds: 0.5 ms to
-/// 2.5 s, 50 ms (the budget of a judgement of 5 000 nodes) among them.
-const EVALUATION_BUCKETS: [f64; 12] = [
-    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-];
-
 /// What a failover request was refused for.
 #[derive(Debug, thiserror::Error)]
 pub enum FailoverError {
@@ -170,7 +164,8 @@ impl Failover {
             }),
             wake: Notify::new(),
             counts: std::sync::Mutex::default(),
-            evaluations: Histogram::new(EVALUATION_BUCKETS),
+            // 50 ms, the budget of a judgement of 5 000 nodes, is a bound.
+            evaluations: Histogram::new(crate::verdicts::live::WORK_BUCKETS),
         })
     }
 

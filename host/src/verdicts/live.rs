@@ -117,9 +117,9 @@ pub struct Fallback {
     pub because: String,
 }
 
-/// The bounds of the derivation time's histogram, in seconds: 0.5 ms to
-/// 2.5 s.
-const DERIVATION_BUCKETS: [f64; 12] = [
+/// The bounds of the host's histograms of a round of work (a derivation,
+/// a failover judgement of every node), in seconds: 0.5 ms to 2.5 s.
+pub(crate) const WORK_BUCKETS: [f64; 12] = [
     0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
@@ -140,7 +140,7 @@ pub type DerivationSeconds = prometheus_client::metrics::family::Family<
 >;
 
 fn derivation_histogram() -> prometheus_client::metrics::histogram::Histogram {
-    prometheus_client::metrics::histogram::Histogram::new(DERIVATION_BUCKETS)
+    prometheus_client::metrics::histogram::Histogram::new(WORK_BUCKETS)
 }
 
 /// Observes a derivation's time into its histogram when dropped, however
