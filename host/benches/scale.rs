@@ -512,7 +512,22 @@ fn main() {
     let kept: Option<Shape> = std::fs::read_to_string(&shape_file)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
-    let mut cluster = match Cluster::attach(&dir) {
+    // A kept cluster whose processes are gone is started again on its data.
+    let kept_cluster = match Cluster::attach(&dir) {
+        Err(_) if kept == Some(shape) => {
+            let reviving = Instant::now();
+            let revived = Cluster::revive(&dir);
+            if revived.is_ok() {
+                println!(
+                    "  the kept cluster's processes were gone: started again on its data ({:.0} s)",
+                    reviving.elapsed().as_secs_f64()
+                );
+            }
+            revived
+        }
+        attached => attached,
+    };
+    let mut cluster = match kept_cluster {
         Ok(cluster) if kept == Some(shape) => {
             println!("  the cluster kept in {} is used again", dir.display());
             // What an earlier run's burst deleted is made again.

@@ -794,6 +794,54 @@ impl Cluster {
         })
     }
 
+    /// Start again, on its kept data, a control plane that `dir` recorded
+    /// and whose processes are gone (a machine restarted, say): the same
+    /// ports, certificates and etcd data, the components it recorded
+    /// (a component stopped before the record stays stopped), and wait
+    /// until its nodes are ready. A control plane still running is attached.
+    pub fn revive(dir: &Path) -> Result<Cluster> {
+        if status(dir)?.is_some() {
+            return Cluster::attach(dir);
+        }
+        let path = dir.join("state.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("no control plane recorded in {}", path.display()))?;
+        let state: State =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        if !dir.join("etcd").is_dir() || !dir.join("pki").is_dir() {
+            bail!("{} keeps no etcd data or certificates", dir.display());
+        }
+        let mut cluster = Cluster {
+            dir: dir.to_path_buf(),
+            bin: Binaries::at(&state.bin)?,
+            ports: state.ports,
+            options: Options {
+                nodes: state.nodes,
+                node_grace: Duration::from_secs(state.node_grace_s),
+            },
+            children: BTreeMap::new(),
+            recorded: BTreeMap::new(),
+        };
+        // In the order `start` starts them: the reverse of the stop order.
+        for name in STOP_ORDER.iter().rev().copied() {
+            if !state.pids.contains_key(name) {
+                continue;
+            }
+            match name {
+                "kube-apiserver" => cluster.start_apiserver()?,
+                "etcd" => {
+                    cluster.spawn(name)?;
+                    wait_for_port(cluster.ports.etcd_client, Duration::from_secs(60))
+                        .context("etcd did not listen")?;
+                }
+                _ => cluster.spawn(name)?,
+            }
+        }
+        cluster.wait_nodes_ready()?;
+        cluster.write_state()?;
+        Ok(cluster)
+    }
+
     /// Stop one component (SIGTERM, then SIGKILL after 10 s), whether this
     /// process started it or an attached control plane recorded it: the
     /// controller manager, say, so that nothing but the caller makes pods.

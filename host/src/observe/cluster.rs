@@ -11,7 +11,6 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::ListParams;
 use kube::core::DynamicObject;
@@ -22,6 +21,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::reduce::NodeLease;
 use super::resources::{Generic, ResourceRef};
 use super::{AppKey, Grouping, Snapshot, reduce};
 use crate::wit::types;
@@ -391,22 +391,22 @@ impl Observe for Namespace {
 /// Where kubelets keep their heartbeat Leases.
 pub(crate) const NODE_LEASES: &str = "kube-node-lease";
 
-impl Observe for Lease {
+impl Observe for NodeLease {
     const KIND: &'static str = "node-leases";
     fn api(client: Client) -> Api<Self> {
         Api::namespaced(client, NODE_LEASES)
     }
     fn put(object: &Self) -> Put {
-        let renewed = reduce::node_lease(object);
-        let name = name(&object.metadata);
+        let renewed = object.heartbeat();
+        let name = name(object.meta());
         Box::new(move |snapshot| match renewed {
             Some((node, renewed)) if !snapshot.put_node_lease(&node, renewed) => Change::Nothing,
             _ => Change::Node(name),
         })
     }
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
-        snapshot.node_leases.remove(&name(&object.metadata));
-        Change::Node(name(&object.metadata))
+        snapshot.node_leases.remove(&name(object.meta()));
+        Change::Node(name(object.meta()))
     }
     fn retain(snapshot: &mut Snapshot, listed: &BTreeSet<(String, String)>) {
         snapshot
@@ -691,7 +691,7 @@ pub fn follow(client: Client, observed: &Arc<Observed>, resources: &[ResourceRef
     for kind in [
         Namespace::KIND,
         Node::KIND,
-        Lease::KIND,
+        NodeLease::KIND,
         Pod::KIND,
         Deployment::KIND,
         StatefulSet::KIND,
@@ -715,7 +715,10 @@ pub fn follow(client: Client, observed: &Arc<Observed>, resources: &[ResourceRef
             Arc::clone(observed),
         )),
         tokio::spawn(follow_kind::<Node>(client.clone(), Arc::clone(observed))),
-        tokio::spawn(follow_kind::<Lease>(client.clone(), Arc::clone(observed))),
+        tokio::spawn(follow_kind::<NodeLease>(
+            client.clone(),
+            Arc::clone(observed),
+        )),
         tokio::spawn(follow_kind::<Pod>(client.clone(), Arc::clone(observed))),
         tokio::spawn(follow_kind::<Deployment>(
             client.clone(),
