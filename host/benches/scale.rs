@@ -368,25 +368,26 @@ async fn churn(client: Client, shape: Shape, rate: u32, stop: Arc<AtomicBool>) -
     written
 }
 
-/// Opens a watch of the pod `name` from its current version; the task it
-/// returns ends when the watch delivers the pod with the restart count
-/// `marker` (the time it did), or with `None` when it does not within a
-/// minute.
+/// Opens a watch of the pod `name` from the collection's current version
+/// (not the pod's own: a pod unchanged for long has a version the server
+/// no longer keeps, and its watch would end at once with `410 Gone`); the
+/// task it returns ends when the watch delivers the pod with the restart
+/// count `marker` (the time it did), or with `None` when it does not within
+/// a minute.
 async fn watch_for(
     api: &Api<Pod>,
     name: &str,
     marker: u64,
 ) -> tokio::task::JoinHandle<Option<Instant>> {
+    let selector = format!("metadata.name={name}");
     let version = api
-        .get(name)
+        .list_metadata(&ListParams::default().fields(&selector))
         .await
         .unwrap()
         .metadata
         .resource_version
         .unwrap_or_default();
-    let params = WatchParams::default()
-        .fields(&format!("metadata.name={name}"))
-        .timeout(60);
+    let params = WatchParams::default().fields(&selector).timeout(60);
     let stream = api.watch(&params, &version).await.unwrap();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -414,6 +415,9 @@ struct Churned {
     seen: Vec<Duration>,
     writes: Vec<Duration>,
     delivered: Vec<Duration>,
+    /// From the watch event's delivery to the new verdict read: the
+    /// host's part of the way.
+    after_delivery: Vec<Duration>,
     reads: Vec<Duration>,
     derivations: (f64, String, f64),
     cpu: f64,
@@ -427,9 +431,12 @@ impl Churned {
         let (mean, p99, count) = &self.derivations;
         let p = |d: &[Duration]| format!("{:.1} / {:.1} ms", quantile(d, 0.5), quantile(d, 0.99));
         format!(
-            "the write answered {}; its watch event delivered {}; the last read {}; derivations meanwhile: mean {mean:.1} ms, p99 {p99}, {count} of them",
+            "the write answered {}; its watch event delivered {} ({} of {} seen); from there to the verdict read {}; the last read {}; derivations meanwhile: mean {mean:.1} ms, p99 {p99}, {count} of them",
             p(&self.writes),
             p(&self.delivered),
+            self.delivered.len(),
+            self.seen.len(),
+            p(&self.after_delivery),
             p(&self.reads)
         )
     }
@@ -712,6 +719,7 @@ fn main() {
             let mut seen = Vec::new();
             let mut writes = Vec::new();
             let (mut delivered, mut reads) = (Vec::new(), Vec::new());
+            let mut after_delivery = Vec::new();
             let derivations_before = scrape();
             for k in 0..probes {
                 // Apps far apart, none probed twice.
@@ -754,11 +762,13 @@ fn main() {
                     );
                     std::thread::sleep(Duration::from_millis(1));
                 };
-                seen.push(sent.elapsed());
+                let read_at = Instant::now();
+                seen.push(read_at - sent);
                 reads.push(read);
                 let at = runtime.block_on(watched).unwrap();
                 if let Some(at) = at {
                     delivered.push(at.saturating_duration_since(sent));
+                    after_delivery.push(read_at.saturating_duration_since(at));
                 }
             }
             let cpu =
@@ -782,11 +792,13 @@ fn main() {
             seen.sort();
             writes.sort();
             delivered.sort();
+            after_delivery.sort();
             reads.sort();
             Churned {
                 seen,
                 writes,
                 delivered,
+                after_delivery,
                 reads,
                 derivations,
                 cpu,
@@ -1021,6 +1033,8 @@ fn main() {
         "churn_p99_ms": quantile(&churning.seen, 0.99), "churn_write_p99_ms": quantile(&churning.writes, 0.99),
         "churn_delivered_p50_ms": quantile(&churning.delivered, 0.5),
         "churn_delivered_p99_ms": quantile(&churning.delivered, 0.99),
+        "churn_after_delivery_p50_ms": quantile(&churning.after_delivery, 0.5),
+        "churn_after_delivery_p99_ms": quantile(&churning.after_delivery, 0.99),
         "churn_read_p99_ms": quantile(&churning.reads, 0.99),
         "churn_derivation_mean_ms": churning.derivations.0,
         "churn_cpu": churning.cpu,

@@ -78,6 +78,8 @@ verbs:
             control plane of `cluster up` when it runs, else the simulator;
             `bench --languages`: the restart-budget rule in Rust,
             JavaScript and Python side by side, by `verdict bench`;
+            `bench --only NAME [ARGS]`: one benchmark (`policies`,
+            `failover` …) with its arguments;
             `bench --scale [--pods N] [--nodes N] [--keep] [--fill] [--quick]`:
             150 000 pods on 500 KWOK nodes of a real control plane of its
             own, verdict's time to every verdict, memory, CPU and a relist
@@ -824,6 +826,24 @@ fn bench(rest: &[String]) -> Result<()> {
         if let Err(error) = apt_install(&["wrk"]) {
             eprintln!("xtask: wrk could not be installed ({error}); the HTTP benchmark says so");
         }
+    }
+    // `--only NAME`: one benchmark, with the other arguments, built as the
+    // others are (a plain `cargo bench` sees another environment and
+    // rebuilds the release tree).
+    if let Some(name) = rest.iter().skip_while(|a| *a != "--only").nth(1) {
+        let others: Vec<&String> = rest
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| *a != "--only" && (*i == 0 || rest[i - 1] != "--only"))
+            .map(|(_, a)| a)
+            .collect();
+        return run(
+            cargo()
+                .args(["bench", "--package", "verdict", "--bench", name, "--"])
+                .args(others)
+                .current_dir(root()),
+            Duration::from_secs(6 * 3600),
+        );
     }
     run(
         cargo()

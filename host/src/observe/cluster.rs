@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::ListParams;
 use kube::core::DynamicObject;
 use kube::runtime::watcher::{self, Event, watcher};
@@ -21,8 +21,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::reduce::NodeLease;
 use super::resources::{Generic, ResourceRef};
+use super::wire::{NodeLease, PodFields};
 use super::{AppKey, Grouping, Snapshot, reduce};
 use crate::wit::types;
 
@@ -323,14 +323,14 @@ fn namespace(meta: &kube::api::ObjectMeta) -> String {
     meta.namespace.clone().unwrap_or_default()
 }
 
-impl Observe for Pod {
+impl Observe for PodFields {
     const KIND: &'static str = "pods";
     fn put(object: &Self) -> Put {
-        let pod = reduce::pod(object);
+        let pod = reduce::pod(&object.0);
         Box::new(move |snapshot| Change::Apps(snapshot.put_pod(pod)))
     }
     fn remove(snapshot: &mut Snapshot, object: &Self) -> Change {
-        Change::Apps(snapshot.remove_pod(&namespace(&object.metadata), &name(&object.metadata)))
+        Change::Apps(snapshot.remove_pod(&namespace(object.meta()), &name(object.meta())))
     }
     fn retain(snapshot: &mut Snapshot, listed: &BTreeSet<(String, String)>) {
         let gone: Vec<(String, String)> = snapshot
@@ -692,7 +692,7 @@ pub fn follow(client: Client, observed: &Arc<Observed>, resources: &[ResourceRef
         Namespace::KIND,
         Node::KIND,
         NodeLease::KIND,
-        Pod::KIND,
+        PodFields::KIND,
         Deployment::KIND,
         StatefulSet::KIND,
         DaemonSet::KIND,
@@ -719,7 +719,10 @@ pub fn follow(client: Client, observed: &Arc<Observed>, resources: &[ResourceRef
             client.clone(),
             Arc::clone(observed),
         )),
-        tokio::spawn(follow_kind::<Pod>(client.clone(), Arc::clone(observed))),
+        tokio::spawn(follow_kind::<PodFields>(
+            client.clone(),
+            Arc::clone(observed),
+        )),
         tokio::spawn(follow_kind::<Deployment>(
             client.clone(),
             Arc::clone(observed),

@@ -9,6 +9,7 @@ pub mod probe;
 pub mod record;
 pub mod reduce;
 pub mod resources;
+mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -1070,6 +1071,43 @@ impl Snapshot {
             })
             .collect()
     }
+}
+
+/// Every object of `kind` among the fixtures (real objects in unusual
+/// states), each document of a file apart, with its file's path; the
+/// `@now…` placeholders of times given one fixed time.
+#[cfg(test)]
+pub(crate) fn fixture_objects(kind: &str) -> Vec<(String, serde_json::Value)> {
+    use serde::Deserialize;
+    fn fix_times(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::String(text) if text.starts_with("@now") => {
+                *text = "2026-12-04T10:00:00Z".into();
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(fix_times),
+            serde_json::Value::Object(fields) => fields.values_mut().for_each(fix_times),
+            _ => {}
+        }
+    }
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/status/tests/fixtures");
+    let mut objects = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for document in serde_yaml_ng::Deserializer::from_str(&text) {
+            if let Ok(mut value) = serde_json::Value::deserialize(document)
+                && value["kind"] == kind
+            {
+                fix_times(&mut value);
+                objects.push((path.display().to_string(), value));
+            }
+        }
+    }
+    objects
 }
 
 #[cfg(test)]

@@ -560,21 +560,14 @@ mod tests {
 
     /// Every pod among the fixtures (real objects in unusual states).
     fn fixture_pods() -> Vec<types::Pod> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../plugins/status/tests/fixtures");
-        let mut pods = Vec::new();
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let text = std::fs::read_to_string(&path).unwrap();
-            // (A few hold several documents, or are trimmed past what the
-            // API's types accept.)
-            if let Ok(value) = serde_yaml_ng::from_str::<serde_json::Value>(&text)
-                && value["kind"] == "Pod"
-                && let Ok(pod) = serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(value)
-            {
-                pods.push(reduce::pod(&pod));
-            }
-        }
+        // (A few are trimmed past what the API's types accept.)
+        let pods: Vec<types::Pod> = crate::observe::fixture_objects("Pod")
+            .into_iter()
+            .filter_map(|(_, value)| {
+                serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(value).ok()
+            })
+            .map(|pod| reduce::pod(&pod))
+            .collect();
         assert!(pods.len() >= 15, "the fixtures hold pods: {}", pods.len());
         pods
     }

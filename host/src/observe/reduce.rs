@@ -1,11 +1,9 @@
 //! Reduce Kubernetes objects to the compact observations policies see. Only
 //! the fields a rule may use are kept; the full object is dropped.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as K8sContainerState, ContainerStateTerminated, ContainerStatus,
     Node, Pod, ResourceRequirements,
@@ -18,88 +16,6 @@ use crate::wit::types;
 /// Milliseconds since the epoch of a Kubernetes time.
 pub(crate) fn millis(time: &Time) -> types::Timestamp {
     time.0.as_millisecond()
-}
-
-/// A `kube-node-lease` Lease as far as a heartbeat needs it: its identity
-/// (name, namespace, uid, resource version — what a watch resumes from) and
-/// when its kubelet last renewed it. What else a Lease carries, its managed
-/// fields above all, is skipped while parsing and never allocated: every
-/// node renews its Lease every 10 s, and a renewal in time changes nothing.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct NodeLease {
-    metadata: ObjectMeta,
-    renewed: Option<types::Timestamp>,
-}
-
-impl NodeLease {
-    /// The node it belongs to (named after it) and when its kubelet last
-    /// renewed it.
-    pub(crate) fn heartbeat(&self) -> Option<(String, types::Timestamp)> {
-        Some((self.metadata.name.clone()?, self.renewed?))
-    }
-}
-
-impl kube::Resource for NodeLease {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        <Lease as k8s_openapi::Resource>::KIND.into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        <Lease as k8s_openapi::Resource>::GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        <Lease as k8s_openapi::Resource>::VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        <Lease as k8s_openapi::Resource>::URL_PATH_SEGMENT.into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for NodeLease {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        // Fields not named here are skipped by the parser.
-        #[derive(serde::Deserialize)]
-        struct Raw {
-            metadata: Meta,
-            #[serde(default)]
-            spec: Option<Spec>,
-        }
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Meta {
-            name: Option<String>,
-            namespace: Option<String>,
-            uid: Option<String>,
-            resource_version: Option<String>,
-        }
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Spec {
-            renew_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>,
-        }
-        let raw = Raw::deserialize(deserializer)?;
-        Ok(NodeLease {
-            metadata: ObjectMeta {
-                name: raw.metadata.name,
-                namespace: raw.metadata.namespace,
-                uid: raw.metadata.uid,
-                resource_version: raw.metadata.resource_version,
-                ..ObjectMeta::default()
-            },
-            renewed: raw
-                .spec
-                .and_then(|spec| spec.renew_time)
-                .map(|time| time.0.as_millisecond()),
-        })
-    }
 }
 
 /// A namespace's name and labels (all that is kept of it).
@@ -523,54 +439,5 @@ mod tests {
         assert_eq!(parse_quantity("1.5Gi"), Some(1.5 * 1024f64.powi(3)));
         assert_eq!(parse_quantity("1e3"), Some(1000.0));
         assert_eq!(parse_quantity("lots"), None);
-    }
-
-    /// A node's Lease as a kubelet writes it, with its managed fields.
-    const KUBELET_LEASE: &str = r#"{
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {
-            "name": "worker-7", "namespace": "kube-node-lease",
-            "uid": "5d0b1c1e-2f7a-4f43-9d0e-1d0f8f1a2b3c", "resourceVersion": "48213",
-            "creationTimestamp": "2026-12-04T10:00:00Z",
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-7",
-                "uid": "0b6f6c8e-1111-2222-3333-444455556666"}],
-            "managedFields": [{"manager": "kubelet", "operation": "Update",
-                "apiVersion": "coordination.k8s.io/v1", "time": "2026-12-04T10:00:00Z",
-                "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:ownerReferences": {
-                    ".": {}, "k:{\"uid\":\"0b6f6c8e\"}": {}}},
-                    "f:spec": {"f:holderIdentity": {}, "f:leaseDurationSeconds": {},
-                    "f:renewTime": {}}}}]
-        },
-        "spec": {"holderIdentity": "worker-7", "leaseDurationSeconds": 40,
-            "renewTime": "2026-12-04T10:05:30.250000Z"}
-    }"#;
-
-    #[test]
-    fn a_node_lease_keeps_its_identity_and_renewal_and_nothing_else() {
-        let lease: NodeLease = serde_json::from_str(KUBELET_LEASE).unwrap();
-        let renewed = "2026-12-04T10:05:30.25Z"
-            .parse::<jiff::Timestamp>()
-            .unwrap()
-            .as_millisecond();
-        assert_eq!(lease.heartbeat(), Some(("worker-7".to_string(), renewed)));
-        let meta = kube::Resource::meta(&lease);
-        assert_eq!(meta.resource_version.as_deref(), Some("48213"));
-        assert_eq!(meta.namespace.as_deref(), Some("kube-node-lease"));
-        assert!(meta.uid.is_some());
-        assert!(meta.managed_fields.is_none() && meta.owner_references.is_none());
-        // It reads the same path as the full type.
-        assert_eq!(
-            <NodeLease as kube::Resource>::url_path(&(), Some("kube-node-lease")),
-            <Lease as kube::Resource>::url_path(&(), Some("kube-node-lease"))
-        );
-
-        // A Lease not yet renewed is no heartbeat; one without metadata is
-        // refused.
-        let unrenewed: NodeLease =
-            serde_json::from_str(r#"{"metadata": {"name": "n1"}, "spec": {}}"#).unwrap();
-        assert_eq!(unrenewed.heartbeat(), None);
-        let bare: NodeLease = serde_json::from_str(r#"{"metadata": {"name": "n1"}}"#).unwrap();
-        assert_eq!(bare.heartbeat(), None);
-        assert!(serde_json::from_str::<NodeLease>(r#"{"spec": {}}"#).is_err());
     }
 }
