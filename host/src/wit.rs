@@ -256,3 +256,17 @@ impl types::ConditionStatus {
         }
     }
 }
+
+/// The `status-encoded` and `failover-encoded` encoding (postcard's) of
+/// `value`, written into a buffer as large as the last one `last` saw: a
+/// batch's encoding is hundreds of kilobytes, and a buffer grown by
+/// doubling copies all of it about once more.
+pub(crate) fn encode_sized<T: serde::Serialize + ?Sized>(
+    value: &T,
+    last: &std::sync::atomic::AtomicUsize,
+) -> Result<Vec<u8>, postcard::Error> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let encoded = postcard::to_extend(value, Vec::with_capacity(last.load(Relaxed)))?;
+    last.store(encoded.len(), Relaxed);
+    Ok(encoded)
+}

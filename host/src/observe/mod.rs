@@ -767,7 +767,8 @@ impl Snapshot {
                 }
             })
             .collect();
-        postcard::to_allocvec(&inputs)
+        static LAST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        crate::wit::encode_sized(&inputs, &LAST)
     }
 
     fn input(

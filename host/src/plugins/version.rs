@@ -5,6 +5,7 @@
 //! instance whose call failed is dropped (a trap poisons its store) and a
 //! fresh one is made from the pre-linked component on the next call.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -615,7 +616,8 @@ impl Version {
         // One buffer each way (the encoding of the typed values) when the
         // plugin takes it, else the typed call.
         let answers = if self.info.encoded_batches {
-            let encoded = postcard::to_allocvec(inputs)
+            static LAST: AtomicUsize = AtomicUsize::new(0);
+            let encoded = crate::wit::encode_sized(inputs, &LAST)
                 .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?;
             self.call_encoded(ctx, encoded)?
         } else {
@@ -671,7 +673,8 @@ impl Version {
         if !self.info.encoded_batches {
             return self.decide_typed(ctx, input);
         }
-        let encoded = postcard::to_allocvec(input)
+        static LAST: AtomicUsize = AtomicUsize::new(0);
+        let encoded = crate::wit::encode_sized(input, &LAST)
             .map_err(|e| CallError::undecodable("encoding the input")(e.into()))?;
         let answer = self.call(World::Failover, |store, bound, _| match bound {
             Bound::Failover(_, Some(f)) => {
