@@ -88,32 +88,12 @@ impl SettingsGuest for DefaultStatus {
 /// `status-encoded.evaluate-batch-encoded` over any rules: decode the
 /// batch, judge each app with `judge`, encode the answers. Plugins built on
 /// these rules implement the encoded export with it in one line.
-///
-/// One app at a time: each input is decoded, judged and its answer encoded
-/// before the next is decoded, so that one app's records are in memory at
-/// once (and in the cache), not the whole batch's. The bytes are the same
-/// as the whole list's: a sequence's length, then its elements.
 pub fn evaluate_encoded(
     inputs: &[u8],
     judge: impl Fn(&AppInput) -> Result<AppVerdict, String>,
 ) -> Result<Vec<u8>, String> {
-    let undecodable = |e: postcard::Error| format!("the inputs do not decode: {e}");
-    let unencodable = |e: postcard::Error| format!("the answers do not encode: {e}");
-    let (count, mut rest) = postcard::take_from_bytes::<u32>(inputs).map_err(undecodable)?;
-    // About as many bytes out as a tenth in: a verdict is smaller than its
-    // input.
-    let mut answers = postcard::to_extend(&count, Vec::with_capacity(inputs.len() / 8))
-        .map_err(unencodable)?;
-    for _ in 0..count {
-        let (input, after) = postcard::take_from_bytes::<AppInput>(rest).map_err(undecodable)?;
-        rest = after;
-        answers = postcard::to_extend(&judge(&input), answers).map_err(unencodable)?;
-    }
-    if !rest.is_empty() {
-        return Err(format!(
-            "the inputs do not decode: {} bytes after the last input",
-            rest.len()
-        ));
-    }
-    Ok(answers)
+    let inputs: Vec<AppInput> =
+        postcard::from_bytes(inputs).map_err(|e| format!("the inputs do not decode: {e}"))?;
+    let answers: Vec<Result<AppVerdict, String>> = inputs.iter().map(judge).collect();
+    postcard::to_allocvec(&answers).map_err(|e| format!("the answers do not encode: {e}"))
 }
