@@ -781,6 +781,14 @@ impl Cluster {
         let Some(state) = status(dir)? else {
             bail!("no control plane is running in {}", dir.display());
         };
+        let recorded = state.pids.clone();
+        Cluster::recorded_in(dir, &state, recorded)
+    }
+
+    /// The control plane `state` records in `dir`, with the components
+    /// `recorded` (running, by process id) and none started by this
+    /// process.
+    fn recorded_in(dir: &Path, state: &State, recorded: BTreeMap<String, u32>) -> Result<Cluster> {
         Ok(Cluster {
             dir: dir.to_path_buf(),
             bin: Binaries::at(&state.bin)?,
@@ -790,7 +798,7 @@ impl Cluster {
                 node_grace: Duration::from_secs(state.node_grace_s),
             },
             children: BTreeMap::new(),
-            recorded: state.pids,
+            recorded,
         })
     }
 
@@ -811,17 +819,7 @@ impl Cluster {
         if !dir.join("etcd").is_dir() || !dir.join("pki").is_dir() {
             bail!("{} keeps no etcd data or certificates", dir.display());
         }
-        let mut cluster = Cluster {
-            dir: dir.to_path_buf(),
-            bin: Binaries::at(&state.bin)?,
-            ports: state.ports,
-            options: Options {
-                nodes: state.nodes,
-                node_grace: Duration::from_secs(state.node_grace_s),
-            },
-            children: BTreeMap::new(),
-            recorded: BTreeMap::new(),
-        };
+        let mut cluster = Cluster::recorded_in(dir, &state, BTreeMap::new())?;
         // In the order `start` starts them: the reverse of the stop order.
         for name in STOP_ORDER.iter().rev().copied() {
             if !state.pids.contains_key(name) {

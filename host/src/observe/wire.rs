@@ -18,6 +18,36 @@ use serde::{Deserialize, Deserializer};
 
 use crate::wit::types;
 
+/// `kube::Resource` for a shape `$ty` read from the API as the kind
+/// `$kind`, its metadata at `self.$field`.
+macro_rules! read_as {
+    ($ty:ty, $kind:ty, $($field:tt)+) => {
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+
+            fn kind(dt: &()) -> Cow<'_, str> {
+                <$kind as kube::Resource>::kind(dt)
+            }
+            fn group(dt: &()) -> Cow<'_, str> {
+                <$kind as kube::Resource>::group(dt)
+            }
+            fn version(dt: &()) -> Cow<'_, str> {
+                <$kind as kube::Resource>::version(dt)
+            }
+            fn plural(dt: &()) -> Cow<'_, str> {
+                <$kind as kube::Resource>::plural(dt)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.$($field)+
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.$($field)+
+            }
+        }
+    };
+}
+
 /// The identity and the metadata a reduction reads.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -58,29 +88,7 @@ impl From<Meta> for ObjectMeta {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PodFields(pub(crate) Pod);
 
-impl kube::Resource for PodFields {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        <Pod as kube::Resource>::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
-    }
-}
+read_as!(PodFields, Pod, 0.metadata);
 
 impl<'de> Deserialize<'de> for PodFields {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -202,29 +210,7 @@ impl NodeLease {
     }
 }
 
-impl kube::Resource for NodeLease {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        <Lease as kube::Resource>::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        <Lease as kube::Resource>::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        <Lease as kube::Resource>::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        <Lease as kube::Resource>::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+read_as!(NodeLease, Lease, metadata);
 
 impl<'de> Deserialize<'de> for NodeLease {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
