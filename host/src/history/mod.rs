@@ -248,10 +248,14 @@ impl History {
         from: Timestamp,
         to: Timestamp,
     ) -> Result<Vec<(Timestamp, Timestamp)>, StorageError> {
-        let mut runs = store.runs(from, to)?;
+        // The recorder writes a run's end to the store, then notes it in
+        // its health: read in the other order, the run under way ends in
+        // the store at or after the noted end, never before, even while a
+        // write is between the two.
         let observed_at = self.health_mut().observed_at;
+        let mut runs = store.runs(from, to)?;
         if let (Some(at), Some(last)) = (observed_at, runs.last_mut())
-            && last.1 == at
+            && last.1 >= at
         {
             last.1 = last.1.max(crate::time::now());
         }
@@ -518,6 +522,35 @@ struct Recording {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_run_under_way_lasts_until_now_even_while_its_end_is_being_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(&dir.path().join("history.db"), Settings::default());
+        let store = history.store.as_ref().unwrap();
+        let now = crate::time::now();
+        let (started, noted, written) = (now - 60_000, now - 10_000, now - 5_000);
+        store.observed(None, started, written).unwrap();
+        let until_of_last = |history: &History| {
+            let store = history.store.as_ref().unwrap();
+            history
+                .runs(store, started - 1, now + 1)
+                .unwrap()
+                .last()
+                .unwrap()
+                .1
+        };
+        // The recorder has written the run's new end but not yet noted it
+        // in its health: the run is still the one under way.
+        history.health_mut().observed_at = Some(noted);
+        assert!(until_of_last(&history) >= now);
+        // Noted as written.
+        history.health_mut().observed_at = Some(written);
+        assert!(until_of_last(&history) >= now);
+        // Not observing: the run ends where it was written.
+        history.health_mut().observed_at = None;
+        assert_eq!(until_of_last(&history), written);
+    }
 
     #[test]
     fn the_writer_runs_its_jobs_in_order_at_the_lowest_priority() {
