@@ -336,7 +336,12 @@ fn observe(
     tasks.count_kept_elsewhere(crate::tasks::KeptElsewhere(Box::new(move || {
         kept.apps(crate::time::now())
     })));
-    let following = cluster::follow(client.clone(), &observed, &config.observe.resources);
+    let following = cluster::follow(
+        client.clone(),
+        &observed,
+        &config.observe.resources,
+        config.observe.lease_poll_every,
+    );
     loops.push(tokio::spawn(live::derive_forever(
         Arc::clone(&observed),
         Arc::clone(registry),

@@ -165,3 +165,88 @@ fn a_host_near_its_memory_limit_says_so_in_readyz_and_metrics() {
         "{memory}"
     );
 }
+
+/// The sum of every sample of `family` (all its label sets).
+fn total(text: &str, family: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} ")))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+fn lease(node: &str, renewed: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": node, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": renewed}
+    })
+}
+
+#[test]
+fn node_leases_are_listed_and_one_unchanged_derives_nothing() {
+    let cluster = Cluster::start();
+    cluster.apply(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-node-lease"}}),
+    );
+    cluster.apply(lease("n1", "2026-01-01T00:00:10.000000Z"));
+    // A node that is not ready, with a pod of the app, and whose Lease
+    // stopped: the same Lease listed again is no news about it.
+    cluster.apply(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"},
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    }));
+    cluster.apply(lease("n2", "2026-01-01T00:00:05.000000Z"));
+    let mut pod = crate::live::pod("web-2", None);
+    pod["spec"]["nodeName"] = json!("n2");
+    cluster.apply(pod);
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &["--lease-poll-ms", "100"]);
+    let heartbeat = || {
+        server.get("/v1/nodes").1["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|n| n["name"] == "n1").cloned())
+            .and_then(|n| n["last_heartbeat"].as_str().map(String::from))
+            .unwrap_or_default()
+    };
+    let first = wait_until(PATIENCE, || heartbeat().starts_with("2026-01-01T00:00:10"));
+    assert!(first.is_some(), "the Lease's renewal: {}", heartbeat());
+    cluster.apply(lease("n1", "2026-01-01T00:00:20.000000Z"));
+    let renewed = wait_until(PATIENCE, || heartbeat().starts_with("2026-01-01T00:00:20"));
+    assert!(
+        renewed.is_some(),
+        "the Lease renewed again: {}",
+        heartbeat()
+    );
+
+    // Lists go on; a ready node's renewal 10 s after the last, and lists
+    // that find nothing new (the silent node's Lease among them), derive
+    // nothing.
+    let metrics = || {
+        reqwest::blocking::get(format!("{}/metrics", server.base))
+            .unwrap()
+            .text()
+            .unwrap()
+    };
+    let lists = |text: &str| {
+        sample(text, r#"verdict_watch_lists_total{kind="node-leases"}"#).unwrap_or(0.0)
+    };
+    let before = metrics();
+    let mut later = String::new();
+    let listed = wait_until(PATIENCE, || {
+        later = metrics();
+        lists(&later) >= lists(&before) + 5.0
+    });
+    assert!(
+        listed.is_some(),
+        "the Leases are listed again and again: {later}"
+    );
+    assert_eq!(
+        total(&later, "verdict_derivation_seconds_count"),
+        total(&before, "verdict_derivation_seconds_count"),
+        "{later}"
+    );
+    assert_eq!(
+        sample(&later, r#"verdict_watch_healthy{kind="node-leases"}"#),
+        Some(1.0)
+    );
+}

@@ -1,6 +1,7 @@
 //! Following a live cluster with the `kube` client: one runtime watcher per
 //! kind (list, then watch; resumption and re-list after `410 Gone` are the
-//! watcher's, backoff on errors is ours), each object reduced on arrival into the
+//! watcher's, backoff on errors is ours; the node Leases, which renew all
+//! the time, are listed every few seconds instead), each object reduced on arrival into the
 //! shared [`Snapshot`]. Every change wakes the deriver. Each watcher's health
 //! is kept so that verdicts can say how old their observations are.
 
@@ -551,6 +552,73 @@ where
     }
 }
 
+/// Follow the objects of kind `K` by listing them every `every`.
+async fn poll_kind<K>(client: Client, observed: Arc<Observed>, every: Duration)
+where
+    K: Observe,
+    K::DynamicType: Default,
+{
+    poll_api(K::api(client), Entry::<K>::of_kind(), observed, every).await;
+}
+
+/// Follow the objects of `api` by listing them from the API server's
+/// cache every `every`, until the task is aborted: each object listed is
+/// put (only what changed is derived again), the ones no longer listed
+/// are forgotten. A failed list marks the kind unhealthy until one
+/// succeeds.
+async fn poll_api<K>(api: Api<K>, entry: Entry<K>, observed: Arc<Observed>, every: Duration)
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let kind = entry.name;
+    observed.health.start(kind);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The resource version of each object at the last list.
+    let mut versions: BTreeMap<(String, String), String> = BTreeMap::new();
+    loop {
+        tick.tick().await;
+        let list = match api.list(&ListParams::default().match_any()).await {
+            Ok(list) => list,
+            Err(error) => {
+                observed.health.failed(kind, error.to_string());
+                observed.changed.notify_one();
+                continue;
+            }
+        };
+        observed.health.counted(kind, true);
+        let listed: BTreeSet<(String, String)> =
+            list.items.iter().map(|o| listed_key(o.meta())).collect();
+        // Only what changed since the last list is put again.
+        let fresh: Vec<&K> = list
+            .items
+            .iter()
+            .filter(|o| {
+                let version = o.meta().resource_version.clone().unwrap_or_default();
+                versions.insert(listed_key(o.meta()), version.clone()) != Some(version)
+            })
+            .collect();
+        versions.retain(|key, _| listed.contains(key));
+        let changes: Vec<Change> = {
+            let mut snapshot = observed.snapshot();
+            let changes = fresh
+                .into_iter()
+                .map(|object| (entry.put)(object)(&mut snapshot))
+                .filter(|change| !matches!(change, Change::Nothing))
+                .collect();
+            (entry.retain)(&mut snapshot, &listed);
+            changes
+        };
+        let news = !changes.is_empty();
+        for change in changes {
+            observed.mark(change);
+        }
+        if observed.health.ok(kind, true) || news {
+            observed.changed.notify_one();
+        }
+    }
+}
+
 /// Whether a watch failed because the server refuses streaming lists
 /// (`sendInitialEvents`, which servers without the `WatchList` feature
 /// reject as invalid).
@@ -684,8 +752,18 @@ impl Drop for Following {
     }
 }
 
-/// Start a watcher per observed kind, and one per configured kind.
-pub fn follow(client: Client, observed: &Arc<Observed>, resources: &[ResourceRef]) -> Following {
+/// Start a watcher per observed kind, and one per configured kind; the
+/// node Leases are listed every `lease_poll_every` instead. Every kubelet
+/// renews its Lease every 10 s: watched, 500 nodes are 50 events a second,
+/// each its own read, decryption and wake-up, to learn a heartbeat that is
+/// news only after 40 s of silence. One list from the API server's cache
+/// every few seconds tells the same at a fraction of the cost.
+pub fn follow(
+    client: Client,
+    observed: &Arc<Observed>,
+    resources: &[ResourceRef],
+    lease_poll_every: Duration,
+) -> Following {
     // Every built-in kind is known from the start, so that none counts as
     // synced before all of them are.
     for kind in [
@@ -715,9 +793,10 @@ pub fn follow(client: Client, observed: &Arc<Observed>, resources: &[ResourceRef
             Arc::clone(observed),
         )),
         tokio::spawn(follow_kind::<Node>(client.clone(), Arc::clone(observed))),
-        tokio::spawn(follow_kind::<NodeLease>(
+        tokio::spawn(poll_kind::<NodeLease>(
             client.clone(),
             Arc::clone(observed),
+            lease_poll_every,
         )),
         tokio::spawn(follow_kind::<PodFields>(
             client.clone(),

@@ -42,6 +42,11 @@ pub struct Settings {
     /// serves it, in milliseconds.
     #[arg(long = "metrics-interval-ms", value_name = "MS", default_value = "15000", value_parser = crate::settings::positive_millis)]
     pub metrics_every: std::time::Duration,
+    /// How often the nodes' heartbeat Leases (`kube-node-lease`) are
+    /// listed, in milliseconds: a node's heartbeat is at most this much
+    /// older than its Lease.
+    #[arg(long = "lease-poll-ms", value_name = "MS", default_value = "5000", value_parser = crate::settings::positive_millis)]
+    pub lease_poll_every: std::time::Duration,
 }
 
 impl Default for Settings {
