@@ -23,6 +23,12 @@ use verdict::plugins::{Registry, Runtime, World};
 use verdict::verdicts::live::{self, Verdicts};
 use verdict::wit::status;
 
+/// The host binary's allocator (`main.rs`): the host's own work is
+/// measured as it runs.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[allow(dead_code)]
 #[path = "../../tests/all/support.rs"]
 mod support;
@@ -258,6 +264,18 @@ struct Row {
     changing: [Changing; 2],
 }
 
+/// A full re-derivation of everything observed, as after a policy swap.
+fn derive_all(observed: &Observed, registry: &Registry, verdicts: &Verdicts) {
+    live::derive(
+        observed,
+        registry,
+        verdicts,
+        &live::Beside::default(),
+        None,
+        true,
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     // `--pods N,M`: those sizes only (multiples of 10).
@@ -309,6 +327,82 @@ fn main() {
                 std::hint::black_box(answer.value);
             }
         }
+        return;
+    }
+
+    // `--profile-derive`: only full re-derivations of 100 000 pods by the
+    // host, for a while, for a profiler to look at.
+    if std::env::args().any(|a| a == "--profile-derive") {
+        let inputs = mix::cluster(10_000, 10);
+        let observed = observed(&inputs);
+        let verdicts = Verdicts::default();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            derive_all(&observed, &registry, &verdicts);
+        }
+        return;
+    }
+
+    // `--parts`: a batched call's parts, each timed natively over 10 000
+    // pods: the host encoding the inputs, the plugin decoding them, the
+    // rules, the plugin encoding the answers, the host decoding them.
+    if std::env::args().any(|a| a == "--parts") {
+        let inputs = mix::cluster(1_000, 10);
+        let batches: Vec<&[status::AppInput]> = inputs.chunks(verdict::verdicts::BATCH).collect();
+        let encoded: Vec<Vec<u8>> = batches
+            .iter()
+            .map(|b| postcard::to_allocvec(b).unwrap())
+            .collect();
+        let answers: Vec<Vec<_>> = batches
+            .iter()
+            .map(|b| {
+                b.iter()
+                    .map(|i| Ok::<_, String>(verdict::native::evaluate(&settings, mix::NOW, i)))
+                    .collect()
+            })
+            .collect();
+        let answered: Vec<Vec<u8>> = answers
+            .iter()
+            .map(|a| postcard::to_allocvec(a).unwrap())
+            .collect();
+        let pods = inputs.len() * 10;
+        let bytes = |v: &[Vec<u8>]| v.iter().map(Vec::len).sum::<usize>() / pods;
+        let part = |name: &str, f: &mut dyn FnMut()| {
+            println!("{name}: {:.0} ns a pod", ns_per(timed(7, f), pods));
+        };
+        println!(
+            "inputs {} B a pod, answers {} B a pod",
+            bytes(&encoded),
+            bytes(&answered)
+        );
+        part("encode inputs", &mut || {
+            for b in &batches {
+                std::hint::black_box(postcard::to_allocvec(b).unwrap());
+            }
+        });
+        part("decode inputs", &mut || {
+            for e in &encoded {
+                std::hint::black_box(postcard::from_bytes::<Vec<status::AppInput>>(e).unwrap());
+            }
+        });
+        part("rules", &mut || {
+            for input in &inputs {
+                std::hint::black_box(verdict::native::evaluate(&settings, mix::NOW, input));
+            }
+        });
+        part("encode answers", &mut || {
+            for a in &answers {
+                std::hint::black_box(postcard::to_allocvec(a).unwrap());
+            }
+        });
+        part("decode answers", &mut || {
+            for a in &answered {
+                std::hint::black_box(
+                    postcard::from_bytes::<Vec<Result<verdict::wit::types::AppVerdict, String>>>(a)
+                        .unwrap(),
+                );
+            }
+        });
         return;
     }
 
@@ -388,16 +482,7 @@ fn main() {
         // The host re-deriving everything from its snapshot.
         let observed = observed(&inputs);
         let verdicts = Verdicts::default();
-        let derive = timed(rounds, || {
-            live::derive(
-                &observed,
-                &registry,
-                &verdicts,
-                &live::Beside::default(),
-                None,
-                true,
-            );
-        });
+        let derive = timed(rounds, || derive_all(&observed, &registry, &verdicts));
         assert_eq!(verdicts.count(), inputs.len(), "every app derived");
         let changing =
             [false, true].map(|history| changing_derivations(&inputs, &registry, rounds, history));
