@@ -257,16 +257,57 @@ impl types::ConditionStatus {
     }
 }
 
-/// The `status-encoded` and `failover-encoded` encoding (postcard's) of
-/// `value`, written into a buffer as large as the last one `last` saw: a
-/// batch's encoding is hundreds of kilobytes, and a buffer grown by
-/// doubling copies all of it about once more.
-pub(crate) fn encode_sized<T: serde::Serialize + ?Sized>(
+/// Write the `status-encoded` and `failover-encoded` encoding (postcard's)
+/// of `value` into `buffer`, in place of what it held.
+pub(crate) fn encode_into<T: serde::Serialize + ?Sized>(
     value: &T,
-    last: &std::sync::atomic::AtomicUsize,
-) -> Result<Vec<u8>, postcard::Error> {
-    use std::sync::atomic::Ordering::Relaxed;
-    let encoded = postcard::to_extend(value, Vec::with_capacity(last.load(Relaxed)))?;
-    last.store(encoded.len(), Relaxed);
-    Ok(encoded)
+    buffer: &mut Vec<u8>,
+) -> Result<(), postcard::Error> {
+    buffer.clear();
+    *buffer = postcard::to_extend(value, std::mem::take(buffer))?;
+    Ok(())
+}
+
+thread_local! {
+    static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A buffer larger than this is not kept for the next batch.
+const KEPT_BUFFER: usize = 8 << 20;
+
+/// `f` with this thread's buffer for encoded batches. A batch's encoding is
+/// hundreds of kilobytes: one buffer a thread, reused batch after batch,
+/// spares allocating that much for each (and the allocator handing the
+/// pages back to the system and the kernel mapping them in again).
+/// `f` must not ask for the buffer again.
+pub(crate) fn with_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    BUFFER.with_borrow_mut(|buffer| {
+        let answer = f(buffer);
+        if buffer.capacity() > KEPT_BUFFER {
+            *buffer = Vec::new();
+        }
+        answer
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_buffer_serves_batch_after_batch_and_a_huge_one_is_let_go() {
+        let first = with_buffer(|buffer| {
+            encode_into(&vec![1u8; 1000], buffer).unwrap();
+            buffer.as_ptr()
+        });
+        let second = with_buffer(|buffer| {
+            assert!(buffer.capacity() >= 1000, "kept from the batch before");
+            encode_into(&vec![2u8; 10], buffer).unwrap();
+            assert_eq!(postcard::from_bytes::<Vec<u8>>(buffer).unwrap(), [2u8; 10]);
+            buffer.as_ptr()
+        });
+        assert_eq!(first, second, "the same allocation");
+        with_buffer(|buffer| encode_into(&vec![0u8; KEPT_BUFFER + 1], buffer).unwrap());
+        with_buffer(|buffer| assert_eq!(buffer.capacity(), 0));
+    }
 }

@@ -712,7 +712,7 @@ impl Snapshot {
     }
 
     /// The inputs of some apps, with their tasks and observation time,
-    /// encoded as the `status-encoded` interface takes them — written
+    /// encoded into `into` as the `status-encoded` interface takes them — written
     /// straight from the stored observations, without copying them into
     /// inputs first.
     pub(crate) fn encode_inputs(
@@ -720,7 +720,8 @@ impl Snapshot {
         keys: &[AppKey],
         observed_at: types::Timestamp,
         around: impl Fn(&AppKey) -> Around,
-    ) -> Result<Vec<u8>, postcard::Error> {
+        into: &mut Vec<u8>,
+    ) -> Result<(), postcard::Error> {
         // `status::AppInput` and `types::App`, field for field, borrowing.
         #[derive(Serialize)]
         struct Input<'a> {
@@ -772,8 +773,7 @@ impl Snapshot {
                 }
             })
             .collect();
-        static LAST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        crate::wit::encode_sized(&inputs, &LAST)
+        crate::wit::encode_into(&inputs, into)
     }
 
     fn input(
@@ -1236,8 +1236,9 @@ mod tests {
         assert_eq!(objects[0].conditions[0].kind, "Ready");
 
         // The encoded batch carries the same, in the WIT's order.
-        let encoded = snapshot
-            .encode_inputs(&[key("web")], 0, |_| Around::default())
+        let mut encoded = Vec::new();
+        snapshot
+            .encode_inputs(&[key("web")], 0, |_| Around::default(), &mut encoded)
             .unwrap();
         let decoded: Vec<status::AppInput> = postcard::from_bytes(&encoded).unwrap();
         assert_eq!(decoded[0].app.objects, inputs[0].app.objects);

@@ -5,7 +5,6 @@
 //! instance whose call failed is dropped (a trap poisons its store) and a
 //! fresh one is made from the pre-linked component on the next call.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -68,9 +67,41 @@ enum Pre {
 }
 
 /// An encoded call (`status-encoded.evaluate-batch-encoded`,
-/// `failover-encoded.decide-encoded`), for the plugins that export one.
-type EncodedCall =
-    wasmtime::component::TypedFunc<(types::Context, Vec<u8>), (Result<Vec<u8>, String>,)>;
+/// `failover-encoded.decide-encoded`), for the plugins that export one:
+/// typed at each call, so that its input is lent ([`EncodedTyped`]) rather
+/// than moved, and the buffer it was encoded into serves the next batch.
+#[derive(Clone, Copy)]
+struct EncodedCall(wasmtime::component::Func);
+
+/// The type of an encoded call.
+type EncodedTyped<'a> =
+    wasmtime::component::TypedFunc<(&'a types::Context, &'a [u8]), (Result<Vec<u8>, String>,)>;
+
+impl EncodedCall {
+    fn call(
+        self,
+        store: &mut Store<StoreState>,
+        ctx: &types::Context,
+        encoded: &[u8],
+    ) -> wasmtime::Result<Encoded> {
+        let typed: EncodedTyped<'_> = self.0.typed(&*store)?;
+        typed.call(store, (ctx, encoded)).map(|(r,)| Encoded(r))
+    }
+}
+
+/// `f` with `value` encoded into this thread's batch buffer
+/// ([`crate::wit::with_buffer`]); `what` names the encoding in its error.
+fn with_encoded<T: Serialize + ?Sized, R>(
+    value: &T,
+    what: &'static str,
+    f: impl FnOnce(&[u8]) -> Result<R, CallError>,
+) -> Result<R, CallError> {
+    crate::wit::with_buffer(|buffer| {
+        crate::wit::encode_into(value, buffer)
+            .map_err(|e| CallError::undecodable(what)(e.into()))?;
+        f(buffer)
+    })
+}
 
 /// The interface of the encoded status batches.
 const STATUS_ENCODED: &str = "verdict:policy/status-encoded@0.2.0";
@@ -130,6 +161,16 @@ where
     Params: wasmtime::component::ComponentNamedList + wasmtime::component::Lower,
     Results: wasmtime::component::ComponentNamedList + wasmtime::component::Lift,
 {
+    exported(store, instance, interface, name)?.typed(&*store)
+}
+
+/// The function `name` of the exported `interface` of an instance.
+fn exported(
+    store: &mut Store<StoreState>,
+    instance: &wasmtime::component::Instance,
+    interface: &str,
+    name: &str,
+) -> wasmtime::Result<wasmtime::component::Func> {
     let missing = || wasmtime::Error::msg(format!("{interface}.{name} is not exported"));
     let exported = instance
         .get_export_index(&mut *store, None, interface)
@@ -137,7 +178,7 @@ where
     let func = instance
         .get_export_index(&mut *store, Some(&exported), name)
         .ok_or_else(missing)?;
-    instance.get_typed_func(&mut *store, func)
+    instance.get_func(&mut *store, func).ok_or_else(missing)
 }
 
 /// Whether a component exports the interface named.
@@ -407,10 +448,14 @@ impl Version {
         interface: &str,
         name: &str,
     ) -> wasmtime::Result<Option<EncodedCall>> {
-        match self.info.encoded_batches {
-            true => exported_func(store, instance, interface, name).map(Some),
-            false => Ok(None),
+        if !self.info.encoded_batches {
+            return Ok(None);
         }
+        let func = exported(store, instance, interface, name)?;
+        // Typed once here, so that a plugin whose export has another type
+        // fails to instantiate rather than on every call.
+        let _: EncodedTyped<'_> = func.typed(&*store)?;
+        Ok(Some(EncodedCall(func)))
     }
 
     fn instantiate(&self) -> Result<Instance, CallError> {
@@ -616,10 +661,9 @@ impl Version {
         // One buffer each way (the encoding of the typed values) when the
         // plugin takes it, else the typed call.
         let answers = if self.info.encoded_batches {
-            static LAST: AtomicUsize = AtomicUsize::new(0);
-            let encoded = crate::wit::encode_sized(inputs, &LAST)
-                .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?;
-            self.call_encoded(ctx, encoded)?
+            with_encoded(inputs, "encoding the inputs", |encoded| {
+                self.call_encoded(ctx, encoded)
+            })?
         } else {
             self.call(World::Status, |store, bound, _| match bound {
                 Bound::Status(b, _) => Some(
@@ -642,7 +686,7 @@ impl Version {
     pub(crate) fn evaluate_encoded(
         &self,
         ctx: &types::Context,
-        encoded: Vec<u8>,
+        encoded: &[u8],
         asked: &[(String, String)],
     ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
         checked_answers(self.call_encoded(ctx, encoded)?, asked)
@@ -651,12 +695,10 @@ impl Version {
     fn call_encoded(
         &self,
         ctx: &types::Context,
-        encoded: Vec<u8>,
+        encoded: &[u8],
     ) -> Result<Vec<Result<types::AppVerdict, String>>, CallError> {
         let answer = self.call(World::Status, |store, bound, _| match bound {
-            Bound::Status(_, Some(f)) => {
-                Some(f.call(store, (ctx.clone(), encoded)).map(|(r,)| Encoded(r)))
-            }
+            Bound::Status(_, Some(f)) => Some(f.call(store, ctx, encoded)),
             _ => None,
         })?;
         let bytes = answer.0.map_err(CallError::Refused)?;
@@ -673,14 +715,11 @@ impl Version {
         if !self.info.encoded_batches {
             return self.decide_typed(ctx, input);
         }
-        static LAST: AtomicUsize = AtomicUsize::new(0);
-        let encoded = crate::wit::encode_sized(input, &LAST)
-            .map_err(|e| CallError::undecodable("encoding the input")(e.into()))?;
-        let answer = self.call(World::Failover, |store, bound, _| match bound {
-            Bound::Failover(_, Some(f)) => {
-                Some(f.call(store, (ctx.clone(), encoded)).map(|(r,)| Encoded(r)))
-            }
-            _ => None,
+        let answer = with_encoded(input, "encoding the input", |encoded| {
+            self.call(World::Failover, |store, bound, _| match bound {
+                Bound::Failover(_, Some(f)) => Some(f.call(store, ctx, encoded)),
+                _ => None,
+            })
         })?;
         let bytes = answer.0.map_err(CallError::Refused)?;
         let decisions: Vec<failover::NodeDecision> = postcard::from_bytes(&bytes)

@@ -430,22 +430,26 @@ pub fn derive(
             (None, None)
         } else {
             let snapshot = observed.read();
+            let mut encoded = Vec::new();
             let encoded = snapshot
-                .encode_inputs(batch, millis(observed_at), around)
-                .ok();
+                .encode_inputs(batch, millis(observed_at), around, &mut encoded)
+                .ok()
+                .map(|()| encoded);
             (encoded, Some(typed(&snapshot, batch)))
         };
         let answer = slot.call(|version| {
             let ctx = version.context(millis(now));
             if version.info().encoded_batches {
-                let encoded = match &encoded {
-                    Some(encoded) => encoded.clone(),
-                    None => observed
-                        .read()
-                        .encode_inputs(batch, millis(observed_at), around)
-                        .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?,
-                };
-                version.evaluate_encoded(&ctx, encoded, batch)
+                match &encoded {
+                    Some(encoded) => version.evaluate_encoded(&ctx, encoded, batch),
+                    None => crate::wit::with_buffer(|buffer| {
+                        observed
+                            .read()
+                            .encode_inputs(batch, millis(observed_at), around, buffer)
+                            .map_err(|e| CallError::undecodable("encoding the inputs")(e.into()))?;
+                        version.evaluate_encoded(&ctx, buffer, batch)
+                    }),
+                }
             } else {
                 let inputs = match &shadow_inputs {
                     Some(inputs) => inputs.clone(),
