@@ -575,8 +575,11 @@ pub fn derive(
         changed
     };
     // The verdicts a full derivation replaced are freed after the lock is
-    // released, so that readers do not wait for thousands of frees.
-    drop(replaced);
+    // released, so that readers do not wait for thousands of frees, and on
+    // a thread of their own, so that neither does the next derivation.
+    if let Some(replaced) = replaced {
+        free_elsewhere(replaced);
+    }
     if let Some(events) = events {
         for (view, policy) in changed {
             let app = format!("{}/{}", view.namespace, view.name);
@@ -628,6 +631,17 @@ fn evaluate_in_parallel<T: Send>(
             take(answer);
         }
     });
+}
+
+/// Drop `value` on a short-lived thread of its own. Should no thread
+/// start, the closure holding it is dropped here, and `value` with it.
+fn free_elsewhere<T: Send + 'static>(value: T) {
+    let spawned = std::thread::Builder::new()
+        .name("verdict-free".into())
+        .spawn(move || drop(value));
+    if let Err(error) = spawned {
+        tracing::debug!(%error, "no thread to free replaced verdicts on: freed in place");
+    }
 }
 
 /// Whether two verdicts show a person the same (they may differ in when to
@@ -831,6 +845,23 @@ mod tests {
         assert_eq!(verdicts.current_until(now), now);
         *verdicts.last_error.lock().unwrap() = Some("plugin status failed".into());
         assert_eq!(verdicts.current_until(now), SystemTime::UNIX_EPOCH);
+    }
+
+    #[test]
+    fn replaced_verdicts_are_freed_on_a_thread_of_their_own() {
+        struct Noted(std::sync::mpsc::Sender<Option<String>>);
+        impl Drop for Noted {
+            fn drop(&mut self) {
+                let name = std::thread::current().name().map(str::to_owned);
+                let _ = self.0.send(name);
+            }
+        }
+        let (sender, freed) = std::sync::mpsc::channel();
+        free_elsewhere(Noted(sender));
+        let on = freed
+            .recv_timeout(Duration::from_secs(10))
+            .expect("freed within 10 s");
+        assert_eq!(on.as_deref(), Some("verdict-free"));
     }
 
     #[test]
