@@ -221,8 +221,13 @@ fn resource(
     cluster.sim().store().find(group, version, plural).unwrap()
 }
 
-/// Each instance of the set by name, with its annotations.
+/// Each instance of the set `web` by name, with its annotations.
 pub fn instances(cluster: &Cluster) -> BTreeMap<String, Value> {
+    instances_of(cluster, "web")
+}
+
+/// Each instance of the set `set` by name, with its annotations.
+pub fn instances_of(cluster: &Cluster, set: &str) -> BTreeMap<String, Value> {
     let store = cluster.sim().store();
     store
         .list(
@@ -231,7 +236,7 @@ pub fn instances(cluster: &Cluster) -> BTreeMap<String, Value> {
         )
         .0
         .into_iter()
-        .filter(|vm| vm["metadata"]["labels"]["verdict.dev/vmreplicaset"] == "web")
+        .filter(|vm| vm["metadata"]["labels"]["verdict.dev/vmreplicaset"] == set)
         .map(|vm| {
             (
                 vm["metadata"]["name"].as_str().unwrap().to_string(),
@@ -867,14 +872,20 @@ fn a_deleted_instance_is_held_until_its_clean_up_ends_and_a_stuck_step_can_be_sk
         .get(machines, "shop", "web-1")
         .unwrap();
     assert!(vm["metadata"]["deletionTimestamp"].is_string(), "{vm:#}");
-    let (_, view) = server.get("/v1/vm-delivery/shop/web");
-    let web1 = view["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["name"] == "web-1")
-        .unwrap()
-        .clone();
+    let web1 = || {
+        let (_, view) = server.get("/v1/vm-delivery/shop/web");
+        view["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["name"] == "web-1")
+            .cloned()
+            .unwrap_or_default()
+    };
+    // The hook's answer is taken by the controller's next reconcile.
+    let recorded = wait_until(PATIENCE, || web1()["progress"] == 10);
+    assert!(recorded.is_some(), "{:#}", web1());
+    let web1 = web1();
     assert_eq!(web1["stage"], "deleting", "{web1:#}");
     assert!(web1["deleting"].as_bool().unwrap());
     assert_eq!(web1["list"]["task"], "delete-machine", "{web1:#}");
@@ -1663,5 +1674,475 @@ fn steps_carried_out_by_jobs_go_as_their_jobs_go() {
     assert!(
         message.contains("failed: BackoffLimitExceeded"),
         "{message}"
+    );
+}
+
+/// Each instance's stage, code and whether a list runs (its lock held).
+fn stages(cluster: &Cluster) -> BTreeMap<String, (String, String, bool)> {
+    stages_of(cluster, "web")
+}
+
+/// How many VMs the set `set` has.
+fn vms_of(cluster: &Cluster, set: &str) -> usize {
+    instances_of(cluster, set).len()
+}
+
+/// Each instance of `set`: its stage, code and whether a list runs.
+fn stages_of(cluster: &Cluster, set: &str) -> BTreeMap<String, (String, String, bool)> {
+    instances_of(cluster, set)
+        .into_iter()
+        .map(|(name, a)| {
+            let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
+            let running = a.get("verdict.dev/lock").is_some();
+            (
+                name,
+                (text("verdict.dev/stage"), text("verdict.dev/code"), running),
+            )
+        })
+        .collect()
+}
+
+/// How many instances are settled (no list running) in `stage` with `code`.
+fn settled_in(cluster: &Cluster, stage: &str, code: &str) -> usize {
+    stages(cluster)
+        .values()
+        .filter(|(s, c, running)| s == stage && c == code && !running)
+        .count()
+}
+
+#[test]
+fn a_first_rollout_goes_by_its_steps_and_a_later_release_stops_at_its_own_gate() {
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering("");
+    let gated = json!([{"instances": 1}, {"pause": {}}, {"instances": "100%"}]);
+    // The deployment's first rollout: no code was released before it.
+    cluster.apply(deployment("1.0", gated.clone()));
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+    let canary = wait_until(PATIENCE * 3, || {
+        rollout(server)["at-gate"] == true
+            && settled_in(cluster, "gray-release", "1.0") == 1
+            && settled_in(cluster, "ready", "") == 2
+    });
+    assert!(
+        canary.is_some(),
+        "the first step did not give one instance the code and hold the rest: {:#?} {:#}",
+        stages(cluster),
+        rollout(server)
+    );
+    // The two the step has not reached got no code and take no traffic.
+    for (name, (stage, _, _)) in stages(cluster) {
+        if stage == "ready" {
+            let steps = hooks.steps_of(&name);
+            assert!(
+                !steps
+                    .iter()
+                    .any(|s| s == "deploy-code" || s == "attach-load-balancer"),
+                "{name}: {steps:?}"
+            );
+        }
+    }
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/approve",
+        json!({"by": "alice", "why": "the canary is fine"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    let released = wait_until(PATIENCE * 3, || {
+        all_serve(cluster, 3, "1.0") && rollout(server)["phase"] == "Completed"
+    });
+    assert!(
+        released.is_some(),
+        "{:#?} {:#}",
+        stages(cluster),
+        rollout(server)
+    );
+
+    // The next release with the same steps stops at its own gate: the
+    // approval of 1.0's gate approves nothing of 2.0's.
+    redeploy(cluster, "2.0", gated);
+    let at_gate = wait_until(PATIENCE * 3, || {
+        rollout(server)["at-gate"] == true && settled_in(cluster, "gray-release", "2.0") == 1
+    });
+    assert!(
+        at_gate.is_some(),
+        "2.0 did not stop at its gate: {:#?} {:#}",
+        stages(cluster),
+        rollout(server)
+    );
+    assert_eq!(
+        settled_in(cluster, "serving", "1.0"),
+        2,
+        "{:#?}",
+        stages(cluster)
+    );
+    let status = cluster
+        .sim()
+        .store()
+        .get(
+            resource(cluster, "verdict.dev", "vmdeployments"),
+            "shop",
+            "web",
+        )
+        .unwrap()["status"]
+        .clone();
+    assert!(
+        status.get("approvedStep").is_none() && status.get("approvedBy").is_none(),
+        "the last release's approval is not kept on the next: {status:#}"
+    );
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/approve",
+        json!({"by": "bob"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    let released = wait_until(PATIENCE * 3, || {
+        all_serve(cluster, 3, "2.0") && rollout(server)["phase"] == "Completed"
+    });
+    assert!(
+        released.is_some(),
+        "{:#?} {:#}",
+        stages(cluster),
+        rollout(server)
+    );
+}
+
+#[test]
+fn an_instance_made_again_under_an_old_name_runs_its_own_steps_by_keys_of_its_own() {
+    let Delivery { cluster, hooks, .. } = &delivering("");
+    let environment = json!([{"name": "jdk", "version": "21"}]);
+    cluster.apply(set(2, environment.clone()));
+    let serving = |n: usize| {
+        move || {
+            let all = stages(cluster);
+            all.len() == n
+                && all
+                    .values()
+                    .all(|(s, _, running)| s == "serving" && !running)
+        }
+    };
+    assert!(
+        wait_until(PATIENCE * 3, serving(2)).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    let first_install: Vec<String> = hooks
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c["instance"]["name"] == "web-1" && c["step"] == "install-environment")
+        .map(|c| c["key"].as_str().unwrap_or_default().to_string())
+        .collect();
+    // 2 → 1: web-1 is cleaned up and goes; 1 → 2: a new machine named web-1.
+    cluster.apply(set(1, environment.clone()));
+    assert!(
+        wait_until(PATIENCE * 3, serving(1)).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    cluster.apply(set(2, environment));
+    assert!(
+        wait_until(PATIENCE * 3, serving(2)).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    let installs: Vec<String> = hooks
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c["instance"]["name"] == "web-1" && c["step"] == "install-environment")
+        .map(|c| c["key"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = installs.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        2,
+        "the new web-1's install has a key of its own, not the old machine's {first_install:?}: {installs:?}"
+    );
+    // Every step of the new machine ran under its own keys.
+    let steps = hooks.steps_of("web-1");
+    assert_eq!(
+        steps.iter().filter(|s| *s == "install-environment").count(),
+        2,
+        "{steps:?}"
+    );
+}
+
+#[test]
+fn a_lone_host_started_again_takes_up_the_steps_its_earlier_process_left_running() {
+    let cluster = &cluster();
+    // Every install runs until the test lets it finish.
+    let finish = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let finishing = Arc::clone(&finish);
+    let hooks = HookServer::start(move |call| {
+        let done = call["step"] != "install-environment"
+            || finishing.load(std::sync::atomic::Ordering::SeqCst);
+        match done {
+            true => (200, DONE.into()),
+            false => (
+                200,
+                r#"{"status":"running","progress":10,"retryAfterSeconds":1}"#.into(),
+            ),
+        }
+    });
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    let text: String = STEPS
+        .iter()
+        .map(|step| format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url))
+        .collect();
+    std::fs::write(&config, text).unwrap();
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let url = cluster.sim().url();
+    let flags = [
+        "--cluster-url",
+        url.as_str(),
+        "--config",
+        config.to_str().unwrap(),
+        "--vm-delivery",
+    ];
+    let mut first = crate::serve::Server::start_with(&plugins, data.path(), &flags);
+    cluster.apply(set(2, json!([{"name": "jdk", "version": "21"}])));
+    let installing = wait_until(PATIENCE * 3, || {
+        let all = stages(cluster);
+        all.len() == 2
+            && all
+                .values()
+                .all(|(s, _, running)| s == "initializing" && *running)
+    });
+    assert!(installing.is_some(), "{:#?}", stages(cluster));
+    first.kill();
+
+    // The same host started again: another process, another name.
+    let second_data = tempfile::tempdir().unwrap();
+    let _second = crate::serve::Server::start_with(&plugins, second_data.path(), &flags);
+    finish.store(true, std::sync::atomic::Ordering::SeqCst);
+    let serving = wait_until(PATIENCE * 3, || {
+        let all = stages(cluster);
+        all.len() == 2
+            && all
+                .values()
+                .all(|(s, _, running)| s == "serving" && !running)
+    });
+    assert!(
+        serving.is_some(),
+        "the restarted host did not take up the running installs: {:#?}",
+        stages(cluster)
+    );
+    for name in ["web-0", "web-1"] {
+        let installs: std::collections::BTreeSet<String> = hooks
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c["instance"]["name"] == name && c["step"] == "install-environment")
+            .map(|c| c["key"].to_string())
+            .collect();
+        assert_eq!(
+            installs.len(),
+            1,
+            "{name}: asked again with the same key: {installs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_hook_that_hangs_holds_its_own_step_and_no_other_sets() {
+    let cluster = &cluster();
+    // The installs of the set `slow` hang until the test ends (within
+    // their hook's timeout of two minutes); every other call is done.
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let released = Arc::clone(&release);
+    let hooks = HookServer::start(move |call| {
+        if call["instance"]["set"] == "slow" && call["step"] == "install-environment" {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while !released.load(std::sync::atomic::Ordering::SeqCst)
+                && std::time::Instant::now() < until
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+        (200, DONE.into())
+    });
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    let text: String = STEPS
+        .iter()
+        .map(|step| {
+            format!(
+                "[hooks.{step}]\nurl = \"{}\"\ntimeout-seconds = 120\n",
+                hooks.url
+            )
+        })
+        .collect();
+    std::fs::write(&config, text).unwrap();
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let url = cluster.sim().url();
+    let _server = crate::serve::Server::start_with(
+        &plugins,
+        data.path(),
+        &[
+            "--cluster-url",
+            url.as_str(),
+            "--config",
+            config.to_str().unwrap(),
+            "--vm-delivery",
+        ],
+    );
+    let mut slow = set(2, json!([{"name": "jdk", "version": "21"}]));
+    slow["metadata"]["name"] = json!("slow");
+    cluster.apply(slow);
+    let hanging = wait_until(PATIENCE * 2, || {
+        vms_of(cluster, "slow") == 2
+            && stages_of(cluster, "slow")
+                .values()
+                .all(|(stage, _, running)| stage == "initializing" && *running)
+    });
+    assert!(hanging.is_some(), "{:#?}", stages_of(cluster, "slow"));
+
+    // Another set is delivered whole while those installs hang.
+    cluster.apply(set(3, json!([{"name": "jdk", "version": "21"}])));
+    let delivered = wait_until(PATIENCE * 3, || {
+        let all = stages(cluster);
+        all.len() == 3
+            && all
+                .values()
+                .all(|(s, _, running)| s == "serving" && !running)
+    });
+    assert!(
+        delivered.is_some(),
+        "held by another set's hanging hook: {:#?}",
+        stages(cluster)
+    );
+    assert!(
+        stages_of(cluster, "slow")
+            .values()
+            .all(|(stage, _, running)| stage == "initializing" && *running),
+        "{:#?}",
+        stages_of(cluster, "slow")
+    );
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    let slow_serving = wait_until(PATIENCE * 3, || {
+        let all = stages_of(cluster, "slow");
+        all.len() == 2
+            && all
+                .values()
+                .all(|(s, _, running)| s == "serving" && !running)
+    });
+    assert!(slow_serving.is_some(), "{:#?}", stages_of(cluster, "slow"));
+}
+
+#[test]
+fn a_failed_clean_up_step_is_retried_or_skipped_and_no_step_after_it_is_dropped() {
+    // Each clean-up's first ask of the load balancer fails.
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering_with("", |call| {
+        match (
+            call["stage"].as_str(),
+            call["step"].as_str(),
+            call["attempt"].as_u64(),
+        ) {
+            (Some("deleting"), Some("detach-load-balancer"), Some(1)) => (
+                200,
+                r#"{"status":"failed","message":"the load balancer's API is down"}"#.into(),
+            ),
+            _ => (200, DONE.into()),
+        }
+    });
+    cluster.apply(set(2, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == 2).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    let machines = resource(cluster, "kubevirt.io", "virtualmachines");
+    let clean_up = |name: &str| -> Vec<(String, u64)> {
+        hooks
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c["instance"]["name"] == name && c["stage"] == "deleting")
+            .map(|c| {
+                (
+                    c["step"].as_str().unwrap_or_default().to_string(),
+                    c["attempt"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    };
+    for name in ["web-0", "web-1"] {
+        cluster
+            .sim()
+            .store()
+            .delete(machines, "shop", name)
+            .unwrap();
+    }
+    let failed = wait_until(PATIENCE, || {
+        ["web-0", "web-1"]
+            .iter()
+            .all(|name| clean_up(name) == [("detach-load-balancer".to_string(), 1)])
+            && ["web-0", "web-1"].iter().all(|name| {
+                instances(cluster)[*name]["verdict.dev/list"]
+                    .as_str()
+                    .is_some_and(|l| l.contains("\"outcome\":\"failed\""))
+            })
+    });
+    assert!(
+        failed.is_some(),
+        "{:?} {:?}",
+        clean_up("web-0"),
+        clean_up("web-1")
+    );
+    let path =
+        |name: &str, action: &str| format!("/v1/vm-delivery/shop/web/instances/{name}/{action}");
+    // web-0: retried — the failed step asked again, then every step after it.
+    let (code, body) = post(server, &path("web-0", "retry"), json!({"by": "erin"}));
+    assert_eq!(code, 200, "{body}");
+    // web-1: the failed step skipped by a person; the rest runs.
+    let (code, body) = post(
+        server,
+        &path("web-1", "skip"),
+        json!({"by": "erin", "why": "detached by hand", "task": "detach-load-balancer"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    let gone = wait_until(PATIENCE, || {
+        ["web-0", "web-1"]
+            .iter()
+            .all(|name| cluster.sim().store().get(machines, "shop", name).is_err())
+    });
+    assert!(
+        gone.is_some(),
+        "{:?} {:?} {:#?}",
+        clean_up("web-0"),
+        clean_up("web-1"),
+        stages(cluster)
+    );
+    let step = |name: &str, attempt: u64| (name.to_string(), attempt);
+    assert_eq!(
+        clean_up("web-0"),
+        [
+            step("detach-load-balancer", 1),
+            step("detach-load-balancer", 2),
+            step("pause-monitoring", 1),
+            step("delete-machine", 1)
+        ]
+    );
+    assert_eq!(
+        clean_up("web-1"),
+        [
+            step("detach-load-balancer", 1),
+            step("pause-monitoring", 1),
+            step("delete-machine", 1)
+        ]
     );
 }

@@ -513,6 +513,13 @@ impl Collector for Sources {
                 "Step hook calls that failed their step, by step",
                 &failures,
             )?;
+            let held = ConstCounter::new(counts.unread.load(std::sync::atomic::Ordering::Relaxed));
+            family(
+                encoder,
+                "vm_delivery_held",
+                "Reconciles held because the resources they govern could not be read (nothing moved)",
+                &held,
+            )?;
         }
 
         self.encode_apps(encoder)?;

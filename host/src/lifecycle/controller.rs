@@ -19,7 +19,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
-use super::hooks::{Hooks, InstanceRef, StepCall};
+use super::hooks::{Asked, Calls, Hooks, InstanceRef, OwnedCall};
 use super::instance::{self, CurrentList, Lock, Recorded};
 use super::model::{self, InstanceState, Next};
 use super::resources::{
@@ -49,7 +49,8 @@ pub struct Controller {
     registry: Arc<Registry>,
     /// The nodes' health, as failover judges them.
     failover: Option<Arc<Failover>>,
-    hooks: Hooks,
+    /// The step hooks, and their calls under way.
+    calls: Calls,
     every: Duration,
     /// The namespaces carried out; all when empty.
     namespaces: Vec<String>,
@@ -68,6 +69,35 @@ pub struct Counts {
     pub phases: std::sync::Mutex<BTreeMap<String, u64>>,
     /// Per step: calls, and calls that failed the step.
     pub hooks: std::sync::Mutex<BTreeMap<String, (u64, u64)>>,
+    /// Reconciles held because what they govern could not be read.
+    pub unread: std::sync::atomic::AtomicU64,
+}
+
+/// A read the controller depends on failed: the reconcile it was for is
+/// held (nothing is released, deleted or started on a guess) and asked
+/// again later.
+#[derive(Debug, thiserror::Error)]
+#[error("the {what} could not be read, so nothing they govern moves: {source}")]
+pub struct Unread {
+    what: &'static str,
+    #[source]
+    source: kube::Error,
+}
+
+impl Unread {
+    fn new(what: &'static str, source: kube::Error) -> Self {
+        Self { what, source }
+    }
+}
+
+/// A list's objects; none when the server does not serve the resource
+/// (404: its CRD is not installed, so none can exist). Every other error
+/// stays an error.
+fn served_or_none<T>(listed: Result<Vec<T>, kube::Error>) -> Result<Vec<T>, kube::Error> {
+    match listed {
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+        other => other,
+    }
 }
 
 /// An instance's node as the lifecycle policy sees it: a node within its
@@ -84,6 +114,8 @@ fn node_health(health: Option<Health>) -> NodeHealth {
 /// One machine of a set, as read.
 struct Read {
     name: String,
+    /// The machine's UID: part of every step's key.
+    uid: String,
     resource_version: String,
     recorded: Result<Recorded, String>,
     state: InstanceState,
@@ -119,10 +151,13 @@ fn forced(
             };
             Some((o.at, stage, format!("forced by {who}")))
         });
+    // A retry of a list that is still the instance's runs that list on
+    // (see `Controller::step`); one of a list left behind enters its stage
+    // again.
     let by_retry = recorded
         .retry
         .as_ref()
-        .filter(|r| r.at > since)
+        .filter(|r| r.at > since && r.list.is_none())
         .and_then(|r| Some((r.at, r.stage?, format!("retried by {}", r.who()))));
     by_override
         .chain(by_retry)
@@ -146,7 +181,7 @@ impl Controller {
             leadership,
             registry,
             failover,
-            hooks,
+            calls: Calls::new(hooks),
             every: settings.delivery_every,
             namespaces: settings.delivery_namespaces.clone(),
             overrides,
@@ -169,28 +204,45 @@ impl Controller {
     pub async fn run(self: Arc<Self>) {
         tracing::info!(
             every_ms = self.every.as_millis() as u64,
-            hooks = ?self.hooks.names().collect::<Vec<_>>(),
+            hooks = ?self.calls.hooks().names().collect::<Vec<_>>(),
             "VM delivery: following VMReplicaSets and VMDeployments"
         );
-        let mut missing_said = false;
+        // The last failure said, so that one that lasts is said once and
+        // its end is said too.
+        let mut said: Option<String> = None;
+        let answered = self.calls.answered();
         loop {
             let mut wait = self.every;
             if let Some(term) = self.leadership.acting() {
                 match self.reconcile_all(&term).await {
-                    Ok(()) => missing_said = false,
+                    Ok(()) => {
+                        if said.take().is_some() {
+                            tracing::info!(
+                                "VM delivery: the resources are read again; reconciling"
+                            );
+                        }
+                    }
                     Err(error) => {
-                        // The resources are not served (their CRDs not
-                        // installed) or the API server is away: asked
-                        // again in a while, said once.
-                        if !missing_said {
-                            tracing::warn!(%error, "VM delivery: the VMReplicaSets cannot be listed; asking again every 5 s");
-                            missing_said = true;
+                        // Not read (their CRDs not installed, the API
+                        // server away, a permission taken away): nothing
+                        // moves, and it is asked again in a while.
+                        self.counts
+                            .unread
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let text = error.to_string();
+                        if said.as_deref() != Some(text.as_str()) {
+                            tracing::warn!(%error, "VM delivery: held; asking again every 5 s");
+                            said = Some(text);
                         }
                         wait = wait.max(Duration::from_secs(5));
                     }
                 }
             }
-            tokio::time::sleep(wait).await;
+            // A hook's answer is taken as soon as it comes.
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = answered.notified() => {}
+            }
         }
     }
 
@@ -209,18 +261,24 @@ impl Controller {
         Ok(all)
     }
 
-    async fn reconcile_all(&self, term: &Term) -> Result<(), kube::Error> {
+    async fn reconcile_all(&self, term: &Term) -> Result<(), Unread> {
         // The deployments first: a set made before its deployment is then
         // in the sets' list, and no deployment is judged set-less because
         // the sets were listed a moment before its set was made.
-        let mut all_deployments: Vec<Value> = self
-            .list_all(&deployments())
-            .await
-            .unwrap_or_default()
+        //
+        // A list that fails fails the whole tick: a deployment not read is
+        // not "no deployment", which would release every instance's code.
+        // Only a resource the server does not serve (404: its CRD is not
+        // installed) has, knowably, no objects.
+        let mut all_deployments: Vec<Value> = served_or_none(self.list_all(&deployments()).await)
+            .map_err(|error| Unread::new("VMDeployments", error))?
             .iter()
             .map(|d| serde_json::to_value(d).unwrap_or_default())
             .collect();
-        let all_sets = self.list_all(&sets()).await?;
+        let all_sets = self
+            .list_all(&sets())
+            .await
+            .map_err(|error| Unread::new("VMReplicaSets", error))?;
         // Of two deployments of one set, the older delivers (and of two
         // made in the same second, the one delivering already).
         all_deployments.sort_by_key(|d| {
@@ -412,7 +470,30 @@ impl Controller {
         }
 
         let deployment_object = deployment;
-        let deployment = deployment.and_then(|d| VmDeployment::read(d).ok());
+        // A deployment that targets the set but does not read holds every
+        // instance where it is: read as "no deployment" it would release
+        // the code of those in gray release.
+        let deployment = match deployment.map(VmDeployment::read).transpose() {
+            Ok(deployment) => deployment,
+            Err(problem) => {
+                let held = deployment_object
+                    .and_then(|d| d["metadata"]["name"].as_str())
+                    .unwrap_or_default();
+                let problem = format!(
+                    "held: the VMDeployment {held} does not read ({problem}); no instance moves until it does"
+                );
+                let status = super::resources::cannot_proceed(object, &problem, at);
+                self.write_status(&sets(), namespace, name, object, status)
+                    .await?;
+                return Ok(Found {
+                    stages: read
+                        .iter()
+                        .map(|m| m.state.stage.map_or("none", |s| s.wit_name()).to_string())
+                        .collect(),
+                    phase: Some("Degraded".into()),
+                });
+            }
+        };
         let rollout = deployment.as_ref().map(|d| d.rollout(at));
         let members: Vec<Member<'_>> = read
             .iter()
@@ -534,15 +615,19 @@ impl Controller {
         let listed = api
             .list(&ListParams::default().labels(&format!("{}={}", instance::SET_LABEL, set.name)))
             .await?;
-        let vmis = Api::<DynamicObject>::namespaced_with(
-            self.reader.clone(),
-            &set.namespace,
-            &instances(),
-        )
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
+        // Which node each instance runs on: a failed list fails the set's
+        // reconcile (an instance whose node is not known is not judged on
+        // a healthy one).
+        let vmis = served_or_none(
+            Api::<DynamicObject>::namespaced_with(
+                self.reader.clone(),
+                &set.namespace,
+                &instances(),
+            )
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items),
+        )?;
         let nodes: BTreeMap<String, String> = vmis
             .iter()
             .filter_map(|vmi| {
@@ -583,6 +668,7 @@ impl Controller {
                 };
                 Read {
                     name,
+                    uid: vm.metadata.uid.clone().unwrap_or_default(),
                     resource_version: vm.metadata.resource_version.clone().unwrap_or_default(),
                     recorded,
                     state,
@@ -624,8 +710,52 @@ impl Controller {
         term: &Term,
         at: Timestamp,
     ) -> Result<(), kube::Error> {
-        if !instance::may_take(recorded.lock.as_ref(), &term.holder, term.term) {
+        if !instance::may_take(recorded.lock.as_ref(), term) {
             return Ok(());
+        }
+        // A person's retry or skip of the list that failed, while it is
+        // the instance's list still (a clean-up the policy holds on its
+        // failed step): it runs on from where it stopped.
+        if machine.state.forced.is_none()
+            && let Some(list) = recorded
+                .list
+                .as_mut()
+                .filter(|l| l.outcome == Outcome::Failed)
+        {
+            let failed_at = list.finished.unwrap_or(list.started);
+            let about = |r: &&crate::lifecycle::requests::Request| {
+                r.list == Some(list.number) && r.at >= failed_at
+            };
+            let retry = recorded.retry.as_ref().filter(about).cloned();
+            let skip = recorded
+                .skip
+                .as_ref()
+                .filter(about)
+                .filter(|r| r.step == Some(list.step + 1))
+                .cloned();
+            // The later of the two, when a person asked both.
+            match (retry, skip) {
+                (Some(retry), skip) if skip.as_ref().is_none_or(|s| s.at <= retry.at) => {
+                    list.resume(&retry.who(), at);
+                    self.tell(
+                        set,
+                        json!({"instance": machine.name, "event": "retried", "list": list.number,
+                        "task": list.current().map(|t| t.name.clone()), "by": retry.by, "why": retry.why}),
+                    );
+                    return self.moved_on(set, machine, recorded, term).await;
+                }
+                (_, Some(skip)) => {
+                    let task = list.tasks.get(list.step).map(|t| t.name.clone());
+                    list.skip_failed(&skip.who(), at);
+                    self.tell(
+                        set,
+                        json!({"instance": machine.name, "event": "skipped", "list": list.number,
+                        "task": task, "by": skip.by, "why": skip.why}),
+                    );
+                    return self.moved_on(set, machine, recorded, term).await;
+                }
+                _ => {}
+            }
         }
         let running = recorded
             .list
@@ -666,27 +796,36 @@ impl Controller {
             let Some(task) = list.current().cloned() else {
                 return Ok(());
             };
-            list.attempt += 1;
-            let key = list.key(&set.namespace, &machine.name);
-            let reference = InstanceRef {
-                namespace: set.namespace.clone(),
-                name: machine.name.clone(),
-                set: set.name.clone(),
+            // The call is made in the term the lock names, by a replica
+            // that still acts in it.
+            if self
+                .leadership
+                .acting()
+                .is_none_or(|acting| acting != *term)
+            {
+                return Ok(());
+            }
+            // The hook is asked by a task of its own; its answer is taken
+            // on a later reconcile (the controller is woken for it), so
+            // that a slow hook holds no other step.
+            let call = OwnedCall {
+                key: list.key(&set.namespace, &machine.name, &machine.uid),
+                attempt: list.attempt + 1,
+                leader: term.clone(),
+                instance: InstanceRef {
+                    namespace: set.namespace.clone(),
+                    name: machine.name.clone(),
+                    set: set.name.clone(),
+                },
+                stage: list.stage.wit_name().to_string(),
+                step: task.name.clone(),
+                params: task.params.clone(),
             };
-            let outcome = self
-                .hooks
-                .call(
-                    &StepCall {
-                        key: &key,
-                        attempt: list.attempt,
-                        instance: &reference,
-                        stage: list.stage.wit_name(),
-                        step: &task.name,
-                        params: &task.params,
-                    },
-                    &self.writer,
-                )
-                .await;
+            let outcome = match self.calls.ask(call, &self.writer) {
+                Asked::Answered(outcome) => outcome,
+                Asked::UnderWay | Asked::Full => return Ok(()),
+            };
+            list.attempt += 1;
             let failed = matches!(outcome, super::hooks::StepOutcome::Failed { .. });
             {
                 let mut hooks = lock(&self.counts.hooks);
@@ -842,7 +981,7 @@ impl Controller {
             .patch_status(
                 name,
                 &PatchParams::default(),
-                &Patch::Merge(&json!({"status": status})),
+                &Patch::Merge(&json!({"status": replacing(&object["status"], status)})),
             )
             .await
             .map(drop)
@@ -897,6 +1036,21 @@ fn row(machine: &Read) -> Value {
     })
 }
 
+/// A merge patch of a status that makes it `next` whole: each field of
+/// `previous` that `next` does not have is removed (a merge patch keeps
+/// what it does not name, and an approval of an earlier rollout left in
+/// the status would approve the next one).
+fn replacing(previous: &Value, mut next: Value) -> Value {
+    if let (Some(before), Some(after)) = (previous.as_object(), next.as_object_mut()) {
+        for key in before.keys() {
+            if !after.contains_key(key) {
+                after.insert(key.clone(), Value::Null);
+            }
+        }
+    }
+    next
+}
+
 /// A value without its nulls, as the API server keeps it.
 fn pruned(value: Value) -> Value {
     match value {
@@ -909,5 +1063,35 @@ fn pruned(value: Value) -> Value {
         ),
         Value::Array(items) => Value::Array(items.into_iter().map(pruned).collect()),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_written_again_loses_the_fields_it_no_longer_has() {
+        let previous = json!({"phase": "Progressing", "approvedStep": 1, "approvedBy": "ana"});
+        let next = json!({"phase": "Progressing", "stepIndex": 0});
+        assert_eq!(
+            replacing(&previous, next),
+            json!({"phase": "Progressing", "stepIndex": 0, "approvedStep": null, "approvedBy": null})
+        );
+        assert_eq!(replacing(&Value::Null, json!({"a": 1})), json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_resource_not_served_has_no_objects_and_every_other_failure_stays_one() {
+        let status = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("no", "NotFound")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(served_or_none::<()>(Err(status(404))).unwrap().is_empty());
+        assert!(served_or_none::<()>(Err(status(403))).is_err());
+        assert!(served_or_none::<()>(Err(status(500))).is_err());
     }
 }

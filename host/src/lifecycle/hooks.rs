@@ -6,7 +6,8 @@
 //! ```json
 //! POST url
 //! {"apiVersion": "verdict.dev/v1alpha1", "kind": "StepHookRequest",
-//!  "key": "shop/web-0/3/1", "attempt": 1,
+//!  "key": "shop/web-0/5e1c…/3/1", "attempt": 1,
+//!  "leader": {"holder": "verdict-7d9f-x2", "term": 4},
 //!  "instance": {"namespace": "shop", "name": "web-0", "set": "web"},
 //!  "stage": "initializing", "step": "install-environment",
 //!  "params": {"packages": [{"name": "jdk", "version": "21"}]}}
@@ -18,7 +19,12 @@
 //! "why"}` or `{"status": "running", "message": "…", "progress": 40,
 //! "retryAfterSeconds": 5}`. The same step is asked again with the same
 //! `key` while it runs and after a restart or a leader handover: a hook does
-//! its work once per key and answers how it goes. A hook that does not answer
+//! its work once per key and answers how it goes. The key names the
+//! instance's machine by its UID and the list by its number, so a new
+//! machine under an old name never shares a key with the old one's work.
+//! `leader` is the replica that asks and its term: a hook that records the
+//! highest term it has seen per key can refuse a deposed leader's late
+//! call. A hook that does not answer
 //! within its timeout, answers something else or cannot be reached fails its
 //! step — or, with `failure-policy = "ignore"`, lets it pass, saying so.
 
@@ -139,6 +145,8 @@ pub struct StepCall<'a> {
     pub key: &'a str,
     /// How many times this step has been asked, this call included.
     pub attempt: u32,
+    /// The leader that asks, and its term.
+    pub leader: &'a crate::leader::Term,
     pub instance: &'a InstanceRef,
     pub stage: &'a str,
     pub step: &'a str,
@@ -341,6 +349,146 @@ async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String
     Ok(bytes)
 }
 
+/// One step's call, owned, for a task of its own.
+#[derive(Debug, Clone)]
+pub struct OwnedCall {
+    pub key: String,
+    pub attempt: u32,
+    pub leader: crate::leader::Term,
+    pub instance: InstanceRef,
+    pub stage: String,
+    pub step: String,
+    pub params: Value,
+}
+
+impl OwnedCall {
+    fn borrowed(&self) -> StepCall<'_> {
+        StepCall {
+            key: &self.key,
+            attempt: self.attempt,
+            leader: &self.leader,
+            instance: &self.instance,
+            stage: &self.stage,
+            step: &self.step,
+            params: &self.params,
+        }
+    }
+}
+
+/// How many step hook calls are under way at most, across every set.
+pub const CALLS_AT_ONCE: usize = 64;
+
+/// How long an answer no reconcile took is kept (its instance was deleted
+/// or a person moved it on meanwhile).
+const UNCLAIMED: Duration = Duration::from_secs(600);
+
+/// Step hook calls under way, each a task of its own, by the step's key:
+/// a reconcile starts a call and takes its answer on a later reconcile,
+/// so that a hook that takes its whole timeout holds only its own step,
+/// never another instance's or another set's.
+#[derive(Debug)]
+pub struct Calls {
+    hooks: Hooks,
+    under_way: std::sync::Mutex<BTreeMap<String, UnderWay>>,
+    room: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Told when an answer comes, so that it is taken at once.
+    answered: std::sync::Arc<tokio::sync::Notify>,
+}
+
+#[derive(Debug)]
+struct UnderWay {
+    /// The attempt asked: a reconcile takes the answer of its own attempt.
+    attempt: u32,
+    task: tokio::task::JoinHandle<StepOutcome>,
+    started: std::time::Instant,
+}
+
+/// Where a step's call stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Asked {
+    /// Its hook answered.
+    Answered(StepOutcome),
+    /// Asked; the answer is awaited elsewhere.
+    UnderWay,
+    /// As many calls as may be are under way: asked on a later reconcile.
+    Full,
+}
+
+impl Calls {
+    pub fn new(hooks: Hooks) -> Self {
+        Self {
+            hooks,
+            under_way: std::sync::Mutex::default(),
+            room: std::sync::Arc::new(tokio::sync::Semaphore::new(CALLS_AT_ONCE)),
+            answered: std::sync::Arc::default(),
+        }
+    }
+
+    pub fn hooks(&self) -> &Hooks {
+        &self.hooks
+    }
+
+    /// Told each time a hook answers.
+    pub fn answered(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        std::sync::Arc::clone(&self.answered)
+    }
+
+    /// Ask `call`'s hook (a Job hook through `kube`), or take its answer
+    /// when the call of this key and attempt has ended.
+    pub fn ask(&self, call: OwnedCall, kube: &kube::Client) -> Asked {
+        let mut under_way = self
+            .under_way
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        under_way.retain(|_, u| !(u.task.is_finished() && u.started.elapsed() > UNCLAIMED));
+        if let Some(asked) = under_way
+            .get(&call.key)
+            .filter(|u| u.attempt == call.attempt)
+        {
+            if !asked.task.is_finished() {
+                return Asked::UnderWay;
+            }
+            let ended = under_way.remove(&call.key).map(|u| u.task);
+            let answer =
+                ended.and_then(|mut task| futures_util::FutureExt::now_or_never(&mut task));
+            return Asked::Answered(match answer {
+                Some(Ok(outcome)) => outcome,
+                Some(Err(error)) => StepOutcome::Failed {
+                    message: format!(
+                        "the call of the step's hook ended without an answer: {error}"
+                    ),
+                },
+                None => return Asked::UnderWay,
+            });
+        }
+        let Ok(permit) = std::sync::Arc::clone(&self.room).try_acquire_owned() else {
+            return Asked::Full;
+        };
+        let (hooks, kube, answered) = (
+            self.hooks.clone(),
+            kube.clone(),
+            std::sync::Arc::clone(&self.answered),
+        );
+        let key = call.key.clone();
+        let attempt = call.attempt;
+        let task = tokio::spawn(async move {
+            let outcome = hooks.call(&call.borrowed(), &kube).await;
+            drop(permit);
+            answered.notify_one();
+            outcome
+        });
+        under_way.insert(
+            key,
+            UnderWay {
+                attempt,
+                task,
+                started: std::time::Instant::now(),
+            },
+        );
+        Asked::UnderWay
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -403,8 +551,9 @@ mod tests {
         hooks
             .call(
                 &StepCall {
-                    key: "shop/web-0/3/1",
+                    key: "shop/web-0/u-1/3/1",
                     attempt: 2,
+                    leader: &crate::leader::Term::elected("verdict-a", 4),
                     instance: &instance(),
                     stage: "deploying",
                     step,
@@ -436,8 +585,12 @@ mod tests {
         );
         let body = seen.lock().unwrap()[0].clone();
         assert_eq!(body["kind"], "StepHookRequest");
-        assert_eq!(body["key"], "shop/web-0/3/1");
+        assert_eq!(body["key"], "shop/web-0/u-1/3/1");
         assert_eq!(body["attempt"], 2);
+        assert_eq!(
+            body["leader"],
+            serde_json::json!({"holder": "verdict-a", "term": 4})
+        );
         assert_eq!(body["instance"]["set"], "web");
         assert_eq!(body["stage"], "deploying");
         assert_eq!(body["step"], "deploy-code");

@@ -109,13 +109,15 @@ impl Lock {
     }
 }
 
-/// Whether `holder` in leader term `term` may take an instance locked by
-/// `lock`: when it is free, already its own, or held from an older term (a
-/// leader that is gone; the newer one takes its lists over).
-pub fn may_take(lock: Option<&Lock>, holder: &str, term: u64) -> bool {
+/// Whether `term` may take an instance locked by `lock`: when it is free,
+/// already its own, held from an older term (a leader that is gone; the
+/// newer one takes its lists over), or `term` is a host's that acts alone
+/// (the one that held it can only be its own earlier process).
+pub fn may_take(lock: Option<&Lock>, term: &crate::leader::Term) -> bool {
     match lock {
         None => true,
-        Some(lock) => lock.holder == holder || lock.term < term,
+        Some(_) if term.alone => true,
+        Some(lock) => lock.holder == term.holder || lock.term < term.term,
     }
 }
 
@@ -264,10 +266,16 @@ impl CurrentList {
         })
     }
 
-    /// The key of the step in progress, the same for every call of it:
-    /// `namespace/instance/list/step`.
-    pub fn key(&self, namespace: &str, instance: &str) -> String {
-        format!("{namespace}/{instance}/{}/{}", self.number, self.step + 1)
+    /// The key of the step in progress, the same for every call of it and
+    /// never the same for two machines: `namespace/instance/machine
+    /// UID/list/step` (an instance deleted and made again under its name is
+    /// another machine, whose work is its own).
+    pub fn key(&self, namespace: &str, instance: &str, uid: &str) -> String {
+        format!(
+            "{namespace}/{instance}/{uid}/{}/{}",
+            self.number,
+            self.step + 1
+        )
     }
 
     /// The task of the step in progress.
@@ -332,6 +340,32 @@ impl CurrentList {
         self.finish_step(StepResult::Skipped, &message, now);
         self.message = message;
         self.next_step(now)
+    }
+
+    /// A person's retry of a failed list: it runs on from the step that
+    /// failed (asked again under the same key, a new attempt), every step
+    /// after it still to come — none is dropped.
+    pub fn resume(&mut self, who: &str, now: Timestamp) {
+        if self.outcome != Outcome::Failed {
+            return;
+        }
+        self.outcome = Outcome::Running;
+        self.finished = None;
+        self.next_at = now;
+        self.progress = None;
+        self.message = format!("retried by {who}");
+    }
+
+    /// A person skips the step a failed list stopped at (a clean-up step
+    /// whose hook is down for good): it counts as done, audited, and the
+    /// list runs on from the step after it.
+    pub fn skip_failed(&mut self, who: &str, now: Timestamp) -> Advanced {
+        if self.outcome != Outcome::Failed {
+            return Advanced::Finished;
+        }
+        self.outcome = Outcome::Running;
+        self.finished = None;
+        self.skip(who, now)
     }
 
     /// On to the step after the one just finished, or the list succeeded.
@@ -645,7 +679,7 @@ mod tests {
         };
         recorded.enter(initializing(recorded.last_number(), 1_000), 1_000);
         let list = recorded.list.as_mut().unwrap();
-        assert_eq!(list.key("shop", "web-0"), "shop/web-0/1/1");
+        assert_eq!(list.key("shop", "web-0", "u-1"), "shop/web-0/u-1/1/1");
         assert_eq!(list.current().unwrap().name, "detach-load-balancer");
         let later = list.advance(
             StepOutcome::Running {
@@ -657,8 +691,8 @@ mod tests {
         );
         assert_eq!(later, Advanced::Later(3_500));
         assert_eq!(
-            list.key("shop", "web-0"),
-            "shop/web-0/1/1",
+            list.key("shop", "web-0", "u-1"),
+            "shop/web-0/u-1/1/1",
             "the same step, the same key"
         );
         assert_eq!(
@@ -670,7 +704,12 @@ mod tests {
             ),
             Advanced::Next
         );
-        assert_eq!(list.key("shop", "web-0"), "shop/web-0/1/2");
+        assert_eq!(list.key("shop", "web-0", "u-1"), "shop/web-0/u-1/1/2");
+        assert_ne!(
+            list.key("shop", "web-0", "u-2"),
+            list.key("shop", "web-0", "u-1"),
+            "another machine under the same name, another key"
+        );
         assert_eq!(
             list.advance(
                 StepOutcome::Done {
@@ -699,8 +738,8 @@ mod tests {
             6_000,
         );
         assert_eq!(
-            recorded.list.as_ref().unwrap().key("shop", "web-0"),
-            "shop/web-0/2/1"
+            recorded.list.as_ref().unwrap().key("shop", "web-0", "u-1"),
+            "shop/web-0/u-1/2/1"
         );
         assert_eq!(recorded.lists.len(), 1);
         assert_eq!(recorded.lists[0].stage, Stage::Initializing);
@@ -899,11 +938,24 @@ mod tests {
             holder: "a".into(),
             term: 3,
         };
-        assert!(may_take(None, "b", 1));
-        assert!(may_take(Some(&held), "a", 3));
-        assert!(may_take(Some(&held), "b", 4));
-        assert!(!may_take(Some(&held), "b", 3));
-        assert!(!may_take(Some(&held), "b", 2));
+        let elected = |holder: &str, term| crate::leader::Term::elected(holder, term);
+        assert!(may_take(None, &elected("b", 1)));
+        assert!(may_take(Some(&held), &elected("a", 3)));
+        assert!(may_take(Some(&held), &elected("b", 4)));
+        assert!(!may_take(Some(&held), &elected("b", 3)));
+        assert!(!may_take(Some(&held), &elected("b", 2)));
+        // A host that acts alone, started again under a new name in term
+        // 0, takes over its own earlier process's lists.
+        let lone = Lock {
+            holder: "host-41".into(),
+            term: 0,
+        };
+        let restarted = crate::leader::Term {
+            alone: true,
+            ..elected("host-97", 0)
+        };
+        assert!(may_take(Some(&lone), &restarted));
+        assert!(!may_take(Some(&lone), &elected("host-97", 0)));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //!
 //! | variable | value |
 //! |---|---|
-//! | `VERDICT_STEP_KEY` | the step's key (`shop/web-0/3/1`), the same for every ask of one step |
+//! | `VERDICT_STEP_KEY` | the step's key (`shop/web-0/<machine uid>/3/1`), the same for every ask of one step |
 //! | `VERDICT_NAMESPACE`, `VERDICT_INSTANCE`, `VERDICT_SET` | the instance |
 //! | `VERDICT_STAGE`, `VERDICT_STEP` | the stage entered and the step's name |
 //! | `VERDICT_PARAMS` | the step's parameters, as JSON |
@@ -261,8 +261,9 @@ mod tests {
         };
         let params = serde_json::json!({"version": "2.0"});
         let call = StepCall {
-            key: "shop/web-0/3/1",
+            key: "shop/web-0/u-1/3/1",
             attempt: 4,
+            leader: &crate::leader::Term::elected("verdict-a", 4),
             instance: &instance,
             stage: "deploying",
             step: "deploy-code",
@@ -270,7 +271,7 @@ mod tests {
         };
         let job = template.job_for(&call);
         let name = job.metadata.name.clone().unwrap();
-        assert_eq!(name, job_name("shop/web-0/3/1", "deploy-code"));
+        assert_eq!(name, job_name("shop/web-0/u-1/3/1", "deploy-code"));
         assert!(name.starts_with("verdict-deploy-code-"), "{name}");
         assert_eq!(job.metadata.namespace.as_deref(), Some("shop"));
         let labels = job.metadata.labels.clone().unwrap();
@@ -289,10 +290,10 @@ mod tests {
         assert_eq!(get("VERDICT_STEP"), Some("deploy-code"));
         assert_eq!(env.iter().filter(|(n, _)| n == "VERDICT_STEP").count(), 1);
         assert_eq!(get("VERDICT_PARAMS"), Some(r#"{"version":"2.0"}"#));
-        assert_eq!(get("VERDICT_STEP_KEY"), Some("shop/web-0/3/1"));
+        assert_eq!(get("VERDICT_STEP_KEY"), Some("shop/web-0/u-1/3/1"));
         // Another list's step is another Job; the same step, the same one.
         assert_ne!(name, job_name("shop/web-0/4/1", "deploy-code"));
-        assert_eq!(name, job_name("shop/web-0/3/1", "deploy-code"));
+        assert_eq!(name, job_name("shop/web-0/u-1/3/1", "deploy-code"));
     }
 
     #[test]

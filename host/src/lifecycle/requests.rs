@@ -41,6 +41,10 @@ pub struct Request {
     /// The deployment's code it is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
+    /// The deployment's revision it is about (its code and steps); a
+    /// request without one is about any revision of its code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
     /// The deployment's step (from 0), or the list's step (from 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<usize>,
@@ -65,6 +69,7 @@ impl Request {
             why: why.into(),
             at,
             code: None,
+            revision: None,
             step: None,
             list: None,
             stage: None,

@@ -322,6 +322,14 @@ pub fn instance_name<'a>(set: &str, taken: impl IntoIterator<Item = &'a str>) ->
         .unwrap_or_default()
 }
 
+/// A deployment's revision: a digest of its code's version and artifact
+/// and its steps, 12 hex digits.
+fn revision(code: &str, artifact: &str, steps: &[Step]) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{code}\n{artifact}\n{steps:?}").as_bytes());
+    hex::encode(&digest[..6])
+}
+
 /// `30s`, `10m`, `2h`.
 pub fn duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = text.split_at(text.len().saturating_sub(1));
@@ -346,9 +354,15 @@ pub struct VmDeployment {
     pub set: String,
     pub artifact: String,
     pub spec: DeploymentSpec,
+    /// What a rollout delivers, in one word: a digest of the code (version
+    /// and artifact) and the steps. A new revision is a new rollout, which
+    /// no approval of an earlier one carries into.
+    pub revision: String,
     pub progress: Progress,
-    /// The version its status is about (a new one starts a new rollout).
+    /// The version its status is about.
     pub status_code: Option<String>,
+    /// The revision its status is about (a new one starts a new rollout).
+    pub status_revision: Option<String>,
     pub status_phase: Option<String>,
     /// What people asked of it (approve, promote, abort).
     pub requests: DeploymentRequests,
@@ -374,11 +388,21 @@ impl DeploymentRequests {
         })
     }
 
-    /// The requests about `code`'s rollout that started at `started`, each
-    /// with its action's name.
+    /// Whether `request` is about the rollout of `code` at `revision` that
+    /// started at `started`: made for that code after the rollout started,
+    /// and, when it names a revision (the HTTP API's do), for this one.
+    fn is_about(request: &Request, code: &str, revision: &str, started: Timestamp) -> bool {
+        request.code.as_deref() == Some(code)
+            && request.at >= started
+            && request.revision.as_deref().is_none_or(|r| r == revision)
+    }
+
+    /// The requests about the rollout of `code` at `revision` that started
+    /// at `started`, each with its action's name.
     fn about<'a>(
         &'a self,
         code: &'a str,
+        revision: &'a str,
         started: Timestamp,
     ) -> impl Iterator<Item = (&'static str, &'a Request)> + 'a {
         [
@@ -390,7 +414,7 @@ impl DeploymentRequests {
         .filter_map(move |(action, request)| {
             request
                 .as_ref()
-                .filter(|r| r.code.as_deref() == Some(code) && r.at >= started)
+                .filter(|r| Self::is_about(r, code, revision, started))
                 .map(|r| (action, r))
         })
     }
@@ -428,6 +452,7 @@ impl VmDeployment {
             });
         }
         let deadline = spec["progressDeadlineSeconds"].as_u64().unwrap_or(600);
+        let revision = revision(&code, &artifact, &steps);
         let status = &object["status"];
         let progress = Progress {
             step: status["stepIndex"].as_u64().unwrap_or(0) as usize,
@@ -437,8 +462,12 @@ impl VmDeployment {
             started: text(status, "/startedAt")
                 .and_then(|t| parse_time(t).ok())
                 .unwrap_or(0),
+            // An approval is of one step of one revision: kept for a later
+            // revision (or, from before revisions were kept, for none), it
+            // approves nothing.
             approved: status["approvedStep"].as_u64().is_some()
-                && status["approvedStep"].as_u64() == status["stepIndex"].as_u64(),
+                && status["approvedStep"].as_u64() == status["stepIndex"].as_u64()
+                && text(status, "/approvedRevision") == Some(revision.as_str()),
             promoted: status["promoted"].as_bool().unwrap_or(false),
             aborted: status["aborted"].as_bool().unwrap_or(false),
         };
@@ -455,8 +484,10 @@ impl VmDeployment {
                 paused: spec["paused"].as_bool().unwrap_or(false),
                 progress_deadline: Duration::from_secs(deadline),
             },
+            revision,
             progress,
             status_code: text(status, "/code").map(String::from),
+            status_revision: text(status, "/revision").map(String::from),
             status_phase: text(status, "/phase").map(String::from),
             requests: DeploymentRequests::read(object)?,
             actions: status["actions"].as_array().cloned().unwrap_or_default(),
@@ -468,8 +499,14 @@ impl VmDeployment {
     /// code released before it the last one that completed.
     pub fn rollout(&self, now: Timestamp) -> (DeploymentSpec, Progress) {
         let mut spec = self.spec.clone();
+        // The rollout in the status goes on while it is of this revision
+        // (a status written before revisions were kept: of this code).
+        let same = match &self.status_revision {
+            Some(revision) => *revision == self.revision,
+            None => self.status_code.as_deref() == Some(spec.code.as_str()),
+        };
         match &self.status_code {
-            Some(code) if *code == spec.code => {
+            Some(code) if same => {
                 let mut progress = self.progress.clone();
                 if progress.since == 0 {
                     progress.since = now;
@@ -478,7 +515,8 @@ impl VmDeployment {
                     progress.started = progress.since;
                 }
                 // What people asked of this rollout.
-                for (action, request) in self.requests.about(code, progress.started) {
+                for (action, request) in self.requests.about(code, &self.revision, progress.started)
+                {
                     match action {
                         "approve" => progress.approved |= request.step == Some(progress.step),
                         "promote" => progress.promoted = true,
@@ -491,7 +529,7 @@ impl VmDeployment {
                 // The code of a completed rollout is what was released; an
                 // unfinished one leaves the one released before it.
                 if self.status_phase.as_deref() == Some("Completed") {
-                    spec.previous = previous.clone();
+                    spec.previous = previous.clone().or(spec.previous);
                 }
                 let progress = Progress {
                     since: now,
@@ -565,6 +603,7 @@ impl VmDeployment {
             "updatedInstances": updated,
             "readyInstances": plan.ready,
             "code": spec.code,
+            "revision": self.revision,
             "stableCode": match plan.phase {
                 Phase::Completed => Some(spec.code.clone()),
                 _ => spec.previous.clone(),
@@ -578,9 +617,10 @@ impl VmDeployment {
             "conditions": conditions,
         });
         if let Some(approval) = self.requests.approve.as_ref().filter(|r| {
-            r.code.as_deref() == Some(spec.code.as_str()) && r.at >= plan.progress.started
+            DeploymentRequests::is_about(r, &spec.code, &self.revision, plan.progress.started)
         }) {
             status["approvedStep"] = json!(approval.step);
+            status["approvedRevision"] = json!(self.revision);
             status["approvedBy"] = json!(approval.by);
             status["approvedReason"] = json!(approval.why);
         }
@@ -599,7 +639,7 @@ impl VmDeployment {
     /// promoted or aborted, when and why).
     fn actions_kept(&self, code: &str, started: Timestamp) -> Vec<Value> {
         let mut actions = self.actions.clone();
-        for (action, request) in self.requests.about(code, started) {
+        for (action, request) in self.requests.about(code, &self.revision, started) {
             let at = rfc3339(request.at);
             let kept = actions
                 .iter()
@@ -803,11 +843,21 @@ mod tests {
 
     #[test]
     fn a_deployment_reads_its_steps_and_its_progress() {
-        let read = VmDeployment::read(&deployment(json!({
-            "code": "1.1", "stableCode": "1.0", "stepIndex": 1,
-            "stepStartedAt": "2026-01-01T00:00:00Z", "approvedStep": 1,
-        })))
-        .unwrap();
+        let at_gate = |approved_revision: &str| {
+            VmDeployment::read(&deployment(json!({
+                "code": "1.1", "stableCode": "1.0", "stepIndex": 1,
+                "stepStartedAt": "2026-01-01T00:00:00Z", "approvedStep": 1,
+                "approvedRevision": approved_revision,
+            })))
+            .unwrap()
+        };
+        let revision = at_gate("").revision;
+        assert_eq!(revision.len(), 12, "{revision}");
+        // An approval of the step of another revision (or of none named)
+        // approves nothing.
+        assert!(!at_gate("").progress.approved);
+        assert!(!at_gate("0123456789ab").progress.approved);
+        let read = at_gate(&revision);
         assert_eq!(read.set, "web");
         assert_eq!(
             read.spec.steps,
@@ -842,6 +892,35 @@ mod tests {
         .unwrap();
         let (spec, progress) = unfinished.rollout(7);
         assert_eq!((spec.previous.as_deref(), progress.step), (Some("0.9"), 0));
+    }
+
+    #[test]
+    fn a_new_revision_is_a_new_rollout_whose_status_keeps_no_earlier_approval() {
+        let read = |steps: Value, status: Value| {
+            let mut object = deployment(status);
+            object["spec"]["steps"] = steps;
+            VmDeployment::read(&object).unwrap()
+        };
+        let gated = json!([{"instances": 1}, {"pause": {}}]);
+        let first = read(gated.clone(), Value::Null);
+        // Approved at its gate.
+        let approved = read(
+            gated.clone(),
+            json!({"code": "1.1", "revision": first.revision, "stepIndex": 1,
+                "startedAt": "2026-01-01T00:00:00Z", "stepStartedAt": "2026-01-01T00:00:00Z",
+                "approvedStep": 1, "approvedRevision": first.revision}),
+        );
+        assert!(approved.rollout(1).1.approved);
+        // The same code with other steps: another revision, a new rollout
+        // from its first step, and no approval.
+        let other = read(
+            json!([{"instances": 2}, {"pause": {}}]),
+            json!({"code": "1.1", "revision": first.revision, "stepIndex": 1,
+                "approvedStep": 1, "approvedRevision": first.revision}),
+        );
+        assert_ne!(other.revision, first.revision);
+        let (_, progress) = other.rollout(1);
+        assert_eq!((progress.step, progress.approved), (0, false));
     }
 
     #[test]

@@ -252,7 +252,11 @@ pub fn plan(
             (Some((spec, _)), Some(code)) => {
                 code != &spec.code || rollout.as_ref().is_some_and(|r| r.released)
             }
-            _ => true,
+            // A deployment targets the set and no code is released to this
+            // instance yet (the first rollout has not reached it): it takes
+            // no traffic.
+            (Some(_), None) => false,
+            (None, _) => true,
         };
         targets.insert(
             state.name.clone(),
@@ -340,26 +344,33 @@ fn codes(
         true => vec![Step::Instances(Share::Percent(100))],
         false => spec.steps.clone(),
     };
-    let old = spec.previous.clone().unwrap_or_else(|| spec.code.clone());
+    // The code released before; none on a deployment's first rollout,
+    // whose instances beyond its step get no code (and take no traffic)
+    // until the rollout reaches them.
+    let old = spec.previous.clone();
     let has_new = |m: &Member<'_>| m.state.code.as_deref() == Some(spec.code.as_str());
     let done_with_new = |m: &Member<'_>| has_new(m) && in_service(m.state.stage);
 
     if progress.aborted {
         let back = ordered
             .iter()
-            .filter(|m| m.state.code.as_deref() == Some(old.as_str()) && in_service(m.state.stage))
+            .filter(|m| m.state.code == old && in_service(m.state.stage))
             .count();
+        let waiting = match (&old, back == total) {
+            (None, _) => {
+                "aborted: no code was released before; the new code is held where it is".to_string()
+            }
+            (Some(old), true) => format!("aborted: every instance is back on {old}"),
+            (Some(old), false) => format!("aborted: {back} of {total} instances back on {old}"),
+        };
         let rollout = Rollout {
             progress: progress.clone(),
             phase: Phase::Aborted,
-            waiting: match back == total {
-                true => format!("aborted: every instance is back on {old}"),
-                false => format!("aborted: {back} of {total} instances back on {old}"),
-            },
+            waiting,
             released: false,
             past_deadline: false,
         };
-        return (vec![Some(old); total], rollout);
+        return (vec![old; total], rollout);
     }
 
     let mut progress = progress.clone();
@@ -373,6 +384,12 @@ fn codes(
             break;
         }
         match &steps[progress.step] {
+            Step::Instances(_) if total == 0 => {
+                // A step of instances is not done by a set that has none
+                // yet: the gate after it would be passed unseen.
+                waiting = format!("step {}: the set has no instances yet", progress.step + 1);
+                break;
+            }
             Step::Instances(_) => {
                 let want = covered(&steps, progress.step, total);
                 let done = ordered
@@ -422,12 +439,9 @@ fn codes(
     let codes: Vec<Option<String>> = ordered
         .iter()
         .enumerate()
-        .map(|(i, _)| {
-            Some(if i < want {
-                spec.code.clone()
-            } else {
-                old.clone()
-            })
+        .map(|(i, _)| match i < want {
+            true => Some(spec.code.clone()),
+            false => old.clone(),
         })
         .collect();
     let failed: Vec<&str> = ordered
@@ -710,6 +724,42 @@ mod tests {
         assert_eq!(with_code(&states, "1.1").len(), 5);
         assert!(states.iter().all(|s| s.stage == Some(Stage::Serving)));
         assert_eq!((plan.phase, plan.waiting.as_str()), (Phase::Completed, ""));
+    }
+
+    #[test]
+    fn a_first_rollout_gives_its_code_step_by_step_and_the_rest_no_code_and_no_traffic() {
+        let environment = [package("jdk", "21")];
+        let set = set(&environment, Share::Count(3));
+        let spec = DeploymentSpec {
+            previous: None,
+            ..gray()
+        };
+        // A set with no instances yet has not done a step of instances.
+        let plan_of = |states: &[InstanceState]| {
+            let members: Vec<Member<'_>> = states
+                .iter()
+                .map(|state| Member { state, created: 0 })
+                .collect();
+            plan(&set, Some((&spec, &Progress::default())), &members, 1_000)
+        };
+        let empty = plan_of(&[]);
+        assert_eq!(empty.progress.step, 0);
+        assert_eq!(empty.waiting, "step 1: the set has no instances yet");
+
+        // Three ready instances with no code: the first step reaches one.
+        let mut states = instances(3, &environment, "");
+        for state in &mut states {
+            state.stage = Some(Stage::Ready);
+            state.code = None;
+        }
+        let plan = plan_of(&states);
+        let target = |name: &str| plan.targets[name].clone();
+        assert_eq!(target("web-0").code.as_deref(), Some("1.1"));
+        assert!(!target("web-0").released);
+        for name in ["web-1", "web-2"] {
+            assert_eq!(target(name).code, None, "{name}: no code reached it");
+            assert!(!target(name).released, "{name}: takes no traffic");
+        }
     }
 
     #[test]

@@ -549,6 +549,7 @@ impl Service {
             }
         };
         request.code = Some(code);
+        request.revision = text(status, "/revision");
         let on = self
             .write(&deployments(), &deployment, key, &request)
             .await?;
@@ -617,18 +618,34 @@ impl Service {
             .list
             .as_ref()
             .filter(|l| l.outcome == Outcome::Running);
+        let failed = recorded
+            .list
+            .as_ref()
+            .filter(|l| l.outcome == Outcome::Failed);
         let (verb, key) = match action {
             InstanceAction::Retry => {
                 request.stage = Some(failed_stage(&recorded).ok_or_else(|| {
                     ServiceError::Conflict(format!("{name} has no failed list to run again"))
                 })?);
+                // A failed list that is the instance's still (a clean-up
+                // held on its failed step) runs on from that step.
+                request.list = failed.map(|l| l.number);
                 ("retry", requests::RETRY)
             }
             InstanceAction::Skip => {
-                let list = running.filter(|l| !l.awaiting_approval()).ok_or_else(|| {
-                    ServiceError::Conflict(format!("{name} runs no step to skip"))
-                })?;
-                let task = list.current().map(|t| t.name.clone()).unwrap_or_default();
+                let list = running
+                    .filter(|l| !l.awaiting_approval())
+                    .or(failed)
+                    .ok_or_else(|| {
+                        ServiceError::Conflict(format!(
+                            "{name} runs no step to skip, and no list of it stopped at a failed step"
+                        ))
+                    })?;
+                let task = list
+                    .tasks
+                    .get(list.step)
+                    .map(|t| t.name.clone())
+                    .unwrap_or_default();
                 if let Some(seen) = &asked.task
                     && *seen != task
                 {

@@ -475,6 +475,11 @@ impl<'a> Rules<'a> {
             };
         }
         match (stage, t.released) {
+            // A deployment's first rollout has not reached it: no code to
+            // take traffic with.
+            (Some(Stage::Ready), false) if t.code.is_none() && i.code.is_none() => {
+                stay("ready: waiting for the rollout to bring its code")
+            }
             (Some(Stage::Ready), false) => self.go(
                 Stage::GrayRelease,
                 self.lists.traffic(self.lists.settings.gray_weight),

@@ -319,14 +319,8 @@ fn a_deposed_leaders_late_write_to_a_task_is_refused() {
     };
     let (tasks_ns, _) = namespaces(cluster, "real-fencing", &[]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let old = Term {
-        holder: "a".into(),
-        term: 4,
-    };
-    let new = Term {
-        holder: "b".into(),
-        term: 5,
-    };
+    let old = Term::elected("a", 4);
+    let new = Term::elected("b", 5);
     let request: NewTask =
         serde_json::from_value(json!({"app": "shop/web", "action": "restart"})).unwrap();
     let progress = TaskPatch {

@@ -1038,3 +1038,365 @@ fn an_instance_lost_with_its_node_is_repaired_on_the_real_api_server() {
         "{failover:#}"
     );
 }
+
+/// An identity of `ns` for a host whose permissions a test can take away:
+/// everything on every group the host uses, and verdict.dev's resources by
+/// a ClusterRole of their own, `<ns>-delivery`, which [`delivery_rules`]
+/// writes. Its kubeconfig is written to `path`.
+fn identity_with_delivery_rules(
+    cluster: &verdict_testcluster::Cluster,
+    ns: &str,
+    path: &std::path::Path,
+) {
+    let account = "verdict-held";
+    let groups = [
+        "",
+        "apps",
+        "batch",
+        "coordination.k8s.io",
+        "kubevirt.io",
+        "pool.kubevirt.io",
+        "cdi.kubevirt.io",
+        "events.k8s.io",
+        "policy",
+        "apiextensions.k8s.io",
+        "metrics.k8s.io",
+        "admissionregistration.k8s.io",
+        "authorization.k8s.io",
+        "authentication.k8s.io",
+        "discovery.k8s.io",
+        "storage.k8s.io",
+        "networking.k8s.io",
+    ];
+    let binding = |role: &str| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+        })
+        .to_string()
+    };
+    cluster
+        .apply(
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": account, "namespace": ns}})
+            .to_string(),
+        )
+        .unwrap();
+    cluster
+        .apply(
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": format!("{ns}-all")},
+                "rules": [
+                    {"apiGroups": groups, "resources": ["*"], "verbs": ["*"]},
+                    {"nonResourceURLs": ["*"], "verbs": ["get"]},
+                ],
+            })
+            .to_string(),
+        )
+        .unwrap();
+    cluster.apply(&binding(&format!("{ns}-all"))).unwrap();
+    delivery_rules(cluster, ns, true);
+    cluster.apply(&binding(&format!("{ns}-delivery"))).unwrap();
+    cluster
+        .service_account_kubeconfig(ns, account, path)
+        .unwrap();
+}
+
+/// The `<ns>-delivery` ClusterRole: every verb on verdict.dev's resources,
+/// `list` of VMDeployments only when `may_list`.
+fn delivery_rules(cluster: &verdict_testcluster::Cluster, ns: &str, may_list: bool) {
+    let mut deployment_verbs = vec!["get", "watch", "patch", "update"];
+    if may_list {
+        deployment_verbs.push("list");
+    }
+    cluster
+        .apply(
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": format!("{ns}-delivery")},
+                "rules": [
+                    {"apiGroups": ["verdict.dev"],
+                     "resources": ["vmreplicasets", "vmreplicasets/status", "vmdeployments/status",
+                                   "tasks", "tasks/status", "policies", "policies/status"],
+                     "verbs": ["*"]},
+                    {"apiGroups": ["verdict.dev"], "resources": ["vmdeployments"],
+                     "verbs": deployment_verbs},
+                ],
+            })
+            .to_string(),
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_gate_holds_while_the_deployments_cannot_be_read_on_the_real_api_server() {
+    use crate::vmdelivery::{DONE, HookServer, deployment, set};
+    let test = "a_gate_holds_while_the_deployments_cannot_be_read_on_the_real_api_server";
+    let Some(cluster) = shared(test) else {
+        return;
+    };
+    super::vms::install_kubevirt(cluster);
+    install_delivery_crds(cluster);
+    let ns = &unique("real-held");
+    cluster.create_namespace(ns, &[]).unwrap();
+    let kube = Kube {
+        cluster,
+        ns: ns.clone(),
+    };
+    let _player = Player::start(cluster, ns);
+    let hooks = HookServer::start(|_| (200, DONE.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    let text: String = crate::vmdelivery::STEPS
+        .iter()
+        .map(|step| format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url))
+        .collect();
+    std::fs::write(&config, text).unwrap();
+    let kubeconfig = data.path().join("held.kubeconfig");
+    identity_with_delivery_rules(cluster, ns, &kubeconfig);
+    let server = crate::serve::Server::start_with(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins"),
+        data.path(),
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--vm-delivery",
+            "--vm-delivery-namespace",
+            ns,
+        ],
+    );
+    let in_ns = |mut object: Value| {
+        object["metadata"]["namespace"] = json!(ns);
+        object.to_string()
+    };
+    cluster
+        .apply(&in_ns(set(3, json!([{"name": "jdk", "version": "21"}]))))
+        .unwrap();
+    cluster.apply(&in_ns(deployment("1.0", json!([])))).unwrap();
+    let stages = || -> Vec<(String, String, String)> {
+        set_vms(&kube)
+            .iter()
+            .map(|vm| {
+                let a = &vm["metadata"]["annotations"];
+                let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
+                let stage = match a["verdict.dev/lock"].is_string() {
+                    true => format!("{} (a list runs)", text("verdict.dev/stage")),
+                    false => text("verdict.dev/stage"),
+                };
+                let name = vm["metadata"]["name"].as_str().unwrap_or_default();
+                (name.to_string(), stage, text("verdict.dev/code"))
+            })
+            .collect()
+    };
+    let count = |stage: &str, code: &str| {
+        stages()
+            .iter()
+            .filter(|(_, s, c)| s == stage && c == code)
+            .count()
+    };
+    let path = format!("/v1/vm-delivery/{ns}/web");
+    let rollout = || server.get(&path).1["rollout"].clone();
+    assert!(
+        wait_until(PATIENCE * 3, || count("serving", "1.0") == 3
+            && rollout()["phase"] == "Completed")
+        .is_some(),
+        "1.0 never delivered: {:?} {:#}",
+        stages(),
+        rollout()
+    );
+    let spec = json!({"spec": deployment("2.0", json!([{"instances": 1}, {"pause": {}}, {"instances": "100%"}]))["spec"]});
+    kube.run(&[
+        "patch",
+        "vmdeployments.verdict.dev",
+        "web",
+        "--type=merge",
+        "-p",
+        &spec.to_string(),
+    ]);
+    assert!(
+        wait_until(PATIENCE * 2, || rollout()["at-gate"] == true
+            && count("gray-release", "2.0") == 1)
+        .is_some(),
+        "never at the gate: {:?} {:#}",
+        stages(),
+        rollout()
+    );
+    let (canary, _, _) = stages()
+        .into_iter()
+        .find(|(_, s, _)| s == "gray-release")
+        .unwrap();
+    // The canary's calls since the gate: whether its code was released to
+    // the load balancer in full.
+    let calls_of_canary = || -> Vec<Value> {
+        hooks
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c["instance"]["name"] == canary.as_str())
+            .cloned()
+            .collect()
+    };
+    let before = calls_of_canary().len();
+    let attached_in_full = || {
+        calls_of_canary()[before..]
+            .iter()
+            .any(|c| c["step"] == "attach-load-balancer" && c["params"]["weight"] == 100)
+    };
+
+    // The host may no longer list VMDeployments: it holds, and says so.
+    delivery_rules(cluster, ns, false);
+    let held_total = || {
+        let text = reqwest::blocking::get(format!("{}/metrics", server.base))
+            .and_then(|r| r.text())
+            .unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("verdict_vm_delivery_held_total "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let held = wait_until(PATIENCE, || held_total() >= 3);
+    assert!(held.is_some(), "never held: {}", held_total());
+    // Held for three reconciles at least: the canary is where it was, no
+    // step was asked of it, and nothing else moved.
+    assert_eq!(count("gray-release", "2.0"), 1, "{:?}", stages());
+    assert_eq!(count("serving", "1.0"), 2, "{:?}", stages());
+    assert_eq!(
+        calls_of_canary().len(),
+        before,
+        "a step was asked of the held canary: {:?}",
+        hooks.steps_of(&canary)
+    );
+
+    // The permission back: still at the gate until a person approves.
+    delivery_rules(cluster, ns, true);
+    assert!(
+        wait_until(PATIENCE, || rollout()["at-gate"] == true).is_some(),
+        "{:#}",
+        rollout()
+    );
+    assert_eq!(count("gray-release", "2.0"), 1, "{:?}", stages());
+    let (code, body) = server.send(
+        "POST",
+        &format!("{path}/approve"),
+        Some(&json!({"by": "ana"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        wait_until(PATIENCE * 3, || count("serving", "2.0") == 3
+            && rollout()["phase"] == "Completed")
+        .is_some(),
+        "2.0 never delivered: {:?} {:#}",
+        stages(),
+        rollout()
+    );
+    assert!(attached_in_full(), "{:?}", hooks.steps_of(&canary));
+}
+
+#[test]
+fn a_lone_host_started_again_resumes_its_running_steps_on_the_real_api_server() {
+    use crate::vmdelivery::{DONE, HookServer, set};
+    let test = "a_lone_host_started_again_resumes_its_running_steps_on_the_real_api_server";
+    let Some(cluster) = shared(test) else {
+        return;
+    };
+    super::vms::install_kubevirt(cluster);
+    install_delivery_crds(cluster);
+    let ns = &unique("real-lone");
+    cluster.create_namespace(ns, &[]).unwrap();
+    let kube = Kube {
+        cluster,
+        ns: ns.clone(),
+    };
+    let _player = Player::start(cluster, ns);
+    // Installs run until the test lets them finish.
+    let finish = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let finishing = std::sync::Arc::clone(&finish);
+    let hooks = HookServer::start(move |call| {
+        let done = call["step"] != "install-environment"
+            || finishing.load(std::sync::atomic::Ordering::SeqCst);
+        match done {
+            true => (200, DONE.into()),
+            false => (
+                200,
+                r#"{"status":"running","progress":10,"retryAfterSeconds":1}"#.into(),
+            ),
+        }
+    });
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    let text: String = crate::vmdelivery::STEPS
+        .iter()
+        .map(|step| format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url))
+        .collect();
+    std::fs::write(&config, text).unwrap();
+    let kubeconfig = cluster.kubeconfig();
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let flags = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--vm-delivery",
+        "--vm-delivery-namespace",
+        ns,
+    ];
+    let mut first = crate::serve::Server::start_with(&plugins, data.path(), &flags);
+    let in_ns = |mut object: Value| {
+        object["metadata"]["namespace"] = json!(ns);
+        object.to_string()
+    };
+    cluster
+        .apply(&in_ns(set(2, json!([{"name": "jdk", "version": "21"}]))))
+        .unwrap();
+    let stages = || -> Vec<String> {
+        set_vms(&kube)
+            .iter()
+            .map(|vm| {
+                let a = &vm["metadata"]["annotations"];
+                let stage = a["verdict.dev/stage"].as_str().unwrap_or_default();
+                match a["verdict.dev/lock"].is_string() {
+                    true => format!("{stage} (a list runs)"),
+                    false => stage.to_string(),
+                }
+            })
+            .collect()
+    };
+    let installing = wait_until(PATIENCE * 2, || {
+        stages() == ["initializing (a list runs)", "initializing (a list runs)"]
+    });
+    assert!(installing.is_some(), "{:?}", stages());
+    first.kill();
+
+    // Started again: another process, another name, no election.
+    let second_data = tempfile::tempdir().unwrap();
+    let _second = crate::serve::Server::start_with(&plugins, second_data.path(), &flags);
+    finish.store(true, std::sync::atomic::Ordering::SeqCst);
+    let serving = wait_until(PATIENCE * 3, || stages() == ["serving", "serving"]);
+    assert!(
+        serving.is_some(),
+        "the host started again did not take up the installs: {:?}",
+        stages()
+    );
+    for vm in set_vms(&kube) {
+        let name = vm["metadata"]["name"].as_str().unwrap_or_default();
+        let keys: std::collections::BTreeSet<String> = hooks
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c["instance"]["name"] == name && c["step"] == "install-environment")
+            .map(|c| c["key"].to_string())
+            .collect();
+        assert_eq!(
+            keys.len(),
+            1,
+            "{name}: one install, asked by one key: {keys:?}"
+        );
+    }
+}
