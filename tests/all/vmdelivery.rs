@@ -2146,3 +2146,296 @@ fn a_failed_clean_up_step_is_retried_or_skipped_and_no_step_after_it_is_dropped(
         ]
     );
 }
+
+#[test]
+fn a_deleted_set_cleans_up_every_instance_before_it_goes() {
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering("");
+    cluster.apply(set(2, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == 2).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let held = wait_until(PATIENCE, || {
+        cluster.sim().store().get(sets, "shop", "web").unwrap()["metadata"]["finalizers"]
+            == json!(["verdict.dev/cleanup"])
+    });
+    assert!(
+        held.is_some(),
+        "the set does not hold its instances' clean-up"
+    );
+    cluster.sim().store().delete(sets, "shop", "web").unwrap();
+    let gone = wait_until(PATIENCE * 2, || {
+        cluster.sim().store().get(sets, "shop", "web").is_err() && instances(cluster).is_empty()
+    });
+    assert!(
+        gone.is_some(),
+        "{:#?} {:#}",
+        stages(cluster),
+        cluster
+            .sim()
+            .store()
+            .get(sets, "shop", "web")
+            .unwrap_or_default()
+    );
+    for name in ["web-0", "web-1"] {
+        assert!(
+            hooks.steps_of(name).ends_with(&[
+                "detach-load-balancer".into(),
+                "pause-monitoring".into(),
+                "delete-machine".into()
+            ]),
+            "{name}: {:?}",
+            hooks.steps_of(name)
+        );
+    }
+    assert_eq!(server.get("/readyz").0, 200);
+}
+
+#[test]
+fn instances_whose_set_is_gone_are_cleaned_up_when_deleted() {
+    let Delivery { cluster, hooks, .. } = &delivering("");
+    // A VM a set made and held, whose set went without letting go of it.
+    cluster.apply(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {
+            "name": "old-0", "namespace": "shop",
+            "labels": {"verdict.dev/vmreplicaset": "old"},
+            "annotations": {"verdict.dev/stage": "serving", "verdict.dev/since": "2026-01-01T00:00:00Z",
+                "verdict.dev/environment": "jdk=21"},
+            "finalizers": ["verdict.dev/cleanup"],
+            "ownerReferences": [{"apiVersion": "verdict.dev/v1alpha1", "kind": "VMReplicaSet",
+                "name": "old", "uid": "u-gone", "controller": true}],
+        },
+        "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
+    }));
+    let machines = resource(cluster, "kubevirt.io", "virtualmachines");
+    assert!(
+        wait_until(PATIENCE, || vms_of(cluster, "old") == 1).is_some(),
+        "{:#?}",
+        instances_of(cluster, "old")
+    );
+    cluster
+        .sim()
+        .store()
+        .delete(machines, "shop", "old-0")
+        .unwrap();
+    let cleaned = wait_until(PATIENCE * 2, || {
+        cluster
+            .sim()
+            .store()
+            .get(machines, "shop", "old-0")
+            .is_err()
+    });
+    assert!(
+        cleaned.is_some(),
+        "held for ever: {:#?}",
+        instances_of(cluster, "old")
+    );
+    assert_eq!(
+        hooks.steps_of("old-0"),
+        ["detach-load-balancer", "pause-monitoring", "delete-machine"]
+    );
+}
+
+#[test]
+fn without_a_lifecycle_policy_the_host_is_not_ready_and_the_set_says_why() {
+    let plugins = crate::support::plugin_folder(&["status", "failover", "admission"]);
+    let Delivery {
+        cluster, server, ..
+    } = &delivering_from(plugins.path(), "", |_| (200, DONE.into()));
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let degraded = wait_until(PATIENCE, || {
+        cluster.sim().store().get(sets, "shop", "web").unwrap()["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["type"] == "Degraded"
+                    && c["status"] == "True"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("no lifecycle policy is loaded"))
+            })
+    });
+    assert!(
+        degraded.is_some(),
+        "{:#}",
+        cluster.sim().store().get(sets, "shop", "web").unwrap()["status"]
+    );
+    let (code, body) = server.get("/readyz");
+    assert_eq!(
+        (code, &body["lifecycle_policy"]),
+        (503, &json!(false)),
+        "{body:#}"
+    );
+}
+
+#[test]
+fn a_person_forcing_ready_vouches_for_a_failed_install_and_offline_holds_until_lifted() {
+    // web-1's installs of jdk 25 fail, every time.
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering_with("", |call| {
+        let broken = call["step"] == "install-environment"
+            && call["instance"]["name"] == "web-1"
+            && call["params"].to_string().contains("\"25\"");
+        match broken {
+            true => (200, r#"{"status":"failed","message":"mirror down"}"#.into()),
+            false => (200, DONE.into()),
+        }
+    });
+    cluster.apply(set(2, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == 2).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    cluster.apply(set(2, json!([{"name": "jdk", "version": "25"}])));
+    let failed = wait_until(PATIENCE * 2, || {
+        stages(cluster)
+            .get("web-1")
+            .is_some_and(|(stage, _, _)| stage == "failed")
+    });
+    assert!(failed.is_some(), "{:#?}", stages(cluster));
+    let installs = |name: &str| {
+        hooks
+            .steps_of(name)
+            .iter()
+            .filter(|s| *s == "install-environment")
+            .count()
+    };
+    let tried = installs("web-1");
+    // The operator installed jdk 25 by hand and vouches for it.
+    let (code, body) = server.send(
+        "PUT",
+        "/v1/apps/shop/web/instances/web-1/override",
+        Some(&json!({"status": "ready", "by": "bob", "reason": "installed by hand"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    let rolled = wait_until(PATIENCE * 3, || {
+        let all = instances(cluster);
+        all.len() == 2
+            && all.values().all(|a| {
+                a["verdict.dev/stage"] == "serving"
+                    && a["verdict.dev/environment"] == "jdk=25"
+                    && a.get("verdict.dev/lock").is_none()
+            })
+    });
+    assert!(
+        rolled.is_some(),
+        "the rollout did not go on past the vouched instance: {:#?}",
+        instances(cluster)
+    );
+    assert_eq!(
+        installs("web-1"),
+        tried,
+        "no install was asked again of the vouched instance"
+    );
+
+    // An operator's offline holds: no rule brings the instance back while
+    // it is in force.
+    let (code, body) = server.send(
+        "PUT",
+        "/v1/apps/shop/web/instances/web-0/override",
+        Some(&json!({"status": "offline", "by": "bob", "reason": "disk check"}).to_string()),
+    );
+    assert_eq!(code, 200, "{body}");
+    let offline = wait_until(PATIENCE, || {
+        stages(cluster)
+            .get("web-0")
+            .is_some_and(|(stage, _, running)| stage == "offline" && !running)
+    });
+    assert!(offline.is_some(), "{:#?}", stages(cluster));
+    // The set is short of one in service and makes another; web-0 stays
+    // offline meanwhile.
+    let replaced = wait_until(PATIENCE * 3, || {
+        let all = stages(cluster);
+        all.values()
+            .filter(|(stage, _, running)| stage == "serving" && !running)
+            .count()
+            == 2
+    });
+    assert!(replaced.is_some(), "{:#?}", stages(cluster));
+    assert_eq!(
+        stages(cluster)["web-0"].0,
+        "offline",
+        "{:#?}",
+        stages(cluster)
+    );
+    let (code, overrides) = server.get("/v1/overrides");
+    assert_eq!(code, 200);
+    assert!(
+        overrides.to_string().contains("\"offline\""),
+        "{overrides:#}"
+    );
+}
+
+#[test]
+fn an_environment_changed_again_before_its_install_installs_only_the_newest() {
+    // The load balancer lets go of web-0 only when the test says.
+    let detach = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let detaching = Arc::clone(&detach);
+    let Delivery { cluster, hooks, .. } = &delivering_with("", move |call| {
+        let held = call["step"] == "detach-load-balancer"
+            && !detaching.load(std::sync::atomic::Ordering::SeqCst);
+        match held {
+            true => (
+                200,
+                r#"{"status":"running","message":"draining","retryAfterSeconds":1}"#.into(),
+            ),
+            false => (200, DONE.into()),
+        }
+    });
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == 1).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "25"}])));
+    let draining = wait_until(PATIENCE, || {
+        hooks
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| c["step"] == "detach-load-balancer")
+    });
+    assert!(draining.is_some(), "{:?}", hooks.steps_of("web-0"));
+    // A newer environment while the list for 25 still lets go.
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "26"}])));
+    detach.store(true, std::sync::atomic::Ordering::SeqCst);
+    let installed = wait_until(PATIENCE * 3, || {
+        instances(cluster)
+            .get("web-0")
+            .is_some_and(|a| a["verdict.dev/environment"] == "jdk=26")
+            && settled_in(cluster, "serving", "") == 1
+    });
+    assert!(installed.is_some(), "{:#?}", instances(cluster));
+    let installs: Vec<String> = hooks
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c["step"] == "install-environment" && c["stage"] == "initializing")
+        .map(|c| {
+            c["params"]["packages"][0]["version"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    // The first install (21, when the machine was new) and then 26 only.
+    assert_eq!(installs, ["21", "26"], "{:?}", hooks.steps_of("web-0"));
+}

@@ -1,5 +1,6 @@
 //! `/healthz` (the process serves) and `/readyz` (the status policy is
-//! loaded and every watch works).
+//! loaded — and the lifecycle policy where VM delivery runs — and every
+//! watch works).
 
 use axum::Json;
 use axum::extract::State;
@@ -23,7 +24,7 @@ async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-#[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200, description = "Ready: the status policy is loaded and every watch works"), (status = 503, description = "Not ready; the body says which part is not")))]
+#[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200, description = "Ready: the status policy (and, on a replica that carries out VM delivery, the lifecycle policy) is loaded and every watch works"), (status = 503, description = "Not ready; the body says which part is not")))]
 /// Ready when the status policy is loaded and, with a cluster, every watch
 /// has synced and works; not while the host shuts down. Whether this
 /// replica leads is said (`leader`), and holds nothing back: every replica
@@ -40,7 +41,19 @@ async fn readyz(State(state): State<AppState>) -> Response {
         .as_ref()
         .is_none_or(|l| l.observed.health.ready());
     let stopping = *state.stopping.borrow();
-    let ready = policy && watching && !stopping;
+    // A replica that carries out VM delivery is not ready without a
+    // lifecycle policy: nothing would move, nothing be cleaned up.
+    let lifecycle = state
+        .delivery
+        .as_ref()
+        .is_some_and(|d| d.counts.is_some())
+        .then(|| {
+            state
+                .registry
+                .policy(crate::plugins::World::Lifecycle)
+                .is_ok()
+        });
+    let ready = policy && watching && !stopping && lifecycle != Some(false);
     let standing = state.leadership.standing();
     let apps = state.live.as_ref().map(|l| l.verdicts.count());
     let derive_error = state.live.as_ref().and_then(|l| {
@@ -68,7 +81,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
         counts
     });
     let body = json!({
-        "ready": ready, "status_policy": policy, "watches": watches,
+        "ready": ready, "status_policy": policy, "lifecycle_policy": lifecycle,
+        "watches": watches,
         "apps": apps, "derive_error": derive_error,
         "unserved": unserved, "objects": objects,
         "stopping": stopping,

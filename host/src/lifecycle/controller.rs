@@ -36,6 +36,10 @@ use crate::time::{Timestamp, now};
 use crate::wit::WitName;
 use crate::wit::lifecycle::{NodeHealth, Outcome, Stage};
 
+/// What a set's `Degraded` condition, the log and `/readyz` say while no
+/// lifecycle policy is loaded.
+pub const NO_POLICY: &str = "no lifecycle policy is loaded (a lifecycle.wasm in the plugin folder): no instance moves, none is cleaned up";
+
 /// How many instances of a set are moved on at once.
 const STEPS_AT_ONCE: usize = 16;
 
@@ -114,6 +118,8 @@ fn node_health(health: Option<Health>) -> NodeHealth {
 /// One machine of a set, as read.
 struct Read {
     name: String,
+    /// The set names it offline: drained, it is deleted.
+    named_offline: bool,
     /// The machine's UID: part of every step's key.
     uid: String,
     resource_version: String,
@@ -210,10 +216,16 @@ impl Controller {
         // The last failure said, so that one that lasts is said once and
         // its end is said too.
         let mut said: Option<String> = None;
+        let mut no_policy_said = false;
         let answered = self.calls.answered();
         loop {
             let mut wait = self.every;
             if let Some(term) = self.leadership.acting() {
+                let missing = self.registry.policy(World::Lifecycle).is_err();
+                if missing && !no_policy_said {
+                    tracing::warn!("VM delivery: {NO_POLICY}");
+                }
+                no_policy_said = missing;
                 match self.reconcile_all(&term).await {
                     Ok(()) => {
                         if said.take().is_some() {
@@ -332,6 +344,7 @@ impl Controller {
         }
         *lock(&self.counts.stages) = stages;
         *lock(&self.counts.phases) = phases;
+        self.orphans(&all_sets, term).await?;
 
         // A deployment that cannot be carried out says why in its status:
         // one that does not read, that names no set of its namespace, or
@@ -391,6 +404,54 @@ impl Controller {
         let at = now();
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let finalizers: Vec<String> = object["metadata"]["finalizers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.as_str().map(String::from))
+            .collect();
+        if object["metadata"]["deletionTimestamp"].is_string() {
+            // Deleted: every instance goes through its clean-up, and the
+            // set's finalizer is let go last.
+            let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+            let set = VmReplicaSet::named(namespace, name, uid);
+            let read = self.read_machines(&set, health).await?;
+            if read.is_empty() {
+                if finalizers.iter().any(|f| f == instance::FINALIZER) {
+                    let kept: Vec<&String> = finalizers
+                        .iter()
+                        .filter(|f| f.as_str() != instance::FINALIZER)
+                        .collect();
+                    self.patch_metadata(
+                        &sets(),
+                        namespace,
+                        name,
+                        json!({"resourceVersion": object["metadata"]["resourceVersion"], "finalizers": kept}),
+                    )
+                    .await?;
+                    tracing::info!(
+                        namespace,
+                        set = name,
+                        "VM delivery: every instance is cleaned up; the set goes"
+                    );
+                }
+                return Ok(Found::default());
+            }
+            return self.let_go(&set, read, term, at).await;
+        }
+        // The set holds its instances' clean-up: deleted, it lets go only
+        // when each of them has been cleaned up.
+        if !finalizers.iter().any(|f| f == instance::FINALIZER) {
+            let mut with = finalizers.clone();
+            with.push(instance::FINALIZER.into());
+            self.patch_metadata(
+                &sets(),
+                namespace,
+                name,
+                json!({"resourceVersion": object["metadata"]["resourceVersion"], "finalizers": with}),
+            )
+            .await?;
+        }
         let set = match VmReplicaSet::read(object) {
             Ok(set) => set,
             Err(problem) => {
@@ -416,7 +477,7 @@ impl Controller {
             .filter(|m| !m.state.deleting && !m.state.take_offline)
             .collect();
         let drained = read.iter().find(|m| {
-            m.state.take_offline
+            m.named_offline
                 && !m.state.deleting
                 && m.state.stage == Some(Stage::Offline)
                 && m.recorded.as_ref().is_ok_and(|r| {
@@ -429,7 +490,7 @@ impl Controller {
             .then(|| staying.iter().max_by_key(|m| rank_to_remove(m)))
             .flatten();
         if let Some(machine) = drained.or(extra.copied()) {
-            let why = match machine.state.take_offline {
+            let why = match machine.named_offline {
                 true => "named offline and drained",
                 false => "the set has more instances than it wants",
             };
@@ -541,6 +602,10 @@ impl Controller {
                     .map(|e| format!("{}: {e}", m.name))
             })
             .collect();
+        let mut problems = problems;
+        if self.registry.policy(World::Lifecycle).is_err() {
+            problems.insert(0, NO_POLICY.to_string());
+        }
         let problem = (!problems.is_empty()).then(|| problems.join("; "));
         let status = set.status(&plan, rows, problem.as_deref(), at);
         self.write_status(&sets(), namespace, name, object, status)
@@ -563,6 +628,153 @@ impl Controller {
                 .await?;
         }
         Ok(found)
+    }
+
+    /// Let go of the instances of a set that is gone or going: each not
+    /// deleted yet is deleted, and each moves on through its clean-up
+    /// (which its finalizer holds) with what it has.
+    async fn let_go(
+        &self,
+        set: &VmReplicaSet,
+        read: Vec<Read>,
+        term: &Term,
+        at: Timestamp,
+    ) -> Result<Found, kube::Error> {
+        let mut read = read;
+        if read.iter().any(|m| !m.state.deleting) {
+            let api = Api::<DynamicObject>::namespaced_with(
+                self.writer.clone(),
+                &set.namespace,
+                &machines(),
+            );
+            for machine in read.iter().filter(|m| !m.state.deleting) {
+                match api.delete(&machine.name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(error) => return Err(error),
+                }
+                self.tell(
+                    set,
+                    json!({"instance": machine.name, "event": "removed", "reason": "its set is deleted"}),
+                );
+            }
+            read = self.read_machines(set, &BTreeMap::new()).await?;
+        }
+        let mut steps = futures_util::stream::FuturesUnordered::new();
+        for machine in &read {
+            let Ok(recorded) = machine.recorded.clone() else {
+                continue;
+            };
+            let target = model::TargetState {
+                environment: machine.state.environment.clone(),
+                code: machine.state.code.clone(),
+                may_disrupt: true,
+                released: true,
+            };
+            steps.push(self.step_logged(set, machine, recorded, target, term, at));
+        }
+        while steps.next().await.is_some() {}
+        Ok(Found {
+            stages: read
+                .iter()
+                .map(|m| m.state.stage.map_or("none", |s| s.wit_name()).to_string())
+                .collect(),
+            phase: None,
+        })
+    }
+
+    /// Merge `metadata` into an object's (a compare-and-swap when it names
+    /// the resource version read).
+    async fn patch_metadata(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+        metadata: Value,
+    ) -> Result<(), kube::Error> {
+        Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, resource)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "metadata": metadata })),
+            )
+            .await
+            .map(drop)
+    }
+
+    /// The instances whose set is gone without letting go of them (deleted
+    /// before it held their clean-up, or its finalizer taken off by hand):
+    /// those being deleted are cleaned up and let go. One not being
+    /// deleted is left alone — the garbage collector deletes what its set
+    /// owned, and what it does not own is not the controller's to delete.
+    async fn orphans(&self, all_sets: &[DynamicObject], term: &Term) -> Result<(), Unread> {
+        let mut by_set: BTreeMap<(String, String), String> = BTreeMap::new();
+        for vm in served_or_none(self.list_labelled(&machines(), instance::SET_LABEL).await)
+            .map_err(|error| Unread::new("VirtualMachines", error))?
+        {
+            let held = vm
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == instance::FINALIZER);
+            let namespace = vm.metadata.namespace.clone().unwrap_or_default();
+            let set = vm
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(instance::SET_LABEL))
+                .cloned()
+                .unwrap_or_default();
+            let gone = !all_sets.iter().any(|s| {
+                s.metadata.namespace.as_deref() == Some(namespace.as_str())
+                    && s.metadata.name.as_deref() == Some(set.as_str())
+            });
+            if held && gone && vm.metadata.deletion_timestamp.is_some() {
+                let owner = vm
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "VMReplicaSet")
+                    .map(|o| o.uid.clone())
+                    .unwrap_or_default();
+                by_set.insert((namespace, set), owner);
+            }
+        }
+        for ((namespace, name), uid) in by_set {
+            let set = VmReplicaSet::named(&namespace, &name, &uid);
+            let read = self
+                .read_machines(&set, &BTreeMap::new())
+                .await
+                .map_err(|error| Unread::new("VirtualMachines", error))?;
+            let going: Vec<Read> = read.into_iter().filter(|m| m.state.deleting).collect();
+            if let Err(error) = self.let_go(&set, going, term, now()).await {
+                tracing::warn!(namespace, set = name, %error, "VM delivery: the instances of a set that is gone could not be cleaned up");
+            }
+        }
+        Ok(())
+    }
+
+    /// Every object of `resource` with the label `key`, in the namespaces
+    /// carried out.
+    async fn list_labelled(
+        &self,
+        resource: &ApiResource,
+        key: &str,
+    ) -> Result<Vec<DynamicObject>, kube::Error> {
+        let params = ListParams::default().labels(key);
+        if self.namespaces.is_empty() {
+            let api = Api::<DynamicObject>::all_with(self.reader.clone(), resource);
+            return Ok(api.list(&params).await?.items);
+        }
+        let mut all = Vec::new();
+        for namespace in &self.namespaces {
+            let api =
+                Api::<DynamicObject>::namespaced_with(self.reader.clone(), namespace, resource);
+            all.extend(api.list(&params).await?.items);
+        }
+        Ok(all)
     }
 
     /// Adopt the VMs of the set's namespace that its selector names and
@@ -648,6 +860,16 @@ impl Controller {
                 let machine = instance::machine_of(&value);
                 let at_rest = recorded.clone().unwrap_or_default();
                 let forced = forced(&overrides, (&set.namespace, &name), &at_rest, at);
+                // A person's `offline` holds while it is in force: the
+                // policy sees the instance taken offline, as one the set
+                // names, and no rule brings it back.
+                let held_offline = overrides.iter().any(|o| {
+                    o.namespace == set.namespace
+                        && o.instance.as_deref() == Some(name.as_str())
+                        && o.in_force(at)
+                        && o.status == Stage::Offline.wit_name()
+                });
+                let named_offline = set.offline.contains(&name);
                 let state = InstanceState {
                     namespace: set.namespace.clone(),
                     name: name.clone(),
@@ -663,11 +885,12 @@ impl Controller {
                     code: at_rest.code.clone(),
                     lists: at_rest.all_lists(),
                     deleting: vm.metadata.deletion_timestamp.is_some(),
-                    take_offline: set.offline.contains(&name),
+                    take_offline: named_offline || held_offline,
                     forced: forced.as_ref().map(|(stage, _)| *stage),
                 };
                 Read {
                     name,
+                    named_offline,
                     uid: vm.metadata.uid.clone().unwrap_or_default(),
                     resource_version: vm.metadata.resource_version.clone().unwrap_or_default(),
                     recorded,
@@ -796,6 +1019,28 @@ impl Controller {
             let Some(task) = list.current().cloned() else {
                 return Ok(());
             };
+            // The target changed while the steps before the last one ran:
+            // its last step (what it delivers) is not started for a target
+            // no longer wanted, and the next list is the newest target's.
+            let key = list.key(&set.namespace, &machine.name, &machine.uid);
+            if !self.calls.under_way(&key)
+                && list.superseded_by(&target.environment, target.code.as_deref())
+            {
+                let why = match &target.code {
+                    Some(code) => format!(
+                        "the target is now {} with code {code}",
+                        model::versions(&target.environment)
+                    ),
+                    None => format!("the target is now {}", model::versions(&target.environment)),
+                };
+                list.supersede(&why, at);
+                self.tell(
+                    set,
+                    json!({"instance": machine.name, "event": "superseded", "list": list.number,
+                    "task": task.name, "why": why}),
+                );
+                return self.moved_on(set, machine, recorded, term).await;
+            }
             // The call is made in the term the lock names, by a replica
             // that still acts in it.
             if self
@@ -809,7 +1054,7 @@ impl Controller {
             // on a later reconcile (the controller is woken for it), so
             // that a slow hook holds no other step.
             let call = OwnedCall {
-                key: list.key(&set.namespace, &machine.name, &machine.uid),
+                key,
                 attempt: list.attempt + 1,
                 leader: term.clone(),
                 instance: InstanceRef {
@@ -871,6 +1116,17 @@ impl Controller {
         };
         if let Some(who) = &machine.forced_by {
             list.reason = format!("{} ({who})", list.reason);
+            // A person who forces an instance into service vouches that it
+            // has what it should (the list that failed to give it, done by
+            // hand): once the forced list succeeds it has the target, and
+            // the rollout goes on instead of taking it back to the list
+            // that failed.
+            if rollout::in_service(Some(list.stage)) {
+                list.environment = Some(target.environment.clone());
+                if target.code.is_some() {
+                    list.code = target.code.clone();
+                }
+            }
         }
         self.tell(set, json!({"instance": machine.name, "event": "entered", "list": list.number,
             "stage": list.stage.wit_name(), "tasks": list.tasks.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),

@@ -428,6 +428,15 @@ impl Calls {
         &self.hooks
     }
 
+    /// Whether a call of the step with `key` is under way (or answered and
+    /// not taken yet).
+    pub fn under_way(&self, key: &str) -> bool {
+        self.under_way
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(key)
+    }
+
     /// Told each time a hook answers.
     pub fn answered(&self) -> std::sync::Arc<tokio::sync::Notify> {
         std::sync::Arc::clone(&self.answered)

@@ -368,6 +368,38 @@ impl CurrentList {
         self.skip(who, now)
     }
 
+    /// Whether the list's last step, not asked yet, would give the
+    /// instance a target it should no longer have: the set's environment
+    /// or the code the rollout gives it changed while the steps before it
+    /// ran.
+    pub fn superseded_by(&self, environment: &[Package], code: Option<&str>) -> bool {
+        let last = self.outcome == Outcome::Running
+            && self.attempt == 0
+            && self.step + 1 == self.tasks.len();
+        let environment_changed = self
+            .environment
+            .as_ref()
+            .is_some_and(|e| e.as_slice() != environment);
+        let code_changed = self
+            .code
+            .as_deref()
+            .is_some_and(|c| code.is_some_and(|t| t != c));
+        last && (environment_changed || code_changed)
+    }
+
+    /// End the list before its last step, which a newer target superseded:
+    /// every step before it ran (what it let go of is let go of), the
+    /// instance has nothing new of it, and the policy's next list is the
+    /// newest target's.
+    pub fn supersede(&mut self, why: &str, now: Timestamp) {
+        self.environment = None;
+        self.code = None;
+        self.outcome = Outcome::Succeeded;
+        self.finished = Some(now);
+        self.progress = None;
+        self.message = format!("superseded before its last step: {why}");
+    }
+
     /// On to the step after the one just finished, or the list succeeded.
     fn next_step(&mut self, now: Timestamp) -> Advanced {
         self.progress = None;
@@ -930,6 +962,31 @@ mod tests {
         )]))
         .unwrap();
         assert_eq!(read.stage, Some(Stage::Ready));
+    }
+
+    #[test]
+    fn a_list_whose_target_changed_does_not_start_its_last_step() {
+        let mut list = initializing(0, 1_000);
+        // Its first step (letting go of the load balancer) is not what it
+        // delivers: the list goes on to it whatever the target.
+        assert!(!list.superseded_by(&jdk("26"), None));
+        list.advance(
+            StepOutcome::Done {
+                message: String::new(),
+            },
+            2_000,
+        );
+        assert!(!list.superseded_by(&jdk("25"), None), "the same target");
+        assert!(list.superseded_by(&jdk("26"), None));
+        list.supersede("the target is now jdk 26", 3_000);
+        assert_eq!(list.outcome, Outcome::Succeeded);
+        let mut recorded = Recorded {
+            environment: jdk("21"),
+            list: Some(list),
+            ..Recorded::default()
+        };
+        recorded.settle();
+        assert_eq!(recorded.environment, jdk("21"), "nothing new was installed");
     }
 
     #[test]

@@ -32,6 +32,18 @@ impl Package {
     }
 }
 
+/// Packages as a person reads them: `jdk 21, agent 3.2`.
+pub fn versions(packages: &[Package]) -> String {
+    match packages.is_empty() {
+        true => "no packages".into(),
+        false => packages
+            .iter()
+            .map(|p| format!("{} {}", p.name, p.version))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
 fn packages_to_wit(packages: &[Package]) -> Vec<lifecycle::Package> {
     packages.iter().map(Package::to_wit).collect()
 }

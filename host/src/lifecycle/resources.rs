@@ -216,6 +216,28 @@ impl VmReplicaSet {
 }
 
 impl VmReplicaSet {
+    /// A set known by name only — deleted, or whose spec does not read —
+    /// whose instances are cleaned up and let go: nothing is made of it.
+    pub fn named(namespace: &str, name: &str, uid: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+            generation: 0,
+            replicas: 0,
+            selector: BTreeMap::new(),
+            template: Value::Null,
+            spec: SetSpec {
+                environment: Vec::new(),
+                max_unavailable: Share::Count(1),
+                order: Order::Name,
+                paused: false,
+            },
+            lost: Lost::Repair,
+            offline: Vec::new(),
+        }
+    }
+
     /// How many instances the set runs: its replicas, less those named
     /// offline (taken out for good, not replaced).
     pub fn wanted(&self) -> usize {

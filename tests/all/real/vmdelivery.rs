@@ -1400,3 +1400,93 @@ fn a_lone_host_started_again_resumes_its_running_steps_on_the_real_api_server() 
         );
     }
 }
+
+#[test]
+fn a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_server() {
+    use crate::vmdelivery::{DONE, HookServer, set};
+    let test = "a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_server";
+    let Some(cluster) = shared(test) else {
+        return;
+    };
+    super::vms::install_kubevirt(cluster);
+    install_delivery_crds(cluster);
+    let ns = &unique("real-let-go");
+    cluster.create_namespace(ns, &[]).unwrap();
+    let kube = Kube {
+        cluster,
+        ns: ns.clone(),
+    };
+    let _player = Player::start(cluster, ns);
+    let hooks = HookServer::start(|_| (200, DONE.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("verdict.toml");
+    let text: String = crate::vmdelivery::STEPS
+        .iter()
+        .map(|step| format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url))
+        .collect();
+    std::fs::write(&config, text).unwrap();
+    let kubeconfig = cluster.kubeconfig();
+    let _server = crate::serve::Server::start_with(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins"),
+        data.path(),
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--vm-delivery",
+            "--vm-delivery-namespace",
+            ns,
+        ],
+    );
+    let mut object = set(2, json!([{"name": "jdk", "version": "21"}]));
+    object["metadata"]["namespace"] = json!(ns);
+    cluster.apply(&object.to_string()).unwrap();
+    let serving = || {
+        let vms = set_vms(&kube);
+        vms.len() == 2
+            && vms.iter().all(|vm| {
+                let a = &vm["metadata"]["annotations"];
+                a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none()
+            })
+    };
+    assert!(
+        wait_until(PATIENCE * 3, serving).is_some(),
+        "{:#?}",
+        set_vms(&kube)
+    );
+    // As a person deletes it, without waiting.
+    kube.run(&["delete", "vmreplicasets.verdict.dev", "web", "--wait=false"]);
+    let gone = wait_until(PATIENCE * 3, || {
+        set_vms(&kube).is_empty()
+            && kube
+                .run(&[
+                    "get",
+                    "vmreplicasets.verdict.dev",
+                    "--ignore-not-found",
+                    "-o",
+                    "name",
+                ])
+                .trim()
+                .is_empty()
+    });
+    assert!(
+        gone.is_some(),
+        "left behind: {:#?}",
+        set_vms(&kube)
+            .iter()
+            .map(|vm| vm["metadata"].clone())
+            .collect::<Vec<_>>()
+    );
+    for name in ["web-0", "web-1"] {
+        assert!(
+            hooks.steps_of(name).ends_with(&[
+                "detach-load-balancer".into(),
+                "pause-monitoring".into(),
+                "delete-machine".into()
+            ]),
+            "{name}: {:?}",
+            hooks.steps_of(name)
+        );
+    }
+}
