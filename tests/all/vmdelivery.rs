@@ -1829,14 +1829,18 @@ fn an_instance_made_again_under_an_old_name_runs_its_own_steps_by_keys_of_its_ow
         "{:#?}",
         stages(cluster)
     );
-    let first_install: Vec<String> = hooks
-        .calls
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|c| c["instance"]["name"] == "web-1" && c["step"] == "install-environment")
-        .map(|c| c["key"].as_str().unwrap_or_default().to_string())
-        .collect();
+    // The keys web-1's installs were asked by.
+    let install_keys = || -> Vec<String> {
+        hooks
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c["instance"]["name"] == "web-1" && c["step"] == "install-environment")
+            .map(|c| c["key"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let first_install = install_keys();
     // 2 → 1: web-1 is cleaned up and goes; 1 → 2: a new machine named web-1.
     cluster.apply(set(1, environment.clone()));
     assert!(
@@ -1850,14 +1854,7 @@ fn an_instance_made_again_under_an_old_name_runs_its_own_steps_by_keys_of_its_ow
         "{:#?}",
         stages(cluster)
     );
-    let installs: Vec<String> = hooks
-        .calls
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|c| c["instance"]["name"] == "web-1" && c["step"] == "install-environment")
-        .map(|c| c["key"].as_str().unwrap_or_default().to_string())
-        .collect();
+    let installs = install_keys();
     let distinct: std::collections::BTreeSet<&String> = installs.iter().collect();
     assert_eq!(
         distinct.len(),

@@ -178,9 +178,15 @@ impl Lists<'_> {
     }
 }
 
-/// Whether an instance in `stage` takes traffic through the load balancer.
+/// Whether an instance in `stage` takes (or, failed on its way, may take)
+/// traffic through the load balancer: a failed instance may have failed
+/// before it was let go of, so leaving `failed` lets go of the load
+/// balancer too — a machine is never deleted while it may still be in it.
 fn attached(stage: Option<Stage>) -> bool {
-    matches!(stage, Some(Stage::GrayRelease | Stage::Serving))
+    matches!(
+        stage,
+        Some(Stage::GrayRelease | Stage::Serving | Stage::Failed)
+    )
 }
 
 /// Whether an instance in `stage` is (or, failed on its way, may be)

@@ -412,50 +412,14 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
     // mid-rollout.
     let folder = crate::support::plugin_folder(&["status", "failover", "admission", "lifecycle"]);
     let kubeconfig = cluster.kubeconfig();
-    let server = crate::serve::Server::start_with(
-        folder.path(),
-        data.path(),
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--vm-delivery",
-            // The shared control plane holds other tests' sets.
-            "--vm-delivery-namespace",
-            ns,
-        ],
+    let server = delivering_host(folder.path(), data.path(), &kubeconfig, &config, ns);
+    apply_in(
+        cluster,
+        ns,
+        set(3, json!([{"name": "jdk", "version": "21"}])),
     );
-
-    let in_ns = |mut object: Value| {
-        object["metadata"]["namespace"] = json!(ns);
-        object.to_string()
-    };
-    cluster
-        .apply(&in_ns(set(3, json!([{"name": "jdk", "version": "21"}]))))
-        .unwrap();
-    cluster.apply(&in_ns(deployment("1.0", json!([])))).unwrap();
-    let codes = || -> Vec<(String, String, String)> {
-        set_vms(&kube)
-            .iter()
-            .map(|vm| {
-                let a = &vm["metadata"]["annotations"];
-                let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
-                (
-                    vm["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    // A list still running (its lock held) is not there yet.
-                    match a["verdict.dev/lock"].is_string() {
-                        true => format!("{} (a list runs)", text("verdict.dev/stage")),
-                        false => text("verdict.dev/stage"),
-                    },
-                    text("verdict.dev/code"),
-                )
-            })
-            .collect()
-    };
+    apply_in(cluster, ns, deployment("1.0", json!([])));
+    let codes = || stages_of_set(&kube);
     let all_serve = |code: &str| {
         let all = codes();
         all.len() == 3
@@ -1039,6 +1003,95 @@ fn an_instance_lost_with_its_node_is_repaired_on_the_real_api_server() {
     );
 }
 
+/// A namespace of its own for one delivery test on the shared control
+/// plane: KubeVirt's and the delivery's CRDs served, KubeVirt played in
+/// it until dropped.
+pub(super) struct Namespace {
+    /// `kubectl` in it.
+    pub kube: Kube<'static>,
+    _player: Player,
+}
+
+impl Namespace {
+    pub(super) fn new(cluster: &'static verdict_testcluster::Cluster, name: &str) -> Self {
+        super::vms::install_kubevirt(cluster);
+        install_delivery_crds(cluster);
+        let ns = unique(name);
+        cluster.create_namespace(&ns, &[]).unwrap();
+        let player = Player::start(cluster, &ns);
+        Self {
+            kube: Kube { cluster, ns },
+            _player: player,
+        }
+    }
+}
+
+/// A configuration in `data` whose every step hook (the default
+/// machine's) is the endpoint `url`.
+pub(super) fn endpoint_config(data: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let config = data.join("verdict.toml");
+    let text: String = crate::vmdelivery::STEPS
+        .iter()
+        .map(|step| format!("[hooks.{step}]\nurl = \"{url}\"\n"))
+        .collect();
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+/// Each VM of the set `web`: its name, stage (" (a list runs)" after it
+/// while its lock is held: not there yet) and code.
+fn stages_of_set(kube: &Kube) -> Vec<(String, String, String)> {
+    set_vms(kube)
+        .iter()
+        .map(|vm| {
+            let a = &vm["metadata"]["annotations"];
+            let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
+            let stage = match a["verdict.dev/lock"].is_string() {
+                true => format!("{} (a list runs)", text("verdict.dev/stage")),
+                false => text("verdict.dev/stage"),
+            };
+            let name = vm["metadata"]["name"].as_str().unwrap_or_default();
+            (name.to_string(), stage, text("verdict.dev/code"))
+        })
+        .collect()
+}
+
+/// `verdict serve` as `kubeconfig` with the policies of `plugins` and the
+/// configuration `config`, carrying out the delivery of `ns` only (the
+/// shared control plane holds other tests' sets).
+fn delivering_host(
+    plugins: &std::path::Path,
+    data: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    config: &std::path::Path,
+    ns: &str,
+) -> crate::serve::Server {
+    crate::serve::Server::start_with(
+        plugins,
+        data,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--vm-delivery",
+            "--vm-delivery-namespace",
+            ns,
+        ],
+    )
+}
+
+/// `object` made in the namespace `ns`.
+fn apply_in(cluster: &verdict_testcluster::Cluster, ns: &str, mut object: Value) {
+    object["metadata"]["namespace"] = json!(ns);
+    cluster.apply(&object.to_string()).unwrap();
+}
+
+/// The default plugins' folder.
+fn default_plugins() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins")
+}
+
 /// An identity of `ns` for a host whose permissions a test can take away:
 /// everything on every group the host uses, and verdict.dev's resources by
 /// a ClusterRole of their own, `<ns>-delivery`, which [`delivery_rules`]
@@ -1138,61 +1191,21 @@ fn a_gate_holds_while_the_deployments_cannot_be_read_on_the_real_api_server() {
     let Some(cluster) = shared(test) else {
         return;
     };
-    super::vms::install_kubevirt(cluster);
-    install_delivery_crds(cluster);
-    let ns = &unique("real-held");
-    cluster.create_namespace(ns, &[]).unwrap();
-    let kube = Kube {
-        cluster,
-        ns: ns.clone(),
-    };
-    let _player = Player::start(cluster, ns);
+    let namespace = Namespace::new(cluster, "real-held");
+    let (kube, ns) = (&namespace.kube, &namespace.kube.ns);
     let hooks = HookServer::start(|_| (200, DONE.into()));
     let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("verdict.toml");
-    let text: String = crate::vmdelivery::STEPS
-        .iter()
-        .map(|step| format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url))
-        .collect();
-    std::fs::write(&config, text).unwrap();
+    let config = endpoint_config(data.path(), &hooks.url);
     let kubeconfig = data.path().join("held.kubeconfig");
     identity_with_delivery_rules(cluster, ns, &kubeconfig);
-    let server = crate::serve::Server::start_with(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins"),
-        data.path(),
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--vm-delivery",
-            "--vm-delivery-namespace",
-            ns,
-        ],
+    let server = delivering_host(&default_plugins(), data.path(), &kubeconfig, &config, ns);
+    apply_in(
+        cluster,
+        ns,
+        set(3, json!([{"name": "jdk", "version": "21"}])),
     );
-    let in_ns = |mut object: Value| {
-        object["metadata"]["namespace"] = json!(ns);
-        object.to_string()
-    };
-    cluster
-        .apply(&in_ns(set(3, json!([{"name": "jdk", "version": "21"}]))))
-        .unwrap();
-    cluster.apply(&in_ns(deployment("1.0", json!([])))).unwrap();
-    let stages = || -> Vec<(String, String, String)> {
-        set_vms(&kube)
-            .iter()
-            .map(|vm| {
-                let a = &vm["metadata"]["annotations"];
-                let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
-                let stage = match a["verdict.dev/lock"].is_string() {
-                    true => format!("{} (a list runs)", text("verdict.dev/stage")),
-                    false => text("verdict.dev/stage"),
-                };
-                let name = vm["metadata"]["name"].as_str().unwrap_or_default();
-                (name.to_string(), stage, text("verdict.dev/code"))
-            })
-            .collect()
-    };
+    apply_in(cluster, ns, deployment("1.0", json!([])));
+    let stages = || stages_of_set(kube);
     let count = |stage: &str, code: &str| {
         stages()
             .iter()
@@ -1305,15 +1318,8 @@ fn a_lone_host_started_again_resumes_its_running_steps_on_the_real_api_server() 
     let Some(cluster) = shared(test) else {
         return;
     };
-    super::vms::install_kubevirt(cluster);
-    install_delivery_crds(cluster);
-    let ns = &unique("real-lone");
-    cluster.create_namespace(ns, &[]).unwrap();
-    let kube = Kube {
-        cluster,
-        ns: ns.clone(),
-    };
-    let _player = Player::start(cluster, ns);
+    let namespace = Namespace::new(cluster, "real-lone");
+    let (kube, ns) = (&namespace.kube, &namespace.kube.ns);
     // Installs run until the test lets them finish.
     let finish = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let finishing = std::sync::Arc::clone(&finish);
@@ -1329,42 +1335,19 @@ fn a_lone_host_started_again_resumes_its_running_steps_on_the_real_api_server() 
         }
     });
     let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("verdict.toml");
-    let text: String = crate::vmdelivery::STEPS
-        .iter()
-        .map(|step| format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url))
-        .collect();
-    std::fs::write(&config, text).unwrap();
+    let config = endpoint_config(data.path(), &hooks.url);
     let kubeconfig = cluster.kubeconfig();
-    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let flags = [
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--config",
-        config.to_str().unwrap(),
-        "--vm-delivery",
-        "--vm-delivery-namespace",
+    let plugins = default_plugins();
+    let mut first = delivering_host(&plugins, data.path(), &kubeconfig, &config, ns);
+    apply_in(
+        cluster,
         ns,
-    ];
-    let mut first = crate::serve::Server::start_with(&plugins, data.path(), &flags);
-    let in_ns = |mut object: Value| {
-        object["metadata"]["namespace"] = json!(ns);
-        object.to_string()
-    };
-    cluster
-        .apply(&in_ns(set(2, json!([{"name": "jdk", "version": "21"}]))))
-        .unwrap();
+        set(2, json!([{"name": "jdk", "version": "21"}])),
+    );
     let stages = || -> Vec<String> {
-        set_vms(&kube)
-            .iter()
-            .map(|vm| {
-                let a = &vm["metadata"]["annotations"];
-                let stage = a["verdict.dev/stage"].as_str().unwrap_or_default();
-                match a["verdict.dev/lock"].is_string() {
-                    true => format!("{stage} (a list runs)"),
-                    false => stage.to_string(),
-                }
-            })
+        stages_of_set(kube)
+            .into_iter()
+            .map(|(_, stage, _)| stage)
             .collect()
     };
     let installing = wait_until(PATIENCE * 2, || {
@@ -1375,7 +1358,7 @@ fn a_lone_host_started_again_resumes_its_running_steps_on_the_real_api_server() 
 
     // Started again: another process, another name, no election.
     let second_data = tempfile::tempdir().unwrap();
-    let _second = crate::serve::Server::start_with(&plugins, second_data.path(), &flags);
+    let _second = delivering_host(&plugins, second_data.path(), &kubeconfig, &config, ns);
     finish.store(true, std::sync::atomic::Ordering::SeqCst);
     let serving = wait_until(PATIENCE * 3, || stages() == ["serving", "serving"]);
     assert!(
@@ -1383,7 +1366,7 @@ fn a_lone_host_started_again_resumes_its_running_steps_on_the_real_api_server() 
         "the host started again did not take up the installs: {:?}",
         stages()
     );
-    for vm in set_vms(&kube) {
+    for vm in set_vms(kube) {
         let name = vm["metadata"]["name"].as_str().unwrap_or_default();
         let keys: std::collections::BTreeSet<String> = hooks
             .calls
@@ -1408,42 +1391,20 @@ fn a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_s
     let Some(cluster) = shared(test) else {
         return;
     };
-    super::vms::install_kubevirt(cluster);
-    install_delivery_crds(cluster);
-    let ns = &unique("real-let-go");
-    cluster.create_namespace(ns, &[]).unwrap();
-    let kube = Kube {
-        cluster,
-        ns: ns.clone(),
-    };
-    let _player = Player::start(cluster, ns);
+    let namespace = Namespace::new(cluster, "real-let-go");
+    let (kube, ns) = (&namespace.kube, &namespace.kube.ns);
     let hooks = HookServer::start(|_| (200, DONE.into()));
     let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("verdict.toml");
-    let text: String = crate::vmdelivery::STEPS
-        .iter()
-        .map(|step| format!("[hooks.{step}]\nurl = \"{}\"\n", hooks.url))
-        .collect();
-    std::fs::write(&config, text).unwrap();
+    let config = endpoint_config(data.path(), &hooks.url);
     let kubeconfig = cluster.kubeconfig();
-    let _server = crate::serve::Server::start_with(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins"),
-        data.path(),
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--vm-delivery",
-            "--vm-delivery-namespace",
-            ns,
-        ],
+    let _server = delivering_host(&default_plugins(), data.path(), &kubeconfig, &config, ns);
+    apply_in(
+        cluster,
+        ns,
+        set(2, json!([{"name": "jdk", "version": "21"}])),
     );
-    let mut object = set(2, json!([{"name": "jdk", "version": "21"}]));
-    object["metadata"]["namespace"] = json!(ns);
-    cluster.apply(&object.to_string()).unwrap();
     let serving = || {
-        let vms = set_vms(&kube);
+        let vms = set_vms(kube);
         vms.len() == 2
             && vms.iter().all(|vm| {
                 let a = &vm["metadata"]["annotations"];
@@ -1453,12 +1414,12 @@ fn a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_s
     assert!(
         wait_until(PATIENCE * 3, serving).is_some(),
         "{:#?}",
-        set_vms(&kube)
+        set_vms(kube)
     );
     // As a person deletes it, without waiting.
     kube.run(&["delete", "vmreplicasets.verdict.dev", "web", "--wait=false"]);
     let gone = wait_until(PATIENCE * 3, || {
-        set_vms(&kube).is_empty()
+        set_vms(kube).is_empty()
             && kube
                 .run(&[
                     "get",
@@ -1473,7 +1434,7 @@ fn a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_s
     assert!(
         gone.is_some(),
         "left behind: {:#?}",
-        set_vms(&kube)
+        set_vms(kube)
             .iter()
             .map(|vm| vm["metadata"].clone())
             .collect::<Vec<_>>()
