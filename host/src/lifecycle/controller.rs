@@ -260,15 +260,25 @@ impl Controller {
 
     /// Every object of `resource` in the namespaces carried out.
     async fn list_all(&self, resource: &ApiResource) -> Result<Vec<DynamicObject>, kube::Error> {
+        self.list_with(resource, &ListParams::default()).await
+    }
+
+    /// Every object of `resource` that `params` select, in the namespaces
+    /// carried out.
+    async fn list_with(
+        &self,
+        resource: &ApiResource,
+        params: &ListParams,
+    ) -> Result<Vec<DynamicObject>, kube::Error> {
         if self.namespaces.is_empty() {
             let api = Api::<DynamicObject>::all_with(self.reader.clone(), resource);
-            return Ok(api.list(&ListParams::default()).await?.items);
+            return Ok(api.list(params).await?.items);
         }
         let mut all = Vec::new();
         for namespace in &self.namespaces {
             let api =
                 Api::<DynamicObject>::namespaced_with(self.reader.clone(), namespace, resource);
-            all.extend(api.list(&ListParams::default()).await?.items);
+            all.extend(api.list(params).await?.items);
         }
         Ok(all)
     }
@@ -709,8 +719,14 @@ impl Controller {
     /// owned, and what it does not own is not the controller's to delete.
     async fn orphans(&self, all_sets: &[DynamicObject], term: &Term) -> Result<(), Unread> {
         let mut by_set: BTreeMap<(String, String), String> = BTreeMap::new();
-        for vm in served_or_none(self.list_labelled(&machines(), instance::SET_LABEL).await)
-            .map_err(|error| Unread::new("VirtualMachines", error))?
+        for vm in served_or_none(
+            self.list_with(
+                &machines(),
+                &ListParams::default().labels(instance::SET_LABEL),
+            )
+            .await,
+        )
+        .map_err(|error| Unread::new("VirtualMachines", error))?
         {
             let held = vm
                 .metadata
@@ -754,27 +770,6 @@ impl Controller {
             }
         }
         Ok(())
-    }
-
-    /// Every object of `resource` with the label `key`, in the namespaces
-    /// carried out.
-    async fn list_labelled(
-        &self,
-        resource: &ApiResource,
-        key: &str,
-    ) -> Result<Vec<DynamicObject>, kube::Error> {
-        let params = ListParams::default().labels(key);
-        if self.namespaces.is_empty() {
-            let api = Api::<DynamicObject>::all_with(self.reader.clone(), resource);
-            return Ok(api.list(&params).await?.items);
-        }
-        let mut all = Vec::new();
-        for namespace in &self.namespaces {
-            let api =
-                Api::<DynamicObject>::namespaced_with(self.reader.clone(), namespace, resource);
-            all.extend(api.list(&params).await?.items);
-        }
-        Ok(all)
     }
 
     /// Adopt the VMs of the set's namespace that its selector names and
@@ -1210,14 +1205,8 @@ impl Controller {
         mut metadata: Value,
     ) -> Result<(), kube::Error> {
         metadata["resourceVersion"] = json!(machine.resource_version);
-        Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &machines())
-            .patch(
-                &machine.name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({ "metadata": metadata })),
-            )
+        self.patch_metadata(&machines(), &set.namespace, &machine.name, metadata)
             .await
-            .map(drop)
     }
 
     async fn write_status(
