@@ -129,7 +129,9 @@ impl Settings {
 /// Who acted: the replica that held the Lease and its term (the Lease's
 /// transitions when it took it). A record written under a later term is
 /// not written again under an earlier one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub struct Term {
     pub holder: String,

@@ -49,6 +49,9 @@ enum Command {
     /// An app's status changes (or one instance's), from a running host:
     /// since when, why, what caused them, and its availability.
     History(verdict::remote::HistoryArgs),
+    /// Print the CustomResourceDefinitions of verdict's resources (Task,
+    /// Policy, VMReplicaSet, VMDeployment), generated from their types.
+    Crds(verdict::offline::crds::CrdsArgs),
 }
 
 fn main() -> ExitCode {
@@ -91,7 +94,8 @@ fn main() -> ExitCode {
         | Command::New(_)
         | Command::Build(_)
         | Command::Bench(_)
-        | Command::History(_) => "warn",
+        | Command::History(_)
+        | Command::Crds(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
         }
         Command::Bench(args) => verdict::offline::bench::run(&args).map(|(_, out)| print!("{out}")),
         Command::History(args) => verdict::remote::history(&args).map(|out| print!("{out}")),
+        Command::Crds(args) => verdict::offline::crds::run(&args).map(|out| print!("{out}")),
         Command::New(args) => verdict::offline::project::new(&args).map(|out| print!("{out}")),
         Command::Build(args) => verdict::offline::project::build(&args).map(|out| print!("{out}")),
         Command::Test(args) => match verdict::offline::test::run(&args) {

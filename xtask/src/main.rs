@@ -36,6 +36,9 @@ verbs:
   demo      build the plugins and run `verdict serve --demo` with them: the
             host on the built-in demo cluster; `demo --real` plays the demo
             on the real control plane (`cluster up`), KWOK running the pods
+  crds      write the chart's CustomResourceDefinitions
+            (deploy/chart/verdict/crds/) from the resources' Rust types
+            (`verdict crds`); a unit test fails while they differ
   lint      cargo fmt --check, the host's layer order (a module uses only
             those above it in host/src/lib.rs's list), the build without
             the demo cluster, and clippy with warnings denied
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
         "plugins" => build_plugins().map(|_| ()),
         "demo" => build_rust_plugins().and_then(|_| demo(rest)),
         "lint" => lint(),
+        "crds" => crds(),
         "test" => build_plugins()
             .and_then(|_| lint())
             .and_then(|()| test())
@@ -425,6 +429,18 @@ fn ensure_lint_tools() -> Result<()> {
         added
             .err()
             .map_or_else(|| "did not add them".to_string(), |e| format!("{e:#}"))
+    )
+}
+
+/// The chart's CRDs, written by `verdict crds` from the Rust types.
+fn crds() -> Result<()> {
+    let folder = root().join("deploy/chart/verdict/crds");
+    run(
+        cargo()
+            .args(["run", "--quiet", "-p", "verdict", "--", "crds", "--out"])
+            .arg(&folder)
+            .current_dir(root()),
+        BUILD,
     )
 }
 

@@ -6,6 +6,7 @@
 //! ever loaded and a source that is away later does not take the policy
 //! with it.
 
+pub mod crd;
 pub mod oci;
 pub mod policies;
 pub mod signature;

@@ -49,44 +49,36 @@ struct Spec {
     limits: Override,
 }
 
+/// A Policy's spec read through its type ([`super::crd::PolicySpec`]), then
+/// what the schema cannot say.
 fn spec_of(object: &DynamicObject) -> Result<Spec, String> {
-    let spec = &object.data["spec"];
-    let world = match spec["world"].as_str() {
-        Some("status") => World::Status,
-        Some("failover") => World::Failover,
-        Some("admission") => World::Admission,
-        Some("lifecycle") => World::Lifecycle,
-        other => {
-            return Err(format!(
-                "spec.world {other:?} is not status, failover, admission or lifecycle"
-            ));
-        }
+    use super::crd::{ModeName, PolicySpec, WorldName};
+    let spec: PolicySpec = serde_path_to_error::deserialize(&object.data["spec"])
+        .map_err(|e| format!("spec.{}: {}", e.path(), e.inner()))?;
+    let world = match spec.world {
+        WorldName::Status => World::Status,
+        WorldName::Failover => World::Failover,
+        WorldName::Admission => World::Admission,
+        WorldName::Lifecycle => World::Lifecycle,
     };
-    let source = Source::parse(
-        spec["source"].as_str().unwrap_or_default(),
-        spec["sha256"].as_str(),
-    )
-    .map_err(|e| format!("spec.source: {e}"))?;
-    let mode = match spec["mode"].as_str().unwrap_or("active") {
-        "active" => Mode::Active,
-        "shadow" => Mode::Shadow,
-        other => return Err(format!("spec.mode {other} is not active or shadow")),
+    let source = Source::parse(&spec.source, spec.sha256.as_deref())
+        .map_err(|e| format!("spec.source: {e}"))?;
+    let mode = match spec.mode {
+        ModeName::Active => Mode::Active,
+        ModeName::Shadow => Mode::Shadow,
     };
-    let settings = match &spec["settings"] {
-        Value::Null => "{}".to_string(),
-        settings => settings.to_string(),
+    let settings = match &spec.settings {
+        None | Some(Value::Null) => "{}".to_string(),
+        Some(settings) => settings.to_string(),
     };
-    let limit = |key: &str| match &spec["limits"][key] {
-        Value::Null => Ok(None),
-        value => value
-            .as_u64()
-            .filter(|n| *n > 0)
-            .map(Some)
-            .ok_or_else(|| format!("spec.limits.{key} must be a positive integer")),
+    let limits = spec.limits.unwrap_or_default();
+    let positive = |key: &str, value: Option<u64>| match value {
+        Some(0) => Err(format!("spec.limits.{key} must be a positive integer")),
+        value => Ok(value),
     };
     let limits = Override {
-        call_timeout_ms: limit("callTimeoutMs")?,
-        memory_limit_mib: limit("memoryLimitMiB")?,
+        call_timeout_ms: positive("callTimeoutMs", limits.call_timeout_ms)?,
+        memory_limit_mib: positive("memoryLimitMiB", limits.memory_limit_mib)?,
     };
     Ok(Spec {
         world,

@@ -13,6 +13,7 @@
 //! ([`service`]).
 
 pub mod controller;
+pub mod crd;
 pub mod hooks;
 pub mod instance;
 pub mod jobs;

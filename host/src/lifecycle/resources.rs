@@ -14,6 +14,7 @@ use std::time::Duration;
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
+use super::crd;
 use super::instance::{FINALIZER, SET_LABEL, STAGE};
 use super::model::Package;
 use super::requests::{self, Request};
@@ -98,89 +99,70 @@ fn identity(object: &Value) -> (String, String, String, i64) {
     )
 }
 
-fn packages(value: Option<&Value>) -> Result<Vec<Package>, String> {
-    match value {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(value) => {
-            serde_json::from_value(value.clone()).map_err(|e| format!("spec.environment: {e}"))
-        }
-    }
+/// An object's spec read through its type; what does not read is named by
+/// its path (`spec.rollout.order: unknown variant …`).
+fn typed<T: serde::de::DeserializeOwned>(object: &Value) -> Result<T, String> {
+    let spec = match &object["spec"] {
+        Value::Null => &Value::Object(Default::default()),
+        spec => spec,
+    };
+    serde_path_to_error::deserialize(spec).map_err(|e| match e.path().to_string().as_str() {
+        "." => format!("spec: {}", e.inner()),
+        path => format!("spec.{path}: {}", e.inner()),
+    })
 }
 
 impl VmReplicaSet {
-    /// Read a `VMReplicaSet` object.
+    /// Read a `VMReplicaSet` object: its spec through its type
+    /// ([`crd::VmReplicaSetSpec`]), then what the schema cannot say.
     pub fn read(object: &Value) -> Result<Self, String> {
         let (namespace, name, uid, generation) = identity(object);
-        let spec = &object["spec"];
-        let replicas = match &spec["replicas"] {
-            Value::Null => 1,
-            value => value
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| format!("spec.replicas {value} is not a count"))?,
-        };
-        let template = spec["template"].clone();
-        if !template["spec"].is_object() {
+        if !object["spec"]["template"]["spec"].is_object() {
             return Err(
                 "spec.template.spec is missing: there is nothing to make a machine of".into(),
             );
         }
-        let rollout = &spec["rollout"];
-        let max_unavailable = match &rollout["maxUnavailable"] {
-            Value::Null => Share::Count(1),
-            value => Share::parse(value).map_err(|e| {
+        let spec: crd::VmReplicaSetSpec = typed(object)?;
+        let rollout = spec.rollout.unwrap_or_default();
+        let max_unavailable = match &rollout.max_unavailable {
+            None | Some(Value::Null) => Share::Count(1),
+            Some(value) => Share::parse(value).map_err(|e| {
                 format!("spec.rollout.maxUnavailable: {e} (there is no surge: at least one instance must be allowed out of service)")
             })?,
         };
-        let order = match text(rollout, "/order") {
-            None => Order::Name,
-            Some(order) => Order::parse(order).map_err(|e| format!("spec.rollout.{e}"))?,
+        let order = match rollout.order {
+            crd::OrderName::Name => Order::Name,
+            crd::OrderName::OldestFirst => Order::OldestFirst,
+            crd::OrderName::NewestFirst => Order::NewestFirst,
         };
-        let lost = match text(spec, "/lostInstance") {
-            None | Some("repair") => Lost::Repair,
-            Some("scale-down") => Lost::ScaleDown,
-            Some(other) => {
-                return Err(format!(
-                    "spec.lostInstance `{other}` is neither repair nor scale-down"
-                ));
-            }
+        let lost = match spec.lost_instance {
+            crd::LostInstance::Repair => Lost::Repair,
+            crd::LostInstance::ScaleDown => Lost::ScaleDown,
         };
-        let selector = spec
-            .pointer("/selector/matchLabels")
-            .and_then(Value::as_object)
-            .map(|labels| {
-                labels
-                    .iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let offline = spec["offline"]
-            .as_array()
-            .map(|names| {
-                names
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let template = serde_json::to_value(&spec.template).unwrap_or_default();
         Ok(Self {
             namespace,
             name,
             uid,
             generation,
-            replicas,
-            selector,
+            replicas: spec.replicas,
+            selector: spec.selector.unwrap_or_default().match_labels,
             template,
             spec: SetSpec {
-                environment: packages(spec.get("environment"))?,
+                environment: spec
+                    .environment
+                    .into_iter()
+                    .map(|p| Package {
+                        name: p.name,
+                        version: p.version,
+                    })
+                    .collect(),
                 max_unavailable,
                 order,
-                paused: spec["paused"].as_bool().unwrap_or(false),
+                paused: spec.paused,
             },
             lost,
-            offline,
+            offline: spec.offline,
         })
     }
 
@@ -272,6 +254,7 @@ impl VmReplicaSet {
         json!({
             "observedGeneration": self.generation,
             "replicas": total,
+            "selector": format!("{SET_LABEL}={}", self.name),
             "readyReplicas": plan.ready,
             "upToDateReplicas": plan.up_to_date,
             "availableReplicas": available,
@@ -449,23 +432,23 @@ impl VmDeployment {
     /// Read a `VMDeployment` object.
     pub fn read(object: &Value) -> Result<Self, String> {
         let (namespace, name, _, generation) = identity(object);
-        let spec = &object["spec"];
-        let set = text(spec, "/replicaSet")
+        let spec: crd::VmDeploymentSpec = typed(object)?;
+        let set = Some(spec.replica_set)
             .filter(|s| !s.is_empty())
-            .ok_or("spec.replicaSet names no VMReplicaSet")?
-            .to_string();
-        let code = text(spec, "/code/version")
+            .ok_or("spec.replicaSet names no VMReplicaSet")?;
+        let code = Some(spec.code.version)
             .filter(|s| !s.is_empty())
-            .ok_or("spec.code.version is missing")?
-            .to_string();
-        let artifact = text(spec, "/code/artifact").unwrap_or_default().to_string();
+            .ok_or("spec.code.version is missing")?;
+        let artifact = spec.code.artifact;
         let mut steps = Vec::new();
-        for (i, step) in spec["steps"].as_array().into_iter().flatten().enumerate() {
+        for (i, step) in spec.steps.iter().enumerate() {
             let at = |e: String| format!("spec.steps[{i}]: {e}");
-            steps.push(match (step.get("instances"), step.get("pause")) {
+            steps.push(match (&step.instances, &step.pause) {
                 (Some(share), None) => Step::Instances(Share::parse(share).map_err(at)?),
                 (None, Some(pause)) => Step::Pause(
-                    text(pause, "/duration")
+                    pause
+                        .duration
+                        .as_deref()
                         .map(duration)
                         .transpose()
                         .map_err(at)?,
@@ -473,7 +456,7 @@ impl VmDeployment {
                 _ => return Err(at("a step is either instances or a pause".into())),
             });
         }
-        let deadline = spec["progressDeadlineSeconds"].as_u64().unwrap_or(600);
+        let deadline = spec.progress_deadline_seconds;
         let revision = revision(&code, &artifact, &steps);
         let status = &object["status"];
         let progress = Progress {
@@ -503,7 +486,7 @@ impl VmDeployment {
                 code,
                 previous: text(status, "/stableCode").map(String::from),
                 steps,
-                paused: spec["paused"].as_bool().unwrap_or(false),
+                paused: spec.paused,
                 progress_deadline: Duration::from_secs(deadline),
             },
             revision,
@@ -829,11 +812,11 @@ mod tests {
         );
         assert!(
             refused(json!({"template": template(), "lostInstance": "ignore"}))
-                .contains("neither repair nor scale-down")
+                .contains("spec.lostInstance: unknown variant `ignore`")
         );
         assert!(
             refused(json!({"template": template(), "environment": [{"name": "jdk"}]}))
-                .starts_with("spec.environment: missing field `version`")
+                .starts_with("spec.environment[0]: missing field `version`")
         );
     }
 
@@ -1039,7 +1022,7 @@ mod tests {
         );
         assert!(
             refused(&|o| o["spec"]["code"] = json!({"artifact": "x"}))
-                .contains("spec.code.version")
+                .starts_with("spec.code: missing field `version`")
         );
     }
 

@@ -3,10 +3,11 @@
 //! world), `verdict bench` measures a status policy, `verdict policy`
 //! pushes, pulls and inspects policies in OCI registries, `verdict diff`
 //! compares two status policies over the same objects, `verdict new` and
-//! `verdict build` make and build policy projects. None needs a cluster or
-//! a running host.
+//! `verdict build` make and build policy projects; `verdict crds` prints the
+//! custom resources' definitions. None needs a cluster or a running host.
 
 pub mod bench;
+pub mod crds;
 pub mod diff;
 pub mod eval;
 pub mod policy;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::wit::types::{self, TaskAction as Action, TaskPhase as Phase};
-use crate::wit::{WitName, wit_name};
+use crate::wit::{WitName, wit_name, wit_names};
 
 /// Times as RFC 3339 text on the wire, milliseconds since the epoch inside.
 pub mod time {
@@ -46,7 +46,9 @@ pub mod time {
 }
 
 /// One step of a task's plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub struct Step {
     pub name: String,
@@ -54,13 +56,16 @@ pub struct Step {
     pub description: String,
     #[serde(with = "wit_name")]
     #[schema(value_type = PhaseName, example = "running")]
+    #[schemars(schema_with = "wit_names::<Phase>")]
     pub phase: Phase,
     #[serde(default)]
     pub message: Option<String>,
 }
 
 /// What admission said when the task was created.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub struct Admission {
     /// `allow` or `require-approval` (denied tasks are never stored).
@@ -79,7 +84,9 @@ pub struct Admission {
 }
 
 /// A person's answer to a task held for approval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub struct Review {
     pub approved: bool,
@@ -88,34 +95,75 @@ pub struct Review {
     pub reason: Option<String>,
     #[serde(with = "time")]
     #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub at: types::Timestamp,
 }
 
-/// A task record: one user action, with its phase, progress and plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+/// A task record: one user action, with its phase, progress and plan. The
+/// Kubernetes task store keeps it as the spec of a `Task` object, whose
+/// CRD is generated from this type (`verdict crds`).
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+    schemars::JsonSchema,
+    kube::CustomResource,
+)]
+// Printer columns repeat their keys, which clippy takes for repeated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[kube(
+    group = "verdict.dev",
+    version = "v1",
+    kind = "Task",
+    root = "TaskResource",
+    plural = "tasks",
+    singular = "task",
+    shortname = "vtask",
+    namespaced,
+    printcolumn(name = "App", type_ = "string", json_path = ".spec.app"),
+    printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".spec.phase"),
+    printcolumn(name = "Progress", type_ = "integer", json_path = ".spec.progress"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    doc = "A task record: one user action on an app, with its phase, progress and plan; its spec is the record as GET /v1/tasks/{id} shows it."
+)]
 #[serde(rename_all = "kebab-case")]
 pub struct Task {
     pub id: String,
     /// `namespace/name`.
+    #[schemars(regex(pattern = "^[a-z0-9-]+/[a-z0-9-]+$"))]
     pub app: String,
     #[serde(with = "wit_name")]
     #[schema(value_type = ActionName, example = "restart")]
+    #[schemars(schema_with = "wit_names::<Action>")]
     pub action: Action,
     #[schema(value_type = Object)]
+    #[schemars(schema_with = "any_object")]
     pub params: Map<String, Value>,
     #[serde(default)]
     pub requested_by: Option<String>,
     #[serde(with = "wit_name")]
     #[schema(value_type = PhaseName, example = "running")]
+    #[schemars(schema_with = "wit_names::<Phase>")]
     pub phase: Phase,
+    #[schemars(range(max = 100))]
     pub progress: u8,
     #[serde(default)]
     pub message: Option<String>,
     #[serde(with = "time")]
     #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub created_at: types::Timestamp,
     #[serde(with = "time")]
     #[schema(value_type = String, format = DateTime)]
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub updated_at: types::Timestamp,
     #[serde(default)]
     pub steps: Vec<Step>,
@@ -124,6 +172,7 @@ pub struct Task {
     pub review: Option<Review>,
     /// Counts the task's writes; a write based on an older revision is a
     /// conflict.
+    #[schemars(range(min = 1))]
     pub revision: u64,
     /// The task's place among its app's tasks (1, 2, …): the Kubernetes
     /// task store names the task's object by it, so that two replicas
@@ -134,6 +183,11 @@ pub struct Task {
     /// replica of an earlier term cannot write the task any more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<crate::leader::Term>,
+}
+
+/// Parameters of any fields, kept as they are.
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -68,7 +68,7 @@ fn the_task_crd_is_served_and_validated_by_the_real_api_server() {
     let valid = json!({
         "id": "t-malformed", "app": "shop/web", "action": "scale", "phase": "pending",
         "progress": 0, "created-at": "2026-11-30T10:00:00Z", "updated-at": "2026-11-30T10:00:00Z",
-        "revision": 1, "params": {"replicas": 3},
+        "revision": 1, "params": {"replicas": 3}, "admission": {"decision": "allow"},
     });
     // Each of these breaks the schema in one place.
     let broken = [
@@ -100,6 +100,23 @@ fn the_task_crd_is_served_and_validated_by_the_real_api_server() {
         refused.contains("spec.revision: Required value"),
         "{refused}"
     );
+
+    // Every action of the task model is one the schema takes (the schema
+    // is generated from the model), `migrate` among them; and so is a
+    // lone host's term, whose `alone` the server keeps.
+    let mut migrate = valid.clone();
+    migrate["action"] = json!("migrate");
+    migrate["actor"] = json!({"holder": "verdict-0", "term": 0, "alone": true});
+    cluster.apply(&task(ns, migrate)).unwrap();
+    let kept = cluster
+        .kubectl_run(
+            &["get", "task", "t-malformed", "-n", ns, "-o", "json"],
+            None,
+        )
+        .unwrap();
+    let kept: Value = serde_json::from_str(&kept).unwrap();
+    assert_eq!(kept["spec"]["action"], "migrate", "{kept}");
+    assert_eq!(kept["spec"]["actor"]["alone"], true, "{kept}");
 
     // The valid one is taken, and `kubectl get tasks` prints its columns.
     cluster.apply(&task(ns, valid)).unwrap();

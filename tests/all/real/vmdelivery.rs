@@ -222,6 +222,74 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
     assert_eq!((again.progress.step, again.progress.promoted), (1, true));
     assert_eq!(again.status_code.as_deref(), Some("2.4.0"));
 
+    // So is the set's, nulls left out as the server leaves them out; and
+    // `kubectl scale` goes through the set's scale subresource, whose
+    // selector is its instances' label.
+    let stored_set: Value = serde_json::from_str(
+        &cluster
+            .kubectl_run(&["get", "vmrs", "web", "-n", ns, "-o", "json"], None)
+            .unwrap(),
+    )
+    .unwrap();
+    let set_read = verdict::lifecycle::resources::VmReplicaSet::read(&stored_set).unwrap();
+    let rows = vec![json!({
+        "name": "web-0", "stage": "serving", "environment": ["jdk=17"], "code": "2.4.0",
+        "task": null, "lockedBy": null, "since": "2026-01-01T00:00:00Z",
+    })];
+    let set_status = set_read.status(&plan, rows, None, 1_767_225_600_000);
+    let patch = json!({ "status": set_status }).to_string();
+    cluster
+        .kubectl_run(
+            &[
+                "patch",
+                "vmrs",
+                "web",
+                "-n",
+                ns,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &patch,
+            ],
+            None,
+        )
+        .unwrap();
+    let kept: Value = serde_json::from_str(
+        &cluster
+            .kubectl_run(&["get", "vmrs", "web", "-n", ns, "-o", "json"], None)
+            .unwrap(),
+    )
+    .unwrap();
+    let mut expected = set_status.clone();
+    for row in expected["instances"].as_array_mut().unwrap() {
+        row.as_object_mut().unwrap().retain(|_, v| !v.is_null());
+    }
+    assert_eq!(
+        kept["status"], expected,
+        "the server changed the set's status"
+    );
+    cluster
+        .kubectl_run(&["scale", "vmrs", "web", "-n", ns, "--replicas=3"], None)
+        .unwrap();
+    let scale: Value = serde_json::from_str(
+        &cluster
+            .kubectl_run(
+                &[
+                    "get",
+                    "--raw",
+                    &format!("/apis/verdict.dev/v1alpha1/namespaces/{ns}/vmreplicasets/web/scale"),
+                ],
+                None,
+            )
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(scale["spec"]["replicas"], 3, "{scale}");
+    assert_eq!(
+        scale["status"]["selector"], "verdict.dev/vmreplicaset=web",
+        "{scale}"
+    );
+
     // `kubectl get` reads like `kubectl get deploy`.
     let table = cluster
         .kubectl_run(&["get", "vmreplicasets,vmdeployments", "-n", ns], None)

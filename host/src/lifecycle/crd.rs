@@ -1,0 +1,527 @@
+//! The two resources of seed 002's delivery as Rust types: what the API
+//! server serves (`kubectl get vmreplicasets,vmdeployments`) is generated
+//! from these — their schemas, validation rules, printer columns and
+//! subresources (`verdict crds`, which `cargo xtask crds` writes into the
+//! chart) — and their specs are read through them.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A `VMReplicaSet` (seed 002): the machines of an application hosted on
+/// virtual machines and the environment they run — the packages, with their
+/// versions, installed on every instance. Its instances are KubeVirt
+/// `VirtualMachine`s made from `template` (creating one is applying for a
+/// machine) or adopted by `selector`. An environment change moves its
+/// instances through the instance state machine again, at most
+/// `rollout.maxUnavailable` out of `ready` at a time. Instances named in
+/// `offline` are drained and deleted, and the set shrinks by them. Status is
+/// written by the leader of verdict's replicas only, which carries it out
+/// with --vm-delivery.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+// Printer columns repeat their keys, which clippy takes for repeated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[kube(
+    group = "verdict.dev",
+    version = "v1alpha1",
+    kind = "VMReplicaSet",
+    root = "VmReplicaSetResource",
+    plural = "vmreplicasets",
+    singular = "vmreplicaset",
+    shortname = "vmrs",
+    namespaced,
+    status = "VmReplicaSetStatus",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready"),
+    printcolumn(
+        name = "Up-to-date",
+        type_ = "integer",
+        json_path = ".status.upToDateReplicas"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "integer",
+        json_path = ".status.availableReplicas"
+    ),
+    printcolumn(
+        name = "Waiting",
+        type_ = "string",
+        json_path = ".status.waiting",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    doc = "The machines of an application hosted on virtual machines and the environment they run (seed 002)."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VmReplicaSetSpec {
+    /// How many instances the set keeps (instances taken offline are not
+    /// counted or replaced).
+    #[serde(default = "one")]
+    #[schemars(range(min = 0))]
+    pub replicas: u32,
+    /// Existing VirtualMachines with these labels are adopted as instances
+    /// of the set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<Selector>,
+    /// The instance template, a KubeVirt VirtualMachine's metadata and spec.
+    pub template: Template,
+    /// The packages every instance runs (runtimes, agents), each with its
+    /// version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub environment: Vec<PackageSpec>,
+    /// How an environment change rolls over the instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
+    /// What an instance lost with its node gets when failover repairs it —
+    /// repair (a new instance through the whole machine) or scale-down (it
+    /// is named in offline, drained and deleted, and the set is smaller by
+    /// it).
+    #[serde(default)]
+    pub lost_instance: LostInstance,
+    /// Instances an operator takes offline for good — each drained, then
+    /// deleted; the set runs replicas less these and gives their names to
+    /// no new instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"), inner(length(min = 1)))]
+    pub offline: Vec<String>,
+    /// No instance is moved while set.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Labels a VM must carry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Selector {
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// A VM template: its labels and annotations, and KubeVirt's spec as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Template {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    #[schemars(schema_with = "any_object")]
+    pub spec: Value,
+}
+
+/// The labels and annotations of a template.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TemplateMetadata {
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A package of the environment, with its version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PackageSpec {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    #[schemars(length(min = 1))]
+    pub version: String,
+}
+
+/// How an environment change rolls over a set's instances.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.maxUnavailable) || (type(self.maxUnavailable) == int ? self.maxUnavailable >= 1 : self.maxUnavailable.matches('^([1-9][0-9]?|100)%$'))",
+    "message": "maxUnavailable must be at least 1, or a share from 1% to 100% (there is no surge)"
+}]))]
+pub struct RolloutSpec {
+    /// How many instances may be out of ready at once, a count or a share
+    /// ("25%"); there is no surge, so at least one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "share_defaulting_to_one")]
+    pub max_unavailable: Option<Value>,
+    /// The order instances are taken in.
+    #[serde(default)]
+    pub order: OrderName,
+}
+
+/// The order a rollout takes instances in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OrderName {
+    #[default]
+    Name,
+    OldestFirst,
+    NewestFirst,
+}
+
+/// What a set does about an instance lost with its node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LostInstance {
+    #[default]
+    Repair,
+    ScaleDown,
+}
+
+/// A set's status, as the controller writes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmReplicaSetStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    /// The label selector of the set's instances, as text (the scale
+    /// subresource's, for `kubectl scale` and autoscalers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<u32>,
+    /// Instances running the set's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up_to_date_replicas: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<u32>,
+    /// Ready instances / desired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    /// Why the rollout waits, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<SetInstance>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// One instance in a set's status.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetInstance {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub since: Option<String>,
+    /// The environment the instance runs, as package=version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The task in progress, as stage/step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked_by: Option<String>,
+}
+
+/// A condition, in the shape of Kubernetes' `metav1.Condition`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: ConditionType,
+    pub status: ConditionStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub last_transition_time: Option<String>,
+}
+
+/// The conditions the controller writes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub enum ConditionType {
+    Ready,
+    Progressing,
+    Paused,
+    Degraded,
+}
+
+/// A condition's state.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+/// A `VMDeployment` (seed 002): the code of an application hosted on
+/// virtual machines, deployed to the instances of a `VMReplicaSet` of its
+/// namespace by a gray release — its `steps`, each either a number (or
+/// share) of instances that get the new code and must be ready before the
+/// next step, or a pause: `pause: {}` waits for a person to approve
+/// (through verdict's HTTP API or dashboard, audited), `pause: {duration:
+/// 10m}` resumes by itself. A failed task stops the rollout and marks it
+/// Degraded; past `progressDeadlineSeconds` it says so. Status is written
+/// by the leader of verdict's replicas only, which carries it out with
+/// --vm-delivery.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+// Printer columns repeat their keys, which clippy takes for repeated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[kube(
+    group = "verdict.dev",
+    version = "v1alpha1",
+    kind = "VMDeployment",
+    root = "VmDeploymentResource",
+    plural = "vmdeployments",
+    singular = "vmdeployment",
+    shortname = "vmdeploy",
+    namespaced,
+    status = "VmDeploymentStatus",
+    printcolumn(name = "Set", type_ = "string", json_path = ".spec.replicaSet"),
+    printcolumn(name = "Code", type_ = "string", json_path = ".spec.code.version"),
+    printcolumn(name = "Step", type_ = "string", json_path = ".status.step"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Up-to-date",
+        type_ = "integer",
+        json_path = ".status.updatedInstances"
+    ),
+    printcolumn(
+        name = "Waiting",
+        type_ = "string",
+        json_path = ".status.waiting",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    doc = "The code of an application hosted on virtual machines, deployed to a VMReplicaSet's instances by a gray release (seed 002)."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VmDeploymentSpec {
+    /// The VMReplicaSet of this namespace whose instances get the code.
+    #[schemars(length(min = 1))]
+    pub replica_set: String,
+    pub code: CodeSpec,
+    /// The gray release; without steps every instance gets the code,
+    /// maxUnavailable of the set at a time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub steps: Vec<StepSpec>,
+    /// A rollout that makes no progress for this long is marked as past its
+    /// deadline.
+    #[serde(default = "six_hundred")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: u64,
+    /// The rollout does not advance while set.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+fn six_hundred() -> u64 {
+    600
+}
+
+/// The code a deployment delivers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CodeSpec {
+    /// Where the code comes from (a package, an image, a URL), handed to
+    /// the deploy step.
+    #[schemars(length(min = 1))]
+    pub artifact: String,
+    #[schemars(length(min = 1))]
+    pub version: String,
+}
+
+/// One step of a gray release.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.instances) != has(self.pause)",
+        "message": "a step is either instances or a pause, not both and not neither"
+    },
+    {
+        "rule": "!has(self.instances) || (type(self.instances) == int ? self.instances >= 1 : self.instances.matches('^([1-9][0-9]?|100)%$'))",
+        "message": "instances must be at least 1, or a share from 1% to 100%"
+    }
+]))]
+pub struct StepSpec {
+    /// How many instances have the new code when this step ends, a count or
+    /// a share ("50%").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "share")]
+    pub instances: Option<Value>,
+    /// Wait here; with no duration, until a person approves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseSpec>,
+}
+
+/// A pause of a gray release.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PauseSpec {
+    /// How long to wait, as 30s, 10m or 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^[0-9]+(s|m|h)$"))]
+    pub duration: Option<String>,
+}
+
+/// A deployment's status, as the controller writes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmDeploymentStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RolloutPhase>,
+    /// The current step, as index/count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// The version this rollout delivers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// What this rollout delivers in one word, a digest of the code
+    /// (version and artifact) and the steps; a new revision starts a new
+    /// rollout, which no approval of an earlier one carries into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The version released before this rollout; an abort goes back to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_code: Option<String>,
+    /// The step the rollout is at, from 0 (the number of steps once past
+    /// the last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_index: Option<u32>,
+    /// When the rollout reached its step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub step_started_at: Option<String>,
+    /// The gate a person approved (its step index) of the revision
+    /// approvedRevision, with approvedBy and approvedReason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_step: Option<i64>,
+    /// The revision whose gate was approved; an approval of another
+    /// revision approves nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_reason: Option<String>,
+    /// When this rollout started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub started_at: Option<String>,
+    /// What people did to this rollout (approve, promote, abort), oldest
+    /// first, the last 20; each is asked with the verdict.dev/approve,
+    /// verdict.dev/promote or verdict.dev/abort annotation (the HTTP API
+    /// writes it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub actions: Vec<Action>,
+    /// A person skipped the remaining steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted: Option<bool>,
+    /// A person took the instances back to stableCode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<bool>,
+    /// Why the rollout waits, when it does (a gate, a timed pause,
+    /// instances not ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+    /// Instances running this code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_instances: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_instances: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<DeploymentInstance>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// The phases of a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub enum RolloutPhase {
+    Progressing,
+    Paused,
+    Completed,
+    Degraded,
+    Aborted,
+}
+
+/// What a person did to a rollout.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Action {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ActionName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub at: Option<String>,
+}
+
+/// The actions a person may take on a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActionName {
+    Approve,
+    Promote,
+    Abort,
+}
+
+/// One instance in a deployment's status.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DeploymentInstance {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+}
+
+/// An object of any fields, kept as it is (KubeVirt's VM spec).
+fn any_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// A count or a share ("25%").
+fn share(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "maxLength": 4,
+    })
+}
+
+/// A count or a share, one when not given.
+fn share_defaulting_to_one(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = share(generator);
+    schema.insert("default".into(), 1.into());
+    schema
+}
