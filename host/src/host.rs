@@ -504,14 +504,20 @@ impl Host {
                     _ => config.hooks.clone(),
                 };
                 let hooks = crate::lifecycle::hooks::Hooks::new(specs).map_err(Error::Invalid)?;
-                let controller = Arc::new(crate::lifecycle::controller::Controller::new(
+                let controller = crate::lifecycle::controller::Controller::new(
                     client.clone(),
                     Arc::clone(&leadership),
                     Arc::clone(&registry),
                     failover.clone(),
                     (Arc::clone(&live.overrides), Arc::clone(&events)),
                     (hooks, &config.lifecycle),
-                ));
+                );
+                // What it does as Kubernetes Events, as the history's
+                // status changes are (and off with them).
+                let controller = Arc::new(match config.history.no_kube_events {
+                    true => controller,
+                    false => controller.with_events(),
+                });
                 counts = Some(Arc::clone(&controller.counts));
                 loops.push(tokio::spawn(controller.run()));
             }

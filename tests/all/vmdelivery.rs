@@ -769,6 +769,58 @@ fn a_failed_instance_is_retried_and_an_aborted_rollout_goes_back_to_the_stable_c
     redeploy(cluster, "2.0", json!([{"instances": 1}, {"pause": {}}]));
     let degraded = wait_until(PATIENCE * 2, || rollout(server)["phase"] == "Degraded");
     assert!(degraded.is_some(), "never degraded: {:#}", rollout(server));
+    // Its status, the set's and a warning Event on the set name the
+    // instance and the step it failed at.
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let deployments = resource(cluster, "verdict.dev", "vmdeployments");
+    let degraded_of = |object: Value| -> String {
+        object["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Degraded" && c["status"] == "True")
+            .and_then(|c| c["message"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let named = wait_until(PATIENCE, || {
+        let store = cluster.sim().store();
+        degraded_of(store.get(sets, "shop", "web").unwrap()).contains("web-0 at deploy-code")
+            && degraded_of(store.get(deployments, "shop", "web").unwrap())
+                .contains("web-0 at deploy-code failed")
+    });
+    assert!(
+        named.is_some(),
+        "{:#}\n{:#}",
+        cluster.sim().store().get(sets, "shop", "web").unwrap()["status"],
+        cluster
+            .sim()
+            .store()
+            .get(deployments, "shop", "web")
+            .unwrap()["status"]
+    );
+    let events_of_set = || -> Vec<Value> {
+        let url = format!(
+            "{}/apis/events.k8s.io/v1/namespaces/shop/events",
+            cluster.sim().url()
+        );
+        let list: Value = reqwest::blocking::get(url).unwrap().json().unwrap();
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["regarding"]["kind"] == "VMReplicaSet" && e["regarding"]["name"] == "web")
+            .cloned()
+            .collect()
+    };
+    let warned = wait_until(PATIENCE, || {
+        events_of_set().iter().any(|e| {
+            e["type"] == "Warning"
+                && e["reason"] == "ListFailed"
+                && e["note"] == "web-0: deploying failed at deploy-code: disk full"
+        })
+    });
+    assert!(warned.is_some(), "{:#?}", events_of_set());
 
     // Retried with the cause fixed: the failed list runs again.
     *fail.lock().unwrap() = false;
@@ -786,6 +838,15 @@ fn a_failed_instance_is_retried_and_an_aborted_rollout_goes_back_to_the_stable_c
         rollout(server)
     );
     assert_eq!(codes(cluster)["web-0"], "2.0");
+    let retried = wait_until(PATIENCE, || {
+        events_of_set().iter().any(|e| {
+            e["reason"] == "StageForced"
+                && e["note"].as_str().is_some_and(|n| {
+                    n.starts_with("web-0 enters") && n.contains("retried by carol")
+                })
+        })
+    });
+    assert!(retried.is_some(), "{:#?}", events_of_set());
 
     // Aborted at the gate: the instance that got 2.0 goes back to 1.0.
     let (code, body) = post(
@@ -969,6 +1030,68 @@ fn an_instance_named_offline_is_drained_and_deleted_and_not_replaced_and_a_small
     });
     assert!(
         status.is_some(),
+        "{:#}",
+        cluster.sim().store().get(sets, "shop", "web").unwrap()
+    );
+}
+
+/// Instances named offline are out of the replica count: with two of
+/// four named offline and another deleted by hand, the set makes one in
+/// its place and never takes a serving instance out "to make room".
+#[test]
+fn instances_named_offline_do_not_count_and_no_serving_instance_makes_room() {
+    let Delivery { cluster, hooks, .. } = &delivering("");
+    let settled = |names: &[&str]| {
+        let all = instances(cluster);
+        all.keys().map(String::as_str).collect::<Vec<_>>() == names
+            && all
+                .values()
+                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+    };
+    cluster.apply(set(4, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 2, || settled(&[
+            "web-0", "web-1", "web-2", "web-3"
+        ]))
+        .is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    let mut offline = set(4, json!([{"name": "jdk", "version": "21"}]));
+    offline["spec"]["offline"] = json!(["web-1", "web-2"]);
+    cluster.apply(offline);
+    assert!(
+        wait_until(PATIENCE * 3, || settled(&["web-0", "web-3"])).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    let serving_steps = hooks.steps_of("web-3").len();
+
+    // web-0 deleted by hand: the set is short of one, makes web-4 (no
+    // name of those offline), and leaves web-3 serving throughout.
+    let machines = resource(cluster, "kubevirt.io", "virtualmachines");
+    cluster
+        .sim()
+        .store()
+        .delete(machines, "shop", "web-0")
+        .unwrap();
+    assert!(
+        wait_until(PATIENCE * 3, || settled(&["web-3", "web-4"])).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    assert_eq!(
+        hooks.steps_of("web-3").len(),
+        serving_steps,
+        "a step was asked of the serving web-3: {:?}",
+        hooks.steps_of("web-3")
+    );
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let ready = wait_until(PATIENCE, || {
+        cluster.sim().store().get(sets, "shop", "web").unwrap()["status"]["ready"] == "2/2"
+    });
+    assert!(
+        ready.is_some(),
         "{:#}",
         cluster.sim().store().get(sets, "shop", "web").unwrap()
     );
@@ -2193,6 +2316,64 @@ fn a_deleted_set_cleans_up_every_instance_before_it_goes() {
         );
     }
     assert_eq!(server.get("/readyz").0, 200);
+}
+
+/// A deleted set whose instance's clean-up is held says so: its
+/// `Deleting` condition names the instance and the step that holds it.
+#[test]
+fn a_deleted_set_says_which_instance_and_step_hold_it() {
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let holding = Arc::clone(&hold);
+    let Delivery { cluster, .. } = &delivering_with("", move |call| {
+        if call["step"] == "delete-machine" && holding.load(std::sync::atomic::Ordering::SeqCst) {
+            return (
+                200,
+                r#"{"status":"running","progress":10,"retryAfterSeconds":1}"#.into(),
+            );
+        }
+        (200, DONE.into())
+    });
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == 1).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let held = wait_until(PATIENCE, || {
+        cluster.sim().store().get(sets, "shop", "web").unwrap()["metadata"]["finalizers"]
+            == json!(["verdict.dev/cleanup"])
+    });
+    assert!(
+        held.is_some(),
+        "the set does not hold its instances' clean-up"
+    );
+    cluster.sim().store().delete(sets, "shop", "web").unwrap();
+    let deleting = || {
+        cluster
+            .sim()
+            .store()
+            .get(sets, "shop", "web")
+            .ok()
+            .and_then(|set| {
+                set["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Deleting")
+                    .cloned()
+            })
+            .unwrap_or_default()
+    };
+    let said = wait_until(PATIENCE * 2, || {
+        deleting()["message"] == "cleaning up 1 instance(s): web-0 at delete-machine"
+    });
+    assert!(said.is_some(), "{:#}", deleting());
+    assert_eq!(deleting()["status"], "True");
+    hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    let gone = wait_until(PATIENCE * 2, || {
+        cluster.sim().store().get(sets, "shop", "web").is_err()
+    });
+    assert!(gone.is_some(), "{:#}", deleting());
 }
 
 #[test]

@@ -63,6 +63,8 @@ pub struct Controller {
     events: Arc<Events>,
     /// What the last reconcile found, for metrics and the HTTP routes.
     pub counts: Arc<Counts>,
+    /// The Kubernetes Events of what it does, when it writes them.
+    announcer: Option<Arc<super::announce::Announcer>>,
 }
 
 /// What the controller counts: instances by stage and rollouts by phase
@@ -193,11 +195,26 @@ impl Controller {
             overrides,
             events,
             counts: Arc::default(),
+            announcer: None,
         }
+    }
+
+    /// Write what the controller does as Kubernetes Events on the sets, through
+    /// the leader's fenced client.
+    pub fn with_events(mut self) -> Self {
+        let replica = self.leadership.standing().replica;
+        self.announcer = Some(super::announce::Announcer::start(
+            self.writer.clone(),
+            replica,
+        ));
+        self
     }
 
     /// Tell the event stream about an instance or a rollout.
     fn tell(&self, set: &VmReplicaSet, data: Value) {
+        if let Some(announcer) = &self.announcer {
+            announcer.announce(set, &data);
+        }
         self.events.publish(
             Kind::Delivery,
             Some(format!("{}/{}", set.namespace, set.name)),
@@ -447,7 +464,15 @@ impl Controller {
                 }
                 return Ok(Found::default());
             }
-            return self.let_go(&set, read, term, at).await;
+            // The set says which instances hold it, each at its step.
+            let rows: Vec<Value> = read.iter().map(row).collect();
+            let found = self.let_go(&set, read, term, at).await?;
+            let mut set = set;
+            set.generation = object["metadata"]["generation"].as_i64().unwrap_or(0);
+            let status = set.deleting_status(&object["status"], rows, at);
+            self.write_status(&sets(), namespace, name, object, status)
+                .await?;
+            return Ok(found);
         }
         // The set holds its instances' clean-up: deleted, it lets go only
         // when each of them has been cleaned up.
@@ -537,6 +562,7 @@ impl Controller {
                 instance = name,
                 "VM delivery: a machine is requested"
             );
+            self.tell(&set, json!({"instance": name, "event": "made"}));
             read = self.read_machines(&set, health).await?;
         }
 
@@ -592,17 +618,20 @@ impl Controller {
             .collect();
         let mut steps = futures_util::stream::FuturesUnordered::new();
         let mut movable = movable.into_iter();
+        let mut refused = Vec::new();
         loop {
             while steps.len() < STEPS_AT_ONCE
                 && let Some((machine, recorded, target)) = movable.next()
             {
                 steps.push(self.step_logged(&set, machine, recorded, target, term, at));
             }
-            if steps.next().await.is_none() {
-                break;
+            match steps.next().await {
+                None => break,
+                Some(outcome) => refused.extend(outcome),
             }
         }
         let rows: Vec<Value> = read.iter().map(row).collect();
+        let deployment_rows = rows.clone();
         let problems: Vec<String> = read
             .iter()
             .filter_map(|m| {
@@ -613,6 +642,7 @@ impl Controller {
             })
             .collect();
         let mut problems = problems;
+        problems.extend(refused);
         if self.registry.policy(World::Lifecycle).is_err() {
             problems.insert(0, NO_POLICY.to_string());
         }
@@ -632,7 +662,7 @@ impl Controller {
                 .iter()
                 .filter(|m| m.state.code.as_deref() == Some(spec.code.as_str()))
                 .count();
-            let status = d.status(spec, &plan, updated, at);
+            let status = d.status(spec, &plan, updated, &deployment_rows, at);
             let object = deployment_object.cloned().unwrap_or_default();
             self.write_status(&deployments(), namespace, &d.name, &object, status)
                 .await?;
@@ -912,10 +942,29 @@ impl Controller {
         target: model::TargetState,
         term: &Term,
         at: Timestamp,
-    ) {
-        if let Err(error) = self.step(set, machine, recorded, &target, term, at).await {
-            tracing::warn!(namespace = set.namespace, instance = machine.name, %error, "VM delivery: the instance could not be moved on");
+    ) -> Option<String> {
+        let error = self
+            .step(set, machine, recorded, &target, term, at)
+            .await
+            .err()?;
+        tracing::warn!(namespace = set.namespace, instance = machine.name, %error, "VM delivery: the instance could not be moved on");
+        // A write the API server refused (not a conflict, which the next
+        // reconcile reads past) is said on the set and as an Event.
+        let kube::Error::Api(status) = &error else {
+            return None;
+        };
+        if matches!(status.code, 404 | 409) {
+            return None;
         }
+        let message = format!(
+            "the API server refused a write ({} {}): {}",
+            status.code, status.reason, status.message
+        );
+        self.tell(
+            set,
+            json!({"instance": machine.name, "event": "refused", "message": message}),
+        );
+        Some(format!("{}: {message}", machine.name))
     }
 
     /// Move one instance on by one step.
@@ -1079,7 +1128,7 @@ impl Controller {
                     set,
                     json!({"instance": machine.name, "event": "finished", "list": list.number,
                     "stage": list.stage.wit_name(), "outcome": list.outcome.wit_name(),
-                    "task": list.current().map(|t| t.name.clone()), "message": list.message}),
+                    "task": list.entry().task, "message": list.message}),
                 );
             }
             return self.moved_on(set, machine, recorded, term).await;
@@ -1111,6 +1160,10 @@ impl Controller {
         };
         if let Some(who) = &machine.forced_by {
             list.reason = format!("{} ({who})", list.reason);
+            self.tell(
+                set,
+                json!({"instance": machine.name, "event": "forced", "stage": list.stage.wit_name(), "by": who}),
+            );
             // A person who forces an instance into service vouches that it
             // has what it should (the list that failed to give it, done by
             // hand): once the forced list succeeds it has the target, and
@@ -1222,14 +1275,38 @@ impl Controller {
         if object["status"] == status {
             return Ok(());
         }
-        Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, resource)
+        let api = Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, resource);
+        let written = api
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": replacing(&object["status"], status)})),
+            )
+            .await;
+        let Err(kube::Error::Api(refused)) = &written else {
+            return written.map(drop);
+        };
+        if matches!(refused.code, 404 | 409) {
+            return written.map(drop);
+        }
+        // Refused (too large, invalid): the status says so, in a write
+        // small enough to be taken.
+        let problem = format!(
+            "the status could not be written: the API server refused it ({} {}): {}",
+            refused.code, refused.reason, refused.message
+        );
+        let status = super::resources::degraded(object, "WriteRefused", &problem, now());
+        if let Err(error) = api
             .patch_status(
                 name,
                 &PatchParams::default(),
                 &Patch::Merge(&json!({"status": replacing(&object["status"], status)})),
             )
             .await
-            .map(drop)
+        {
+            tracing::warn!(namespace, name, %error, "VM delivery: not even the refusal could be written in the status");
+        }
+        written.map(drop)
     }
 }
 
@@ -1275,7 +1352,15 @@ fn row(machine: &Read) -> Value {
         "stage": state.stage.map(|s| s.wit_name()),
         "environment": state.environment.iter().map(|p| format!("{}={}", p.name, p.version)).collect::<Vec<_>>(),
         "code": state.code,
-        "task": recorded.and_then(|r| r.list.as_ref()).and_then(|l| l.current()).map(|t| t.name.clone()),
+        // The step in progress or that its list failed at; of a failed
+        // instance, the step it failed at.
+        "task": recorded
+            .and_then(|r| r.list.as_ref())
+            .and_then(|l| l.entry().task)
+            .or_else(|| match state.stage {
+                Some(Stage::Failed) => super::rollout::failed_step(state).map(String::from),
+                _ => None,
+            }),
         "lockedBy": recorded.and_then(|r| r.lock.as_ref()).map(|l| l.holder.clone()),
         "since": recorded.and_then(|r| r.since).map(crate::time::rfc3339),
     })

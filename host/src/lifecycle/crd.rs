@@ -148,8 +148,11 @@ pub struct PackageSpec {
     "message": "maxUnavailable must be at least 1, or a share from 1% to 100% (there is no surge)"
 }]))]
 pub struct RolloutSpec {
-    /// How many instances may be out of ready at once, a count or a share
-    /// ("25%"); there is no surge, so at least one.
+    /// How many of the instances the set wants may be unavailable at once,
+    /// a count or a share ("25%"): unavailable as observed — out of
+    /// service, its machine not ready, its node not healthy, or missing.
+    /// A rollout takes an available instance out only within it; there is
+    /// no surge, so at least one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "share_defaulting_to_one")]
     pub max_unavailable: Option<Value>,
@@ -243,6 +246,9 @@ pub struct Condition {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The generation of the object the condition was set from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub last_transition_time: Option<String>,
@@ -251,10 +257,14 @@ pub struct Condition {
 /// The conditions the controller writes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub enum ConditionType {
+    /// At least the instances wanted less maxUnavailable are available.
+    Available,
     Ready,
     Progressing,
     Paused,
     Degraded,
+    /// A set being deleted: its instances' clean-up, each at its step.
+    Deleting,
 }
 
 /// A condition's state.

@@ -5,13 +5,15 @@
 //! safe rate ([`rollout`]); each task carried out by the step hook the
 //! configuration names for it ([`hooks`]); the instance's stage, what it
 //! has, its lock and its lists carried on its `VirtualMachine`
-//! ([`instance`]); the `VMReplicaSet` and `VMDeployment` read, a new
+//! ([`instance`]); the resources' types, from which their CRDs are
+//! generated ([`crd`]); the `VMReplicaSet` and `VMDeployment` read, a new
 //! instance's `VirtualMachine` made, their statuses written
 //! ([`resources`]); people's requests carried as annotations on the
 //! resource they are about ([`requests`]); the leader's reconcile of every
-//! set ([`controller`]); and what the HTTP routes ask of it, on any replica
-//! ([`service`]).
+//! set ([`controller`]) and its Kubernetes Events ([`announce`]); and what
+//! the HTTP routes ask of it, on any replica ([`service`]).
 
+pub mod announce;
 pub mod controller;
 pub mod crd;
 pub mod hooks;

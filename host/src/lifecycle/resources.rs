@@ -160,6 +160,7 @@ impl VmReplicaSet {
                 max_unavailable,
                 order,
                 paused: spec.paused,
+                desired: Some((spec.replicas as usize).saturating_sub(spec.offline.len())),
             },
             lost,
             offline: spec.offline,
@@ -214,6 +215,7 @@ impl VmReplicaSet {
                 max_unavailable: Share::Count(1),
                 order: Order::Name,
                 paused: false,
+                desired: Some(0),
             },
             lost: Lost::Repair,
             offline: Vec::new(),
@@ -238,12 +240,11 @@ impl VmReplicaSet {
     ) -> Value {
         let total = rows.len();
         let wanted = self.wanted();
-        let available = rows.iter().filter(|r| r["stage"] == "serving").count();
         let done = plan.up_to_date == total && plan.ready == total && total == wanted;
-        let failed: Vec<&str> = rows
+        let failed: Vec<String> = rows
             .iter()
             .filter(|r| r["stage"] == "failed")
-            .filter_map(|r| r["name"].as_str())
+            .map(row_with_step)
             .collect();
         let degraded = match (problem, failed.is_empty()) {
             (Some(problem), _) => Some(problem.to_string()),
@@ -251,23 +252,91 @@ impl VmReplicaSet {
             (None, true) => None,
         };
         let waiting = degraded.clone().unwrap_or_else(|| plan.waiting.clone());
+        // Available as a Deployment is: at least the instances wanted less
+        // those the rollout may have out.
+        let least = wanted.saturating_sub(self.spec.max_unavailable.at_most(wanted));
+        let enough = plan.available >= least;
+        let condition = |kind, on, reason, message: &str| {
+            condition(kind, on, reason, message, self.generation, now)
+        };
         json!({
             "observedGeneration": self.generation,
             "replicas": total,
             "selector": format!("{SET_LABEL}={}", self.name),
             "readyReplicas": plan.ready,
             "upToDateReplicas": plan.up_to_date,
-            "availableReplicas": available,
+            "availableReplicas": plan.available,
             "ready": format!("{}/{wanted}", plan.ready),
             "waiting": waiting,
             "instances": rows,
             "conditions": [
-                condition("Ready", done, if done { "AllReady" } else { "NotAllReady" }, &waiting, now),
-                condition("Progressing", !done && !self.spec.paused && degraded.is_none(), "Rolling", &plan.waiting, now),
-                condition("Paused", self.spec.paused, "Paused", "", now),
-                condition("Degraded", degraded.is_some(), "CannotProceed", degraded.as_deref().unwrap_or_default(), now),
+                condition(
+                    "Available",
+                    enough,
+                    if enough { "Available" } else { "NotAvailable" },
+                    &format!("{} of {wanted} instances available; at least {least} wanted", plan.available),
+                ),
+                condition("Ready", done, if done { "AllReady" } else { "NotAllReady" }, &waiting),
+                condition(
+                    "Progressing",
+                    !done && !self.spec.paused && degraded.is_none(),
+                    "Rolling",
+                    &plan.waiting,
+                ),
+                condition("Paused", self.spec.paused, "Paused", ""),
+                condition(
+                    "Degraded",
+                    degraded.is_some(),
+                    "CannotProceed",
+                    degraded.as_deref().unwrap_or_default(),
+                ),
             ],
         })
+    }
+
+    /// The status of a set being deleted: its instances being cleaned up,
+    /// each with the step it is at, in a `Deleting` condition.
+    pub fn deleting_status(&self, previous: &Value, rows: Vec<Value>, now: Timestamp) -> Value {
+        let held: Vec<String> = rows.iter().map(row_with_step).collect();
+        let message = format!(
+            "cleaning up {} instance(s): {}",
+            held.len(),
+            held.join(", ")
+        );
+        let mut status = match previous {
+            Value::Object(_) => previous.clone(),
+            _ => json!({}),
+        };
+        status["replicas"] = json!(rows.len());
+        status["instances"] = json!(rows);
+        status["waiting"] = json!(message);
+        let mut conditions: Vec<Value> = status["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c["type"] != "Deleting")
+            .collect();
+        conditions.push(condition(
+            "Deleting",
+            true,
+            "CleaningUp",
+            &message,
+            self.generation,
+            now,
+        ));
+        status["conditions"] = json!(conditions);
+        status
+    }
+}
+
+/// An instance row of a status by name, with the step its list is at
+/// (`web-1 at install-environment`).
+fn row_with_step(row: &Value) -> String {
+    let name = row["name"].as_str().unwrap_or_default();
+    match row["task"].as_str() {
+        Some(task) => format!("{name} at {task}"),
+        None => name.to_string(),
     }
 }
 
@@ -546,12 +615,14 @@ impl VmDeployment {
         }
     }
 
-    /// The status of the rollout planned, at `now`.
+    /// The status of the rollout planned, at `now`; `rows` are the set's
+    /// instances as its status shows them.
     pub fn status(
         &self,
         spec: &DeploymentSpec,
         plan: &Plan,
         updated: usize,
+        rows: &[Value],
         now: Timestamp,
     ) -> Value {
         let steps = spec.steps.len().max(1);
@@ -563,6 +634,7 @@ impl VmDeployment {
                 plan.phase == Phase::Completed,
                 phase_reason(plan.phase),
                 &plan.waiting,
+                self.generation,
                 now,
             ),
             condition(
@@ -580,6 +652,7 @@ impl VmDeployment {
                     ),
                     false => plan.waiting.clone(),
                 },
+                self.generation,
                 now,
             ),
             condition(
@@ -590,6 +663,7 @@ impl VmDeployment {
                     false => phase_reason(plan.phase),
                 },
                 &plan.waiting,
+                self.generation,
                 now,
             ),
             condition(
@@ -597,6 +671,7 @@ impl VmDeployment {
                 degraded,
                 phase_reason(plan.phase),
                 &plan.waiting,
+                self.generation,
                 now,
             ),
         ];
@@ -619,6 +694,16 @@ impl VmDeployment {
             "promoted": plan.progress.promoted,
             "aborted": plan.progress.aborted,
             "actions": self.actions_kept(&spec.code, plan.progress.started),
+            "instances": rows.iter().map(|r| {
+                let mut row = json!({
+                    "name": r["name"], "stage": r["stage"], "code": r["code"], "task": r["task"],
+                });
+                // As the server keeps it: no nulls.
+                if let Some(fields) = row.as_object_mut() {
+                    fields.retain(|_, value| !value.is_null());
+                }
+                row
+            }).collect::<Vec<_>>(),
             "conditions": conditions,
         });
         if let Some(approval) = self.requests.approve.as_ref().filter(|r| {
@@ -675,10 +760,17 @@ fn phase_reason(phase: Phase) -> &'static str {
 /// The status of a resource that cannot be carried out: `Degraded`, with
 /// why in words a person can act on.
 pub fn cannot_proceed(object: &Value, problem: &str, now: Timestamp) -> Value {
+    degraded(object, "CannotProceed", problem, now)
+}
+
+/// The status of a resource that is `Degraded` for `reason`, with the
+/// problem in words.
+pub fn degraded(object: &Value, reason: &str, problem: &str, now: Timestamp) -> Value {
+    let generation = object["metadata"]["generation"].as_i64().unwrap_or(0);
     let mut status = json!({
-        "observedGeneration": object["metadata"]["generation"],
+        "observedGeneration": generation,
         "waiting": problem,
-        "conditions": [condition("Degraded", true, "CannotProceed", problem, now)],
+        "conditions": [condition("Degraded", true, reason, problem, generation, now)],
     });
     if object["kind"] == "VMDeployment" {
         status["phase"] = json!("Degraded");
@@ -688,12 +780,20 @@ pub fn cannot_proceed(object: &Value, problem: &str, now: Timestamp) -> Value {
 
 /// A status condition (its `lastTransitionTime` is kept by the writer when
 /// the status did not change).
-fn condition(kind: &str, on: bool, reason: &str, message: &str, now: Timestamp) -> Value {
+fn condition(
+    kind: &str,
+    on: bool,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: Timestamp,
+) -> Value {
     json!({
         "type": kind,
         "status": if on { "True" } else { "False" },
         "reason": reason,
         "message": message,
+        "observedGeneration": generation,
         "lastTransitionTime": rfc3339(now),
     })
 }
@@ -954,9 +1054,10 @@ mod tests {
             waiting: String::new(),
             ready: 3,
             up_to_date: 1,
+            available: 1,
             past_deadline: false,
         };
-        let status = read.status(&read.spec, &plan, 1, started + 800_000);
+        let status = read.status(&read.spec, &plan, 1, &[], started + 800_000);
         assert_eq!(
             (
                 &status["approvedStep"],
@@ -971,7 +1072,7 @@ mod tests {
         let mut again = deployment(status.clone());
         again["metadata"]["annotations"] = json!({ requests::APPROVE: approval.write() });
         let again = VmDeployment::read(&again).unwrap();
-        let status = again.status(&again.spec, &plan, 1, started + 900_000);
+        let status = again.status(&again.spec, &plan, 1, &[], started + 900_000);
         assert_eq!(status["actions"].as_array().unwrap().len(), 1);
 
         // An approval of another step, another code, or made before this
@@ -1040,14 +1141,16 @@ mod tests {
             waiting: "step 2: waiting for a person to approve".into(),
             ready: 3,
             up_to_date: 1,
+            available: 1,
             past_deadline: false,
         };
-        let status = read.status(&spec, &plan, 1, 2_000);
+        let status = read.status(&spec, &plan, 1, &[], 2_000);
         assert_eq!(status["step"], "2/4");
         assert_eq!(status["phase"], "Progressing");
         assert_eq!(status["code"], "1.1");
         assert_eq!(status["stepIndex"], 1);
         let paused = &status["conditions"][2];
+        assert_eq!(paused["observedGeneration"], status["observedGeneration"]);
         assert_eq!(
             (
                 paused["type"].as_str(),
@@ -1057,7 +1160,7 @@ mod tests {
             (Some("Paused"), Some("True"), Some("WaitingForApproval"))
         );
 
-        let mut later = read.status(&spec, &plan, 1, 9_000);
+        let mut later = read.status(&spec, &plan, 1, &[], 9_000);
         keep_transitions(&status, &mut later);
         assert_eq!(
             later["conditions"][2]["lastTransitionTime"],
@@ -1068,12 +1171,57 @@ mod tests {
             .unwrap();
         let rows = vec![
             json!({"name": "web-0", "stage": "serving"}),
-            json!({"name": "web-1", "stage": "failed"}),
+            json!({"name": "web-1", "stage": "failed", "task": "install-environment"}),
         ];
-        let status = set.status(&plan, rows, None, 2_000);
+        let status = set.status(&plan, rows.clone(), None, 2_000);
         assert_eq!(status["ready"], "3/2");
         assert_eq!(status["availableReplicas"], 1);
-        assert_eq!(status["waiting"], "failed: web-1 (a person decides)");
-        assert_eq!(status["conditions"][3]["status"], "True");
+        // Degraded names the instance and the step it failed at.
+        assert_eq!(
+            status["waiting"],
+            "failed: web-1 at install-environment (a person decides)"
+        );
+        let condition = |status: &Value, kind: &str| {
+            status["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == kind)
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(condition(&status, "Degraded")["status"], "True");
+        // Every condition says which generation it was set from.
+        assert!(
+            status["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["observedGeneration"] == status["observedGeneration"]),
+            "{status:#}"
+        );
+        // One of two available, with one allowed out: available.
+        let available = condition(&status, "Available");
+        assert_eq!(
+            (available["status"].as_str(), available["message"].as_str()),
+            (
+                Some("True"),
+                Some("1 of 2 instances available; at least 1 wanted")
+            )
+        );
+        let none = Plan {
+            available: 0,
+            ..plan.clone()
+        };
+        let status = set.status(&none, rows.clone(), None, 2_000);
+        assert_eq!(condition(&status, "Available")["reason"], "NotAvailable");
+
+        // Deleted: which instances hold it, and where.
+        let deleting = set.deleting_status(&status, rows, 3_000);
+        assert_eq!(
+            condition(&deleting, "Deleting")["message"],
+            "cleaning up 2 instance(s): web-0, web-1 at install-environment"
+        );
+        assert_eq!(condition(&deleting, "Degraded")["status"], "True");
     }
 }

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::model::{InstanceState, Package, TargetState};
 use crate::time::Timestamp;
-use crate::wit::lifecycle::Stage;
+use crate::wit::lifecycle::{Machine, NodeHealth, Stage};
 
 /// A number of instances, or a share of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +63,7 @@ impl Share {
 
     /// How many of `total` instances, rounded down but at least one (the
     /// most out of service at once: there is no surge).
-    fn at_most(self, total: usize) -> usize {
+    pub fn at_most(self, total: usize) -> usize {
         match self {
             Share::Count(n) => n as usize,
             Share::Percent(p) => (total * p as usize / 100).max(1),
@@ -101,6 +101,9 @@ pub struct SetSpec {
     pub order: Order,
     /// No instance is taken out of service while paused.
     pub paused: bool,
+    /// How many instances the set wants (its replicas less those named
+    /// offline); none: as many as it has.
+    pub desired: Option<usize>,
 }
 
 /// One step of a gray release.
@@ -172,6 +175,8 @@ pub struct Plan {
     pub ready: usize,
     /// Instances with the set's environment and the deployment's code.
     pub up_to_date: usize,
+    /// Instances available, as observed (see [`available`]).
+    pub available: usize,
     /// The rollout has been on its step past the deadline.
     pub past_deadline: bool,
 }
@@ -182,6 +187,32 @@ pub fn in_service(stage: Option<Stage>) -> bool {
         stage,
         Some(Stage::Ready | Stage::GrayRelease | Stage::Serving)
     )
+}
+
+/// Whether an instance is available, as observed: in service, its machine
+/// running and ready, its node healthy.
+pub fn available(state: &InstanceState) -> bool {
+    in_service(state.stage)
+        && state.machine == Machine::Running
+        && state.node_health == NodeHealth::Healthy
+}
+
+/// The step an instance's last failed list failed at, when one did.
+pub fn failed_step(state: &InstanceState) -> Option<&str> {
+    state
+        .lists
+        .iter()
+        .find(|l| l.outcome == crate::wit::lifecycle::Outcome::Failed)
+        .and_then(|l| l.task.as_deref())
+}
+
+/// An instance by name, with the step its last failed list failed at
+/// (`web-1 at install-environment`).
+pub fn with_step(state: &InstanceState) -> String {
+    match failed_step(state) {
+        Some(task) => format!("{} at {task}", state.name),
+        None => state.name.clone(),
+    }
 }
 
 /// Whether an instance is on its way out and no longer counts.
@@ -217,12 +248,14 @@ pub fn plan(
         }
     };
 
-    // The budget of instances out of service at once.
-    let budget = set.max_unavailable.at_most(total);
-    let mut out = ordered
-        .iter()
-        .filter(|m| !in_service(m.state.stage))
-        .count();
+    // The budget of instances unavailable at once, and how many are, as
+    // observed: those the set wants less those available — the lost, the
+    // failed, the out of service and the missing among them. A rollout
+    // takes an available instance out only within it.
+    let desired = set.desired.unwrap_or(total);
+    let budget = set.max_unavailable.at_most(desired);
+    let available_now = ordered.iter().filter(|m| available(m.state)).count();
+    let mut out = desired.saturating_sub(available_now);
     let code_held = rollout
         .as_ref()
         .is_some_and(|r| matches!(r.phase, Phase::Degraded | Phase::Paused));
@@ -242,7 +275,15 @@ pub fn plan(
         let held = set.paused || (code_changes && !environment_changes && code_held);
         let may_disrupt = if !in_service(state.stage) {
             true
-        } else if (environment_changes || code_changes) && !held && out < budget {
+        } else if !(environment_changes || code_changes) || held {
+            false
+        } else if !available(state) {
+            // Unavailable already (its machine not ready, its node not
+            // healthy): counted among those out, it may move while those
+            // are within the budget — more than that unavailable, nothing
+            // moves on the strength of what may be a misreading.
+            out <= budget
+        } else if out < budget {
             out += 1;
             true
         } else {
@@ -306,6 +347,7 @@ pub fn plan(
         waiting,
         ready,
         up_to_date,
+        available: available_now,
         past_deadline,
     }
 }
@@ -444,13 +486,13 @@ fn codes(
             false => old.clone(),
         })
         .collect();
-    let failed: Vec<&str> = ordered
+    let failed: Vec<String> = ordered
         .iter()
         .zip(&codes)
         .filter(|(m, code)| {
             m.state.stage == Some(Stage::Failed) && code.as_deref() == Some(spec.code.as_str())
         })
-        .map(|(m, _)| m.state.name.as_str())
+        .map(|(m, _)| with_step(m.state))
         .collect();
     let all_done = ordered.iter().all(|m| done_with_new(m));
     let (phase, waiting) = if !failed.is_empty() {
@@ -514,7 +556,7 @@ mod tests {
                 since: 0,
                 machine: Machine::Running,
                 node: Some("n1".into()),
-                node_health: crate::wit::lifecycle::NodeHealth::Healthy,
+                node_health: NodeHealth::Healthy,
                 environment: environment.to_vec(),
                 code: Some(code.into()),
                 lists: Vec::new(),
@@ -531,6 +573,7 @@ mod tests {
             max_unavailable,
             order: Order::Name,
             paused: false,
+            desired: None,
         }
     }
 
@@ -655,6 +698,54 @@ mod tests {
             .map(|(name, _)| name.as_str())
             .collect();
         assert_eq!(disrupted, ["web-0"]);
+    }
+
+    /// Unavailable is what is observed: an instance in service whose node
+    /// is not healthy or whose machine is not ready is out, and so is one
+    /// the set wants but does not have; none of these leaves room for
+    /// taking an available one out.
+    #[test]
+    fn the_budget_is_of_what_is_observed_unavailable() {
+        let old = [package("jdk", "21")];
+        let new = [package("jdk", "25")];
+        let disrupted = |states: &[InstanceState], spec: &SetSpec| -> Vec<String> {
+            let members: Vec<Member<'_>> = states
+                .iter()
+                .map(|state| Member { state, created: 0 })
+                .collect();
+            plan(spec, None, &members, 0)
+                .targets
+                .into_iter()
+                .filter(|(_, t)| t.may_disrupt)
+                .map(|(name, _)| name)
+                .collect()
+        };
+        let budget_of_one = set(&new, Share::Count(1));
+        // Serving, on a node out of contact: it is the one out, and may
+        // move; no available instance does.
+        let mut states = instances(3, &old, "1.0");
+        states[2].node_health = NodeHealth::Unknown;
+        assert_eq!(disrupted(&states, &budget_of_one), ["web-2"]);
+        // Serving, its machine not ready: the same.
+        let mut states = instances(3, &old, "1.0");
+        states[1].machine = Machine::NotReady;
+        assert_eq!(disrupted(&states, &budget_of_one), ["web-1"]);
+        // Two out of contact with a budget of one: neither moves, nor any
+        // other.
+        let mut states = instances(3, &old, "1.0");
+        states[1].node_health = NodeHealth::Unknown;
+        states[2].machine = Machine::NotReady;
+        assert!(disrupted(&states, &budget_of_one).is_empty());
+        // A set that wants three and has two is one out already.
+        let states = instances(2, &old, "1.0");
+        let short = SetSpec {
+            desired: Some(3),
+            ..budget_of_one.clone()
+        };
+        assert!(disrupted(&states, &short).is_empty());
+        // All available and all there: one at a time.
+        let states = instances(3, &old, "1.0");
+        assert_eq!(disrupted(&states, &budget_of_one), ["web-0"]);
     }
 
     fn gray() -> DeploymentSpec {

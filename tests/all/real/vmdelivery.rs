@@ -191,9 +191,14 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
         waiting: "step 2: waiting for a person to approve".into(),
         ready: 2,
         up_to_date: 1,
+        available: 1,
         past_deadline: false,
     };
-    let status = read.status(&spec, &plan, 1, 1_767_225_600_000);
+    let rows = vec![json!({
+        "name": "web-0", "stage": "serving", "environment": ["jdk=17"], "code": "2.4.0",
+        "task": null, "lockedBy": null, "since": "2026-01-01T00:00:00Z",
+    })];
+    let status = read.status(&spec, &plan, 1, &rows, 1_767_225_600_000);
     let patch = json!({ "status": status }).to_string();
     cluster
         .kubectl_run(
@@ -232,10 +237,6 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
     )
     .unwrap();
     let set_read = verdict::lifecycle::resources::VmReplicaSet::read(&stored_set).unwrap();
-    let rows = vec![json!({
-        "name": "web-0", "stage": "serving", "environment": ["jdk=17"], "code": "2.4.0",
-        "task": null, "lockedBy": null, "since": "2026-01-01T00:00:00Z",
-    })];
     let set_status = set_read.status(&plan, rows, None, 1_767_225_600_000);
     let patch = json!({ "status": set_status }).to_string();
     cluster
@@ -1518,4 +1519,146 @@ fn a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_s
             hooks.steps_of(name)
         );
     }
+}
+
+/// A write the API server refuses (here an admission policy that refuses
+/// every update of one VM that would lock it) is said where a person
+/// looks: the set's `Degraded` condition names the instance and the
+/// refusal, and a warning Event on the set tells it; the rest of the set
+/// goes on, and so does the instance once the policy is gone.
+#[test]
+fn a_write_the_api_server_refuses_is_said_on_the_set_and_as_an_event_on_the_real_api_server() {
+    use crate::vmdelivery::{DONE, HookServer, set};
+    let test =
+        "a_write_the_api_server_refuses_is_said_on_the_set_and_as_an_event_on_the_real_api_server";
+    let Some(cluster) = shared(test) else {
+        return;
+    };
+    let namespace = Namespace::new(cluster, "real-refused");
+    let (kube, ns) = (&namespace.kube, &namespace.kube.ns);
+    let policy = format!("{ns}-no-lock");
+    cluster
+        .apply(
+            &json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": policy},
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": {"resourceRules": [{
+                        "apiGroups": ["kubevirt.io"], "apiVersions": ["*"],
+                        "operations": ["UPDATE"], "resources": ["virtualmachines"],
+                    }]},
+                    "validations": [{
+                        "expression": "!(object.metadata.name == 'web-0' && has(object.metadata.annotations) && 'verdict.dev/lock' in object.metadata.annotations)",
+                        "message": "web-0 may not be locked",
+                    }],
+                },
+            })
+            .to_string(),
+        )
+        .unwrap();
+    cluster
+        .apply(
+            &json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": policy},
+                "spec": {
+                    "policyName": policy,
+                    "validationActions": ["Deny"],
+                    "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+                },
+            })
+            .to_string(),
+        )
+        .unwrap();
+    let hooks = HookServer::start(|_| (200, DONE.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config = endpoint_config(data.path(), &hooks.url);
+    let _host = delivering_host(
+        &default_plugins(),
+        data.path(),
+        &cluster.kubeconfig(),
+        &config,
+        ns,
+    );
+    apply_in(
+        cluster,
+        ns,
+        set(2, json!([{"name": "jdk", "version": "21"}])),
+    );
+    let degraded = || -> String {
+        kube.get("vmreplicasets.verdict.dev", "web")["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Degraded" && c["status"] == "True")
+            .and_then(|c| c["message"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let said = wait_until(PATIENCE * 3, || {
+        let message = degraded();
+        message.contains("web-0: the API server refused a write")
+            && message.contains("web-0 may not be locked")
+    });
+    assert!(said.is_some(), "{}", degraded());
+    let warned = wait_until(PATIENCE, || {
+        let events: Value =
+            serde_json::from_str(&kube.run(&["get", "events.events.k8s.io", "-o", "json"]))
+                .unwrap();
+        events["items"].as_array().into_iter().flatten().any(|e| {
+            e["type"] == "Warning"
+                && e["reason"] == "WriteRefused"
+                && e["regarding"]["kind"] == "VMReplicaSet"
+                && e["related"]["name"] == "web-0"
+        })
+    });
+    assert!(
+        warned.is_some(),
+        "{}",
+        kube.run(&["get", "events.events.k8s.io"])
+    );
+    // The other instance went on meanwhile; the policy gone, web-0 too.
+    let others = wait_until(PATIENCE * 3, || {
+        stages_of_set(kube)
+            .iter()
+            .any(|(name, stage, _)| name == "web-1" && stage == "serving")
+    });
+    assert!(others.is_some(), "{:?}", stages_of_set(kube));
+    cluster
+        .kubectl_run(
+            &[
+                "delete",
+                "validatingadmissionpolicybinding",
+                &policy,
+                "--ignore-not-found",
+            ],
+            None,
+        )
+        .unwrap();
+    cluster
+        .kubectl_run(
+            &[
+                "delete",
+                "validatingadmissionpolicy",
+                &policy,
+                "--ignore-not-found",
+            ],
+            None,
+        )
+        .unwrap();
+    let serving = wait_until(PATIENCE * 4, || {
+        stages_of_set(kube)
+            .iter()
+            .all(|(_, stage, _)| stage == "serving")
+            && degraded().is_empty()
+    });
+    assert!(
+        serving.is_some(),
+        "{:?} {}",
+        stages_of_set(kube),
+        degraded()
+    );
 }
