@@ -1358,7 +1358,7 @@ fn row(machine: &Read) -> Value {
             .and_then(|r| r.list.as_ref())
             .and_then(|l| l.entry().task)
             .or_else(|| match state.stage {
-                Some(Stage::Failed) => super::rollout::failed_step(state).map(String::from),
+                Some(Stage::Failed) => rollout::failed_step(state).map(String::from),
                 _ => None,
             }),
         "lockedBy": recorded.and_then(|r| r.lock.as_ref()).map(|l| l.holder.clone()),
