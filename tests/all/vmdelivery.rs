@@ -495,6 +495,94 @@ fn post(server: &crate::serve::Server, path: &str, body: Value) -> (u16, Value) 
     server.send("POST", path, Some(&body.to_string()))
 }
 
+/// The deployment keeps the revisions it released; a rollback sends its
+/// code back to one of them, as `kubectl rollout undo` does.
+#[test]
+fn a_rollback_goes_back_to_a_released_revision_of_the_history() {
+    let Delivery {
+        cluster, server, ..
+    } = &delivering("");
+    cluster.apply(set(2, json!([{"name": "jdk", "version": "21"}])));
+    cluster.apply(deployment("1.0", json!([])));
+    let deployments = resource(cluster, "verdict.dev", "vmdeployments");
+    let history = || -> Vec<(String, String)> {
+        cluster
+            .sim()
+            .store()
+            .get(deployments, "shop", "web")
+            .unwrap()["status"]["history"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                let text = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+                (text("code"), text("revision"))
+            })
+            .collect()
+    };
+    let released = |codes: &[&str]| {
+        history()
+            .iter()
+            .map(|(c, _)| c.as_str())
+            .collect::<Vec<_>>()
+            == codes
+    };
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 2, "1.0")
+            && released(&["1.0"]))
+        .is_some(),
+        "{:#?} {:?}",
+        codes(cluster),
+        history()
+    );
+    let rollback = "/v1/vm-delivery/shop/web/rollback";
+    // Nothing released before 1.0: nothing to roll back to.
+    let (code, body) = post(server, rollback, json!({"by": "erin"}));
+    assert_eq!(code, 409, "{body}");
+    redeploy(cluster, "2.0", json!([]));
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 2, "2.0")
+            && released(&["1.0", "2.0"]))
+        .is_some(),
+        "{:#?} {:?}",
+        codes(cluster),
+        history()
+    );
+    let (code, body) = post(server, rollback, json!({"by": "erin", "revision": "nope"}));
+    assert_eq!(code, 404, "{body}");
+    assert!(body.to_string().contains("was not released"), "{body}");
+
+    // Back to the last revision before 2.0: 1.0, delivered again.
+    let first = history()[0].1.clone();
+    let (code, body) = post(server, rollback, json!({"by": "erin", "why": "latency"}));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["action"], "rollback", "{body}");
+    let object = cluster
+        .sim()
+        .store()
+        .get(deployments, "shop", "web")
+        .unwrap();
+    assert_eq!(object["spec"]["code"]["version"], "1.0", "{object:#}");
+    assert!(
+        object["metadata"]["annotations"]["verdict.dev/rollback"]
+            .as_str()
+            .is_some_and(|a| a.contains("erin") && a.contains("latency")),
+        "{object:#}"
+    );
+    assert!(
+        wait_until(PATIENCE * 3, || all_serve(cluster, 2, "1.0")
+            && released(&["2.0", "1.0"]))
+        .is_some(),
+        "{:#?} {:?}",
+        codes(cluster),
+        history()
+    );
+    // The same revision, released again.
+    assert_eq!(history()[1].1, first);
+    let (code, body) = post(server, rollback, json!({"by": "erin", "revision": first}));
+    assert_eq!(code, 409, "{body}");
+}
+
 #[test]
 fn a_gray_release_waits_at_its_gate_until_a_person_approves_it() {
     let Delivery {
@@ -2520,6 +2608,14 @@ fn a_person_forcing_ready_vouches_for_a_failed_install_and_offline_holds_until_l
         tried,
         "no install was asked again of the vouched instance"
     );
+    // The forced `ready` was entered once and is taken: what
+    // /v1/overrides shows is what is in force.
+    let (code, overrides) = server.get("/v1/overrides");
+    assert_eq!(code, 200);
+    assert!(
+        !overrides.to_string().contains("web-1"),
+        "a taken override still shows as in force: {overrides:#}"
+    );
 
     // An operator's offline holds: no rule brings the instance back while
     // it is in force.
@@ -2557,6 +2653,15 @@ fn a_person_forcing_ready_vouches_for_a_failed_install_and_offline_holds_until_l
         overrides.to_string().contains("\"offline\""),
         "{overrides:#}"
     );
+    // Lifted by a person, it is in force no more.
+    let (code, body) = server.send(
+        "DELETE",
+        "/v1/apps/shop/web/instances/web-0/override?by=bob",
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let (_, overrides) = server.get("/v1/overrides");
+    assert!(!overrides.to_string().contains("web-0"), "{overrides:#}");
 }
 
 #[test]

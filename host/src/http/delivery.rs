@@ -96,9 +96,10 @@ enum RolloutVerb {
     Promote,
     Abort,
     Retry,
+    Rollback,
 }
 
-#[utoipa::path(post, path = "/v1/vm-delivery/{namespace}/{set}/{action}", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("action" = String, Path, pattern = "^(approve|promote|abort|retry)$", description = "approve the gate the rollout waits at; promote (skip the remaining steps); abort (the instances that got the new code go back to the code released before); retry (every failed instance runs its failed list again)")), request_body = ActionRequest, responses((status = 200, description = "The request, written with who and why on the VMDeployment (or the failed instances) for the leader to carry out", body = Requested), (status = 404, description = "No such set, or no VMDeployment targets it"), (status = 409, description = "The rollout is not in a state the action fits (no gate to approve, completed, nothing to go back to, no failed instance), or changed while the request was made"), (status = 422, description = "A bad field, named"), (status = 503, description = "The API server could not be asked")))]
+#[utoipa::path(post, path = "/v1/vm-delivery/{namespace}/{set}/{action}", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("action" = String, Path, pattern = "^(approve|promote|abort|retry|rollback)$", description = "approve the gate the rollout waits at; promote (skip the remaining steps); abort (the instances that got the new code go back to the code released before); retry (every failed instance runs its failed list again); rollback (the deployment's code goes back to a released revision of its status.history, `revision` in the body, by default the last one before the code it has)")), request_body = ActionRequest, responses((status = 200, description = "The request, written with who and why on the VMDeployment (or the failed instances) for the leader to carry out", body = Requested), (status = 404, description = "No such set, no VMDeployment targets it, or no such released revision"), (status = 409, description = "The rollout is not in a state the action fits (no gate to approve, completed, nothing to go back to, no failed instance), or changed while the request was made"), (status = 422, description = "A bad field, named"), (status = 503, description = "The API server could not be asked")))]
 async fn act_on_rollout(
     State(state): State<AppState>,
     Path((namespace, set, action)): Path<(String, String, RolloutVerb)>,
@@ -109,6 +110,7 @@ async fn act_on_rollout(
         RolloutVerb::Promote => RolloutAction::Promote,
         RolloutVerb::Abort => RolloutAction::Abort,
         RolloutVerb::Retry => RolloutAction::Retry,
+        RolloutVerb::Rollback => RolloutAction::Rollback,
     };
     let requested = state
         .delivery()?

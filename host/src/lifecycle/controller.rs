@@ -117,6 +117,9 @@ fn node_health(health: Option<Health>) -> NodeHealth {
     }
 }
 
+/// Who takes an instance override back once its stage is entered.
+const TAKER: &str = "verdict (VM delivery)";
+
 /// One machine of a set, as read.
 struct Read {
     name: String,
@@ -131,6 +134,8 @@ struct Read {
     finalizers: Vec<String>,
     /// Who forced the stage in `state.forced`, and why.
     forced_by: Option<String>,
+    /// The override that forced it, when one did.
+    forced_override: Option<crate::overrides::OverrideKey>,
 }
 
 /// The stage a person forced on an instance that has not entered it yet:
@@ -141,7 +146,7 @@ fn forced(
     (namespace, name): (&str, &str),
     recorded: &Recorded,
     now: Timestamp,
-) -> Option<(Stage, String)> {
+) -> Option<Forced> {
     let since = recorded.since.unwrap_or(0);
     let by_override = overrides
         .iter()
@@ -157,7 +162,7 @@ fn forced(
                 true => o.by.clone(),
                 false => format!("{}: {}", o.by, o.reason),
             };
-            Some((o.at, stage, format!("forced by {who}")))
+            Some((o.at, stage, format!("forced by {who}"), Some(o.key())))
         });
     // A retry of a list that is still the instance's runs that list on
     // (see `Controller::step`); one of a list left behind enters its stage
@@ -166,11 +171,19 @@ fn forced(
         .retry
         .as_ref()
         .filter(|r| r.at > since && r.list.is_none())
-        .and_then(|r| Some((r.at, r.stage?, format!("retried by {}", r.who()))));
+        .and_then(|r| Some((r.at, r.stage?, format!("retried by {}", r.who()), None)));
     by_override
         .chain(by_retry)
-        .max_by_key(|(at, _, _)| *at)
-        .map(|(_, stage, who)| (stage, who))
+        .max_by_key(|(at, ..)| *at)
+        .map(|(_, stage, who, key)| Forced { stage, who, key })
+}
+
+/// A stage a person forced on an instance: by whom, and the override that
+/// asked for it (none for a retry).
+struct Forced {
+    stage: Stage,
+    who: String,
+    key: Option<crate::overrides::OverrideKey>,
 }
 
 impl Controller {
@@ -911,7 +924,7 @@ impl Controller {
                     lists: at_rest.all_lists(),
                     deleting: vm.metadata.deletion_timestamp.is_some(),
                     take_offline: named_offline || held_offline,
-                    forced: forced.as_ref().map(|(stage, _)| *stage),
+                    forced: forced.as_ref().map(|f| f.stage),
                 };
                 Read {
                     name,
@@ -927,7 +940,8 @@ impl Controller {
                         .map(|t| t.0.as_millisecond())
                         .unwrap_or(0),
                     finalizers: vm.metadata.finalizers.clone().unwrap_or_default(),
-                    forced_by: forced.map(|(_, who)| who),
+                    forced_override: forced.as_ref().and_then(|f| f.key.clone()),
+                    forced_by: forced.map(|f| f.who),
                 }
             })
             .collect())
@@ -1164,6 +1178,17 @@ impl Controller {
                 set,
                 json!({"instance": machine.name, "event": "forced", "stage": list.stage.wit_name(), "by": who}),
             );
+            // A forced stage is entered once: the override is taken, and
+            // no longer shows as in force — except `offline`, which holds
+            // the instance offline until a person lifts it.
+            if let Some(key) = &machine.forced_override
+                && list.stage != Stage::Offline
+            {
+                let why = format!("taken: {} entered {}", machine.name, list.stage.wit_name());
+                if let Err(error) = self.overrides.clear(key, TAKER, &why, at) {
+                    tracing::warn!(instance = machine.name, %error, "VM delivery: a forced stage entered, but its override could not be taken back");
+                }
+            }
             // A person who forces an instance into service vouches that it
             // has what it should (the list that failed to give it, done by
             // hand): once the forced list succeeds it has the target, and

@@ -22,6 +22,9 @@ pub const APPROVE: &str = "verdict.dev/approve";
 pub const PROMOTE: &str = "verdict.dev/promote";
 /// A deployment's rollout aborted.
 pub const ABORT: &str = "verdict.dev/abort";
+/// A deployment rolled back to a released revision (a record of who asked:
+/// the change itself is to its spec).
+pub const ROLLBACK: &str = "verdict.dev/rollback";
 /// An instance's failed list run again.
 pub const RETRY: &str = "verdict.dev/retry";
 /// An instance's step in progress skipped.

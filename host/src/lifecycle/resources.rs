@@ -442,6 +442,9 @@ pub struct VmDeployment {
     pub requests: DeploymentRequests,
     /// The people's actions its status keeps, newest last.
     pub actions: Vec<Value>,
+    /// The revisions released in full, oldest first, the last
+    /// [`KEPT_RELEASES`] (`status.history`).
+    pub history: Vec<Value>,
 }
 
 /// What people asked of a deployment, from its annotations.
@@ -496,6 +499,9 @@ impl DeploymentRequests {
 
 /// How many people's actions a deployment's status keeps.
 const KEPT_ACTIONS: usize = 20;
+/// How many released revisions a deployment's status keeps (its history,
+/// which `rollback` goes back to).
+pub const KEPT_RELEASES: usize = 10;
 
 impl VmDeployment {
     /// Read a `VMDeployment` object.
@@ -565,6 +571,7 @@ impl VmDeployment {
             status_phase: text(status, "/phase").map(String::from),
             requests: DeploymentRequests::read(object)?,
             actions: status["actions"].as_array().cloned().unwrap_or_default(),
+            history: status["history"].as_array().cloned().unwrap_or_default(),
         })
     }
 
@@ -694,6 +701,7 @@ impl VmDeployment {
             "promoted": plan.progress.promoted,
             "aborted": plan.progress.aborted,
             "actions": self.actions_kept(&spec.code, plan.progress.started),
+            "history": self.history_kept(spec, plan.phase, now),
             "instances": rows.iter().map(|r| {
                 let mut row = json!({
                     "name": r["name"], "stage": r["stage"], "code": r["code"], "task": r["task"],
@@ -724,6 +732,24 @@ impl VmDeployment {
 }
 
 impl VmDeployment {
+    /// The released revisions the status keeps: those it kept, and this
+    /// one once its rollout completed (a revision released again moves to
+    /// the end).
+    fn history_kept(&self, spec: &DeploymentSpec, phase: Phase, now: Timestamp) -> Vec<Value> {
+        let mut history = self.history.clone();
+        let last = history.last().and_then(|r| r["revision"].as_str());
+        if phase == Phase::Completed && last != Some(self.revision.as_str()) {
+            history.retain(|r| r["revision"] != self.revision.as_str());
+            history.push(json!({
+                "revision": self.revision, "code": spec.code, "artifact": self.artifact,
+                "releasedAt": rfc3339(now),
+            }));
+        }
+        let excess = history.len().saturating_sub(KEPT_RELEASES);
+        history.drain(..excess);
+        history
+    }
+
     /// The actions the status keeps: those it kept, and each request about
     /// this rollout not among them yet (the audit of who approved,
     /// promoted or aborted, when and why).

@@ -160,6 +160,12 @@ pub struct ActionRequest {
     #[serde(default)]
     #[schema(max_length = 256)]
     pub task: Option<String>,
+    /// For a rollback: the released revision to go back to (of the
+    /// deployment's `status.history`); the last one released before the
+    /// code it has now when not given.
+    #[serde(default)]
+    #[schema(max_length = 64)]
+    pub revision: Option<String>,
 }
 
 /// A request, as it was written.
@@ -181,6 +187,8 @@ pub enum RolloutAction {
     Abort,
     /// Every failed instance of the set runs its failed list again.
     Retry,
+    /// The deployment's code goes back to a revision released before.
+    Rollback,
 }
 
 /// The actions on one instance.
@@ -469,6 +477,86 @@ impl Service {
         Ok(format!("{}/{namespace}/{name}", resource.kind))
     }
 
+    /// Roll a deployment back to a revision released before: its spec's
+    /// code becomes that revision's (as `kubectl rollout undo` does), and
+    /// the new rollout goes by the deployment's steps. Who asked and why is
+    /// kept on it (`verdict.dev/rollback`).
+    async fn roll_back(
+        &self,
+        (namespace, set): (&str, &str),
+        deployment: &Value,
+        mut request: Request,
+        asked: &ActionRequest,
+    ) -> Result<Requested, ServiceError> {
+        let history: Vec<&Value> = deployment["status"]["history"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .collect();
+        let code = text(deployment, "/spec/code/version").unwrap_or_default();
+        let artifact = text(deployment, "/spec/code/artifact").unwrap_or_default();
+        let is_now = |r: &Value| r["code"] == code.as_str() && r["artifact"] == artifact.as_str();
+        let target = match &asked.revision {
+            Some(revision) => history
+                .iter()
+                .find(|r| r["revision"] == revision.as_str())
+                .copied()
+                .ok_or_else(|| {
+                    let known: Vec<&str> = history
+                        .iter()
+                        .filter_map(|r| r["revision"].as_str())
+                        .collect();
+                    ServiceError::NotFound(
+                        "no-such-revision",
+                        format!(
+                            "revision {revision} was not released (the history has {})",
+                            match known.is_empty() {
+                                true => "none".to_string(),
+                                false => known.join(", "),
+                            }
+                        ),
+                    )
+                })?,
+            None => history
+                .iter()
+                .rev()
+                .find(|r| !is_now(r))
+                .copied()
+                .ok_or_else(|| {
+                    ServiceError::Conflict(format!(
+                        "no revision other than {code} was released: there is nothing to roll back to"
+                    ))
+                })?,
+        };
+        if is_now(target) {
+            return Err(ServiceError::Conflict(format!(
+                "the deployment has the code of revision {} already",
+                target["revision"].as_str().unwrap_or_default()
+            )));
+        }
+        request.code = text(target, "/code");
+        request.revision = text(target, "/revision");
+        let name = text(deployment, "/metadata/name").unwrap_or_default();
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": deployment["metadata"]["resourceVersion"],
+                "annotations": {requests::ROLLBACK: request.write()},
+            },
+            "spec": {"code": {"version": target["code"], "artifact": target["artifact"]}},
+        });
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &deployments())
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api_error)?;
+        let requested = Requested {
+            action: "rollback".into(),
+            on: vec![format!("VMDeployment/{namespace}/{name}")],
+            request,
+        };
+        self.told(namespace, set, &requested);
+        Ok(requested)
+    }
+
     fn told(&self, namespace: &str, set: &str, requested: &Requested) {
         tracing::info!(
             namespace,
@@ -505,6 +593,11 @@ impl Service {
                 format!("no VMDeployment targets VMReplicaSet {namespace}/{set}"),
             )
         })?;
+        if action == RolloutAction::Rollback {
+            return self
+                .roll_back((namespace, set), &deployment, request, asked)
+                .await;
+        }
         let status = &deployment["status"];
         let code = text(&deployment, "/spec/code/version").unwrap_or_default();
         if text(status, "/code").as_deref() != Some(code.as_str()) {
@@ -534,7 +627,7 @@ impl Service {
                 }
                 ("promote", requests::PROMOTE)
             }
-            RolloutAction::Abort | RolloutAction::Retry => {
+            RolloutAction::Abort | RolloutAction::Retry | RolloutAction::Rollback => {
                 if matches!(phase.as_str(), "Completed" | "Aborted") {
                     return Err(ServiceError::Conflict(format!(
                         "the rollout of {code} is {phase}: nothing to abort"
