@@ -678,6 +678,21 @@ fn a_gray_release_waits_at_its_gate_until_a_person_approves_it() {
         ),
         "{seen:#}"
     );
+    // The approval is an Event on the deployment too.
+    let approved = wait_until(PATIENCE, || {
+        let url = format!(
+            "{}/apis/events.k8s.io/v1/namespaces/shop/events",
+            cluster.sim().url()
+        );
+        let list: Value = reqwest::blocking::get(url).unwrap().json().unwrap();
+        list["items"].as_array().into_iter().flatten().any(|e| {
+            e["regarding"]["kind"] == "VMDeployment"
+                && e["reason"] == "RolloutApproved"
+                && e["note"]
+                    == "alice approved the gate of the rollout of 2.0: the canary's error rate is flat"
+        })
+    });
+    assert!(approved.is_some(), "no RolloutApproved Event");
     let (code, body) = post(
         server,
         "/v1/vm-delivery/shop/web/approve",

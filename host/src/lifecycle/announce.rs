@@ -2,7 +2,9 @@
 //! an instance's list entered and how it ended (a failed one a warning,
 //! naming its step), an instance made, removed or adopted, a person's
 //! retry, skip or approval, a list superseded, a write the API server
-//! refused. `kubectl describe vmrs web` and `kubectl events` tell it.
+//! refused; and on a deployment, a person's approval, promotion or abort
+//! of its rollout. `kubectl describe vmrs web` and `kubectl events` tell
+//! it.
 //!
 //! Events are written by a task of their own from a bounded queue, through
 //! kube's recorder (a repeat becomes one series with a count); a full queue
@@ -66,6 +68,39 @@ impl Announcer {
             written,
             lost,
         })
+    }
+
+    /// Announce a person's action on the rollout of a deployment (`action`
+    /// as its status keeps it: `action`, `code`, `step`, `by`, `why`).
+    pub fn announce_rollout(&self, namespace: &str, deployment: &str, action: &Value) {
+        let text = |key: &str| action[key].as_str().unwrap_or_default();
+        let (reason, what) = match text("action") {
+            "approve" => ("RolloutApproved", "approved the gate of"),
+            "promote" => ("RolloutPromoted", "promoted"),
+            "abort" => ("RolloutAborted", "aborted"),
+            _ => return,
+        };
+        let mut note = format!("{} {what} the rollout of {}", text("by"), text("code"));
+        if !text("why").is_empty() {
+            note.push_str(&format!(": {}", text("why")));
+        }
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(cut(note)),
+            action: "Deliver".into(),
+            secondary: None,
+        };
+        let regarding = ObjectReference {
+            api_version: Some(API_VERSION.into()),
+            kind: Some("VMDeployment".into()),
+            name: Some(deployment.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectReference::default()
+        };
+        if self.queue.try_send((regarding, event)).is_err() {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Announce what happened to `set` (`data` as the event stream has
@@ -204,14 +239,7 @@ pub fn event_of(data: &Value) -> Option<Event> {
         ),
         _ => return None,
     };
-    let mut note = note;
-    if note.len() > NOTE {
-        let mut end = NOTE;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-    }
+    let note = cut(note);
     // The stage as the action: the recorder counts repeats of an action
     // into one series, and a list of another stage is another action.
     let action = match text("stage") {
@@ -225,6 +253,18 @@ pub fn event_of(data: &Value) -> Option<Event> {
         action,
         secondary: None,
     })
+}
+
+/// A note cut to what the API server takes, on a character boundary.
+fn cut(mut note: String) -> String {
+    if note.len() > NOTE {
+        let mut end = NOTE;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+    }
+    note
 }
 
 #[cfg(test)]

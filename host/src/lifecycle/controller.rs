@@ -676,6 +676,15 @@ impl Controller {
                 .filter(|m| m.state.code.as_deref() == Some(spec.code.as_str()))
                 .count();
             let status = d.status(spec, &plan, updated, &deployment_rows, at);
+            // A person's action the status keeps for the first time is an
+            // Event on the deployment.
+            if let Some(announcer) = &self.announcer {
+                for action in status["actions"].as_array().into_iter().flatten() {
+                    if !d.actions.contains(action) {
+                        announcer.announce_rollout(namespace, &d.name, action);
+                    }
+                }
+            }
             let object = deployment_object.cloned().unwrap_or_default();
             self.write_status(&deployments(), namespace, &d.name, &object, status)
                 .await?;
