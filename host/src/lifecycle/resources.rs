@@ -558,8 +558,19 @@ impl VmDeployment {
             set,
             artifact,
             spec: DeploymentSpec {
+                // What an abort goes back to: the newest revision released
+                // in full with other code (the history), else the status's
+                // stable code.
+                previous: status["history"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .rev()
+                    .filter_map(|r| r["code"].as_str())
+                    .find(|c| *c != code)
+                    .or_else(|| text(status, "/stableCode"))
+                    .map(String::from),
                 code,
-                previous: text(status, "/stableCode").map(String::from),
                 steps,
                 paused: spec.paused,
                 progress_deadline: Duration::from_secs(deadline),
@@ -970,6 +981,35 @@ mod tests {
             },
             "status": status,
         })
+    }
+
+    /// An abort goes back to the newest code released in full, as the
+    /// history keeps it, whatever the stable code of the status says.
+    #[test]
+    fn the_code_an_abort_goes_back_to_is_the_newest_released_other_code() {
+        let previous = |status: Value| {
+            VmDeployment::read(&deployment(status))
+                .unwrap()
+                .spec
+                .previous
+        };
+        let history = json!([
+            {"revision": "a", "code": "0.9"},
+            {"revision": "b", "code": "1.0"},
+            {"revision": "c", "code": "1.1"},
+        ]);
+        assert_eq!(
+            previous(json!({"code": "1.1", "stableCode": "0.1", "history": history})),
+            Some("1.0".into())
+        );
+        assert_eq!(
+            previous(json!({"code": "1.1", "stableCode": "1.0"})),
+            Some("1.0".into())
+        );
+        assert_eq!(
+            previous(json!({"history": [{"revision": "c", "code": "1.1"}]})),
+            None
+        );
     }
 
     #[test]
