@@ -2370,17 +2370,12 @@ fn a_failed_clean_up_step_is_retried_or_skipped_and_no_step_after_it_is_dropped(
     );
 }
 
-#[test]
-fn a_deleted_set_cleans_up_every_instance_before_it_goes() {
-    let Delivery {
-        cluster,
-        server,
-        hooks,
-        ..
-    } = &delivering("");
-    cluster.apply(set(2, json!([{"name": "jdk", "version": "21"}])));
+/// The set `web` of `n` instances made, serving, holding its instances'
+/// clean-up, and then deleted; its resource, to read it by.
+fn serving_set_deleted(cluster: &Cluster, n: usize) -> &'static verdict_sim::resources::Resource {
+    cluster.apply(set(n as u32, json!([{"name": "jdk", "version": "21"}])));
     assert!(
-        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == 2).is_some(),
+        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == n).is_some(),
         "{:#?}",
         stages(cluster)
     );
@@ -2394,6 +2389,18 @@ fn a_deleted_set_cleans_up_every_instance_before_it_goes() {
         "the set does not hold its instances' clean-up"
     );
     cluster.sim().store().delete(sets, "shop", "web").unwrap();
+    sets
+}
+
+#[test]
+fn a_deleted_set_cleans_up_every_instance_before_it_goes() {
+    let Delivery {
+        cluster,
+        server,
+        hooks,
+        ..
+    } = &delivering("");
+    let sets = serving_set_deleted(cluster, 2);
     let gone = wait_until(PATIENCE * 2, || {
         cluster.sim().store().get(sets, "shop", "web").is_err() && instances(cluster).is_empty()
     });
@@ -2436,22 +2443,7 @@ fn a_deleted_set_says_which_instance_and_step_hold_it() {
         }
         (200, DONE.into())
     });
-    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
-    assert!(
-        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == 1).is_some(),
-        "{:#?}",
-        stages(cluster)
-    );
-    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
-    let held = wait_until(PATIENCE, || {
-        cluster.sim().store().get(sets, "shop", "web").unwrap()["metadata"]["finalizers"]
-            == json!(["verdict.dev/cleanup"])
-    });
-    assert!(
-        held.is_some(),
-        "the set does not hold its instances' clean-up"
-    );
-    cluster.sim().store().delete(sets, "shop", "web").unwrap();
+    let sets = serving_set_deleted(cluster, 1);
     let deleting = || {
         cluster
             .sim()

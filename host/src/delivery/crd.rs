@@ -16,6 +16,7 @@ use serde_json::Value;
 /// `status.ready` (replicas serving the digest of this generation /
 /// replicas). A rollout is complete when every replica serves the new
 /// digest.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 // Printer columns repeat their keys, which clippy takes for repeated attributes.
 #[allow(clippy::duplicated_attributes)]
@@ -47,18 +48,16 @@ pub struct PolicySpec {
     #[schemars(length(min = 1))]
     pub source: String,
     /// The sha256 of the component at a URL source (64 hex digits).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = "^(sha256:)?[0-9a-f]{64}$"))]
     pub sha256: Option<String>,
     /// The policy's settings, handed to it as JSON text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     #[schemars(schema_with = "any_object")]
     pub settings: Option<Value>,
     #[serde(default)]
     pub mode: ModeName,
     /// The policy's own limits, over the host's (a Python policy needs more
     /// memory than a Rust one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
 }
 
@@ -82,6 +81,7 @@ pub enum ModeName {
 }
 
 /// A policy's own limits.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Limits {
     /// Deadline of one call, in milliseconds.
@@ -103,20 +103,17 @@ pub struct Limits {
 }
 
 /// What the replicas serve of a Policy.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyStatus {
     /// The digest this generation's source resolves to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// Replicas serving that digest / replicas.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// A tag resolved to its digest, once for a generation; every replica
     /// serves that digest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<Resolved>,
     /// What each replica serves, by the replica's name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -124,15 +121,15 @@ pub struct PolicyStatus {
 }
 
 /// A tag pinned to its digest for one generation.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Resolved {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
 }
 
 /// What one replica serves of a Policy, or why it cannot.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaStatus {
@@ -140,9 +137,7 @@ pub struct ReplicaStatus {
     pub digest: Option<String>,
     #[serde(default)]
     pub error: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
 }
 

@@ -21,6 +21,7 @@ use serde_json::Value;
 /// `offline` are drained and deleted, and the set shrinks by them. Status is
 /// written by the leader of verdict's replicas only, which carries it out
 /// with --vm-delivery.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 // Printer columns repeat their keys, which clippy takes for repeated attributes.
 #[allow(clippy::duplicated_attributes)]
@@ -72,7 +73,6 @@ pub struct VmReplicaSetSpec {
     pub replicas: u32,
     /// Existing VirtualMachines with these labels are adopted as instances
     /// of the set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<Selector>,
     /// The instance template, a KubeVirt VirtualMachine's metadata and spec.
     pub template: Template,
@@ -82,7 +82,6 @@ pub struct VmReplicaSetSpec {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub environment: Vec<PackageSpec>,
     /// How an environment change rolls over the instances.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutSpec>,
     /// What an instance lost with its node gets when failover repairs it —
     /// repair (a new instance through the whole machine) or scale-down (it
@@ -114,9 +113,9 @@ pub struct Selector {
 }
 
 /// A VM template: its labels and annotations, and KubeVirt's spec as it is.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Template {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<TemplateMetadata>,
     #[schemars(schema_with = "any_object")]
     pub spec: Value,
@@ -141,6 +140,7 @@ pub struct PackageSpec {
 }
 
 /// How an environment change rolls over a set's instances.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -153,7 +153,7 @@ pub struct RolloutSpec {
     /// service, its machine not ready, its node not healthy, or missing.
     /// A rollout takes an available instance out only within it; there is
     /// no surge, so at least one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     #[schemars(schema_with = "share_defaulting_to_one")]
     pub max_unavailable: Option<Value>,
     /// The order instances are taken in.
@@ -181,29 +181,22 @@ pub enum LostInstance {
 }
 
 /// A set's status, as the controller writes it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VmReplicaSetStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<u32>,
     /// The label selector of the set's instances, as text (the scale
     /// subresource's, for `kubectl scale` and autoscalers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<u32>,
     /// Instances running the set's environment.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub up_to_date_replicas: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_replicas: Option<u32>,
     /// Ready instances / desired.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
     /// Why the rollout waits, when it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<SetInstance>,
@@ -213,43 +206,35 @@ pub struct VmReplicaSetStatus {
 }
 
 /// One instance in a set's status.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SetInstance {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub since: Option<String>,
     /// The environment the instance runs, as package=version.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub environment: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
     /// The task in progress, as stage/step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locked_by: Option<String>,
 }
 
 /// A condition, in the shape of Kubernetes' `metav1.Condition`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type")]
     pub type_: ConditionType,
     pub status: ConditionStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The generation of the object the condition was set from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub last_transition_time: Option<String>,
 }
@@ -285,6 +270,7 @@ pub enum ConditionStatus {
 /// Degraded; past `progressDeadlineSeconds` it says so. Status is written
 /// by the leader of verdict's replicas only, which carries it out with
 /// --vm-delivery.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 // Printer columns repeat their keys, which clippy takes for repeated attributes.
 #[allow(clippy::duplicated_attributes)]
@@ -357,6 +343,7 @@ pub struct CodeSpec {
 }
 
 /// One step of a gray release.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(extend("x-kubernetes-validations" = [
     {
@@ -371,67 +358,54 @@ pub struct CodeSpec {
 pub struct StepSpec {
     /// How many instances have the new code when this step ends, a count or
     /// a share ("50%").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     #[schemars(schema_with = "share")]
     pub instances: Option<Value>,
     /// Wait here; with no duration, until a person approves.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseSpec>,
 }
 
 /// A pause of a gray release.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PauseSpec {
     /// How long to wait, as 30s, 10m or 1h.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = "^[0-9]+(s|m|h)$"))]
     pub duration: Option<String>,
 }
 
 /// A deployment's status, as the controller writes it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VmDeploymentStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<RolloutPhase>,
     /// The current step, as index/count.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
     /// The version this rollout delivers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
     /// What this rollout delivers in one word, a digest of the code
     /// (version and artifact) and the steps; a new revision starts a new
     /// rollout, which no approval of an earlier one carries into.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
     /// The version released before this rollout; an abort goes back to it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stable_code: Option<String>,
     /// The step the rollout is at, from 0 (the number of steps once past
     /// the last).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_index: Option<u32>,
     /// When the rollout reached its step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub step_started_at: Option<String>,
     /// The gate a person approved (its step index) of the revision
     /// approvedRevision, with approvedBy and approvedReason.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_step: Option<i64>,
     /// The revision whose gate was approved; an approval of another
     /// revision approves nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_revision: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_reason: Option<String>,
     /// When this rollout started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub started_at: Option<String>,
     /// What people did to this rollout (approve, promote, abort), oldest
@@ -447,19 +421,14 @@ pub struct VmDeploymentStatus {
     #[schemars(length(max = 10))]
     pub history: Vec<Released>,
     /// A person skipped the remaining steps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promoted: Option<bool>,
     /// A person took the instances back to stableCode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted: Option<bool>,
     /// Why the rollout waits, when it does (a gate, a timed pause,
     /// instances not ready).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
     /// Instances running this code.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_instances: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_instances: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<DeploymentInstance>,
@@ -469,16 +438,13 @@ pub struct VmDeploymentStatus {
 }
 
 /// A revision released to every instance.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Released {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub released_at: Option<String>,
 }
@@ -494,19 +460,14 @@ pub enum RolloutPhase {
 }
 
 /// What a person did to a rollout.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Action {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<ActionName>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub at: Option<String>,
 }
@@ -521,15 +482,12 @@ pub enum ActionName {
 }
 
 /// One instance in a deployment's status.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DeploymentInstance {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
 }
 

@@ -199,29 +199,7 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
         "task": null, "lockedBy": null, "since": "2026-01-01T00:00:00Z",
     })];
     let status = read.status(&spec, &plan, 1, &rows, 1_767_225_600_000);
-    let patch = json!({ "status": status }).to_string();
-    cluster
-        .kubectl_run(
-            &[
-                "patch",
-                "vmdeploy",
-                "web",
-                "-n",
-                ns,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &patch,
-            ],
-            None,
-        )
-        .unwrap();
-    let kept: Value = serde_json::from_str(
-        &cluster
-            .kubectl_run(&["get", "vmdeploy", "web", "-n", ns, "-o", "json"], None)
-            .unwrap(),
-    )
-    .unwrap();
+    let kept = status_written(cluster, ns, "vmdeploy", &status);
     assert_eq!(kept["status"], status, "the server changed the status");
     let again = verdict::lifecycle::resources::VmDeployment::read(&kept).unwrap();
     assert_eq!((again.progress.step, again.progress.promoted), (1, true));
@@ -238,29 +216,7 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
     .unwrap();
     let set_read = verdict::lifecycle::resources::VmReplicaSet::read(&stored_set).unwrap();
     let set_status = set_read.status(&plan, rows, None, 1_767_225_600_000);
-    let patch = json!({ "status": set_status }).to_string();
-    cluster
-        .kubectl_run(
-            &[
-                "patch",
-                "vmrs",
-                "web",
-                "-n",
-                ns,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &patch,
-            ],
-            None,
-        )
-        .unwrap();
-    let kept: Value = serde_json::from_str(
-        &cluster
-            .kubectl_run(&["get", "vmrs", "web", "-n", ns, "-o", "json"], None)
-            .unwrap(),
-    )
-    .unwrap();
+    let kept = status_written(cluster, ns, "vmrs", &set_status);
     let mut expected = set_status.clone();
     for row in expected["instances"].as_array_mut().unwrap() {
         row.as_object_mut().unwrap().retain(|_, v| !v.is_null());
@@ -314,6 +270,31 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
             && table.contains("2.4.0"),
         "{table}"
     );
+}
+
+/// `status` written as the status of the `web` object of `resource` in
+/// `ns`, and the object read back.
+fn status_written(
+    cluster: &verdict_testcluster::Cluster,
+    ns: &str,
+    resource: &str,
+    status: &Value,
+) -> Value {
+    let patch = json!({ "status": status }).to_string();
+    let patching = [
+        "patch",
+        resource,
+        "web",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch,
+    ];
+    cluster.kubectl_run(&patching, None).unwrap();
+    let read = ["get", resource, "web", "-n", ns, "-o", "json"];
+    serde_json::from_str(&cluster.kubectl_run(&read, None).unwrap()).unwrap()
 }
 
 /// The set `web`'s VMs, as `kubectl` lists them (none when it fails).
