@@ -65,6 +65,9 @@ pub struct Controller {
     pub counts: Arc<Counts>,
     /// The Kubernetes Events of what it does, when it writes them.
     announcer: Option<Arc<super::announce::Announcer>>,
+    /// The last failure said of each instance (`namespace/name`) that
+    /// could not be moved on: one that lasts is said once.
+    said: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
 /// What the controller counts: instances by stage and rollouts by phase
@@ -209,6 +212,7 @@ impl Controller {
             events,
             counts: Arc::default(),
             announcer: None,
+            said: std::sync::Mutex::default(),
         }
     }
 
@@ -966,13 +970,23 @@ impl Controller {
         term: &Term,
         at: Timestamp,
     ) -> Option<String> {
-        let error = self
-            .step(set, machine, recorded, &target, term, at)
-            .await
-            .err()?;
-        tracing::warn!(namespace = set.namespace, instance = machine.name, %error, "VM delivery: the instance could not be moved on");
+        let key = format!("{}/{}", set.namespace, machine.name);
+        let outcome = self.step(set, machine, recorded, &target, term, at).await;
+        let mut said = lock(&self.said);
+        let Err(error) = outcome else {
+            said.remove(&key);
+            return None;
+        };
+        // A failure that lasts is said once, and again when it changes.
+        let text = error.to_string();
+        let new = said.get(&key) != Some(&text);
+        if new {
+            tracing::warn!(namespace = set.namespace, instance = machine.name, %error, "VM delivery: the instance could not be moved on");
+            said.insert(key, text);
+        }
+        drop(said);
         // A write the API server refused (not a conflict, which the next
-        // reconcile reads past) is said on the set and as an Event.
+        // reconcile reads past) is said on the set, and as an Event.
         let kube::Error::Api(status) = &error else {
             return None;
         };
@@ -983,10 +997,12 @@ impl Controller {
             "the API server refused a write ({} {}): {}",
             status.code, status.reason, status.message
         );
-        self.tell(
-            set,
-            json!({"instance": machine.name, "event": "refused", "message": message}),
-        );
+        if new {
+            self.tell(
+                set,
+                json!({"instance": machine.name, "event": "refused", "message": message}),
+            );
+        }
         Some(format!("{}: {message}", machine.name))
     }
 
