@@ -9,6 +9,8 @@
 //! Small helpers:
 //! - [`time`]: the present, and times as milliseconds and RFC 3339 text;
 //! - [`wit`]: the WIT contract's bindings, and its enumerations' names;
+//! - [`schema`]: JSON schemas of custom resources' fields their types
+//!   cannot say (any object, an enumeration by WIT name);
 //! - [`settings`]: how a module declares its settings, once;
 //! - [`memory`]: the process's memory beside its limit;
 //!
@@ -77,6 +79,7 @@ pub mod offline;
 pub mod overrides;
 pub mod plugins;
 pub mod remote;
+pub mod schema;
 pub mod settings;
 pub mod shadow;
 pub mod shared;

@@ -109,12 +109,6 @@ pub trait WitName: Sized {
     fn from_wit_name(name: &str) -> Option<Self>;
 }
 
-/// The JSON schema of an enumeration by WIT name: a string, one of its
-/// names (`#[schemars(schema_with = "wit_names::<T>")]`).
-pub fn wit_names<T: WitName>(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({ "type": "string", "enum": T::NAMES })
-}
-
 /// Serde by WIT name (`#[serde(with = "wit_name")]`); an unknown name is an
 /// error listing the known ones.
 pub mod wit_name {

@@ -486,6 +486,19 @@ fn all_serve(cluster: &Cluster, n: usize, code: &str) -> bool {
         })
 }
 
+/// Why a resource is `Degraded`, as its condition says (empty when it is
+/// not).
+pub fn degraded_of(object: &Value) -> String {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Degraded" && c["status"] == "True")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The rollout of the set `web`, as `GET /v1/vm-delivery/shop/web` shows it.
 fn rollout(server: &crate::serve::Server) -> Value {
     server.get("/v1/vm-delivery/shop/web").1["rollout"].clone()
@@ -520,17 +533,17 @@ fn a_rollback_goes_back_to_a_released_revision_of_the_history() {
             })
             .collect()
     };
-    let released = |codes: &[&str]| {
-        history()
-            .iter()
-            .map(|(c, _)| c.as_str())
-            .collect::<Vec<_>>()
-            == codes
+    // Every instance serves `code`, and the history has released `codes`.
+    let settled = |code: &str, codes: &[&str]| {
+        all_serve(cluster, 2, code)
+            && history()
+                .iter()
+                .map(|(c, _)| c.as_str())
+                .collect::<Vec<_>>()
+                == codes
     };
     assert!(
-        wait_until(PATIENCE * 3, || all_serve(cluster, 2, "1.0")
-            && released(&["1.0"]))
-        .is_some(),
+        wait_until(PATIENCE * 3, || settled("1.0", &["1.0"])).is_some(),
         "{:#?} {:?}",
         codes(cluster),
         history()
@@ -541,9 +554,7 @@ fn a_rollback_goes_back_to_a_released_revision_of_the_history() {
     assert_eq!(code, 409, "{body}");
     redeploy(cluster, "2.0", json!([]));
     assert!(
-        wait_until(PATIENCE * 3, || all_serve(cluster, 2, "2.0")
-            && released(&["1.0", "2.0"]))
-        .is_some(),
+        wait_until(PATIENCE * 3, || settled("2.0", &["1.0", "2.0"])).is_some(),
         "{:#?} {:?}",
         codes(cluster),
         history()
@@ -570,9 +581,7 @@ fn a_rollback_goes_back_to_a_released_revision_of_the_history() {
         "{object:#}"
     );
     assert!(
-        wait_until(PATIENCE * 3, || all_serve(cluster, 2, "1.0")
-            && released(&["2.0", "1.0"]))
-        .is_some(),
+        wait_until(PATIENCE * 3, || settled("1.0", &["2.0", "1.0"])).is_some(),
         "{:#?} {:?}",
         codes(cluster),
         history()
@@ -876,20 +885,10 @@ fn a_failed_instance_is_retried_and_an_aborted_rollout_goes_back_to_the_stable_c
     // instance and the step it failed at.
     let sets = resource(cluster, "verdict.dev", "vmreplicasets");
     let deployments = resource(cluster, "verdict.dev", "vmdeployments");
-    let degraded_of = |object: Value| -> String {
-        object["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "Degraded" && c["status"] == "True")
-            .and_then(|c| c["message"].as_str())
-            .unwrap_or_default()
-            .to_string()
-    };
     let named = wait_until(PATIENCE, || {
         let store = cluster.sim().store();
-        degraded_of(store.get(sets, "shop", "web").unwrap()).contains("web-0 at deploy-code")
-            && degraded_of(store.get(deployments, "shop", "web").unwrap())
+        degraded_of(&store.get(sets, "shop", "web").unwrap()).contains("web-0 at deploy-code")
+            && degraded_of(&store.get(deployments, "shop", "web").unwrap())
                 .contains("web-0 at deploy-code failed")
     });
     assert!(

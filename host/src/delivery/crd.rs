@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use kube::CustomResource;
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -52,7 +52,7 @@ pub struct PolicySpec {
     pub sha256: Option<String>,
     /// The policy's settings, handed to it as JSON text.
     #[serde(default)]
-    #[schemars(schema_with = "any_object")]
+    #[schemars(schema_with = "crate::schema::any_object")]
     pub settings: Option<Value>,
     #[serde(default)]
     pub mode: ModeName,
@@ -139,9 +139,4 @@ pub struct ReplicaStatus {
     pub error: Option<String>,
     pub observed_generation: Option<i64>,
     pub at: Option<String>,
-}
-
-/// An object of any fields, kept as it is (a policy's settings).
-fn any_object(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }

@@ -8,11 +8,10 @@
 //!
 //! Events are written by a task of their own from a bounded queue, through
 //! kube's recorder (a repeat becomes one series with a count); a full queue
-//! or a refused Event loses the Event and is counted, never the delivery's
-//! work.
+//! or a refused Event loses the Event, with a warning, never the
+//! delivery's work.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -32,9 +31,6 @@ const NOTE: usize = 1000;
 #[derive(Debug)]
 pub struct Announcer {
     queue: mpsc::Sender<(ObjectReference, Event)>,
-    /// Events written, and those lost (refused, or the queue full).
-    pub written: Arc<AtomicU64>,
-    pub lost: Arc<AtomicU64>,
 }
 
 impl Announcer {
@@ -42,8 +38,6 @@ impl Announcer {
     /// replica `replica`.
     pub fn start(client: kube::Client, replica: String) -> Arc<Self> {
         let (queue, mut waiting) = mpsc::channel::<(ObjectReference, Event)>(QUEUE);
-        let written = Arc::new(AtomicU64::new(0));
-        let lost = Arc::new(AtomicU64::new(0));
         let recorder = Recorder::new(
             client,
             Reporter {
@@ -51,23 +45,14 @@ impl Announcer {
                 instance: Some(replica),
             },
         );
-        let (counted, failed) = (Arc::clone(&written), Arc::clone(&lost));
         tokio::spawn(async move {
             while let Some((regarding, event)) = waiting.recv().await {
-                match recorder.publish(&event, &regarding).await {
-                    Ok(()) => counted.fetch_add(1, Ordering::Relaxed),
-                    Err(error) => {
-                        tracing::warn!(%error, reason = event.reason, "VM delivery: a Kubernetes Event was not written");
-                        failed.fetch_add(1, Ordering::Relaxed)
-                    }
-                };
+                if let Err(error) = recorder.publish(&event, &regarding).await {
+                    tracing::warn!(%error, reason = event.reason, "VM delivery: a Kubernetes Event was not written");
+                }
             }
         });
-        Arc::new(Self {
-            queue,
-            written,
-            lost,
-        })
+        Arc::new(Self { queue })
     }
 
     /// Announce a person's action on the rollout of a deployment (`action`
@@ -91,16 +76,10 @@ impl Announcer {
             action: "Deliver".into(),
             secondary: None,
         };
-        let regarding = ObjectReference {
-            api_version: Some(API_VERSION.into()),
-            kind: Some("VMDeployment".into()),
-            name: Some(deployment.into()),
-            namespace: Some(namespace.into()),
-            ..ObjectReference::default()
-        };
-        if self.queue.try_send((regarding, event)).is_err() {
-            self.lost.fetch_add(1, Ordering::Relaxed);
-        }
+        self.send(
+            reference(API_VERSION, "VMDeployment", namespace, deployment),
+            event,
+        );
     }
 
     /// Announce what happened to `set` (`data` as the event stream has
@@ -113,25 +92,37 @@ impl Announcer {
         // counts repeats of one reason about one instance into a series,
         // and keeps those of different instances apart.
         if let Some(instance) = data["instance"].as_str().filter(|i| !i.is_empty()) {
-            event.secondary = Some(ObjectReference {
-                api_version: Some("kubevirt.io/v1".into()),
-                kind: Some("VirtualMachine".into()),
-                name: Some(instance.into()),
-                namespace: Some(set.namespace.clone()),
-                ..ObjectReference::default()
-            });
+            event.secondary = Some(reference(
+                "kubevirt.io/v1",
+                "VirtualMachine",
+                &set.namespace,
+                instance,
+            ));
         }
         let regarding = ObjectReference {
-            api_version: Some(API_VERSION.into()),
-            kind: Some("VMReplicaSet".into()),
-            name: Some(set.name.clone()),
-            namespace: Some(set.namespace.clone()),
             uid: (!set.uid.is_empty()).then(|| set.uid.clone()),
-            ..ObjectReference::default()
+            ..reference(API_VERSION, "VMReplicaSet", &set.namespace, &set.name)
         };
+        self.send(regarding, event);
+    }
+
+    /// Queue an Event for the writer; with the queue full it is lost, and
+    /// the log says so.
+    fn send(&self, regarding: ObjectReference, event: Event) {
         if self.queue.try_send((regarding, event)).is_err() {
-            self.lost.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("VM delivery: the Kubernetes Events queue is full; an Event is lost");
         }
+    }
+}
+
+/// An object by its API version, kind, namespace and name.
+fn reference(api_version: &str, kind: &str, namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(api_version.into()),
+        kind: Some(kind.into()),
+        name: Some(name.into()),
+        namespace: Some(namespace.into()),
+        ..ObjectReference::default()
     }
 }
 

@@ -484,8 +484,10 @@ impl Controller {
             // The set says which instances hold it, each at its step.
             let rows: Vec<Value> = read.iter().map(row).collect();
             let found = self.let_go(&set, read, term, at).await?;
-            let mut set = set;
-            set.generation = object["metadata"]["generation"].as_i64().unwrap_or(0);
+            let set = VmReplicaSet {
+                generation: object["metadata"]["generation"].as_i64().unwrap_or(0),
+                ..set
+            };
             let status = set.deleting_status(&object["status"], rows, at);
             self.write_status(&sets(), namespace, name, object, status)
                 .await?;
@@ -985,18 +987,9 @@ impl Controller {
             said.insert(key, text);
         }
         drop(said);
-        // A write the API server refused (not a conflict, which the next
-        // reconcile reads past) is said on the set, and as an Event.
-        let kube::Error::Api(status) = &error else {
-            return None;
-        };
-        if matches!(status.code, 404 | 409) {
-            return None;
-        }
-        let message = format!(
-            "the API server refused a write ({} {}): {}",
-            status.code, status.reason, status.message
-        );
+        // A write the API server refused is said on the set, and as an
+        // Event.
+        let message = refusal(&error)?;
         if new {
             self.tell(
                 set,
@@ -1333,18 +1326,12 @@ impl Controller {
                 &Patch::Merge(&json!({"status": replacing(&object["status"], status)})),
             )
             .await;
-        let Err(kube::Error::Api(refused)) = &written else {
+        let Some(refused) = written.as_ref().err().and_then(refusal) else {
             return written.map(drop);
         };
-        if matches!(refused.code, 404 | 409) {
-            return written.map(drop);
-        }
         // Refused (too large, invalid): the status says so, in a write
         // small enough to be taken.
-        let problem = format!(
-            "the status could not be written: the API server refused it ({} {}): {}",
-            refused.code, refused.reason, refused.message
-        );
+        let problem = format!("the status could not be written: {refused}");
         let status = super::resources::degraded(object, "WriteRefused", &problem, now());
         if let Err(error) = api
             .patch_status(
@@ -1384,6 +1371,19 @@ struct Found {
     stages: Vec<String>,
     /// The deployment's phase, when one targets the set.
     phase: Option<String>,
+}
+
+/// What the API server said refusing a write, in words; none for an error
+/// that is no refusal — a conflict (the next reconcile reads past it), a
+/// missing object, a failure to reach the server.
+fn refusal(error: &kube::Error) -> Option<String> {
+    match error {
+        kube::Error::Api(status) if !matches!(status.code, 404 | 409) => Some(format!(
+            "the API server refused a write ({} {}): {}",
+            status.code, status.reason, status.message
+        )),
+        _ => None,
+    }
 }
 
 /// A counter's lock, whatever a panicking holder left.

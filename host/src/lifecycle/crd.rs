@@ -11,6 +11,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::rollout::Order;
+
 /// A `VMReplicaSet` (seed 002): the machines of an application hosted on
 /// virtual machines and the environment they run — the packages, with their
 /// versions, installed on every instance. Its instances are KubeVirt
@@ -117,7 +119,7 @@ pub struct Selector {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Template {
     pub metadata: Option<TemplateMetadata>,
-    #[schemars(schema_with = "any_object")]
+    #[schemars(schema_with = "crate::schema::any_object")]
     pub spec: Value,
 }
 
@@ -158,25 +160,17 @@ pub struct RolloutSpec {
     pub max_unavailable: Option<Value>,
     /// The order instances are taken in.
     #[serde(default)]
-    pub order: OrderName,
-}
-
-/// The order a rollout takes instances in.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum OrderName {
-    #[default]
-    Name,
-    OldestFirst,
-    NewestFirst,
+    pub order: Order,
 }
 
 /// What a set does about an instance lost with its node.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum LostInstance {
+    /// A new instance, through the whole machine.
     #[default]
     Repair,
+    /// The set shrinks by it.
     ScaleDown,
 }
 
@@ -489,14 +483,6 @@ pub struct DeploymentInstance {
     pub stage: Option<String>,
     pub code: Option<String>,
     pub task: Option<String>,
-}
-
-/// An object of any fields, kept as it is (KubeVirt's VM spec).
-fn any_object(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true,
-    })
 }
 
 /// A count or a share ("25%").

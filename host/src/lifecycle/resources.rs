@@ -55,13 +55,7 @@ pub fn instances() -> ApiResource {
 }
 
 /// What a set does about an instance that is lost (its node offline).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lost {
-    /// A new instance, through the whole machine.
-    Repair,
-    /// The set shrinks by it.
-    ScaleDown,
-}
+pub use super::crd::LostInstance as Lost;
 
 /// A `VMReplicaSet`, read.
 #[derive(Debug, Clone)]
@@ -130,15 +124,6 @@ impl VmReplicaSet {
                 format!("spec.rollout.maxUnavailable: {e} (there is no surge: at least one instance must be allowed out of service)")
             })?,
         };
-        let order = match rollout.order {
-            crd::OrderName::Name => Order::Name,
-            crd::OrderName::OldestFirst => Order::OldestFirst,
-            crd::OrderName::NewestFirst => Order::NewestFirst,
-        };
-        let lost = match spec.lost_instance {
-            crd::LostInstance::Repair => Lost::Repair,
-            crd::LostInstance::ScaleDown => Lost::ScaleDown,
-        };
         let template = serde_json::to_value(&spec.template).unwrap_or_default();
         Ok(Self {
             namespace,
@@ -158,11 +143,11 @@ impl VmReplicaSet {
                     })
                     .collect(),
                 max_unavailable,
-                order,
+                order: rollout.order,
                 paused: spec.paused,
                 desired: Some((spec.replicas as usize).saturating_sub(spec.offline.len())),
             },
-            lost,
+            lost: spec.lost_instance,
             offline: spec.offline,
         })
     }
@@ -534,6 +519,7 @@ impl VmDeployment {
         let deadline = spec.progress_deadline_seconds;
         let revision = revision(&code, &artifact, &steps);
         let status = &object["status"];
+        let history = status["history"].as_array().cloned().unwrap_or_default();
         let progress = Progress {
             step: status["stepIndex"].as_u64().unwrap_or(0) as usize,
             since: text(status, "/stepStartedAt")
@@ -561,10 +547,8 @@ impl VmDeployment {
                 // What an abort goes back to: the newest revision released
                 // in full with other code (the history), else the status's
                 // stable code.
-                previous: status["history"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                previous: history
+                    .iter()
                     .rev()
                     .filter_map(|r| r["code"].as_str())
                     .find(|c| *c != code)
@@ -582,7 +566,7 @@ impl VmDeployment {
             status_phase: text(status, "/phase").map(String::from),
             requests: DeploymentRequests::read(object)?,
             actions: status["actions"].as_array().cloned().unwrap_or_default(),
-            history: status["history"].as_array().cloned().unwrap_or_default(),
+            history,
         })
     }
 

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::model::{InstanceState, Package, TargetState};
 use crate::time::Timestamp;
-use crate::wit::lifecycle::{Machine, NodeHealth, Stage};
+use crate::wit::lifecycle::{Machine, NodeHealth, Outcome, Stage};
 
 /// A number of instances, or a share of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,26 +71,17 @@ impl Share {
     }
 }
 
-/// The order a rollout takes instances in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The order a rollout takes instances in (`spec.rollout.order` of a set,
+/// by these names in kebab case).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
 pub enum Order {
     #[default]
     Name,
     OldestFirst,
     NewestFirst,
-}
-
-impl Order {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        match text {
-            "name" => Ok(Order::Name),
-            "oldest-first" => Ok(Order::OldestFirst),
-            "newest-first" => Ok(Order::NewestFirst),
-            other => Err(format!(
-                "order `{other}` is none of name, oldest-first, newest-first"
-            )),
-        }
-    }
 }
 
 /// What the set asks of its instances.
@@ -202,7 +193,7 @@ pub fn failed_step(state: &InstanceState) -> Option<&str> {
     state
         .lists
         .iter()
-        .find(|l| l.outcome == crate::wit::lifecycle::Outcome::Failed)
+        .find(|l| l.outcome == Outcome::Failed)
         .and_then(|l| l.task.as_deref())
 }
 
@@ -932,7 +923,8 @@ mod tests {
         assert_eq!(Share::Percent(50).at_least(5), 3);
         assert_eq!(Share::Percent(50).at_most(5), 2);
         assert_eq!(Share::Percent(1).at_most(5), 1);
-        assert_eq!(Order::parse("newest-first"), Ok(Order::NewestFirst));
-        assert!(Order::parse("random").is_err());
+        let order = |text: &str| serde_json::from_value::<Order>(json!(text));
+        assert_eq!(order("newest-first").ok(), Some(Order::NewestFirst));
+        assert!(order("random").is_err());
     }
 }

@@ -5,8 +5,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::schema::{any_object, wit_names};
 use crate::wit::types::{self, TaskAction as Action, TaskPhase as Phase};
-use crate::wit::{WitName, wit_name, wit_names};
+use crate::wit::{WitName, wit_name};
 
 /// Times as RFC 3339 text on the wire, milliseconds since the epoch inside.
 pub mod time {
@@ -183,11 +184,6 @@ pub struct Task {
     /// replica of an earlier term cannot write the task any more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<crate::leader::Term>,
-}
-
-/// Parameters of any fields, kept as they are.
-fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
 fn is_zero(n: &u64) -> bool {

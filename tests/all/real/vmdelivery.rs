@@ -1569,16 +1569,7 @@ fn a_write_the_api_server_refuses_is_said_on_the_set_and_as_an_event_on_the_real
         ns,
         set(2, json!([{"name": "jdk", "version": "21"}])),
     );
-    let degraded = || -> String {
-        kube.get("vmreplicasets.verdict.dev", "web")["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "Degraded" && c["status"] == "True")
-            .and_then(|c| c["message"].as_str())
-            .unwrap_or_default()
-            .to_string()
-    };
+    let degraded = || crate::vmdelivery::degraded_of(&kube.get("vmreplicasets.verdict.dev", "web"));
     let said = wait_until(PATIENCE * 3, || {
         let message = degraded();
         message.contains("web-0: the API server refused a write")
