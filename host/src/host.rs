@@ -151,7 +151,7 @@ async fn client(
     let mut config = config;
     config.default_retry = false;
     kube::Client::try_from(config)
-        .map(Some)
+        .map(|client| Some(crate::calls::counted(client)))
         .map_err(Error::Client)
 }
 

@@ -13,6 +13,7 @@
 //!   cannot say (any object, an enumeration by WIT name);
 //! - [`settings`]: how a module declares its settings, once;
 //! - [`memory`]: the process's memory beside its limit;
+//! - [`calls`]: the requests made of the Kubernetes API server, counted;
 //!
 //! Storage, folders, events (each with its own error type):
 //! - [`native`]: the default status rules compiled natively, for comparison
@@ -60,6 +61,7 @@
 //! - [`host`]: the parts assembled, in flow order, and served.
 
 pub mod admission;
+pub mod calls;
 pub mod config;
 pub mod delivery;
 pub mod demo;

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use super::model::Health;
+
 use super::{
     BTreeMap, Failover, FailoverError, NodeReport, Override, Record, State, StorageError, brakes,
     now, rfc3339,
@@ -88,6 +90,17 @@ impl Failover {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Each node's health, as the latest evaluation judged it.
+    pub async fn health(&self) -> BTreeMap<String, Health> {
+        let inner = self.inner.lock().await;
+        inner
+            .latest
+            .reports
+            .iter()
+            .map(|(node, report)| (node.clone(), report.health))
+            .collect()
     }
 
     /// The current decisions, the brakes in force and the overrides.

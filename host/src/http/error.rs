@@ -159,6 +159,7 @@ impl From<crate::lifecycle::service::ServiceError> for ApiError {
         match error {
             E::NotFound(code, m) => ApiError::new(StatusCode::NOT_FOUND, code, m),
             E::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            E::Changed => ApiError::new(StatusCode::CONFLICT, "conflict", E::Changed.to_string()),
             E::Invalid(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", m),
             E::Api(error) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

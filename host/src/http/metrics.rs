@@ -121,6 +121,11 @@ struct AppStatusLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabels {
+    verb: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabels {
     stage: String,
 }
@@ -468,11 +473,8 @@ impl Collector for Sources {
         }
 
         if let Some(counts) = self.delivery.as_ref().and_then(|d| d.counts.as_ref()) {
-            let lock = |m: &std::sync::Mutex<std::collections::BTreeMap<String, u64>>| {
-                crate::lifecycle::controller::lock(m).clone()
-            };
             let instances: Family<StageLabels, Gauge> = Family::default();
-            for (stage, n) in lock(&counts.stages) {
+            for (stage, n) in counts.stages() {
                 instances
                     .get_or_create(&StageLabels { stage })
                     .set(n as i64);
@@ -484,7 +486,7 @@ impl Collector for Sources {
                 &instances,
             )?;
             let rollouts: Family<PhaseLabels, Gauge> = Family::default();
-            for (phase, n) in lock(&counts.phases) {
+            for (phase, n) in counts.phases() {
                 rollouts.get_or_create(&PhaseLabels { phase }).set(n as i64);
             }
             family(
@@ -521,6 +523,18 @@ impl Collector for Sources {
                 &held,
             )?;
         }
+
+        let made: Family<VerbLabels, Counter> = Family::default();
+        for (verb, n) in crate::calls::made() {
+            made.get_or_create(&VerbLabels { verb: verb.into() })
+                .inc_by(n);
+        }
+        family(
+            encoder,
+            "kube_requests",
+            "Requests made of the Kubernetes API server, by verb (a watch counts once, however long it runs)",
+            &made,
+        )?;
 
         self.encode_apps(encoder)?;
         self.encode_history(encoder)?;

@@ -15,8 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use super::hooks::{Asked, Calls, Hooks, InstanceRef, OwnedCall};
@@ -26,6 +28,7 @@ use super::resources::{
     VmDeployment, VmReplicaSet, deployments, instance_name, instances, machines, sets,
 };
 use super::rollout::{self, Member};
+use super::watched::{Unread, Watched};
 use crate::events::{Events, Kind};
 use crate::failover::Failover;
 use crate::failover::model::Health;
@@ -68,44 +71,43 @@ pub struct Controller {
     /// The last failure said of each instance (`namespace/name`) that
     /// could not be moved on: one that lasts is said once.
     said: std::sync::Mutex<BTreeMap<String, String>>,
+    /// Each machine (`namespace/name`) written since the store last
+    /// showed it, with the resource version the write replaced: while the
+    /// store still shows that version, the machine is not moved on (what
+    /// it shows is already past), and the watch brings the new one.
+    written: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
 /// What the controller counts: instances by stage and rollouts by phase
-/// at the last reconcile, hook calls and failures by step since the start.
+/// at each set's last reconcile, hook calls and failures by step since the
+/// start.
 #[derive(Debug, Default)]
 pub struct Counts {
-    pub stages: std::sync::Mutex<BTreeMap<String, u64>>,
-    pub phases: std::sync::Mutex<BTreeMap<String, u64>>,
+    /// What each set's last reconcile found, by `namespace/name`.
+    by_set: std::sync::Mutex<BTreeMap<String, Found>>,
     /// Per step: calls, and calls that failed the step.
     pub hooks: std::sync::Mutex<BTreeMap<String, (u64, u64)>>,
     /// Reconciles held because what they govern could not be read.
     pub unread: std::sync::atomic::AtomicU64,
 }
 
-/// A read the controller depends on failed: the reconcile it was for is
-/// held (nothing is released, deleted or started on a guess) and asked
-/// again later.
-#[derive(Debug, thiserror::Error)]
-#[error("the {what} could not be read, so nothing they govern moves: {source}")]
-pub struct Unread {
-    what: &'static str,
-    #[source]
-    source: kube::Error,
-}
-
-impl Unread {
-    fn new(what: &'static str, source: kube::Error) -> Self {
-        Self { what, source }
+impl Counts {
+    /// Instances by stage.
+    pub fn stages(&self) -> BTreeMap<String, u64> {
+        let mut stages = BTreeMap::new();
+        for stage in lock(&self.by_set).values().flat_map(|f| &f.stages) {
+            *stages.entry(stage.clone()).or_insert(0) += 1;
+        }
+        stages
     }
-}
 
-/// A list's objects; none when the server does not serve the resource
-/// (404: its CRD is not installed, so none can exist). Every other error
-/// stays an error.
-fn served_or_none<T>(listed: Result<Vec<T>, kube::Error>) -> Result<Vec<T>, kube::Error> {
-    match listed {
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
-        other => other,
+    /// Rollouts by phase.
+    pub fn phases(&self) -> BTreeMap<String, u64> {
+        let mut phases = BTreeMap::new();
+        for phase in lock(&self.by_set).values().filter_map(|f| f.phase.as_ref()) {
+            *phases.entry(phase.clone()).or_insert(0) += 1;
+        }
+        phases
     }
 }
 
@@ -131,6 +133,9 @@ struct Read {
     /// The machine's UID: part of every step's key.
     uid: String,
     resource_version: String,
+    /// The store shows it as it was before this controller's last write:
+    /// it is not moved on until the store has that write.
+    stale: bool,
     recorded: Result<Recorded, String>,
     state: InstanceState,
     created: Timestamp,
@@ -213,6 +218,7 @@ impl Controller {
             counts: Arc::default(),
             announcer: None,
             said: std::sync::Mutex::default(),
+            written: std::sync::Mutex::default(),
         }
     }
 
@@ -239,215 +245,184 @@ impl Controller {
         );
     }
 
-    /// Reconcile every tick while this replica leads, until the process
-    /// ends.
+    /// Follow the sets, deployments, machines and instances of the
+    /// namespaces carried out, and reconcile each as it changes, while this
+    /// replica leads, until the process ends. Every replica keeps the
+    /// stores warm; only the leader acts.
     pub async fn run(self: Arc<Self>) {
         tracing::info!(
             every_ms = self.every.as_millis() as u64,
             hooks = ?self.calls.hooks().names().collect::<Vec<_>>(),
             "VM delivery: following VMReplicaSets and VMDeployments"
         );
-        // The last failure said, so that one that lasts is said once and
-        // its end is said too.
-        let mut said: Option<String> = None;
-        let mut no_policy_said = false;
-        let answered = self.calls.answered();
+        let scopes: Vec<Option<String>> = match self.namespaces.is_empty() {
+            true => vec![None],
+            false => self.namespaces.iter().cloned().map(Some).collect(),
+        };
+        let mut running = Vec::new();
+        for namespace in scopes {
+            running.push(tokio::spawn(Arc::clone(&self).run_scope(namespace)));
+        }
+        tokio::spawn(Arc::clone(&self).say_missing_policy());
+        for scope in running {
+            if let Err(error) = scope.await {
+                tracing::error!(%error, "VM delivery: a namespace's controllers ended");
+            }
+        }
+    }
+
+    /// Say when no lifecycle policy is loaded, and when one is again.
+    async fn say_missing_policy(self: Arc<Self>) {
+        let mut said = false;
+        let mut tap = self.events.tap(64);
         loop {
-            let mut wait = self.every;
-            if let Some(term) = self.leadership.acting() {
-                let missing = self.registry.policy(World::Lifecycle).is_err();
-                if missing && !no_policy_said {
-                    tracing::warn!("VM delivery: {NO_POLICY}");
-                }
-                no_policy_said = missing;
-                match self.reconcile_all(&term).await {
-                    Ok(()) => {
-                        if said.take().is_some() {
-                            tracing::info!(
-                                "VM delivery: the resources are read again; reconciling"
-                            );
-                        }
-                    }
-                    Err(error) => {
-                        // Not read (their CRDs not installed, the API
-                        // server away, a permission taken away): nothing
-                        // moves, and it is asked again in a while.
-                        self.counts
-                            .unread
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let text = error.to_string();
-                        if said.as_deref() != Some(text.as_str()) {
-                            tracing::warn!(%error, "VM delivery: held; asking again every 5 s");
-                            said = Some(text);
-                        }
-                        wait = wait.max(Duration::from_secs(5));
-                    }
+            let missing = self.registry.policy(World::Lifecycle).is_err();
+            if missing && !said {
+                tracing::warn!("VM delivery: {NO_POLICY}");
+            }
+            said = missing;
+            // Asked again when a plugin changes.
+            loop {
+                match tap.receiver.recv().await {
+                    Some(event) if event.kind == Kind::Plugin => break,
+                    Some(_) => {}
+                    None => return,
                 }
             }
-            // A hook's answer is taken as soon as it comes.
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = answered.notified() => {}
+        }
+    }
+
+    /// The controllers of one namespace (of all, for `None`): the sets',
+    /// the deployments' and the machines' whose set is gone, each over the
+    /// stores of what it reads, each object reconciled on its own.
+    async fn run_scope(self: Arc<Self>, namespace: Option<String>) {
+        let (changed, mut changes) = tokio::sync::mpsc::unbounded_channel::<Changed>();
+        let api = |resource: &ApiResource| match &namespace {
+            Some(namespace) => {
+                Api::<DynamicObject>::namespaced_with(self.reader.clone(), namespace, resource)
             }
-        }
+            None => Api::<DynamicObject>::all_with(self.reader.clone(), resource),
+        };
+        let watch = |resource: ApiResource, what: &'static str, which: Which| {
+            let changed = changed.clone();
+            Watched::start(
+                api(&resource),
+                &resource,
+                what,
+                Box::new(move |object| {
+                    let _ = changed.send((which, object.cloned()));
+                }),
+            )
+        };
+        let scope = Arc::new(Scope {
+            namespace: namespace.clone(),
+            sets: watch(sets(), "VMReplicaSets", Which::Set),
+            deployments: watch(deployments(), "VMDeployments", Which::Deployment),
+            machines: watch(machines(), "VirtualMachines", Which::Machine),
+            instances: watch(instances(), "VirtualMachineInstances", Which::Instance),
+        });
+        let (to_sets, for_sets) = tokio::sync::mpsc::unbounded_channel();
+        let (to_deployments, for_deployments) = tokio::sync::mpsc::unbounded_channel();
+        let (to_machines, for_machines) = tokio::sync::mpsc::unbounded_channel();
+        // What changed, to the objects whose reconcile it concerns.
+        let routed = Arc::clone(&scope);
+        let route = Route {
+            sets: to_sets.clone(),
+            deployments: to_deployments,
+            machines: to_machines,
+        };
+        tokio::spawn(async move {
+            while let Some((which, object)) = changes.recv().await {
+                route.changed(&routed, which, object.as_ref());
+            }
+        });
+        // A hook's answer is taken as soon as it comes.
+        let mut answered = self.calls.answered();
+        let answers = Arc::clone(&scope);
+        tokio::spawn(async move {
+            loop {
+                match answered.recv().await {
+                    Ok(instance) => {
+                        if answers.covers(&instance.namespace) {
+                            let _ = to_sets
+                                .send(answers.sets.reference(&instance.namespace, &instance.set));
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        for set in answers.sets.store.state() {
+                            let _ = to_sets.send(reference_of(&answers.sets, &set));
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+
+        let context = Arc::new(Context {
+            controller: Arc::clone(&self),
+            scope: Arc::clone(&scope),
+        });
+        let sets_controller = over(&scope.sets, for_sets)
+            .reconcile_all_on(self.wakes())
+            .run(reconcile_set, on_error, Arc::clone(&context))
+            .for_each(|_| std::future::ready(()));
+        let deployments_controller = over(&scope.deployments, for_deployments)
+            .reconcile_all_on(self.wakes())
+            .run(reconcile_deployment, on_error, Arc::clone(&context))
+            .for_each(|_| std::future::ready(()));
+        let machines_controller = over(&scope.machines, for_machines)
+            .run(reconcile_machine, on_error, context)
+            .for_each(|_| std::future::ready(()));
+        tokio::join!(sets_controller, deployments_controller, machines_controller);
     }
 
-    /// Every object of `resource` in the namespaces carried out.
-    async fn list_all(&self, resource: &ApiResource) -> Result<Vec<DynamicObject>, kube::Error> {
-        self.list_with(resource, &ListParams::default()).await
-    }
-
-    /// Every object of `resource` that `params` select, in the namespaces
-    /// carried out.
-    async fn list_with(
-        &self,
-        resource: &ApiResource,
-        params: &ListParams,
-    ) -> Result<Vec<DynamicObject>, kube::Error> {
-        if self.namespaces.is_empty() {
-            let api = Api::<DynamicObject>::all_with(self.reader.clone(), resource);
-            return Ok(api.list(params).await?.items);
-        }
-        let mut all = Vec::new();
-        for namespace in &self.namespaces {
-            let api =
-                Api::<DynamicObject>::namespaced_with(self.reader.clone(), namespace, resource);
-            all.extend(api.list(params).await?.items);
-        }
-        Ok(all)
-    }
-
-    async fn reconcile_all(&self, term: &Term) -> Result<(), Unread> {
-        // The deployments first: a set made before its deployment is then
-        // in the sets' list, and no deployment is judged set-less because
-        // the sets were listed a moment before its set was made.
-        //
-        // A list that fails fails the whole tick: a deployment not read is
-        // not "no deployment", which would release every instance's code.
-        // Only a resource the server does not serve (404: its CRD is not
-        // installed) has, knowably, no objects.
-        let mut all_deployments: Vec<Value> = served_or_none(self.list_all(&deployments()).await)
-            .map_err(|error| Unread::new("VMDeployments", error))?
-            .iter()
-            .map(|d| serde_json::to_value(d).unwrap_or_default())
-            .collect();
-        let all_sets = self
-            .list_all(&sets())
-            .await
-            .map_err(|error| Unread::new("VMReplicaSets", error))?;
-        // Of two deployments of one set, the older delivers (and of two
-        // made in the same second, the one delivering already).
-        all_deployments.sort_by_key(|d| {
-            let text = |p: &str| {
-                d.pointer(p)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let idle = matches!(text("/status/phase").as_str(), "" | "Degraded");
-            (
-                text("/metadata/creationTimestamp"),
-                idle,
-                text("/metadata/name"),
+    /// What asks every object of a kind to be reconciled again: this
+    /// replica taking the lead, a person's override, failover's judgement
+    /// of the nodes, a plugin loaded or unloaded.
+    fn wakes(&self) -> impl futures_util::Stream<Item = ()> + Send + 'static {
+        let leading = tokio_stream::wrappers::WatchStream::new(self.leadership.subscribe())
+            .filter_map(|standing| std::future::ready(standing.leader.then_some(())));
+        let tap = self.events.tap(256);
+        let told = tokio_stream::wrappers::ReceiverStream::new(tap.receiver).filter_map(|event| {
+            std::future::ready(
+                matches!(event.kind, Kind::Override | Kind::Failover | Kind::Plugin).then_some(()),
             )
         });
-        // The nodes' health, once a tick for every set.
-        let health: BTreeMap<String, Health> = match &self.failover {
-            Some(failover) => failover
-                .view()
-                .await
-                .nodes
-                .into_iter()
-                .map(|report| (report.node, report.health))
-                .collect(),
-            None => BTreeMap::new(),
-        };
-        let mut stages = BTreeMap::new();
-        let mut phases = BTreeMap::new();
-        for set in &all_sets {
-            let value = serde_json::to_value(set).unwrap_or_default();
-            let namespace = set.metadata.namespace.clone().unwrap_or_default();
-            let name = set.metadata.name.clone().unwrap_or_default();
-            let deployment = all_deployments.iter().find(|d| {
-                d["metadata"]["namespace"] == namespace.as_str()
-                    && d["spec"]["replicaSet"] == name.as_str()
-            });
-            match self.reconcile_set(&value, deployment, &health, term).await {
-                Ok(found) => {
-                    for stage in found.stages {
-                        *stages.entry(stage).or_insert(0) += 1;
-                    }
-                    if let Some(phase) = found.phase {
-                        *phases.entry(phase).or_insert(0) += 1;
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(namespace, name, %error, "VM delivery: the set could not be reconciled");
-                }
-            }
-        }
-        *lock(&self.counts.stages) = stages;
-        *lock(&self.counts.phases) = phases;
-        self.orphans(&all_sets, term).await?;
-
-        // A deployment that cannot be carried out says why in its status:
-        // one that does not read, that names no set of its namespace, or
-        // whose set another deployment targets already.
-        let set_keys: Vec<(String, String)> = all_sets
-            .iter()
-            .map(|s| {
-                let key = |v: &Option<String>| v.clone().unwrap_or_default();
-                (key(&s.metadata.namespace), key(&s.metadata.name))
-            })
-            .collect();
-        for (i, d) in all_deployments.iter().enumerate() {
-            let text = |pointer: &str| {
-                d.pointer(pointer)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-            };
-            let (namespace, name, set) = (
-                text("/metadata/namespace"),
-                text("/metadata/name"),
-                text("/spec/replicaSet"),
-            );
-            let first = all_deployments.iter().position(|o| {
-                o["metadata"]["namespace"] == namespace && o["spec"]["replicaSet"] == set
-            });
-            let problem = match VmDeployment::read(d) {
-                Err(problem) => problem,
-                Ok(_) if !set_keys.contains(&(namespace.to_string(), set.to_string())) => {
-                    format!("no VMReplicaSet {set} in namespace {namespace}")
-                }
-                Ok(_) if first != Some(i) => format!(
-                    "VMDeployment {} targets VMReplicaSet {set} already",
-                    first.map_or("", |f| all_deployments[f]["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default())
-                ),
-                Ok(_) => continue,
-            };
-            let status = super::resources::cannot_proceed(d, &problem, now());
-            if let Err(error) = self
-                .write_status(&deployments(), namespace, name, d, status)
-                .await
-            {
-                tracing::warn!(namespace, name, %error, "VM delivery: the deployment's status could not be written");
-            }
-        }
-        Ok(())
+        futures_util::stream::select(leading, told)
     }
 
     async fn reconcile_set(
         &self,
-        object: &Value,
-        deployment: Option<&Value>,
-        health: &BTreeMap<String, Health>,
+        set_object: &DynamicObject,
+        scope: &Scope,
         term: &Term,
-    ) -> Result<Found, kube::Error> {
+    ) -> Result<Found, Failed> {
         let at = now();
+        let value = serde_json::to_value(set_object).unwrap_or_default();
+        let object = &value;
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        // What the set depends on is read, or it is held where it is, and
+        // says so.
+        if let Err(unread) = scope
+            .deployments
+            .check()
+            .and(scope.machines.check())
+            .and(scope.instances.check())
+        {
+            let status = super::resources::held(object, &unread.to_string(), at);
+            self.write_status(&sets(), namespace, name, object, status)
+                .await?;
+            return Err(unread.into());
+        }
+        let targeting = scope.deployments_of(namespace, name)?;
+        let deployment = targeting.first();
+        // The nodes' health, as failover judges them.
+        let health = match &self.failover {
+            Some(failover) => failover.health().await,
+            None => BTreeMap::new(),
+        };
+        let health = &health;
         let finalizers: Vec<String> = object["metadata"]["finalizers"]
             .as_array()
             .into_iter()
@@ -459,7 +434,7 @@ impl Controller {
             // set's finalizer is let go last.
             let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
             let set = VmReplicaSet::named(namespace, name, uid);
-            let read = self.read_machines(&set, health).await?;
+            let read = self.read_machines(&set, scope, health)?;
             if read.is_empty() {
                 if finalizers.iter().any(|f| f == instance::FINALIZER) {
                     let kept: Vec<&String> = finalizers
@@ -479,7 +454,10 @@ impl Controller {
                         "VM delivery: every instance is cleaned up; the set goes"
                     );
                 }
-                return Ok(Found::default());
+                return Ok(Found {
+                    gone: true,
+                    ..Found::default()
+                });
             }
             // The set says which instances hold it, each at its step.
             let rows: Vec<Value> = read.iter().map(row).collect();
@@ -517,9 +495,9 @@ impl Controller {
         };
         // Adopt the VMs the set's selector names that no one owns.
         if !set.selector.is_empty() {
-            self.adopt(&set).await?;
+            self.adopt(&set, scope).await?;
         }
-        let mut read = self.read_machines(&set, health).await?;
+        let read = self.read_machines(&set, scope, health)?;
 
         // Make the machines the set is short of, or let go of one it has
         // too many of; an instance named offline goes once it is drained.
@@ -561,7 +539,8 @@ impl Controller {
                 &set,
                 json!({"instance": machine.name, "event": "removed", "reason": why}),
             );
-            read = self.read_machines(&set, health).await?;
+            // Looked at again once the store has it going.
+            return Ok(Found::moving());
         } else if staying.len() < wanted {
             let names: Vec<String> = read
                 .iter()
@@ -574,15 +553,22 @@ impl Controller {
                 Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &machines());
             let machine: DynamicObject =
                 serde_json::from_value(machine).map_err(kube::Error::SerdeError)?;
-            api.create(&PostParams::default(), &machine).await?;
-            tracing::info!(
-                namespace,
-                set = set.name,
-                instance = name,
-                "VM delivery: a machine is requested"
-            );
-            self.tell(&set, json!({"instance": name, "event": "made"}));
-            read = self.read_machines(&set, health).await?;
+            match api.create(&PostParams::default(), &machine).await {
+                Ok(_) => {
+                    tracing::info!(
+                        namespace,
+                        set = set.name,
+                        instance = name,
+                        "VM delivery: a machine is requested"
+                    );
+                    self.tell(&set, json!({"instance": name, "event": "made"}));
+                }
+                // Made already: the store has not seen it yet.
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(error) => return Err(error.into()),
+            }
+            // Looked at again once the store has it.
+            return Ok(Found::moving());
         }
 
         let deployment_object = deployment;
@@ -602,11 +588,9 @@ impl Controller {
                 self.write_status(&sets(), namespace, name, object, status)
                     .await?;
                 return Ok(Found {
-                    stages: read
-                        .iter()
-                        .map(|m| m.state.stage.map_or("none", |s| s.wit_name()).to_string())
-                        .collect(),
+                    stages: stages(&read),
                     phase: Some("Degraded".into()),
+                    ..Found::default()
                 });
             }
         };
@@ -630,6 +614,7 @@ impl Controller {
         // only its instance.
         let movable: Vec<(&Read, Recorded, model::TargetState)> = read
             .iter()
+            .filter(|machine| !machine.stale)
             .filter_map(|machine| {
                 let target = plan.targets.get(&machine.name).cloned()?;
                 Some((machine, machine.recorded.as_ref().ok()?.clone(), target))
@@ -669,12 +654,23 @@ impl Controller {
         let status = set.status(&plan, rows, problem.as_deref(), at);
         self.write_status(&sets(), namespace, name, object, status)
             .await?;
+        // Looked at again soon while a list runs or the rollout moves.
+        let moving = read.iter().any(|m| {
+            m.stale
+                || m.recorded.as_ref().is_ok_and(|r| {
+                    r.list
+                        .as_ref()
+                        .is_some_and(|l| l.outcome == Outcome::Running)
+                })
+        }) || matches!(
+            plan.phase,
+            rollout::Phase::Progressing | rollout::Phase::Paused
+        );
         let found = Found {
-            stages: read
-                .iter()
-                .map(|m| m.state.stage.map_or("none", |s| s.wit_name()).to_string())
-                .collect(),
+            stages: stages(&read),
             phase: deployment.as_ref().map(|_| format!("{:?}", plan.phase)),
+            moving,
+            gone: false,
         };
         if let (Some(d), Some((spec, _))) = (&deployment, &rollout) {
             let updated = read
@@ -708,7 +704,6 @@ impl Controller {
         term: &Term,
         at: Timestamp,
     ) -> Result<Found, kube::Error> {
-        let mut read = read;
         if read.iter().any(|m| !m.state.deleting) {
             let api = Api::<DynamicObject>::namespaced_with(
                 self.writer.clone(),
@@ -726,10 +721,11 @@ impl Controller {
                     json!({"instance": machine.name, "event": "removed", "reason": "its set is deleted"}),
                 );
             }
-            read = self.read_machines(set, &BTreeMap::new()).await?;
+            // Cleaned up once the store has them going.
+            return Ok(Found::moving());
         }
         let mut steps = futures_util::stream::FuturesUnordered::new();
-        for machine in &read {
+        for machine in read.iter().filter(|m| !m.stale) {
             let Ok(recorded) = machine.recorded.clone() else {
                 continue;
             };
@@ -743,11 +739,9 @@ impl Controller {
         }
         while steps.next().await.is_some() {}
         Ok(Found {
-            stages: read
-                .iter()
-                .map(|m| m.state.stage.map_or("none", |s| s.wit_name()).to_string())
-                .collect(),
-            phase: None,
+            stages: stages(&read),
+            moving: true,
+            ..Found::default()
         })
     }
 
@@ -770,83 +764,19 @@ impl Controller {
             .map(drop)
     }
 
-    /// The instances whose set is gone without letting go of them (deleted
-    /// before it held their clean-up, or its finalizer taken off by hand):
-    /// those being deleted are cleaned up and let go. One not being
-    /// deleted is left alone — the garbage collector deletes what its set
-    /// owned, and what it does not own is not the controller's to delete.
-    async fn orphans(&self, all_sets: &[DynamicObject], term: &Term) -> Result<(), Unread> {
-        let mut by_set: BTreeMap<(String, String), String> = BTreeMap::new();
-        for vm in served_or_none(
-            self.list_with(
-                &machines(),
-                &ListParams::default().labels(instance::SET_LABEL),
-            )
-            .await,
-        )
-        .map_err(|error| Unread::new("VirtualMachines", error))?
-        {
-            let held = vm
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == instance::FINALIZER);
-            let namespace = vm.metadata.namespace.clone().unwrap_or_default();
-            let set = vm
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(instance::SET_LABEL))
-                .cloned()
-                .unwrap_or_default();
-            let gone = !all_sets.iter().any(|s| {
-                s.metadata.namespace.as_deref() == Some(namespace.as_str())
-                    && s.metadata.name.as_deref() == Some(set.as_str())
-            });
-            if held && gone && vm.metadata.deletion_timestamp.is_some() {
-                let owner = vm
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .find(|o| o.kind == "VMReplicaSet")
-                    .map(|o| o.uid.clone())
-                    .unwrap_or_default();
-                by_set.insert((namespace, set), owner);
-            }
-        }
-        for ((namespace, name), uid) in by_set {
-            let set = VmReplicaSet::named(&namespace, &name, &uid);
-            let read = self
-                .read_machines(&set, &BTreeMap::new())
-                .await
-                .map_err(|error| Unread::new("VirtualMachines", error))?;
-            let going: Vec<Read> = read.into_iter().filter(|m| m.state.deleting).collect();
-            if let Err(error) = self.let_go(&set, going, term, now()).await {
-                tracing::warn!(namespace, set = name, %error, "VM delivery: the instances of a set that is gone could not be cleaned up");
-            }
-        }
-        Ok(())
-    }
-
     /// Adopt the VMs of the set's namespace that its selector names and
     /// no controller owns.
-    async fn adopt(&self, set: &VmReplicaSet) -> Result<(), kube::Error> {
-        let selector: Vec<String> = set
-            .selector
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let selector = format!("{},!{}", selector.join(","), instance::SET_LABEL);
+    async fn adopt(&self, set: &VmReplicaSet, scope: &Scope) -> Result<(), Failed> {
+        let named = |vm: &DynamicObject| {
+            let labels = vm.metadata.labels.clone().unwrap_or_default();
+            vm.metadata.namespace.as_deref() == Some(set.namespace.as_str())
+                && !labels.contains_key(instance::SET_LABEL)
+                && set.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        };
         let api =
             Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &machines());
-        for vm in api
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items
-        {
-            let value = serde_json::to_value(&vm).unwrap_or_default();
+        for vm in scope.machines.filtered(named)? {
+            let value = serde_json::to_value(&*vm).unwrap_or_default();
             let Some(metadata) = set.adoption(&value) else {
                 continue;
             };
@@ -868,46 +798,40 @@ impl Controller {
         Ok(())
     }
 
-    async fn read_machines(
+    /// The machines of a set, as the stores have them: each with what it
+    /// records, the node its instance runs on (an instance whose node is
+    /// not known is not judged on a healthy one) and what people forced.
+    fn read_machines(
         &self,
         set: &VmReplicaSet,
+        scope: &Scope,
         health: &BTreeMap<String, Health>,
-    ) -> Result<Vec<Read>, kube::Error> {
+    ) -> Result<Vec<Read>, Unread> {
         let at = now();
         let overrides = self.overrides.list();
-        let api =
-            Api::<DynamicObject>::namespaced_with(self.reader.clone(), &set.namespace, &machines());
-        let listed = api
-            .list(&ListParams::default().labels(&format!("{}={}", instance::SET_LABEL, set.name)))
-            .await?;
-        // Which node each instance runs on: a failed list fails the set's
-        // reconcile (an instance whose node is not known is not judged on
-        // a healthy one).
-        let vmis = served_or_none(
-            Api::<DynamicObject>::namespaced_with(
-                self.reader.clone(),
-                &set.namespace,
-                &instances(),
-            )
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items),
-        )?;
-        let nodes: BTreeMap<String, String> = vmis
+        let listed = scope.machines.filtered(|vm| {
+            vm.metadata.namespace.as_deref() == Some(set.namespace.as_str())
+                && set_of(vm) == Some(set.name.as_str())
+        })?;
+        scope.instances.check()?;
+        let node_of = |name: &str| -> Option<String> {
+            let vmi = scope
+                .instances
+                .store
+                .get(&scope.instances.reference(&set.namespace, name))?;
+            Some(vmi.data["status"]["nodeName"].as_str()?.to_string())
+        };
+        let nodes: BTreeMap<String, String> = listed
             .iter()
-            .filter_map(|vmi| {
-                let value = serde_json::to_value(vmi).ok()?;
-                Some((
-                    vmi.metadata.name.clone()?,
-                    value["status"]["nodeName"].as_str()?.to_string(),
-                ))
+            .filter_map(|vm| {
+                let name = vm.metadata.name.clone()?;
+                Some((name.clone(), node_of(&name)?))
             })
             .collect();
         Ok(listed
-            .items
-            .into_iter()
+            .iter()
             .map(|vm| {
-                let value = serde_json::to_value(&vm).unwrap_or_default();
+                let value = serde_json::to_value(&**vm).unwrap_or_default();
                 let name = vm.metadata.name.clone().unwrap_or_default();
                 let recorded = Recorded::read(&instance::annotations_of(&value));
                 let machine = instance::machine_of(&value);
@@ -941,11 +865,21 @@ impl Controller {
                     take_offline: named_offline || held_offline,
                     forced: forced.as_ref().map(|f| f.stage),
                 };
+                let stale = {
+                    let mut written = lock(&self.written);
+                    let key = format!("{}/{name}", set.namespace);
+                    let stale = written.get(&key) == vm.metadata.resource_version.as_ref();
+                    if !stale {
+                        written.remove(&key);
+                    }
+                    stale
+                };
                 Read {
                     name,
                     named_offline,
                     uid: vm.metadata.uid.clone().unwrap_or_default(),
                     resource_version: vm.metadata.resource_version.clone().unwrap_or_default(),
+                    stale,
                     recorded,
                     state,
                     created: vm
@@ -1130,7 +1064,7 @@ impl Controller {
             // on a later reconcile (the controller is woken for it), so
             // that a slow hook holds no other step.
             let call = OwnedCall {
-                key,
+                key: key.clone(),
                 attempt: list.attempt + 1,
                 leader: term.clone(),
                 instance: InstanceRef {
@@ -1163,7 +1097,13 @@ impl Controller {
                     "task": list.entry().task, "message": list.message}),
                 );
             }
-            return self.moved_on(set, machine, recorded, term).await;
+            // The answer goes once it is recorded; a record not taken takes
+            // it again.
+            let recorded = self.moved_on(set, machine, recorded, term).await;
+            if recorded.is_ok() {
+                self.calls.taken(&key);
+            }
+            return recorded;
         }
         // A finished clean-up lets the machine go.
         if machine.state.deleting
@@ -1289,7 +1229,10 @@ impl Controller {
             "VM delivery: cleaned up; the machine goes"
         );
         self.patch_machine(set, machine, json!({ "finalizers": finalizers }))
-            .await
+            .await?;
+        // Gone: nothing of it to wait for.
+        lock(&self.written).remove(&format!("{}/{}", set.namespace, machine.name));
+        Ok(())
     }
 
     /// Merge `metadata` into a machine's, on the resource version it was
@@ -1302,7 +1245,12 @@ impl Controller {
     ) -> Result<(), kube::Error> {
         metadata["resourceVersion"] = json!(machine.resource_version);
         self.patch_metadata(&machines(), &set.namespace, &machine.name, metadata)
-            .await
+            .await?;
+        lock(&self.written).insert(
+            format!("{}/{}", set.namespace, machine.name),
+            machine.resource_version.clone(),
+        );
+        Ok(())
     }
 
     async fn write_status(
@@ -1364,13 +1312,37 @@ fn rank_to_remove(machine: &Read) -> (u8, Timestamp, String) {
     (badness, machine.created, machine.name.clone())
 }
 
-/// What one reconcile of a set found, for the counts.
+/// What one reconcile of a set found, for the counts and for when it is
+/// looked at again.
 #[derive(Debug, Default)]
 struct Found {
     /// Each instance's stage.
     stages: Vec<String>,
     /// The deployment's phase, when one targets the set.
     phase: Option<String>,
+    /// A list runs, the rollout moves or a machine was made or let go:
+    /// looked at again soon.
+    moving: bool,
+    /// The set is gone: not looked at again.
+    gone: bool,
+}
+
+impl Found {
+    /// A reconcile that changed what the stores will show: looked at again
+    /// soon.
+    fn moving() -> Self {
+        Self {
+            moving: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// Each machine's stage, for the counts.
+fn stages(read: &[Read]) -> Vec<String> {
+    read.iter()
+        .map(|m| m.state.stage.map_or("none", |s| s.wit_name()).to_string())
+        .collect()
 }
 
 /// What the API server said refusing a write, in words; none for an error
@@ -1446,6 +1418,387 @@ fn pruned(value: Value) -> Value {
     }
 }
 
+/// Which watched resource changed.
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    Set,
+    Deployment,
+    Machine,
+    Instance,
+}
+
+/// A change, as the stores tell it: the object applied or deleted, or
+/// none for a new list of every object.
+type Changed = (Which, Option<DynamicObject>);
+
+/// The resources of one namespace (or of all), watched.
+struct Scope {
+    /// The namespace; all for `None`.
+    namespace: Option<String>,
+    sets: Watched,
+    deployments: Watched,
+    machines: Watched,
+    instances: Watched,
+}
+
+impl Scope {
+    fn covers(&self, namespace: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|n| n == namespace)
+    }
+
+    /// The deployments that target the set `set` of `namespace`, the one
+    /// that delivers first: of two, the older (and of two made in the
+    /// same second, the one delivering already).
+    fn deployments_of(&self, namespace: &str, set: &str) -> Result<Vec<Value>, Unread> {
+        let mut found: Vec<Value> = self
+            .deployments
+            .filtered(|d| {
+                d.metadata.namespace.as_deref() == Some(namespace)
+                    && d.data["spec"]["replicaSet"] == set
+            })?
+            .iter()
+            .map(|d| serde_json::to_value(&**d).unwrap_or_default())
+            .collect();
+        found.sort_by_key(|d| {
+            let text = |p: &str| {
+                d.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let idle = matches!(text("/status/phase").as_str(), "" | "Degraded");
+            (
+                text("/metadata/creationTimestamp"),
+                idle,
+                text("/metadata/name"),
+            )
+        });
+        Ok(found)
+    }
+}
+
+/// Where a change goes: to the reconcile of each object it concerns.
+struct Route {
+    sets: Sender<ObjectRef<DynamicObject>>,
+    deployments: Sender<ObjectRef<DynamicObject>>,
+    machines: Sender<ObjectRef<DynamicObject>>,
+}
+
+impl Route {
+    fn changed(&self, scope: &Scope, which: Which, object: Option<&DynamicObject>) {
+        let Some(object) = object else {
+            // A new list: everything it may concern.
+            for set in scope.sets.store.state() {
+                self.set(scope, &set);
+            }
+            for deployment in scope.deployments.store.state() {
+                let _ = self
+                    .deployments
+                    .send(reference_of(&scope.deployments, &deployment));
+            }
+            for machine in scope.machines.store.state() {
+                let _ = self.machines.send(reference_of(&scope.machines, &machine));
+            }
+            return;
+        };
+        let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+        let name = object.metadata.name.as_deref().unwrap_or_default();
+        match which {
+            Which::Set => {
+                self.set(scope, object);
+                // Its machines, which may have lost their set.
+                for machine in scope.machines.store.state_filter(|m| {
+                    m.metadata.namespace.as_deref() == Some(namespace) && set_of(m) == Some(name)
+                }) {
+                    let _ = self.machines.send(reference_of(&scope.machines, &machine));
+                }
+            }
+            Which::Deployment => {
+                let set = object.data["spec"]["replicaSet"]
+                    .as_str()
+                    .unwrap_or_default();
+                let _ = self.sets.send(scope.sets.reference(namespace, set));
+                // It, and those that target the same set, whose standing
+                // it may change.
+                let _ = self
+                    .deployments
+                    .send(reference_of(&scope.deployments, object));
+                for other in scope.deployments.store.state_filter(|d| {
+                    d.metadata.namespace.as_deref() == Some(namespace)
+                        && d.data["spec"]["replicaSet"] == set
+                }) {
+                    let _ = self
+                        .deployments
+                        .send(reference_of(&scope.deployments, &other));
+                }
+            }
+            Which::Machine => {
+                let _ = self.machines.send(reference_of(&scope.machines, object));
+                match set_of(object) {
+                    Some(set) => {
+                        let _ = self.sets.send(scope.sets.reference(namespace, set));
+                    }
+                    // One no set has yet: the sets that may adopt it.
+                    None => {
+                        for set in scope
+                            .sets
+                            .store
+                            .state_filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
+                        {
+                            let _ = self.sets.send(reference_of(&scope.sets, &set));
+                        }
+                    }
+                }
+            }
+            Which::Instance => {
+                // Its machine's set.
+                if let Some(machine) = scope
+                    .machines
+                    .store
+                    .get(&scope.machines.reference(namespace, name))
+                    && let Some(set) = set_of(&machine)
+                {
+                    let _ = self.sets.send(scope.sets.reference(namespace, set));
+                }
+            }
+        }
+    }
+
+    /// A set's reconcile, and its deployments'.
+    fn set(&self, scope: &Scope, set: &DynamicObject) {
+        let _ = self.sets.send(reference_of(&scope.sets, set));
+        let namespace = set.metadata.namespace.as_deref();
+        let name = set.metadata.name.as_deref().unwrap_or_default();
+        for deployment in scope.deployments.store.state_filter(|d| {
+            d.metadata.namespace.as_deref() == namespace && d.data["spec"]["replicaSet"] == name
+        }) {
+            let _ = self
+                .deployments
+                .send(reference_of(&scope.deployments, &deployment));
+        }
+    }
+}
+
+type Sender<T> = tokio::sync::mpsc::UnboundedSender<T>;
+
+/// The set a machine belongs to, by its label.
+fn set_of(machine: &DynamicObject) -> Option<&str> {
+    machine
+        .metadata
+        .labels
+        .as_ref()?
+        .get(instance::SET_LABEL)
+        .map(String::as_str)
+}
+
+/// A reference to a watched object.
+fn reference_of(watched: &Watched, object: &DynamicObject) -> ObjectRef<DynamicObject> {
+    watched.reference(
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+        object.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// A controller over a watched store, reconciling the objects it is sent.
+fn over(
+    watched: &Watched,
+    triggers: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>,
+) -> kube::runtime::Controller<DynamicObject> {
+    kube::runtime::Controller::for_stream_with(
+        futures_util::stream::pending(),
+        watched.store.clone(),
+        watched.resource.clone(),
+    )
+    .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(
+        triggers,
+    ))
+}
+
+/// What a reconcile works with.
+struct Context {
+    controller: Arc<Controller>,
+    scope: Arc<Scope>,
+}
+
+/// Why a reconcile did not finish.
+#[derive(Debug, thiserror::Error)]
+enum Failed {
+    /// What it governs could not be read: held.
+    #[error(transparent)]
+    Unread(#[from] Unread),
+    /// The API server did not take a write, or was not reached.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// How long a replica that does not act waits to look again (it is woken
+/// when it takes the lead).
+const NOT_ACTING: Duration = Duration::from_secs(5);
+
+/// How long a reconcile that failed waits to try again.
+const AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// How long a set at rest waits to be looked at again, when nothing it
+/// depends on changes before.
+const AT_REST: Duration = Duration::from_secs(30);
+
+async fn reconcile_set(
+    object: Arc<DynamicObject>,
+    context: Arc<Context>,
+) -> Result<Action, Failed> {
+    let Context { controller, scope } = &*context;
+    let Some(term) = controller.leadership.acting() else {
+        return Ok(Action::requeue(NOT_ACTING));
+    };
+    let key = key_of(&object);
+    let found = controller.reconcile_set(&object, scope, &term).await?;
+    let again = match (found.moving, found.gone) {
+        (_, true) => {
+            lock(&controller.counts.by_set).remove(&key);
+            return Ok(Action::await_change());
+        }
+        (true, false) => controller.every,
+        (false, false) => AT_REST,
+    };
+    lock(&controller.counts.by_set).insert(key, found);
+    Ok(Action::requeue(again))
+}
+
+/// A deployment that cannot be carried out says why in its status: one
+/// that does not read, that names no set of its namespace, or whose set
+/// another deployment targets already. The status of one that is carried
+/// out is its set's reconcile's to write.
+async fn reconcile_deployment(
+    object: Arc<DynamicObject>,
+    context: Arc<Context>,
+) -> Result<Action, Failed> {
+    let Context { controller, scope } = &*context;
+    if controller.leadership.acting().is_none() {
+        return Ok(Action::requeue(NOT_ACTING));
+    }
+    let d = serde_json::to_value(&*object).unwrap_or_default();
+    let text = |pointer: &str| {
+        d.pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let (namespace, name, set) = (
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+        text("/spec/replicaSet"),
+    );
+    let targeting = scope.deployments_of(namespace, set)?;
+    let first = targeting.first().map(|f| {
+        f["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    });
+    let problem = match VmDeployment::read(&d) {
+        Err(problem) => problem,
+        Ok(_) if scope.sets.get(namespace, set)?.is_none() => {
+            format!("no VMReplicaSet {set} in namespace {namespace}")
+        }
+        Ok(_) if first.as_deref() != Some(name) => format!(
+            "VMDeployment {} targets VMReplicaSet {set} already",
+            first.unwrap_or_default()
+        ),
+        Ok(_) => return Ok(Action::await_change()),
+    };
+    let status = super::resources::cannot_proceed(&d, &problem, now());
+    controller
+        .write_status(&deployments(), namespace, name, &d, status)
+        .await?;
+    Ok(Action::await_change())
+}
+
+/// A machine whose set is gone without letting go of it (deleted before
+/// it held their clean-up, or its finalizer taken off by hand): being
+/// deleted, it is cleaned up and let go. One not being deleted is left
+/// alone — the garbage collector deletes what its set owned, and what it
+/// does not own is not the controller's to delete.
+async fn reconcile_machine(
+    object: Arc<DynamicObject>,
+    context: Arc<Context>,
+) -> Result<Action, Failed> {
+    let Context { controller, scope } = &*context;
+    let Some(term) = controller.leadership.acting() else {
+        return Ok(Action::requeue(NOT_ACTING));
+    };
+    let held = object
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == instance::FINALIZER);
+    let namespace = object.metadata.namespace.clone().unwrap_or_default();
+    let (Some(set), true, true) = (
+        set_of(&object),
+        held,
+        object.metadata.deletion_timestamp.is_some(),
+    ) else {
+        return Ok(Action::await_change());
+    };
+    // A set not read is not a set gone.
+    if scope.sets.get(&namespace, set)?.is_some() {
+        return Ok(Action::await_change());
+    }
+    let owner = object
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "VMReplicaSet")
+        .map(|o| o.uid.clone())
+        .unwrap_or_default();
+    let set = VmReplicaSet::named(&namespace, set, &owner);
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let going: Vec<Read> = controller
+        .read_machines(&set, scope, &BTreeMap::new())?
+        .into_iter()
+        .filter(|m| m.name == name && m.state.deleting)
+        .collect();
+    controller.let_go(&set, going, &term, now()).await?;
+    Ok(Action::requeue(controller.every))
+}
+
+/// A reconcile that failed is tried again in a while; a failure that
+/// lasts is said once, and its end when it ends.
+fn on_error(object: Arc<DynamicObject>, failed: &Failed, context: Arc<Context>) -> Action {
+    let controller = &context.controller;
+    if matches!(failed, Failed::Unread(_)) {
+        controller
+            .counts
+            .unread
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let key = format!(
+        "{}/{}",
+        object.types.as_ref().map_or("", |t| t.kind.as_str()),
+        key_of(&object)
+    );
+    let text = failed.to_string();
+    let mut said = lock(&controller.said);
+    if said.get(&key) != Some(&text) {
+        tracing::warn!(
+            object = key,
+            error = text,
+            "VM delivery: held; asking again in a while"
+        );
+        said.insert(key, text);
+    }
+    Action::requeue(AFTER_FAILURE)
+}
+
+/// `namespace/name` of an object.
+fn key_of(object: &DynamicObject) -> String {
+    format!(
+        "{}/{}",
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+        object.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1459,19 +1812,5 @@ mod tests {
             json!({"phase": "Progressing", "stepIndex": 0, "approvedStep": null, "approvedBy": null})
         );
         assert_eq!(replacing(&Value::Null, json!({"a": 1})), json!({"a": 1}));
-    }
-
-    #[test]
-    fn a_resource_not_served_has_no_objects_and_every_other_failure_stays_one() {
-        let status = |code: u16| {
-            kube::Error::Api(
-                kube::core::Status::failure("no", "NotFound")
-                    .with_code(code)
-                    .boxed(),
-            )
-        };
-        assert!(served_or_none::<()>(Err(status(404))).unwrap().is_empty());
-        assert!(served_or_none::<()>(Err(status(403))).is_err());
-        assert!(served_or_none::<()>(Err(status(500))).is_err());
     }
 }

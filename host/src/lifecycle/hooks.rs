@@ -391,8 +391,9 @@ pub struct Calls {
     hooks: Hooks,
     under_way: std::sync::Mutex<BTreeMap<String, UnderWay>>,
     room: std::sync::Arc<tokio::sync::Semaphore>,
-    /// Told when an answer comes, so that it is taken at once.
-    answered: std::sync::Arc<tokio::sync::Notify>,
+    /// Told of each instance whose hook answered, so that its answer is
+    /// taken at once.
+    answered: tokio::sync::broadcast::Sender<InstanceRef>,
 }
 
 #[derive(Debug)]
@@ -400,6 +401,10 @@ struct UnderWay {
     /// The attempt asked: a reconcile takes the answer of its own attempt.
     attempt: u32,
     task: tokio::task::JoinHandle<StepOutcome>,
+    /// The answer, once the task ended: kept until the instance records it
+    /// ([`Calls::taken`]), so that a record the API server did not take
+    /// takes the same answer again instead of asking again.
+    answer: Option<StepOutcome>,
     started: std::time::Instant,
 }
 
@@ -420,7 +425,7 @@ impl Calls {
             hooks,
             under_way: std::sync::Mutex::default(),
             room: std::sync::Arc::new(tokio::sync::Semaphore::new(CALLS_AT_ONCE)),
-            answered: std::sync::Arc::default(),
+            answered: tokio::sync::broadcast::Sender::new(1024),
         }
     }
 
@@ -437,13 +442,23 @@ impl Calls {
             .contains_key(key)
     }
 
-    /// Told each time a hook answers.
-    pub fn answered(&self) -> std::sync::Arc<tokio::sync::Notify> {
-        std::sync::Arc::clone(&self.answered)
+    /// The instances whose hooks answer, from now on (a receiver that
+    /// falls behind is told it lagged).
+    pub fn answered(&self) -> tokio::sync::broadcast::Receiver<InstanceRef> {
+        self.answered.subscribe()
     }
 
-    /// Ask `call`'s hook (a Job hook through `kube`), or take its answer
-    /// when the call of this key and attempt has ended.
+    /// The answer of the step with `key` is recorded: it goes.
+    pub fn taken(&self, key: &str) {
+        self.under_way
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+
+    /// Ask `call`'s hook (a Job hook through `kube`), or its answer when
+    /// the call of this key and attempt has ended (kept until
+    /// [`Calls::taken`]).
     pub fn ask(&self, call: OwnedCall, kube: &kube::Client) -> Asked {
         let mut under_way = self
             .under_way
@@ -451,16 +466,16 @@ impl Calls {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         under_way.retain(|_, u| !(u.task.is_finished() && u.started.elapsed() > UNCLAIMED));
         if let Some(asked) = under_way
-            .get(&call.key)
+            .get_mut(&call.key)
             .filter(|u| u.attempt == call.attempt)
         {
+            if let Some(answer) = &asked.answer {
+                return Asked::Answered(answer.clone());
+            }
             if !asked.task.is_finished() {
                 return Asked::UnderWay;
             }
-            let ended = under_way.remove(&call.key).map(|u| u.task);
-            let answer =
-                ended.and_then(|mut task| futures_util::FutureExt::now_or_never(&mut task));
-            return Asked::Answered(match answer {
+            let answer = match futures_util::FutureExt::now_or_never(&mut asked.task) {
                 Some(Ok(outcome)) => outcome,
                 Some(Err(error)) => StepOutcome::Failed {
                     message: format!(
@@ -468,22 +483,21 @@ impl Calls {
                     ),
                 },
                 None => return Asked::UnderWay,
-            });
+            };
+            asked.answer = Some(answer.clone());
+            return Asked::Answered(answer);
         }
         let Ok(permit) = std::sync::Arc::clone(&self.room).try_acquire_owned() else {
             return Asked::Full;
         };
-        let (hooks, kube, answered) = (
-            self.hooks.clone(),
-            kube.clone(),
-            std::sync::Arc::clone(&self.answered),
-        );
+        let (hooks, kube, answered) = (self.hooks.clone(), kube.clone(), self.answered.clone());
         let key = call.key.clone();
         let attempt = call.attempt;
         let task = tokio::spawn(async move {
             let outcome = hooks.call(&call.borrowed(), &kube).await;
             drop(permit);
-            answered.notify_one();
+            // None listening: the answer is taken on the next reconcile.
+            let _ = answered.send(call.instance.clone());
             outcome
         });
         under_way.insert(
@@ -491,6 +505,7 @@ impl Calls {
             UnderWay {
                 attempt,
                 task,
+                answer: None,
                 started: std::time::Instant::now(),
             },
         );

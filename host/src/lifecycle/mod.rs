@@ -9,8 +9,10 @@
 //! generated ([`crd`]); the `VMReplicaSet` and `VMDeployment` read, a new
 //! instance's `VirtualMachine` made, their statuses written
 //! ([`resources`]); people's requests carried as annotations on the
-//! resource they are about ([`requests`]); the leader's reconcile of every
-//! set ([`controller`]) and its Kubernetes Events ([`announce`]); and what
+//! resource they are about ([`requests`]); the resources watched into
+//! stores ([`watched`]); the leader's controllers, reconciling each set,
+//! deployment and orphaned machine as it changes ([`controller`]), and
+//! their Kubernetes Events ([`announce`]); and what
 //! the HTTP routes ask of it, on any replica ([`service`]).
 
 pub mod announce;
@@ -24,6 +26,7 @@ pub mod requests;
 pub mod resources;
 pub mod rollout;
 pub mod service;
+pub mod watched;
 
 use std::time::Duration;
 
@@ -37,7 +40,9 @@ pub struct Settings {
     /// stages, every task done by its step hook (`[hooks.<step>]`).
     #[arg(long = "vm-delivery")]
     pub vm_delivery: bool,
-    /// How often the delivery controller reconciles, in milliseconds.
+    /// How soon the delivery controller looks again at a set whose list
+    /// runs or whose rollout moves, in milliseconds (it is woken at once
+    /// by what it watches and by each hook's answer).
     #[arg(long = "vm-delivery-every-ms", value_name = "MS", default_value = "500", value_parser = crate::settings::positive_millis)]
     pub delivery_every: Duration,
     /// Carry out only the VMReplicaSets and VMDeployments of these

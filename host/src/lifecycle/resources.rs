@@ -799,6 +799,27 @@ pub fn degraded(object: &Value, reason: &str, problem: &str, now: Timestamp) -> 
     status
 }
 
+/// The status of a resource held where it is for `problem`: what it said
+/// stays, and `Degraded` says why it holds.
+pub fn held(object: &Value, problem: &str, now: Timestamp) -> Value {
+    let generation = object["metadata"]["generation"].as_i64().unwrap_or(0);
+    let mut status = match &object["status"] {
+        Value::Object(status) => Value::Object(status.clone()),
+        _ => json!({}),
+    };
+    let degraded = condition("Degraded", true, "Unread", problem, generation, now);
+    let mut conditions: Vec<Value> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["type"] != "Degraded")
+        .cloned()
+        .collect();
+    conditions.push(degraded);
+    status["conditions"] = Value::Array(conditions);
+    status
+}
+
 /// A status condition (its `lastTransitionTime` is kept by the writer when
 /// the status did not change).
 fn condition(

@@ -35,6 +35,11 @@ pub enum ServiceError {
     /// list to retry), or the state changed while it was made.
     #[error("{0}")]
     Conflict(String),
+    /// The resource changed between its read and the request's write (the
+    /// controller wrote its status meanwhile): the request is made again
+    /// on what it is now, a few times, before this is said.
+    #[error("the resource changed while the request was made; look again and repeat it")]
+    Changed,
     #[error("{0}")]
     Invalid(String),
     /// The API server could not be asked (its message kept for the log).
@@ -42,11 +47,28 @@ pub enum ServiceError {
     Api(#[source] kube::Error),
 }
 
+/// How many times a request is made on a resource that keeps changing
+/// under it.
+const TRIES_WHEN_CHANGED: usize = 5;
+
+/// `act`, made again on what the resource is now while it changed between
+/// its read and its write.
+async fn again_if_changed<T, F>(act: impl Fn() -> F) -> Result<T, ServiceError>
+where
+    F: Future<Output = Result<T, ServiceError>>,
+{
+    let mut tries = 1;
+    loop {
+        match act().await {
+            Err(ServiceError::Changed) if tries < TRIES_WHEN_CHANGED => tries += 1,
+            done => return done,
+        }
+    }
+}
+
 fn api_error(error: kube::Error) -> ServiceError {
     match &error {
-        kube::Error::Api(status) if status.code == 409 => ServiceError::Conflict(
-            "the resource changed while the request was made; look again and repeat it".into(),
-        ),
+        kube::Error::Api(status) if status.code == 409 => ServiceError::Changed,
         kube::Error::Api(status) if status.code == 404 => {
             ServiceError::NotFound("not-served", status.message.clone())
         }
@@ -582,6 +604,15 @@ impl Service {
         action: RolloutAction,
         asked: &ActionRequest,
     ) -> Result<Requested, ServiceError> {
+        again_if_changed(|| self.act_on_rollout_once((namespace, set), action, asked)).await
+    }
+
+    async fn act_on_rollout_once(
+        &self,
+        (namespace, set): (&str, &str),
+        action: RolloutAction,
+        asked: &ActionRequest,
+    ) -> Result<Requested, ServiceError> {
         let mut request = person(asked)?;
         self.set_object(namespace, set).await?;
         if action == RolloutAction::Retry {
@@ -697,6 +728,15 @@ impl Service {
 
     /// A person acts on one instance of a set.
     pub async fn act_on_instance(
+        &self,
+        (namespace, set, name): (&str, &str, &str),
+        action: InstanceAction,
+        asked: &ActionRequest,
+    ) -> Result<Requested, ServiceError> {
+        again_if_changed(|| self.act_on_instance_once((namespace, set, name), action, asked)).await
+    }
+
+    async fn act_on_instance_once(
         &self,
         (namespace, set, name): (&str, &str, &str),
         action: InstanceAction,

@@ -1248,7 +1248,9 @@ fn a_gate_holds_while_the_deployments_cannot_be_read_on_the_real_api_server() {
     let config = endpoint_config(data.path(), &hooks.url);
     let kubeconfig = data.path().join("held.kubeconfig");
     identity_with_delivery_rules(cluster, ns, &kubeconfig);
-    let server = delivering_host(&default_plugins(), data.path(), &kubeconfig, &config, ns);
+    let plugins = default_plugins();
+    let first = delivering_host(&plugins, data.path(), &kubeconfig, &config, ns);
+    let server = &first;
     apply_in(
         cluster,
         ns,
@@ -1312,8 +1314,14 @@ fn a_gate_holds_while_the_deployments_cannot_be_read_on_the_real_api_server() {
             .any(|c| c["step"] == "attach-load-balancer" && c["params"]["weight"] == 100)
     };
 
-    // The host may no longer list VMDeployments: it holds, and says so.
+    // The host, started again, may no longer list VMDeployments (a watch
+    // that runs goes on when a permission is taken away; a new one cannot
+    // start): it holds, and says so.
+    drop(first);
     delivery_rules(cluster, ns, false);
+    let second = delivering_host(&plugins, data.path(), &kubeconfig, &config, ns);
+    let server = &second;
+    let rollout = || server.get(&path).1["rollout"].clone();
     let held_total = || {
         let text = reqwest::blocking::get(format!("{}/metrics", server.base))
             .and_then(|r| r.text())
@@ -1325,6 +1333,26 @@ fn a_gate_holds_while_the_deployments_cannot_be_read_on_the_real_api_server() {
     };
     let held = wait_until(PATIENCE, || held_total() >= 3);
     assert!(held.is_some(), "never held: {}", held_total());
+    let set_status = kube.get("vmreplicasets.verdict.dev", "web")["status"].clone();
+    let degraded = set_status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Degraded")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&degraded["status"], &degraded["reason"]),
+        (&json!("True"), &json!("Unread")),
+        "{set_status:#}"
+    );
+    assert!(
+        degraded["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the VMDeployments could not be read"),
+        "{degraded:#}"
+    );
     // Held for three reconciles at least: the canary is where it was, no
     // step was asked of it, and nothing else moved.
     assert_eq!(count("gray-release", "2.0"), 1, "{:?}", stages());

@@ -14,8 +14,14 @@ use crate::support::wait_until;
 use crate::vms::ask;
 
 /// Install KubeVirt's and CDI's CRDs (the ones the simulator serves) and
-/// wait until they are served.
+/// wait until they are served: once per cluster, the tests that need them
+/// waiting for the first (two applies of one CRD at once conflict).
 pub(super) fn install_kubevirt(cluster: &Cluster) {
+    static INSTALLED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
+    if installed.contains(&cluster.kubeconfig()) {
+        return;
+    }
     for crd in verdict_sim::kubevirt::crds() {
         cluster.apply(&crd.to_string()).unwrap();
         let name = crd["metadata"]["name"].as_str().unwrap();
@@ -31,6 +37,7 @@ pub(super) fn install_kubevirt(cluster: &Cluster) {
             )
             .unwrap();
     }
+    installed.push(cluster.kubeconfig());
 }
 
 /// `kubectl` in the test's namespace.

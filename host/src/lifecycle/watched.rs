@@ -1,0 +1,204 @@
+//! What the delivery controllers read: each resource they follow, watched
+//! from the API server into a reflector store, and whether that store can
+//! be trusted. A store is trusted once its first list is in and while its
+//! watch runs; after a failed list or watch it is not, until the watch is
+//! back (a new list, or no failure for a while after the last one: the
+//! watch is retried well within that). A resource the server does not
+//! serve (its CRD not installed) knowably has no objects.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, Event};
+
+/// The longest wait between two tries of a failed list or watch.
+const RETRY_AT_MOST: Duration = Duration::from_secs(4);
+
+/// How long after its last failure a watch that failed no more is trusted
+/// again: longer than the longest wait between two tries, so that a watch
+/// that still fails fails again within it.
+const HEALED_AFTER: Duration = Duration::from_secs(10);
+
+/// A store's objects could not be read: what it governs is held (nothing
+/// is released, deleted or started on a guess) and asked again later.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the {what} could not be read, so nothing they govern moves: {why}")]
+pub struct Unread {
+    pub what: &'static str,
+    pub why: String,
+}
+
+/// Where a watched resource's reading stands.
+#[derive(Debug, Clone)]
+enum Reading {
+    /// Its first list is not in yet.
+    Starting,
+    /// Listed, and watched since.
+    Read,
+    /// The server does not serve it: none can exist.
+    NotServed,
+    /// Its list or watch failed, last at `at`.
+    Failed { at: Instant, why: String },
+}
+
+/// What a watched resource's objects do: an object applied or deleted,
+/// or every object of a new list (`None`).
+pub type OnChange = Box<dyn Fn(Option<&DynamicObject>) + Send + Sync>;
+
+/// One resource, watched into a store.
+#[derive(Clone)]
+pub struct Watched {
+    pub store: Store<DynamicObject>,
+    pub resource: ApiResource,
+    what: &'static str,
+    reading: Arc<Mutex<Reading>>,
+}
+
+impl Watched {
+    /// Watch `api`'s objects of `resource` (`what` names them in errors)
+    /// for as long as the process runs, telling `on_change` of each change
+    /// once the store has it.
+    pub fn start(
+        api: Api<DynamicObject>,
+        resource: &ApiResource,
+        what: &'static str,
+        on_change: OnChange,
+    ) -> Self {
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let reading = Arc::new(Mutex::new(Reading::Starting));
+        let watched = Self {
+            store,
+            resource: resource.clone(),
+            what,
+            reading: Arc::clone(&reading),
+        };
+        let events = reflector::reflector(
+            writer,
+            watcher::watcher(api, watcher::Config::default()).backoff(Retry::new()),
+        );
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            while let Some(event) = events.next().await {
+                let set = |now: Reading| {
+                    *reading.lock().unwrap_or_else(|p| p.into_inner()) = now;
+                };
+                match event {
+                    Ok(Event::Apply(object) | Event::Delete(object)) => {
+                        set(Reading::Read);
+                        on_change(Some(&object));
+                    }
+                    Ok(Event::InitDone) => {
+                        set(Reading::Read);
+                        on_change(None);
+                    }
+                    Ok(Event::Init | Event::InitApply(_)) => {}
+                    Err(error) => {
+                        let not_served = matches!(
+                            &error,
+                            watcher::Error::InitialListFailed(kube::Error::Api(status))
+                                if status.code == 404
+                        );
+                        set(match not_served {
+                            true => Reading::NotServed,
+                            false => Reading::Failed {
+                                at: Instant::now(),
+                                why: error.to_string(),
+                            },
+                        });
+                    }
+                }
+            }
+        });
+        watched
+    }
+
+    /// Whether the store can be trusted, and why not.
+    pub fn check(&self) -> Result<(), Unread> {
+        let reading = self
+            .reading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let unread = |why: String| {
+            Err(Unread {
+                what: self.what,
+                why,
+            })
+        };
+        match reading {
+            Reading::Read | Reading::NotServed => Ok(()),
+            Reading::Starting => unread("not listed yet".into()),
+            Reading::Failed { at, .. } if at.elapsed() >= HEALED_AFTER && self.listed() => Ok(()),
+            Reading::Failed { why, .. } => unread(why),
+        }
+    }
+
+    /// Whether a first list is in.
+    fn listed(&self) -> bool {
+        futures_util::FutureExt::now_or_never(self.store.wait_until_ready()).is_some()
+    }
+
+    /// Every object of the store, when it can be trusted.
+    pub fn objects(&self) -> Result<Vec<Arc<DynamicObject>>, Unread> {
+        self.check()?;
+        Ok(self.store.state())
+    }
+
+    /// The objects the store has that `keep` keeps, when it can be trusted.
+    pub fn filtered(
+        &self,
+        keep: impl Fn(&DynamicObject) -> bool,
+    ) -> Result<Vec<Arc<DynamicObject>>, Unread> {
+        self.check()?;
+        Ok(self.store.state_filter(|o| keep(o)))
+    }
+
+    /// The object named `name` in `namespace`, when the store can be
+    /// trusted.
+    pub fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<DynamicObject>>, Unread> {
+        self.check()?;
+        Ok(self.store.get(&self.reference(namespace, name)))
+    }
+
+    /// A reference to the object named `name` in `namespace`.
+    pub fn reference(&self, namespace: &str, name: &str) -> reflector::ObjectRef<DynamicObject> {
+        reflector::ObjectRef::new_with(name, self.resource.clone()).within(namespace)
+    }
+}
+
+/// The wait between tries of a failed list or watch: from a quarter of a
+/// second, doubling, to [`RETRY_AT_MOST`].
+struct Retry {
+    next: Duration,
+}
+
+impl Retry {
+    fn new() -> Self {
+        Self {
+            next: Duration::from_millis(250),
+        }
+    }
+}
+
+impl Iterator for Retry {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let wait = self.next;
+        self.next = (self.next * 2).min(RETRY_AT_MOST);
+        Some(wait)
+    }
+}
+
+impl Backoff for Retry {
+    fn reset(&mut self) {
+        *self = Self::new();
+    }
+}
