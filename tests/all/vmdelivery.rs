@@ -345,6 +345,74 @@ fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() 
     }
 }
 
+#[test]
+fn a_surge_rolls_an_environment_out_without_running_fewer_instances_than_wanted() {
+    let Delivery { cluster, .. } = &delivering("");
+    let surging = |environment: Value| {
+        let mut set = set(3, environment);
+        set["spec"]["rollout"] = json!({"maxUnavailable": 0, "maxSurge": 1});
+        set
+    };
+    cluster.apply(surging(json!([{"name": "jdk", "version": "21"}])));
+    // Each VM of the set: available (in service, its machine ready, not
+    // going), and its environment.
+    let machines = || -> Vec<(bool, String)> {
+        let store = cluster.sim().store();
+        store
+            .list(
+                resource(cluster, "kubevirt.io", "virtualmachines"),
+                Some("shop"),
+            )
+            .0
+            .into_iter()
+            .filter(|vm| vm["metadata"]["labels"]["verdict.dev/vmreplicaset"] == "web")
+            .map(|vm| {
+                let a = &vm["metadata"]["annotations"];
+                let serving = matches!(
+                    a["verdict.dev/stage"].as_str(),
+                    Some("ready" | "gray-release" | "serving")
+                ) && vm["metadata"]["deletionTimestamp"].is_null()
+                    && vm["status"]["ready"] == true;
+                let environment = a["verdict.dev/environment"].as_str().unwrap_or_default();
+                (serving, environment.to_string())
+            })
+            .collect()
+    };
+    let settled = |environment: &str| {
+        let all = instances(cluster);
+        all.len() == 3
+            && all.values().all(|a| {
+                a["verdict.dev/stage"] == "serving"
+                    && a.get("verdict.dev/lock").is_none()
+                    && a["verdict.dev/environment"] == environment
+            })
+    };
+    assert!(
+        wait_until(PATIENCE * 3, || settled("jdk=21")).is_some(),
+        "never all serving: {:?}",
+        machines()
+    );
+
+    cluster.apply(surging(json!([{"name": "jdk", "version": "25"}])));
+    // Seen at every look: never fewer than 3 in service, never more than 4
+    // machines.
+    let (mut fewest, mut most) = (3, 3);
+    let done = wait_until(PATIENCE * 4, || {
+        let all = machines();
+        fewest = fewest.min(all.iter().filter(|(serving, _)| *serving).count());
+        most = most.max(all.len());
+        settled("jdk=25")
+    });
+    assert!(done.is_some(), "never rolled: {:?}", machines());
+    assert_eq!(fewest, 3, "fewer than wanted were in service at once");
+    assert_eq!(most, 4, "the surge is one machine, and it was made");
+    assert_eq!(
+        vms_of(cluster, "web"),
+        3,
+        "the surge goes once the change is out"
+    );
+}
+
 /// The failover policy's clocks, short: a node out of contact is unknown
 /// after 1.5 s, offline after 20 s; one that returns is trusted after 2 s.
 const FAILOVER: &str = "

@@ -57,7 +57,8 @@ verbs:
               cluster up [--nodes N] start it (3 fake nodes by default) and
                                      write target/cluster/kubeconfig (an
                                      admin) and verdict.kubeconfig (verdict's
-                                     ServiceAccount, the chart's roles)
+                                     ServiceAccount, the chart's roles with
+                                     tasks, failover and VM delivery on)
               cluster status         say whether it runs, and where
               cluster down           stop it
   fuzz      the coverage-guided fuzzers of fuzz/ (cargo-fuzz, installed
@@ -88,7 +89,12 @@ verbs:
             own, verdict's time to every verdict, memory, CPU and a relist
             — `--keep` leaves the filled cluster up for the next run,
             `--fill` only fills it and leaves it up,
-            `--quick` is 2 000 pods in the dev profile, as CI runs it)
+            `--quick` is 2 000 pods in the dev profile, as CI runs it);
+            `bench --delivery [--sets N] [--edits N] [--quick]`: 1 000
+            VMReplicaSets × 10 instances delivered on a real control plane
+            of its own — the time to deliver, requests at rest, a set's
+            edit to its first hook call, a rollout beside a hanging hook
+            (`--quick`: 20 sets in the dev profile)
 ";
 
 fn main() -> ExitCode {
@@ -809,6 +815,27 @@ fn bench(rest: &[String]) -> Result<()> {
             .current_dir(root());
         return run(&mut command, Duration::from_secs(6 * 3600));
     }
+    // `--delivery`: seed 002's delivery of 1 000 sets × 10 instances on a
+    // real control plane of the benchmark's own (`--quick`: 20 sets, in the
+    // test build's profile).
+    if rest.iter().any(|a| a == "--delivery") {
+        build_plugins()?;
+        verdict_testcluster::Binaries::build(&cargo_target_dir())?;
+        let mut command = cargo();
+        command.args(["bench", "--package", "verdict", "--bench", "delivery"]);
+        if rest.iter().any(|a| a == "--quick") {
+            command.args(["--profile", "dev"]);
+        }
+        command
+            .arg("--")
+            .args(rest.iter().filter(|a| *a != "--delivery"))
+            .env(
+                "VERDICT_TESTCLUSTER_BIN",
+                verdict_testcluster::Binaries::folder(&cargo_target_dir()),
+            )
+            .current_dir(root());
+        return run(&mut command, Duration::from_secs(6 * 3600));
+    }
     // `--handover`: leader handovers among three replicas, on the local
     // control plane when `cluster up` runs.
     if rest.iter().any(|a| a == "--handover") {
@@ -902,6 +929,8 @@ fn install_service_account(cluster: &verdict_testcluster::Cluster, path: &Path) 
             "host.executeTasks=true",
             "--set",
             "host.failoverEnforce=true",
+            "--set",
+            "host.vmDelivery=true",
             "--show-only",
             "templates/serviceaccount.yaml",
             "--show-only",

@@ -498,16 +498,40 @@ impl Controller {
             self.adopt(&set, scope).await?;
         }
         let read = self.read_machines(&set, scope, health)?;
+        // What the set may do depends on every instance as it is now: while
+        // the store shows one from before this controller's last write to
+        // it, the set waits for the watch to bring the write.
+        if read.iter().any(|m| m.stale) {
+            return Ok(Found {
+                stages: stages(&read),
+                ..Found::moving()
+            });
+        }
 
         // Make the machines the set is short of, or let go of one it has
         // too many of; an instance named offline goes once it is drained.
         // Those named offline count no more: the set runs `replicas` less
         // them, and never gives their names to new instances.
-        let wanted = set.wanted();
         let staying: Vec<&Read> = read
             .iter()
             .filter(|m| !m.state.deleting && !m.state.take_offline)
             .collect();
+        // While a change rolls out over instances that had something
+        // before it, up to `maxSurge` more, made with the change.
+        let code = deployment.and_then(|d| d["spec"]["code"]["version"].as_str());
+        let changing = staying
+            .iter()
+            .filter(|m| !m.state.environment.is_empty() || m.state.code.is_some())
+            .filter(|m| {
+                m.state.environment != set.spec.environment
+                    || code.is_some_and(|c| m.state.code.as_deref() != Some(c))
+            })
+            .count();
+        let wanted = set.wanted()
+            + match changing {
+                0 => 0,
+                n => set.spec.max_surge.beyond(set.wanted()).min(n),
+            };
         let drained = read.iter().find(|m| {
             m.named_offline
                 && !m.state.deleting
@@ -1766,6 +1790,13 @@ async fn reconcile_machine(
 /// lasts is said once, and its end when it ends.
 fn on_error(object: Arc<DynamicObject>, failed: &Failed, context: Arc<Context>) -> Action {
     let controller = &context.controller;
+    // A write on a version the store showed before a change it has not
+    // brought yet: looked at again once it has.
+    if let Failed::Kube(kube::Error::Api(status)) = failed
+        && status.code == 409
+    {
+        return Action::requeue(controller.every);
+    }
     if matches!(failed, Failed::Unread(_)) {
         controller
             .counts

@@ -146,18 +146,33 @@ pub struct PackageSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "!has(self.maxUnavailable) || (type(self.maxUnavailable) == int ? self.maxUnavailable >= 1 : self.maxUnavailable.matches('^([1-9][0-9]?|100)%$'))",
-    "message": "maxUnavailable must be at least 1, or a share from 1% to 100% (there is no surge)"
+    "rule": "!has(self.maxUnavailable) || (type(self.maxUnavailable) == int ? self.maxUnavailable >= 0 : self.maxUnavailable.matches('^([0-9][0-9]?|100)%$'))",
+    "message": "maxUnavailable must be a count of at least 0, or a share from 0% to 100%"
+}, {
+    "rule": "!has(self.maxSurge) || (type(self.maxSurge) == int ? self.maxSurge >= 0 : self.maxSurge.matches('^([0-9][0-9]?|100)%$'))",
+    "message": "maxSurge must be a count of at least 0, or a share from 0% to 100%"
+}, {
+    "rule": "!(has(self.maxUnavailable) && string(self.maxUnavailable) in ['0', '0%']) || (has(self.maxSurge) && !(string(self.maxSurge) in ['0', '0%']))",
+    "message": "maxUnavailable may be 0 only with a maxSurge: with neither, no instance could be taken out of service to be updated"
 }]))]
 pub struct RolloutSpec {
     /// How many of the instances the set wants may be unavailable at once,
     /// a count or a share ("25%"): unavailable as observed — out of
     /// service, its machine not ready, its node not healthy, or missing.
-    /// A rollout takes an available instance out only within it; there is
-    /// no surge, so at least one.
+    /// A rollout takes an available instance out only within it (beside
+    /// those a surge makes available); 0 only with a `maxSurge`.
     #[serde(default)]
     #[schemars(schema_with = "share_defaulting_to_one")]
     pub max_unavailable: Option<Value>,
+    /// How many instances beyond those it wants the set may run while a
+    /// change (its environment, its deployment's code) rolls out, a count
+    /// or a share of those wanted, rounded up: each is made with the
+    /// change, and each available beyond those wanted lets one more be
+    /// taken out, so that the set loses no capacity; they go when the
+    /// change is out.
+    #[serde(default)]
+    #[schemars(schema_with = "share_defaulting_to_none")]
+    pub max_surge: Option<Value>,
     /// The order instances are taken in.
     #[serde(default)]
     pub order: Order,
@@ -497,5 +512,12 @@ fn share(_: &mut SchemaGenerator) -> Schema {
 fn share_defaulting_to_one(generator: &mut SchemaGenerator) -> Schema {
     let mut schema = share(generator);
     schema.insert("default".into(), 1.into());
+    schema
+}
+
+/// A count or a share, none when not given.
+fn share_defaulting_to_none(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = share(generator);
+    schema.insert("default".into(), 0.into());
     schema
 }

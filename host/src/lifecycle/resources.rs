@@ -118,12 +118,20 @@ impl VmReplicaSet {
         }
         let spec: crd::VmReplicaSetSpec = typed(object)?;
         let rollout = spec.rollout.unwrap_or_default();
+        let max_surge = match &rollout.max_surge {
+            None | Some(Value::Null) => Share::Count(0),
+            Some(value) => {
+                Share::parse_or_none(value).map_err(|e| format!("spec.rollout.maxSurge: {e}"))?
+            }
+        };
         let max_unavailable = match &rollout.max_unavailable {
             None | Some(Value::Null) => Share::Count(1),
-            Some(value) => Share::parse(value).map_err(|e| {
-                format!("spec.rollout.maxUnavailable: {e} (there is no surge: at least one instance must be allowed out of service)")
-            })?,
+            Some(value) => Share::parse_or_none(value)
+                .map_err(|e| format!("spec.rollout.maxUnavailable: {e}"))?,
         };
+        if max_unavailable.is_none() && max_surge.is_none() {
+            return Err("spec.rollout: maxUnavailable and maxSurge are both 0: no instance could ever be taken out of service to be updated".into());
+        }
         let template = serde_json::to_value(&spec.template).unwrap_or_default();
         Ok(Self {
             namespace,
@@ -143,6 +151,7 @@ impl VmReplicaSet {
                     })
                     .collect(),
                 max_unavailable,
+                max_surge,
                 order: rollout.order,
                 paused: spec.paused,
                 desired: Some((spec.replicas as usize).saturating_sub(spec.offline.len())),
@@ -198,6 +207,7 @@ impl VmReplicaSet {
             spec: SetSpec {
                 environment: Vec::new(),
                 max_unavailable: Share::Count(1),
+                max_surge: Share::Count(0),
                 order: Order::Name,
                 paused: false,
                 desired: Some(0),
@@ -950,7 +960,19 @@ mod tests {
         assert!(refused(json!({})).contains("spec.template.spec is missing"));
         assert!(
             refused(json!({"template": template(), "rollout": {"maxUnavailable": 0}}))
-                .contains("there is no surge")
+                .contains("maxUnavailable and maxSurge are both 0")
+        );
+        assert!(
+            refused(json!({"template": template(), "rollout": {"maxSurge": "x"}}))
+                .starts_with("spec.rollout.maxSurge: `x` is not a share")
+        );
+        let surging = VmReplicaSet::read(&set_object(
+            json!({"template": template(), "rollout": {"maxUnavailable": 0, "maxSurge": "25%"}}),
+        ))
+        .unwrap();
+        assert_eq!(
+            (surging.spec.max_unavailable, surging.spec.max_surge),
+            (Share::Count(0), Share::Percent(25))
         );
         assert!(
             refused(json!({"template": template(), "lostInstance": "ignore"}))

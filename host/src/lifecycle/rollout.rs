@@ -4,7 +4,10 @@
 //! An environment change of the set and a code change of its `VMDeployment`
 //! share one budget: at most `maxUnavailable` of the set's instances out of
 //! service (not `ready`, `gray-release` or `serving`) at a time, counting
-//! those already out. The deployment's code goes out by its steps: a step
+//! those already out. With `maxSurge`, the set runs that many more
+//! instances while a change rolls out (each made with the change): each
+//! available beyond those wanted lets one more be taken out, so that
+//! `maxUnavailable: 0` rolls out without ever running fewer than wanted. The deployment's code goes out by its steps: a step
 //! of instances gives the new code to that many more (taken in the set's
 //! order) and is done when they are back in service with it; `pause: {}`
 //! waits for a person's approval, a timed pause for its time; past the last
@@ -61,12 +64,36 @@ impl Share {
         }
     }
 
-    /// How many of `total` instances, rounded down but at least one (the
-    /// most out of service at once: there is no surge).
+    /// `0`, `1`, `3`, `0%`, `25%`: a count or share that may be none (a
+    /// surge, or the most unavailable beside a surge).
+    pub fn parse_or_none(value: &serde_json::Value) -> Result<Self, String> {
+        match value {
+            serde_json::Value::Number(n) if n.as_u64() == Some(0) => Ok(Share::Count(0)),
+            serde_json::Value::String(text) if text == "0%" => Ok(Share::Percent(0)),
+            other => Share::parse(other).map_err(|e| e.replace("at least 1", "at least 0")),
+        }
+    }
+
+    /// Whether it is none of any number.
+    pub fn is_none(self) -> bool {
+        matches!(self, Share::Count(0) | Share::Percent(0))
+    }
+
+    /// How many of `total` instances, rounded down but at least one unless
+    /// it is none (the most unavailable at once).
     pub fn at_most(self, total: usize) -> usize {
         match self {
             Share::Count(n) => n as usize,
+            Share::Percent(0) => 0,
             Share::Percent(p) => (total * p as usize / 100).max(1),
+        }
+    }
+
+    /// How many more than `total` instances, rounded up (a surge).
+    pub fn beyond(self, total: usize) -> usize {
+        match self {
+            Share::Count(n) => n as usize,
+            Share::Percent(p) => (total * p as usize).div_ceil(100),
         }
     }
 }
@@ -89,6 +116,9 @@ pub enum Order {
 pub struct SetSpec {
     pub environment: Vec<Package>,
     pub max_unavailable: Share,
+    /// How many instances beyond those it wants the set may run while a
+    /// change rolls out, so that it loses no capacity.
+    pub max_surge: Share,
     pub order: Order,
     /// No instance is taken out of service while paused.
     pub paused: bool,
@@ -245,8 +275,12 @@ pub fn plan(
     // takes an available instance out only within it.
     let desired = set.desired.unwrap_or(total);
     let budget = set.max_unavailable.at_most(desired);
+    // An available instance may be taken out while the others available
+    // stay above `desired - budget` (with a surge, more are available than
+    // desired, and as many more may go).
+    let floor = desired.saturating_sub(budget);
     let available_now = ordered.iter().filter(|m| available(m.state)).count();
-    let mut out = desired.saturating_sub(available_now);
+    let mut available_left = available_now;
     let code_held = rollout
         .as_ref()
         .is_some_and(|r| matches!(r.phase, Phase::Degraded | Phase::Paused));
@@ -273,9 +307,9 @@ pub fn plan(
             // healthy): counted among those out, it may move while those
             // are within the budget — more than that unavailable, nothing
             // moves on the strength of what may be a misreading.
-            out <= budget
-        } else if out < budget {
-            out += 1;
+            available_left >= floor
+        } else if available_left > floor {
+            available_left -= 1;
             true
         } else {
             false
@@ -562,6 +596,7 @@ mod tests {
         SetSpec {
             environment: environment.to_vec(),
             max_unavailable,
+            max_surge: Share::Count(0),
             order: Order::Name,
             paused: false,
             desired: None,

@@ -74,7 +74,8 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
         "environment": [{"name": "jdk", "version": "17.0.9"}, {"name": "agent", "version": "4.1"}],
         "rollout": {"maxUnavailable": "50%"},
     });
-    let no_surge = "maxUnavailable must be at least 1, or a share from 1% to 100%";
+    let no_surge = "maxUnavailable may be 0 only with a maxSurge";
+    let not_a_share = "maxUnavailable must be a count of at least 0, or a share from 0% to 100%";
     refused_each(
         cluster,
         "VMReplicaSet",
@@ -83,7 +84,17 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
         &[
             ("rollout", json!({"maxUnavailable": 0}), no_surge),
             ("rollout", json!({"maxUnavailable": "0%"}), no_surge),
-            ("rollout", json!({"maxUnavailable": "150%"}), no_surge),
+            ("rollout", json!({"maxUnavailable": "150%"}), not_a_share),
+            (
+                "rollout",
+                json!({"maxUnavailable": 0, "maxSurge": "0%"}),
+                no_surge,
+            ),
+            (
+                "rollout",
+                json!({"maxSurge": -1}),
+                "maxSurge must be a count of at least 0",
+            ),
             (
                 "environment",
                 json!([{"name": "jdk"}]),
