@@ -447,8 +447,10 @@ fn main() {
 
     // A set's edit to its first hook call, one set after another.
     let mut latencies = Vec::new();
-    for k in 0..edits.min(sets) {
-        let (namespace, name) = &names[(k * 7919) % sets];
+    let edited_sets: Vec<&(String, String)> = (0..edits.min(sets))
+        .map(|k| &names[(k * 7919) % sets])
+        .collect();
+    for (namespace, name) in &edited_sets {
         let edited = Instant::now();
         runtime
             .block_on(sets_api(namespace).patch(
@@ -479,6 +481,13 @@ fn main() {
         percentile(&latencies, 99.0),
         latencies.last().copied().unwrap_or(f64::NAN)
     );
+
+    // Every edited set rolled out before the next measure.
+    for (namespace, name) in &edited_sets {
+        while serving_with(&base, namespace, name, "22") < PER_SET {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 
     // One set's whole rollout, with no hook hanging and while another
     // set's hangs.
