@@ -38,18 +38,6 @@ use verdict_testcluster::{Binaries, Cluster, Options};
 #[path = "../../tests/all/support.rs"]
 mod support;
 
-/// The steps of the default lifecycle policy's lists.
-const STEPS: [&str; 8] = [
-    "install-environment",
-    "deploy-code",
-    "health-check",
-    "bind-monitoring",
-    "attach-load-balancer",
-    "detach-load-balancer",
-    "pause-monitoring",
-    "delete-machine",
-];
-
 /// The set whose hook hangs in the last measure.
 const HANGING: &str = "hangs";
 
@@ -76,14 +64,6 @@ impl Calls {
 
 fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
-async fn client(kubeconfig: &Path) -> Client {
-    let config = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
 }
 
 /// The hook endpoint: every call answered `done` at once, but those of the
@@ -334,7 +314,7 @@ fn main() {
     );
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let kube = runtime.block_on(client(&cluster.kubeconfig()));
+    let kube = runtime.block_on(support::kube_client(&cluster.kubeconfig()));
     let calls = Arc::new(Calls::default());
     let hang = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let url = runtime.block_on(hook_server(Arc::clone(&calls), Arc::clone(&hang)));
@@ -342,7 +322,7 @@ fn main() {
 
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("verdict.toml");
-    let hooks: String = STEPS
+    let hooks: String = verdict::lifecycle::hooks::DEFAULT_STEPS
         .iter()
         .map(|step| format!("[hooks.{step}]\nurl = \"{url}\"\ntimeout-seconds = 300\n"))
         .collect();

@@ -117,14 +117,6 @@ fn pod(ns: &str, app: &str, index: usize, node: &str) -> Value {
     })
 }
 
-async fn client(kubeconfig: &Path) -> Client {
-    let config = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
 /// Create, taking an object that is there already as made.
 async fn create<K>(api: &Api<K>, object: Value)
 where
@@ -572,7 +564,7 @@ fn main() {
         Ok(cluster) if kept == Some(shape) => {
             println!("  the cluster kept in {} is used again", dir.display());
             // What an earlier run's burst deleted is made again.
-            let client = runtime.block_on(client(&cluster.kubeconfig()));
+            let client = runtime.block_on(support::kube_client(&cluster.kubeconfig()));
             runtime.block_on(refill(&client, shape));
             cluster
         }
@@ -597,7 +589,7 @@ fn main() {
                 filling.elapsed().as_secs_f64()
             );
             cluster.stop("kube-controller-manager").unwrap();
-            let client = runtime.block_on(client(&cluster.kubeconfig()));
+            let client = runtime.block_on(support::kube_client(&cluster.kubeconfig()));
             runtime.block_on(fill(&client, shape));
             runtime.block_on(all_running(&client, shape.pods));
             std::fs::write(&shape_file, serde_json::to_string(&shape).unwrap()).unwrap();
@@ -734,7 +726,7 @@ fn main() {
     let (all_apps, all_bytes) = timed("/v1/apps");
     let (one_app, _) = timed(&last);
 
-    let client = runtime.block_on(client(&kubeconfig));
+    let client = runtime.block_on(support::kube_client(&kubeconfig));
 
     // A steady churn of 200 pod changes a second; meanwhile probes, one at
     // a time, each restart a container of a pod of another app, with a

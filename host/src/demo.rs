@@ -201,16 +201,7 @@ mod delivery {
     use verdict_sim::store::Store;
 
     /// The steps of the default lifecycle policy.
-    pub const STEPS: [&str; 8] = [
-        "install-environment",
-        "deploy-code",
-        "health-check",
-        "bind-monitoring",
-        "attach-load-balancer",
-        "detach-load-balancer",
-        "pause-monitoring",
-        "delete-machine",
-    ];
+    pub use crate::lifecycle::hooks::DEFAULT_STEPS as STEPS;
 
     /// How long the demo's hook takes over a step.
     const STEP_TAKES: Duration = Duration::from_millis(2_500);

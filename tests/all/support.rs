@@ -251,3 +251,14 @@ pub fn cpu_time(pid: u32) -> Duration {
     };
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
+
+/// A `kube` client acting as the kubeconfig at `path` says; for the
+/// benchmarks on a real control plane.
+#[allow(dead_code)]
+pub async fn kube_client(path: &Path) -> kube::Client {
+    let config = kube::config::Kubeconfig::read_from(path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}

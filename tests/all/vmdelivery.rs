@@ -16,16 +16,7 @@ use crate::support::wait_until;
 use crate::support::{example_plugin, install_by_rename};
 
 /// The step names of the default lifecycle policy.
-pub const STEPS: [&str; 8] = [
-    "install-environment",
-    "deploy-code",
-    "health-check",
-    "bind-monitoring",
-    "attach-load-balancer",
-    "detach-load-balancer",
-    "pause-monitoring",
-    "delete-machine",
-];
+pub use verdict::lifecycle::hooks::DEFAULT_STEPS as STEPS;
 
 /// A step hook server on 127.0.0.1: every call is kept, and answered by
 /// `answer` (a status code and a JSON body).
@@ -296,19 +287,23 @@ fn a_set_made_from_nothing_goes_through_every_stage_by_its_hooks() {
     assert!(status.is_some());
 }
 
+/// Whether the set `web` has `n` instances, each serving with
+/// `environment` and no list running.
+fn all_serving_with(cluster: &Cluster, n: usize, environment: &str) -> bool {
+    let all = instances(cluster);
+    all.len() == n
+        && all.values().all(|a| {
+            a["verdict.dev/stage"] == "serving"
+                && a.get("verdict.dev/lock").is_none()
+                && a["verdict.dev/environment"] == environment
+        })
+}
+
 #[test]
 fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() {
     let Delivery { cluster, hooks, .. } = &delivering("");
     cluster.apply(set(5, json!([{"name": "jdk", "version": "21"}])));
-    let settled = |environment: &str| {
-        let all = instances(cluster);
-        all.len() == 5
-            && all.values().all(|a| {
-                a["verdict.dev/stage"] == "serving"
-                    && a.get("verdict.dev/lock").is_none()
-                    && a["verdict.dev/environment"] == environment
-            })
-    };
+    let settled = |environment: &str| all_serving_with(cluster, 5, environment);
     assert!(
         wait_until(PATIENCE * 3, || settled("jdk=21")).is_some(),
         "never all serving: {:#?}",
@@ -378,15 +373,7 @@ fn a_surge_rolls_an_environment_out_without_running_fewer_instances_than_wanted(
             })
             .collect()
     };
-    let settled = |environment: &str| {
-        let all = instances(cluster);
-        all.len() == 3
-            && all.values().all(|a| {
-                a["verdict.dev/stage"] == "serving"
-                    && a.get("verdict.dev/lock").is_none()
-                    && a["verdict.dev/environment"] == environment
-            })
-    };
+    let settled = |environment: &str| all_serving_with(cluster, 3, environment);
     assert!(
         wait_until(PATIENCE * 3, || settled("jdk=21")).is_some(),
         "never all serving: {:?}",

@@ -727,6 +727,27 @@ fn fuzz(rest: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The benchmark `bench` on a real control plane of its own, with the
+/// arguments but `flag`.
+fn on_a_control_plane(bench: &str, flag: &str, rest: &[String]) -> Result<()> {
+    build_plugins()?;
+    verdict_testcluster::Binaries::build(&cargo_target_dir())?;
+    let mut command = cargo();
+    command.args(["bench", "--package", "verdict", "--bench", bench]);
+    if rest.iter().any(|a| a == "--quick") {
+        command.args(["--profile", "dev"]);
+    }
+    command
+        .arg("--")
+        .args(rest.iter().filter(|a| *a != flag))
+        .env(
+            "VERDICT_TESTCLUSTER_BIN",
+            verdict_testcluster::Binaries::folder(&cargo_target_dir()),
+        )
+        .current_dir(root());
+    run(&mut command, Duration::from_secs(6 * 3600))
+}
+
 fn bench(rest: &[String]) -> Result<()> {
     // `--smoke`: the policy benchmark's short run in the dev profile (the
     // test build's artifacts), so that CI keeps it working without a
@@ -794,47 +815,14 @@ fn bench(rest: &[String]) -> Result<()> {
         );
     }
     // `--scale`: the largest clusters on a real control plane of the
-    // benchmark's own (built with Go), filled with pods made directly.
-    if rest.iter().any(|a| a == "--scale") {
-        build_plugins()?;
-        verdict_testcluster::Binaries::build(&cargo_target_dir())?;
-        let dev = rest.iter().any(|a| a == "--quick");
-        let mut command = cargo();
-        command.args(["bench", "--package", "verdict", "--bench", "scale"]);
-        if dev {
-            // The short run CI keeps: the test build's profile.
-            command.args(["--profile", "dev"]);
+    // benchmark's own (built with Go), filled with pods made directly;
+    // `--delivery`: seed 002's delivery of 1 000 sets × 10 instances on
+    // one (`--quick`: 20 sets). Both in the test build's profile with
+    // `--quick`, the short runs CI keeps.
+    for (flag, bench) in [("--scale", "scale"), ("--delivery", "delivery")] {
+        if rest.iter().any(|a| a == flag) {
+            return on_a_control_plane(bench, flag, rest);
         }
-        command
-            .arg("--")
-            .args(rest.iter().filter(|a| *a != "--scale"))
-            .env(
-                "VERDICT_TESTCLUSTER_BIN",
-                verdict_testcluster::Binaries::folder(&cargo_target_dir()),
-            )
-            .current_dir(root());
-        return run(&mut command, Duration::from_secs(6 * 3600));
-    }
-    // `--delivery`: seed 002's delivery of 1 000 sets × 10 instances on a
-    // real control plane of the benchmark's own (`--quick`: 20 sets, in the
-    // test build's profile).
-    if rest.iter().any(|a| a == "--delivery") {
-        build_plugins()?;
-        verdict_testcluster::Binaries::build(&cargo_target_dir())?;
-        let mut command = cargo();
-        command.args(["bench", "--package", "verdict", "--bench", "delivery"]);
-        if rest.iter().any(|a| a == "--quick") {
-            command.args(["--profile", "dev"]);
-        }
-        command
-            .arg("--")
-            .args(rest.iter().filter(|a| *a != "--delivery"))
-            .env(
-                "VERDICT_TESTCLUSTER_BIN",
-                verdict_testcluster::Binaries::folder(&cargo_target_dir()),
-            )
-            .current_dir(root());
-        return run(&mut command, Duration::from_secs(6 * 3600));
     }
     // `--handover`: leader handovers among three replicas, on the local
     // control plane when `cluster up` runs.

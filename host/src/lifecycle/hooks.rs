@@ -57,6 +57,19 @@ pub enum FailurePolicy {
     Ignore,
 }
 
+/// The steps the default lifecycle policy's lists are made of: each needs
+/// a hook (`[hooks.<step>]`) for an instance to go through the machine.
+pub const DEFAULT_STEPS: [&str; 8] = [
+    "install-environment",
+    "deploy-code",
+    "health-check",
+    "bind-monitoring",
+    "attach-load-balancer",
+    "detach-load-balancer",
+    "pause-monitoring",
+    "delete-machine",
+];
+
 fn default_timeout() -> u64 {
     10
 }
