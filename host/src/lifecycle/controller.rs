@@ -1512,24 +1512,21 @@ impl Route {
     fn changed(&self, scope: &Scope, which: Which, object: Option<&DynamicObject>) {
         let Some(object) = object else {
             // A new list: everything it may concern.
-            for set in scope.sets.store.state() {
-                self.set(scope, &set);
-            }
-            for deployment in scope.deployments.store.state() {
-                let _ = self
-                    .deployments
-                    .send(reference_of(&scope.deployments, &deployment));
-            }
-            for machine in scope.machines.store.state() {
-                let _ = self.machines.send(reference_of(&scope.machines, &machine));
-            }
+            let every = |watched: &Watched, to: &Sender<ObjectRef<DynamicObject>>| {
+                for object in watched.store.state() {
+                    let _ = to.send(reference_of(watched, &object));
+                }
+            };
+            every(&scope.sets, &self.sets);
+            every(&scope.deployments, &self.deployments);
+            every(&scope.machines, &self.machines);
             return;
         };
         let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
         let name = object.metadata.name.as_deref().unwrap_or_default();
         match which {
             Which::Set => {
-                self.set(scope, object);
+                self.set(scope, namespace, name);
                 // Its machines, which may have lost their set.
                 for machine in scope.machines.store.state_filter(|m| {
                     m.metadata.namespace.as_deref() == Some(namespace) && set_of(m) == Some(name)
@@ -1537,24 +1534,13 @@ impl Route {
                     let _ = self.machines.send(reference_of(&scope.machines, &machine));
                 }
             }
+            // Its set, and every deployment that targets it (itself among
+            // them), whose standing it may change.
             Which::Deployment => {
                 let set = object.data["spec"]["replicaSet"]
                     .as_str()
                     .unwrap_or_default();
-                let _ = self.sets.send(scope.sets.reference(namespace, set));
-                // It, and those that target the same set, whose standing
-                // it may change.
-                let _ = self
-                    .deployments
-                    .send(reference_of(&scope.deployments, object));
-                for other in scope.deployments.store.state_filter(|d| {
-                    d.metadata.namespace.as_deref() == Some(namespace)
-                        && d.data["spec"]["replicaSet"] == set
-                }) {
-                    let _ = self
-                        .deployments
-                        .send(reference_of(&scope.deployments, &other));
-                }
+                self.set(scope, namespace, set);
             }
             Which::Machine => {
                 let _ = self.machines.send(reference_of(&scope.machines, object));
@@ -1588,13 +1574,13 @@ impl Route {
         }
     }
 
-    /// A set's reconcile, and its deployments'.
-    fn set(&self, scope: &Scope, set: &DynamicObject) {
-        let _ = self.sets.send(reference_of(&scope.sets, set));
-        let namespace = set.metadata.namespace.as_deref();
-        let name = set.metadata.name.as_deref().unwrap_or_default();
+    /// The reconcile of the set `name` of `namespace`, and of the
+    /// deployments that target it.
+    fn set(&self, scope: &Scope, namespace: &str, name: &str) {
+        let _ = self.sets.send(scope.sets.reference(namespace, name));
         for deployment in scope.deployments.store.state_filter(|d| {
-            d.metadata.namespace.as_deref() == namespace && d.data["spec"]["replicaSet"] == name
+            d.metadata.namespace.as_deref() == Some(namespace)
+                && d.data["spec"]["replicaSet"] == name
         }) {
             let _ = self
                 .deployments

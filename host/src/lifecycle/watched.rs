@@ -145,12 +145,6 @@ impl Watched {
         futures_util::FutureExt::now_or_never(self.store.wait_until_ready()).is_some()
     }
 
-    /// Every object of the store, when it can be trusted.
-    pub fn objects(&self) -> Result<Vec<Arc<DynamicObject>>, Unread> {
-        self.check()?;
-        Ok(self.store.state())
-    }
-
     /// The objects the store has that `keep` keeps, when it can be trusted.
     pub fn filtered(
         &self,
