@@ -284,7 +284,11 @@ fn main() {
     for crd in verdict_sim::kubevirt::crds() {
         cluster.apply(&crd.to_string()).unwrap();
     }
-    for file in ["vmreplicaset-crd.yaml", "vmdeployment-crd.yaml"] {
+    for file in [
+        "vmreplicaset-crd.yaml",
+        "vmdeployment-crd.yaml",
+        "server-crd.yaml",
+    ] {
         let crd = workspace.join("deploy/chart/verdict/crds").join(file);
         cluster
             .kubectl_run(

@@ -261,6 +261,7 @@ mod delivery {
         for text in [
             include_str!("../../deploy/chart/verdict/crds/vmreplicaset-crd.yaml"),
             include_str!("../../deploy/chart/verdict/crds/vmdeployment-crd.yaml"),
+            include_str!("../../deploy/chart/verdict/crds/server-crd.yaml"),
         ] {
             verdict_sim::apply(&store, crd(text)).map_err(other)?;
         }

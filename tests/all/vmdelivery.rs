@@ -180,6 +180,7 @@ pub fn cluster() -> Cluster {
     }
     cluster.apply(crd("vmreplicaset-crd.yaml"));
     cluster.apply(crd("vmdeployment-crd.yaml"));
+    cluster.apply(crd("server-crd.yaml"));
     cluster
 }
 
@@ -212,26 +213,26 @@ fn resource(
     cluster.sim().store().find(group, version, plural).unwrap()
 }
 
-/// Each instance of the set `web` by name, with its annotations.
+/// Each instance of the set `web` by name: its Server's status.
 pub fn instances(cluster: &Cluster) -> BTreeMap<String, Value> {
     instances_of(cluster, "web")
 }
 
-/// Each instance of the set `set` by name, with its annotations.
+/// Each instance of the set `set` by name: its Server's status.
 pub fn instances_of(cluster: &Cluster, set: &str) -> BTreeMap<String, Value> {
     let store = cluster.sim().store();
     store
-        .list(
-            resource(cluster, "kubevirt.io", "virtualmachines"),
-            Some("shop"),
-        )
+        .list(resource(cluster, "verdict.dev", "servers"), Some("shop"))
         .0
         .into_iter()
-        .filter(|vm| vm["metadata"]["labels"]["verdict.dev/vmreplicaset"] == set)
-        .map(|vm| {
+        .filter(|server| server["metadata"]["labels"]["verdict.dev/vmreplicaset"] == set)
+        .map(|server| {
             (
-                vm["metadata"]["name"].as_str().unwrap().to_string(),
-                vm["metadata"]["annotations"].clone(),
+                server["metadata"]["name"].as_str().unwrap().to_string(),
+                match &server["status"] {
+                    Value::Null => json!({}),
+                    status => status.clone(),
+                },
             )
         })
         .collect()
@@ -248,7 +249,7 @@ fn a_set_made_from_nothing_goes_through_every_stage_by_its_hooks() {
         all.len() == 3
             && all
                 .values()
-                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+                .all(|a| a["stage"] == "serving" && a.get("lock").is_none())
     });
     assert!(
         serving.is_some(),
@@ -256,9 +257,9 @@ fn a_set_made_from_nothing_goes_through_every_stage_by_its_hooks() {
         instances(cluster)
     );
     for (name, annotations) in instances(cluster) {
-        assert_eq!(annotations["verdict.dev/environment"], "jdk=21", "{name}");
+        assert_eq!(annotations["environmentText"], "jdk=21", "{name}");
         assert!(
-            annotations.get("verdict.dev/lock").is_none(),
+            annotations.get("lock").is_none(),
             "{name}: a finished list holds no lock"
         );
         assert_eq!(
@@ -293,9 +294,9 @@ fn all_serving_with(cluster: &Cluster, n: usize, environment: &str) -> bool {
     let all = instances(cluster);
     all.len() == n
         && all.values().all(|a| {
-            a["verdict.dev/stage"] == "serving"
-                && a.get("verdict.dev/lock").is_none()
-                && a["verdict.dev/environment"] == environment
+            a["stage"] == "serving"
+                && a.get("lock").is_none()
+                && a["environmentText"] == environment
         })
 }
 
@@ -317,7 +318,7 @@ fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() 
             .values()
             .filter(|a| {
                 !matches!(
-                    a["verdict.dev/stage"].as_str(),
+                    a["stage"].as_str(),
                     Some("ready" | "gray-release" | "serving")
                 )
             })
@@ -349,26 +350,27 @@ fn a_surge_rolls_an_environment_out_without_running_fewer_instances_than_wanted(
         set
     };
     cluster.apply(surging(json!([{"name": "jdk", "version": "21"}])));
-    // Each VM of the set: available (in service, its machine ready, not
-    // going), and its environment.
+    // Each instance of the set: available (in service, its machine ready,
+    // not going), and its environment.
     let machines = || -> Vec<(bool, String)> {
         let store = cluster.sim().store();
+        let vms = resource(cluster, "kubevirt.io", "virtualmachines");
         store
-            .list(
-                resource(cluster, "kubevirt.io", "virtualmachines"),
-                Some("shop"),
-            )
+            .list(resource(cluster, "verdict.dev", "servers"), Some("shop"))
             .0
             .into_iter()
-            .filter(|vm| vm["metadata"]["labels"]["verdict.dev/vmreplicaset"] == "web")
-            .map(|vm| {
-                let a = &vm["metadata"]["annotations"];
+            .filter(|server| server["metadata"]["labels"]["verdict.dev/vmreplicaset"] == "web")
+            .map(|server| {
+                let a = &server["status"];
+                let name = server["metadata"]["name"].as_str().unwrap_or_default();
+                let vm = store.get(vms, "shop", name).unwrap_or_default();
                 let serving = matches!(
-                    a["verdict.dev/stage"].as_str(),
+                    a["stage"].as_str(),
                     Some("ready" | "gray-release" | "serving")
-                ) && vm["metadata"]["deletionTimestamp"].is_null()
+                ) && server["metadata"]["deletionTimestamp"].is_null()
+                    && vm["metadata"]["deletionTimestamp"].is_null()
                     && vm["status"]["ready"] == true;
-                let environment = a["verdict.dev/environment"].as_str().unwrap_or_default();
+                let environment = a["environmentText"].as_str().unwrap_or_default();
                 (serving, environment.to_string())
             })
             .collect()
@@ -434,7 +436,7 @@ fn one_serving(cluster: &Cluster) -> impl Fn() -> String + '_ {
     let stage = || {
         instances(cluster)
             .get("web-0")
-            .and_then(|a| a["verdict.dev/stage"].as_str().map(String::from))
+            .and_then(|a| a["stage"].as_str().map(String::from))
             .unwrap_or_default()
     };
     assert!(
@@ -461,10 +463,7 @@ fn an_instance_whose_node_is_lost_for_a_while_is_unknown_then_checked_again() {
     );
     set_node_ready(cluster, &node, "True");
     let back = wait_until(PATIENCE * 2, || {
-        stage() == "serving"
-            && instances(cluster)["web-0"]
-                .get("verdict.dev/lock")
-                .is_none()
+        stage() == "serving" && instances(cluster)["web-0"].get("lock").is_none()
     });
     assert!(back.is_some(), "never back: {:#?}", instances(cluster));
     assert_eq!(
@@ -521,10 +520,7 @@ fn codes(cluster: &Cluster) -> BTreeMap<String, String> {
     instances(cluster)
         .into_iter()
         .map(|(name, a)| {
-            let code = a["verdict.dev/code"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
+            let code = a["code"].as_str().unwrap_or_default().to_string();
             (name, code)
         })
         .collect()
@@ -534,11 +530,9 @@ fn codes(cluster: &Cluster) -> BTreeMap<String, String> {
 fn all_serve(cluster: &Cluster, n: usize, code: &str) -> bool {
     let all = instances(cluster);
     all.len() == n
-        && all.values().all(|a| {
-            a["verdict.dev/stage"] == "serving"
-                && a["verdict.dev/code"] == code
-                && a.get("verdict.dev/lock").is_none()
-        })
+        && all
+            .values()
+            .all(|a| a["stage"] == "serving" && a["code"] == code && a.get("lock").is_none())
 }
 
 /// Why a resource is `Degraded`, as its condition says (empty when it is
@@ -859,7 +853,7 @@ fn a_failed_step_stops_the_rollout_until_a_person_forces_the_stage() {
             .contains("web-1"),
         "{seen:#}"
     );
-    let stage = |name: &str| instances(cluster)[name]["verdict.dev/stage"].clone();
+    let stage = |name: &str| instances(cluster)[name]["stage"].clone();
     assert!(
         wait_until(PATIENCE, || stage("web-1") == "failed").is_some(),
         "{:#?}",
@@ -987,7 +981,7 @@ fn a_failed_instance_is_retried_and_an_aborted_rollout_goes_back_to_the_stable_c
         json!({"by": "carol", "why": "disk freed"}),
     );
     assert_eq!(code, 200, "{body}");
-    assert_eq!(body["on"], json!(["VirtualMachine/shop/web-0"]), "{body}");
+    assert_eq!(body["on"], json!(["Server/shop/web-0"]), "{body}");
     let at_gate = wait_until(PATIENCE * 2, || rollout(server)["at-gate"] == true);
     assert!(
         at_gate.is_some(),
@@ -1065,7 +1059,7 @@ fn a_deleted_instance_is_held_until_its_clean_up_ends_and_a_stuck_step_can_be_sk
         all.len() == 2
             && all
                 .values()
-                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+                .all(|a| a["stage"] == "serving" && a.get("lock").is_none())
     };
     assert!(
         wait_until(PATIENCE * 2, serving).is_some(),
@@ -1151,7 +1145,7 @@ fn an_instance_named_offline_is_drained_and_deleted_and_not_replaced_and_a_small
         all.keys().map(String::as_str).collect::<Vec<_>>() == names
             && all
                 .values()
-                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+                .all(|a| a["stage"] == "serving" && a.get("lock").is_none())
     };
     assert!(
         wait_until(PATIENCE * 2, || settled(&["web-0", "web-1", "web-2"])).is_some(),
@@ -1203,7 +1197,7 @@ fn instances_named_offline_do_not_count_and_no_serving_instance_makes_room() {
         all.keys().map(String::as_str).collect::<Vec<_>>() == names
             && all
                 .values()
-                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+                .all(|a| a["stage"] == "serving" && a.get("lock").is_none())
     };
     cluster.apply(set(4, json!([{"name": "jdk", "version": "21"}])));
     assert!(
@@ -1286,9 +1280,7 @@ fn an_instance_lost_with_its_node_is_repaired_by_failover_and_goes_through_the_w
     let repaired = wait_until(PATIENCE * 3, || {
         stage() == "serving"
             && node_of().is_some_and(|n| n != lost)
-            && instances(cluster)["web-0"]
-                .get("verdict.dev/lock")
-                .is_none()
+            && instances(cluster)["web-0"].get("lock").is_none()
     });
     assert!(
         repaired.is_some(),
@@ -1342,7 +1334,7 @@ fn a_set_that_scales_down_on_a_lost_instance_takes_it_offline_instead_of_repairi
     cluster.apply(shrinking);
     let serving = |n: usize| {
         let all = instances(cluster);
-        all.len() == n && all.values().all(|a| a["verdict.dev/stage"] == "serving")
+        all.len() == n && all.values().all(|a| a["stage"] == "serving")
     };
     assert!(
         wait_until(PATIENCE * 3, || serving(2)).is_some(),
@@ -1503,7 +1495,7 @@ fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice() {
     let under_way = wait_until(PATIENCE * 2, || {
         instances(cluster)
             .values()
-            .filter(|a| a["verdict.dev/stage"] == "ready" && a.get("verdict.dev/lock").is_some())
+            .filter(|a| a["stage"] == "ready" && a.get("lock").is_some())
             .count()
             >= 1
     });
@@ -1517,7 +1509,7 @@ fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice() {
         all.len() == 3
             && all
                 .values()
-                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+                .all(|a| a["stage"] == "serving" && a.get("lock").is_none())
     });
     assert!(serving.is_some(), "{:#?}", instances(cluster));
     // Every step of every instance ran once, by one key, across the
@@ -1569,7 +1561,7 @@ fn a_set_adopts_the_vms_its_selector_names_and_takes_them_through_the_machine() 
         all.keys().map(String::as_str).collect::<Vec<_>>() == ["legacy-a", "web-0"]
             && all
                 .values()
-                .all(|a| a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none())
+                .all(|a| a["stage"] == "serving" && a.get("lock").is_none())
     });
     assert!(settled.is_some(), "{:#?}", instances(cluster));
     // Adopted: labelled, owned and held by the clean-up like its own.
@@ -1579,8 +1571,23 @@ fn a_set_adopts_the_vms_its_selector_names_and_takes_them_through_the_machine() 
         .store()
         .get(machines, "shop", "legacy-a")
         .unwrap();
+    // Its Server owns it, and the set its Server.
+    assert_eq!(adopted["metadata"]["ownerReferences"][0]["kind"], "Server");
     assert_eq!(
-        adopted["metadata"]["ownerReferences"][0]["kind"],
+        adopted["metadata"]["annotations"]["verdict.dev/server"],
+        "legacy-a"
+    );
+    let server = cluster
+        .sim()
+        .store()
+        .get(
+            resource(cluster, "verdict.dev", "servers"),
+            "shop",
+            "legacy-a",
+        )
+        .unwrap();
+    assert_eq!(
+        server["metadata"]["ownerReferences"][0]["kind"],
         "VMReplicaSet"
     );
     assert_eq!(
@@ -1611,33 +1618,30 @@ fn an_operators_edit_of_the_stage_is_answered_with_the_policys_next_stage_by_the
     } = &delivering("");
     cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
     let serving = || {
-        instances(cluster).get("web-0").is_some_and(|a| {
-            a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none()
-        })
+        instances(cluster)
+            .get("web-0")
+            .is_some_and(|a| a["stage"] == "serving" && a.get("lock").is_none())
     };
     assert!(
         wait_until(PATIENCE * 2, serving).is_some(),
         "{:#?}",
         instances(cluster)
     );
-    let machines = resource(cluster, "kubevirt.io", "virtualmachines");
-    let old = cluster
-        .sim()
-        .store()
-        .get(machines, "shop", "web-0")
-        .unwrap();
+    let servers = resource(cluster, "verdict.dev", "servers");
+    let old = cluster.sim().store().get(servers, "shop", "web-0").unwrap();
 
-    // `kubectl annotate vm web-0 verdict.dev/stage=initializing --overwrite`,
-    // as the API server sends it to the mutating webhook.
+    // `kubectl edit server web-0 --subresource=status` of its stage, as the
+    // API server sends it to the mutating webhook.
     let mut edited = old.clone();
-    edited["metadata"]["annotations"]["verdict.dev/stage"] = json!("initializing");
+    edited["status"]["stage"] = json!("initializing");
     let review = |object: &Value| {
         json!({
             "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "request": {
                 "uid": "0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f",
-                "kind": {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachine"},
-                "resource": {"group": "kubevirt.io", "version": "v1", "resource": "virtualmachines"},
+                "kind": {"group": "verdict.dev", "version": "v1alpha1", "kind": "Server"},
+                "resource": {"group": "verdict.dev", "version": "v1alpha1", "resource": "servers"},
+                "subResource": "status",
                 "name": "web-0", "namespace": "shop", "operation": "UPDATE",
                 "userInfo": {"username": "ana"},
                 "object": object, "oldObject": old,
@@ -1659,15 +1663,15 @@ fn an_operators_edit_of_the_stage_is_answered_with_the_policys_next_stage_by_the
     let patch: json_patch::Patch = serde_json::from_value(patch).unwrap();
     let mut patched = edited.clone();
     json_patch::patch(&mut patched, &patch).unwrap();
-    let annotations = &patched["metadata"]["annotations"];
+    let status = &patched["status"];
     // Already the policy's next: initializing, with its list entered.
-    assert_eq!(annotations["verdict.dev/stage"], "initializing");
-    assert_ne!(
-        annotations["verdict.dev/since"],
-        old["metadata"]["annotations"]["verdict.dev/since"]
+    assert_eq!(status["stage"], "initializing");
+    assert_ne!(status["since"], old["status"]["since"]);
+    assert!(
+        status.get("lock").is_none(),
+        "the leader takes it: {status}"
     );
-    let list: Value =
-        serde_json::from_str(annotations["verdict.dev/list"].as_str().unwrap()).unwrap();
+    let list = status["list"].clone();
     assert_eq!(list["stage"], "initializing");
     assert_eq!(list["outcome"], "running");
     let tasks: Vec<&str> = list["tasks"]
@@ -1695,8 +1699,8 @@ fn an_operators_edit_of_the_stage_is_answered_with_the_policys_next_stage_by_the
     // The leader's change of the same VM (stage and since together) is
     // left alone.
     let mut by_leader = old.clone();
-    by_leader["metadata"]["annotations"]["verdict.dev/stage"] = json!("ready");
-    by_leader["metadata"]["annotations"]["verdict.dev/since"] = json!("2030-01-01T00:00:00Z");
+    by_leader["status"]["stage"] = json!("ready");
+    by_leader["status"]["since"] = json!("2030-01-01T00:00:00Z");
     let (_, answer) = server.send("POST", "/v1/admission/review", Some(&review(&by_leader)));
     assert!(answer["response"]["patch"].is_null(), "{answer}");
 
@@ -1709,7 +1713,7 @@ fn an_operators_edit_of_the_stage_is_answered_with_the_policys_next_stage_by_the
     cluster
         .sim()
         .store()
-        .replace(machines, "shop", "web-0", stored)
+        .replace(servers, "shop", "web-0", stored)
         .unwrap();
     let back = wait_until(PATIENCE * 2, || {
         serving()
@@ -1928,7 +1932,7 @@ fn steps_carried_out_by_jobs_go_as_their_jobs_go() {
 
     // A Job that fails fails its step, with the Job's reason.
     redeploy(cluster, "bad", json!([]));
-    let stage = || instances(cluster)["web-0"]["verdict.dev/stage"].clone();
+    let stage = || instances(cluster)["web-0"]["stage"].clone();
     assert!(
         wait_until(PATIENCE * 2, || stage() == "failed").is_some(),
         "never failed: {:#?}",
@@ -1962,7 +1966,7 @@ fn stages(cluster: &Cluster) -> BTreeMap<String, (String, String, bool)> {
     stages_of(cluster, "web")
 }
 
-/// How many VMs the set `set` has.
+/// How many instances (Servers) the set `set` has.
 fn vms_of(cluster: &Cluster, set: &str) -> usize {
     instances_of(cluster, set).len()
 }
@@ -1973,11 +1977,8 @@ fn stages_of(cluster: &Cluster, set: &str) -> BTreeMap<String, (String, String, 
         .into_iter()
         .map(|(name, a)| {
             let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
-            let running = a.get("verdict.dev/lock").is_some();
-            (
-                name,
-                (text("verdict.dev/stage"), text("verdict.dev/code"), running),
-            )
+            let running = a.get("lock").is_some();
+            (name, (text("stage"), text("code"), running))
         })
         .collect()
 }
@@ -2368,11 +2369,9 @@ fn a_failed_clean_up_step_is_retried_or_skipped_and_no_step_after_it_is_dropped(
         ["web-0", "web-1"]
             .iter()
             .all(|name| clean_up(name) == [("detach-load-balancer".to_string(), 1)])
-            && ["web-0", "web-1"].iter().all(|name| {
-                instances(cluster)[*name]["verdict.dev/list"]
-                    .as_str()
-                    .is_some_and(|l| l.contains("\"outcome\":\"failed\""))
-            })
+            && ["web-0", "web-1"]
+                .iter()
+                .all(|name| instances(cluster)[*name]["list"]["outcome"] == "failed")
     });
     assert!(
         failed.is_some(),
@@ -2528,37 +2527,52 @@ fn a_deleted_set_says_which_instance_and_step_hold_it() {
 #[test]
 fn instances_whose_set_is_gone_are_cleaned_up_when_deleted() {
     let Delivery { cluster, hooks, .. } = &delivering("");
-    // A VM a set made and held, whose set went without letting go of it.
+    // A Server a set made and held, with its VM, whose set went without
+    // letting go of it.
+    cluster.apply(json!({
+        "apiVersion": "verdict.dev/v1alpha1", "kind": "Server",
+        "metadata": {
+            "name": "old-0", "namespace": "shop", "uid": "s-old",
+            "labels": {"verdict.dev/vmreplicaset": "old"},
+            "finalizers": ["verdict.dev/cleanup"],
+            "ownerReferences": [{"apiVersion": "verdict.dev/v1alpha1", "kind": "VMReplicaSet",
+                "name": "old", "uid": "u-gone", "controller": true}],
+        },
+        "spec": {"replicaSet": "old", "environment": [{"name": "jdk", "version": "21"}]},
+        "status": {"stage": "serving", "since": "2026-01-01T00:00:00Z",
+            "environment": [{"name": "jdk", "version": "21"}]},
+    }));
     cluster.apply(json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
         "metadata": {
             "name": "old-0", "namespace": "shop",
             "labels": {"verdict.dev/vmreplicaset": "old"},
-            "annotations": {"verdict.dev/stage": "serving", "verdict.dev/since": "2026-01-01T00:00:00Z",
-                "verdict.dev/environment": "jdk=21"},
+            "annotations": {"verdict.dev/server": "old-0"},
             "finalizers": ["verdict.dev/cleanup"],
-            "ownerReferences": [{"apiVersion": "verdict.dev/v1alpha1", "kind": "VMReplicaSet",
-                "name": "old", "uid": "u-gone", "controller": true}],
+            "ownerReferences": [{"apiVersion": "verdict.dev/v1alpha1", "kind": "Server",
+                "name": "old-0", "uid": "s-old", "controller": true}],
         },
         "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
     }));
-    let machines = resource(cluster, "kubevirt.io", "virtualmachines");
+    let (servers, machines) = (
+        resource(cluster, "verdict.dev", "servers"),
+        resource(cluster, "kubevirt.io", "virtualmachines"),
+    );
     assert!(
         wait_until(PATIENCE, || vms_of(cluster, "old") == 1).is_some(),
         "{:#?}",
         instances_of(cluster, "old")
     );
+    // As the garbage collector deletes what the gone set owned.
     cluster
         .sim()
         .store()
-        .delete(machines, "shop", "old-0")
+        .delete(servers, "shop", "old-0")
         .unwrap();
     let cleaned = wait_until(PATIENCE * 2, || {
-        cluster
-            .sim()
-            .store()
-            .get(machines, "shop", "old-0")
-            .is_err()
+        let store = cluster.sim().store();
+        store.get(servers, "shop", "old-0").is_err()
+            && store.get(machines, "shop", "old-0").is_err()
     });
     assert!(
         cleaned.is_some(),
@@ -2654,9 +2668,9 @@ fn a_person_forcing_ready_vouches_for_a_failed_install_and_offline_holds_until_l
         let all = instances(cluster);
         all.len() == 2
             && all.values().all(|a| {
-                a["verdict.dev/stage"] == "serving"
-                    && a["verdict.dev/environment"] == "jdk=25"
-                    && a.get("verdict.dev/lock").is_none()
+                a["stage"] == "serving"
+                    && a["environmentText"] == "jdk=25"
+                    && a.get("lock").is_none()
             })
     });
     assert!(
@@ -2763,7 +2777,7 @@ fn an_environment_changed_again_before_its_install_installs_only_the_newest() {
     let installed = wait_until(PATIENCE * 3, || {
         instances(cluster)
             .get("web-0")
-            .is_some_and(|a| a["verdict.dev/environment"] == "jdk=26")
+            .is_some_and(|a| a["environmentText"] == "jdk=26")
             && settled_in(cluster, "serving", "") == 1
     });
     assert!(installed.is_some(), "{:#?}", instances(cluster));

@@ -25,7 +25,7 @@ use super::hooks::{Asked, Calls, Hooks, InstanceRef, OwnedCall};
 use super::instance::{self, CurrentList, Lock, Recorded};
 use super::model::{self, InstanceState, Next};
 use super::resources::{
-    VmDeployment, VmReplicaSet, deployments, instance_name, instances, machines, sets,
+    VmDeployment, VmReplicaSet, deployments, instance_name, instances, machines, servers, sets,
 };
 use super::rollout::{self, Member};
 use super::watched::{Unread, Watched};
@@ -125,25 +125,40 @@ fn node_health(health: Option<Health>) -> NodeHealth {
 /// Who takes an instance override back once its stage is entered.
 const TAKER: &str = "verdict (VM delivery)";
 
-/// One machine of a set, as read.
+/// One instance of a set, as read: its Server and its machine.
 struct Read {
     name: String,
     /// The set names it offline: drained, it is deleted.
     named_offline: bool,
-    /// The machine's UID: part of every step's key.
+    /// The Server's UID: part of every step's key.
     uid: String,
     resource_version: String,
+    generation: Option<i64>,
     /// The store shows it as it was before this controller's last write:
     /// it is not moved on until the store has that write.
     stale: bool,
     recorded: Result<Recorded, String>,
+    /// The Server as read.
+    server: Arc<DynamicObject>,
     state: InstanceState,
     created: Timestamp,
+    /// The Server's finalizers, and whether it is being deleted.
     finalizers: Vec<String>,
+    deleted: bool,
+    /// Its VirtualMachine, when there is one.
+    machine: Option<MachineRead>,
     /// Who forced the stage in `state.forced`, and why.
     forced_by: Option<String>,
     /// The override that forced it, when one did.
     forced_override: Option<crate::overrides::OverrideKey>,
+}
+
+/// An instance's VirtualMachine, as read.
+struct MachineRead {
+    finalizers: Vec<String>,
+    deleted: bool,
+    /// Its printable status.
+    printable: Option<String>,
 }
 
 /// The stage a person forced on an instance that has not entered it yet:
@@ -318,17 +333,20 @@ impl Controller {
             namespace: namespace.clone(),
             sets: watch(sets(), "VMReplicaSets", Which::Set),
             deployments: watch(deployments(), "VMDeployments", Which::Deployment),
+            servers: watch(servers(), "Servers", Which::Server),
             machines: watch(machines(), "VirtualMachines", Which::Machine),
             instances: watch(instances(), "VirtualMachineInstances", Which::Instance),
         });
         let (to_sets, for_sets) = tokio::sync::mpsc::unbounded_channel();
         let (to_deployments, for_deployments) = tokio::sync::mpsc::unbounded_channel();
+        let (to_servers, for_servers) = tokio::sync::mpsc::unbounded_channel();
         let (to_machines, for_machines) = tokio::sync::mpsc::unbounded_channel();
         // What changed, to the objects whose reconcile it concerns.
         let routed = Arc::clone(&scope);
         let route = Route {
             sets: to_sets.clone(),
             deployments: to_deployments,
+            servers: to_servers,
             machines: to_machines,
         };
         tokio::spawn(async move {
@@ -370,10 +388,18 @@ impl Controller {
             .reconcile_all_on(self.wakes())
             .run(reconcile_deployment, on_error, Arc::clone(&context))
             .for_each(|_| std::future::ready(()));
+        let servers_controller = over(&scope.servers, for_servers)
+            .run(reconcile_server, on_error, Arc::clone(&context))
+            .for_each(|_| std::future::ready(()));
         let machines_controller = over(&scope.machines, for_machines)
             .run(reconcile_machine, on_error, context)
             .for_each(|_| std::future::ready(()));
-        tokio::join!(sets_controller, deployments_controller, machines_controller);
+        tokio::join!(
+            sets_controller,
+            deployments_controller,
+            servers_controller,
+            machines_controller
+        );
     }
 
     /// What asks every object of a kind to be reconciled again: this
@@ -407,6 +433,7 @@ impl Controller {
         if let Err(unread) = scope
             .deployments
             .check()
+            .and(scope.servers.check())
             .and(scope.machines.check())
             .and(scope.instances.check())
         {
@@ -550,14 +577,14 @@ impl Controller {
                 true => "named offline and drained",
                 false => "the set has more instances than it wants",
             };
-            Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &machines())
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
                 .delete(&machine.name, &DeleteParams::default())
                 .await?;
             tracing::info!(
                 namespace,
                 set = set.name,
                 instance = machine.name,
-                "VM delivery: the instance goes ({why}); its clean-up holds it"
+                "VM delivery: the instance goes ({why}); its clean-up holds its Server"
             );
             self.tell(
                 &set,
@@ -572,18 +599,27 @@ impl Controller {
                 .chain(set.offline.iter().cloned())
                 .collect();
             let name = instance_name(&set.name, names.iter().map(String::as_str));
-            let machine = set.machine(&name, at);
+            let server = set.server(&name, &set.spec.environment, None);
             let api =
-                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &machines());
-            let machine: DynamicObject =
-                serde_json::from_value(machine).map_err(kube::Error::SerdeError)?;
-            match api.create(&PostParams::default(), &machine).await {
-                Ok(_) => {
+                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers());
+            let server: DynamicObject =
+                serde_json::from_value(server).map_err(kube::Error::SerdeError)?;
+            match api.create(&PostParams::default(), &server).await {
+                Ok(mut made) => {
+                    // It applies for a machine.
+                    made.data["status"] = json!({
+                        "stage": Stage::Requested.wit_name(),
+                        "since": crate::time::rfc3339(at),
+                    });
+                    api.replace_status(&name, &PostParams::default(), &made)
+                        .await?;
+                    let uid = made.metadata.uid.clone().unwrap_or_default();
+                    self.make_machine(&set, &name, &uid).await?;
                     tracing::info!(
                         namespace,
                         set = set.name,
                         instance = name,
-                        "VM delivery: a machine is requested"
+                        "VM delivery: a Server is made, and its machine requested"
                     );
                     self.tell(&set, json!({"instance": name, "event": "made"}));
                 }
@@ -592,6 +628,57 @@ impl Controller {
                 Err(error) => return Err(error.into()),
             }
             // Looked at again once the store has it.
+            return Ok(Found::moving());
+        }
+        // A Server whose machine is not made yet has it made; one whose
+        // machine is gone without its clean-up (deleted with its finalizer
+        // taken off) goes through its clean-up, and the set replaces it.
+        let mut machines_made = false;
+        // A machine deleted by hand takes its Server with it: the
+        // instance goes through its clean-up, and the set replaces it.
+        for server in read
+            .iter()
+            .filter(|m| !m.deleted && m.machine.as_ref().is_some_and(|vm| vm.deleted))
+        {
+            gone_is_done(
+                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
+                    .delete(&server.name, &DeleteParams::default())
+                    .await
+                    .map(drop),
+            )?;
+            machines_made = true;
+        }
+        for server in read
+            .iter()
+            .filter(|m| m.machine.is_none() && !m.state.deleting)
+        {
+            if matches!(server.state.stage, None | Some(Stage::Requested)) {
+                self.make_machine(&set, &server.name, &server.uid).await?;
+            } else {
+                tracing::warn!(
+                    namespace,
+                    set = set.name,
+                    instance = server.name,
+                    "VM delivery: the instance's machine is gone; its Server goes through its clean-up"
+                );
+                gone_is_done(
+                    Api::<DynamicObject>::namespaced_with(
+                        self.writer.clone(),
+                        namespace,
+                        &servers(),
+                    )
+                    .delete(&server.name, &DeleteParams::default())
+                    .await
+                    .map(drop),
+                )?;
+                self.tell(
+                    &set,
+                    json!({"instance": server.name, "event": "removed", "reason": "its machine is gone"}),
+                );
+            }
+            machines_made = true;
+        }
+        if machines_made {
             return Ok(Found::moving());
         }
 
@@ -633,12 +720,45 @@ impl Controller {
             at,
         );
 
-        // The instances move on side by side (each its own VM, its own
+        // Each Server's spec says what the plan gives it; one whose spec
+        // changes now moves on once the store has the change.
+        let mut respecified = Vec::new();
+        for machine in read.iter().filter(|m| !m.stale && !m.state.deleting) {
+            let Some(target) = plan.targets.get(&machine.name) else {
+                continue;
+            };
+            let spec = super::resources::server_spec(
+                &set.name,
+                &target.environment,
+                target.code.as_deref(),
+            );
+            let before = &machine.server.data["spec"];
+            if *before == spec {
+                continue;
+            }
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
+                .patch(
+                    &machine.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({
+                        "metadata": {"resourceVersion": machine.resource_version},
+                        "spec": replacing(before, spec),
+                    })),
+                )
+                .await?;
+            lock(&self.written).insert(
+                format!("{namespace}/{}", machine.name),
+                machine.resource_version.clone(),
+            );
+            respecified.push(machine.name.as_str());
+        }
+
+        // The instances move on side by side (each its own Server, its own
         // lock, its own hook calls), a few at a time: a slow hook holds
         // only its instance.
         let movable: Vec<(&Read, Recorded, model::TargetState)> = read
             .iter()
-            .filter(|machine| !machine.stale)
+            .filter(|machine| !machine.stale && !respecified.contains(&machine.name.as_str()))
             .filter_map(|machine| {
                 let target = plan.targets.get(&machine.name).cloned()?;
                 Some((machine, machine.recorded.as_ref().ok()?.clone(), target))
@@ -679,17 +799,19 @@ impl Controller {
         self.write_status(&sets(), namespace, name, object, status)
             .await?;
         // Looked at again soon while a list runs or the rollout moves.
-        let moving = read.iter().any(|m| {
-            m.stale
-                || m.recorded.as_ref().is_ok_and(|r| {
-                    r.list
-                        .as_ref()
-                        .is_some_and(|l| l.outcome == Outcome::Running)
-                })
-        }) || matches!(
-            plan.phase,
-            rollout::Phase::Progressing | rollout::Phase::Paused
-        );
+        let moving = !respecified.is_empty()
+            || read.iter().any(|m| {
+                m.stale
+                    || m.recorded.as_ref().is_ok_and(|r| {
+                        r.list
+                            .as_ref()
+                            .is_some_and(|l| l.outcome == Outcome::Running)
+                    })
+            })
+            || matches!(
+                plan.phase,
+                rollout::Phase::Progressing | rollout::Phase::Paused
+            );
         let found = Found {
             stages: stages(&read),
             phase: deployment.as_ref().map(|_| format!("{:?}", plan.phase)),
@@ -732,14 +854,14 @@ impl Controller {
             let api = Api::<DynamicObject>::namespaced_with(
                 self.writer.clone(),
                 &set.namespace,
-                &machines(),
+                &servers(),
             );
             for machine in read.iter().filter(|m| !m.state.deleting) {
-                match api.delete(&machine.name, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status)) if status.code == 404 => {}
-                    Err(error) => return Err(error),
-                }
+                gone_is_done(
+                    api.delete(&machine.name, &DeleteParams::default())
+                        .await
+                        .map(drop),
+                )?;
                 self.tell(
                     set,
                     json!({"instance": machine.name, "event": "removed", "reason": "its set is deleted"}),
@@ -789,7 +911,9 @@ impl Controller {
     }
 
     /// Adopt the VMs of the set's namespace that its selector names and
-    /// no controller owns.
+    /// no controller owns: a Server is made for each (its stage none: the
+    /// lifecycle policy takes it from where its machine is), which then
+    /// owns it.
     async fn adopt(&self, set: &VmReplicaSet, scope: &Scope) -> Result<(), Failed> {
         let named = |vm: &DynamicObject| {
             let labels = vm.metadata.labels.clone().unwrap_or_default();
@@ -797,15 +921,38 @@ impl Controller {
                 && !labels.contains_key(instance::SET_LABEL)
                 && set.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
         };
-        let api =
+        let vms =
             Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &machines());
+        let servers_api =
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers());
         for vm in scope.machines.filtered(named)? {
             let value = serde_json::to_value(&*vm).unwrap_or_default();
-            let Some(metadata) = set.adoption(&value) else {
+            let name = vm.metadata.name.clone().unwrap_or_default();
+            if set.adoption(&value, Some("")).is_none() {
+                continue;
+            }
+            let uid = match scope.servers.get(&set.namespace, &name)? {
+                Some(server) if set_of(&server) == Some(set.name.as_str()) => {
+                    server.metadata.uid.clone().unwrap_or_default()
+                }
+                // Another set's instance goes by that name: not this one's.
+                Some(_) => continue,
+                None => {
+                    let server: DynamicObject =
+                        serde_json::from_value(set.server(&name, &set.spec.environment, None))
+                            .map_err(kube::Error::SerdeError)?;
+                    match servers_api.create(&PostParams::default(), &server).await {
+                        Ok(made) => made.metadata.uid.unwrap_or_default(),
+                        // Made already: taken once the store has it.
+                        Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                        Err(error) => return Err(error.into()),
+                    }
+                }
+            };
+            let Some(metadata) = set.adoption(&value, Some(&uid)) else {
                 continue;
             };
-            let name = vm.metadata.name.clone().unwrap_or_default();
-            api.patch(
+            vms.patch(
                 &name,
                 &PatchParams::default(),
                 &Patch::Merge(&json!({ "metadata": metadata })),
@@ -815,16 +962,41 @@ impl Controller {
                 namespace = set.namespace,
                 set = set.name,
                 instance = name,
-                "VM delivery: an existing VM is adopted"
+                "VM delivery: an existing VM is adopted; its Server is made"
             );
             self.tell(set, json!({"instance": name, "event": "adopted"}));
         }
         Ok(())
     }
 
-    /// The machines of a set, as the stores have them: each with what it
-    /// records, the node its instance runs on (an instance whose node is
-    /// not known is not judged on a healthy one) and what people forced.
+    /// Make the VirtualMachine of the Server `name` (of UID `uid`).
+    async fn make_machine(
+        &self,
+        set: &VmReplicaSet,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), kube::Error> {
+        let machine: DynamicObject =
+            serde_json::from_value(set.machine(name, uid)).map_err(kube::Error::SerdeError)?;
+        match Api::<DynamicObject>::namespaced_with(
+            self.writer.clone(),
+            &set.namespace,
+            &machines(),
+        )
+        .create(&PostParams::default(), &machine)
+        .await
+        {
+            Ok(_) => Ok(()),
+            // Made already: the store has not seen it yet.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The instances of a set, as the stores have them: each Server with
+    /// what it records, its machine, the node its instance runs on (an
+    /// instance whose node is not known is not judged on a healthy one)
+    /// and what people forced.
     fn read_machines(
         &self,
         set: &VmReplicaSet,
@@ -833,10 +1005,11 @@ impl Controller {
     ) -> Result<Vec<Read>, Unread> {
         let at = now();
         let overrides = self.overrides.list();
-        let listed = scope.machines.filtered(|vm| {
-            vm.metadata.namespace.as_deref() == Some(set.namespace.as_str())
-                && set_of(vm) == Some(set.name.as_str())
+        let listed = scope.servers.filtered(|server| {
+            server.metadata.namespace.as_deref() == Some(set.namespace.as_str())
+                && set_of(server) == Some(set.name.as_str())
         })?;
+        scope.machines.check()?;
         scope.instances.check()?;
         let node_of = |name: &str| -> Option<String> {
             let vmi = scope
@@ -845,20 +1018,24 @@ impl Controller {
                 .get(&scope.instances.reference(&set.namespace, name))?;
             Some(vmi.data["status"]["nodeName"].as_str()?.to_string())
         };
-        let nodes: BTreeMap<String, String> = listed
-            .iter()
-            .filter_map(|vm| {
-                let name = vm.metadata.name.clone()?;
-                Some((name.clone(), node_of(&name)?))
-            })
-            .collect();
         Ok(listed
             .iter()
-            .map(|vm| {
-                let value = serde_json::to_value(&**vm).unwrap_or_default();
-                let name = vm.metadata.name.clone().unwrap_or_default();
-                let recorded = Recorded::read(&instance::annotations_of(&value));
-                let machine = instance::machine_of(&value);
+            .map(|server| {
+                let value = serde_json::to_value(&**server).unwrap_or_default();
+                let name = server.metadata.name.clone().unwrap_or_default();
+                let recorded = Recorded::read(&value);
+                let vm = scope
+                    .machines
+                    .store
+                    .get(&scope.machines.reference(&set.namespace, &name));
+                let vm_value = vm
+                    .as_ref()
+                    .map(|vm| serde_json::to_value(&**vm).unwrap_or_default());
+                let machine = vm_value.as_ref().map_or(
+                    crate::wit::lifecycle::Machine::Starting,
+                    instance::machine_of,
+                );
+                let node = vm.as_ref().and_then(|_| node_of(&name));
                 let at_rest = recorded.clone().unwrap_or_default();
                 let forced = forced(&overrides, (&set.namespace, &name), &at_rest, at);
                 // A person's `offline` holds while it is in force: the
@@ -871,6 +1048,14 @@ impl Controller {
                         && o.status == Stage::Offline.wit_name()
                 });
                 let named_offline = set.offline.contains(&name);
+                let deleted = server.metadata.deletion_timestamp.is_some();
+                let machine_read = vm.as_ref().map(|vm| MachineRead {
+                    finalizers: vm.metadata.finalizers.clone().unwrap_or_default(),
+                    deleted: vm.metadata.deletion_timestamp.is_some(),
+                    printable: vm.data["status"]["printableStatus"]
+                        .as_str()
+                        .map(String::from),
+                });
                 let state = InstanceState {
                     namespace: set.namespace.clone(),
                     name: name.clone(),
@@ -878,21 +1063,20 @@ impl Controller {
                     stage: at_rest.stage,
                     since: at_rest.since.unwrap_or(0),
                     machine,
-                    node: nodes.get(&name).cloned(),
-                    node_health: node_health(
-                        nodes.get(&name).and_then(|node| health.get(node)).copied(),
-                    ),
+                    node: node.clone(),
+                    node_health: node_health(node.as_ref().and_then(|n| health.get(n)).copied()),
                     environment: at_rest.environment.clone(),
                     code: at_rest.code.clone(),
                     lists: at_rest.all_lists(),
-                    deleting: vm.metadata.deletion_timestamp.is_some(),
+                    // Its Server deleted, or its machine deleted by hand.
+                    deleting: deleted || machine_read.as_ref().is_some_and(|m| m.deleted),
                     take_offline: named_offline || held_offline,
                     forced: forced.as_ref().map(|f| f.stage),
                 };
                 let stale = {
                     let mut written = lock(&self.written);
                     let key = format!("{}/{name}", set.namespace);
-                    let stale = written.get(&key) == vm.metadata.resource_version.as_ref();
+                    let stale = written.get(&key) == server.metadata.resource_version.as_ref();
                     if !stale {
                         written.remove(&key);
                     }
@@ -901,18 +1085,22 @@ impl Controller {
                 Read {
                     name,
                     named_offline,
-                    uid: vm.metadata.uid.clone().unwrap_or_default(),
-                    resource_version: vm.metadata.resource_version.clone().unwrap_or_default(),
+                    uid: server.metadata.uid.clone().unwrap_or_default(),
+                    resource_version: server.metadata.resource_version.clone().unwrap_or_default(),
+                    generation: server.metadata.generation,
                     stale,
                     recorded,
+                    server: Arc::clone(server),
                     state,
-                    created: vm
+                    created: server
                         .metadata
                         .creation_timestamp
                         .as_ref()
                         .map(|t| t.0.as_millisecond())
                         .unwrap_or(0),
-                    finalizers: vm.metadata.finalizers.clone().unwrap_or_default(),
+                    finalizers: server.metadata.finalizers.clone().unwrap_or_default(),
+                    deleted,
+                    machine: machine_read,
                     forced_override: forced.as_ref().and_then(|f| f.key.clone()),
                     forced_by: forced.map(|f| f.who),
                 }
@@ -1224,56 +1412,103 @@ impl Controller {
         self.record(set, machine, &recorded).await
     }
 
-    /// Write what an instance records, on the version it was read at.
+    /// Write what an instance records in its Server's status, on the
+    /// version it was read at: a compare-and-swap, which a change since
+    /// fails.
     async fn record(
         &self,
         set: &VmReplicaSet,
         machine: &Read,
         recorded: &Recorded,
     ) -> Result<(), kube::Error> {
-        let annotations: serde_json::Map<String, Value> = recorded
-            .annotations()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.map_or(Value::Null, Value::String)))
-            .collect();
-        self.patch_machine(set, machine, json!({ "annotations": annotations }))
-            .await
-    }
-
-    /// Release the clean-up finalizer: the machine goes.
-    async fn release(&self, set: &VmReplicaSet, machine: &Read) -> Result<(), kube::Error> {
-        let finalizers: Vec<&String> = machine
-            .finalizers
-            .iter()
-            .filter(|f| f.as_str() != instance::FINALIZER)
-            .collect();
-        tracing::info!(
-            namespace = set.namespace,
-            instance = machine.name,
-            "VM delivery: cleaned up; the machine goes"
-        );
-        self.patch_machine(set, machine, json!({ "finalizers": finalizers }))
-            .await?;
-        // Gone: nothing of it to wait for.
-        lock(&self.written).remove(&format!("{}/{}", set.namespace, machine.name));
-        Ok(())
-    }
-
-    /// Merge `metadata` into a machine's, on the resource version it was
-    /// read at: a compare-and-swap, which a change since fails.
-    async fn patch_machine(
-        &self,
-        set: &VmReplicaSet,
-        machine: &Read,
-        mut metadata: Value,
-    ) -> Result<(), kube::Error> {
-        metadata["resourceVersion"] = json!(machine.resource_version);
-        self.patch_metadata(&machines(), &set.namespace, &machine.name, metadata)
+        let observed = instance::Observed {
+            machine: machine.machine.as_ref().and_then(|m| m.printable.clone()),
+            node: machine.state.node.clone(),
+            ready: rollout::in_service(recorded.stage)
+                && machine.state.machine == crate::wit::lifecycle::Machine::Running
+                && machine.state.node_health == NodeHealth::Healthy,
+            step_key: recorded
+                .list
+                .as_ref()
+                .map(|l| l.key(&set.namespace, &machine.name, &machine.uid)),
+            generation: machine.generation,
+        };
+        let previous = &machine.server.data["status"];
+        let status = pruned(recorded.status(&observed, &previous["conditions"]));
+        if *previous == status {
+            return Ok(());
+        }
+        let mut server = (*machine.server).clone();
+        server.data["status"] = status;
+        Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers())
+            .replace_status(&machine.name, &PostParams::default(), &server)
             .await?;
         lock(&self.written).insert(
             format!("{}/{}", set.namespace, machine.name),
             machine.resource_version.clone(),
         );
+        Ok(())
+    }
+
+    /// Release the clean-up finalizers: the machine goes, then its Server.
+    async fn release(&self, set: &VmReplicaSet, machine: &Read) -> Result<(), kube::Error> {
+        tracing::info!(
+            namespace = set.namespace,
+            instance = machine.name,
+            "VM delivery: cleaned up; the machine and its Server go"
+        );
+        let without = |finalizers: &[String]| -> Vec<String> {
+            finalizers
+                .iter()
+                .filter(|f| f.as_str() != instance::FINALIZER)
+                .cloned()
+                .collect()
+        };
+        if let Some(vm) = &machine.machine {
+            let api = Api::<DynamicObject>::namespaced_with(
+                self.writer.clone(),
+                &set.namespace,
+                &machines(),
+            );
+            if !vm.deleted {
+                gone_is_done(
+                    api.delete(&machine.name, &DeleteParams::default())
+                        .await
+                        .map(drop),
+                )?;
+            }
+            if vm.finalizers.iter().any(|f| f == instance::FINALIZER) {
+                gone_is_done(
+                    self.patch_metadata(
+                        &machines(),
+                        &set.namespace,
+                        &machine.name,
+                        json!({ "finalizers": without(&vm.finalizers) }),
+                    )
+                    .await,
+                )?;
+            }
+        }
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers());
+        if !machine.deleted {
+            gone_is_done(
+                api.delete(&machine.name, &DeleteParams::default())
+                    .await
+                    .map(drop),
+            )?;
+        }
+        gone_is_done(
+            self.patch_metadata(
+                &servers(),
+                &set.namespace,
+                &machine.name,
+                json!({ "finalizers": without(&machine.finalizers) }),
+            )
+            .await,
+        )?;
+        // Gone: nothing of it to wait for.
+        lock(&self.written).remove(&format!("{}/{}", set.namespace, machine.name));
         Ok(())
     }
 
@@ -1316,6 +1551,14 @@ impl Controller {
             tracing::warn!(namespace, name, %error, "VM delivery: not even the refusal could be written in the status");
         }
         written.map(drop)
+    }
+}
+
+/// A deletion or a write of an object that is gone already: done.
+fn gone_is_done(result: Result<(), kube::Error>) -> Result<(), kube::Error> {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        other => other,
     }
 }
 
@@ -1447,6 +1690,7 @@ fn pruned(value: Value) -> Value {
 enum Which {
     Set,
     Deployment,
+    Server,
     Machine,
     Instance,
 }
@@ -1461,6 +1705,7 @@ struct Scope {
     namespace: Option<String>,
     sets: Watched,
     deployments: Watched,
+    servers: Watched,
     machines: Watched,
     instances: Watched,
 }
@@ -1505,6 +1750,7 @@ impl Scope {
 struct Route {
     sets: Sender<ObjectRef<DynamicObject>>,
     deployments: Sender<ObjectRef<DynamicObject>>,
+    servers: Sender<ObjectRef<DynamicObject>>,
     machines: Sender<ObjectRef<DynamicObject>>,
 }
 
@@ -1519,6 +1765,7 @@ impl Route {
             };
             every(&scope.sets, &self.sets);
             every(&scope.deployments, &self.deployments);
+            every(&scope.servers, &self.servers);
             every(&scope.machines, &self.machines);
             return;
         };
@@ -1527,11 +1774,11 @@ impl Route {
         match which {
             Which::Set => {
                 self.set(scope, namespace, name);
-                // Its machines, which may have lost their set.
-                for machine in scope.machines.store.state_filter(|m| {
+                // Its Servers, which may have lost their set.
+                for server in scope.servers.store.state_filter(|m| {
                     m.metadata.namespace.as_deref() == Some(namespace) && set_of(m) == Some(name)
                 }) {
-                    let _ = self.machines.send(reference_of(&scope.machines, &machine));
+                    let _ = self.servers.send(reference_of(&scope.servers, &server));
                 }
             }
             // Its set, and every deployment that targets it (itself among
@@ -1541,6 +1788,16 @@ impl Route {
                     .as_str()
                     .unwrap_or_default();
                 self.set(scope, namespace, set);
+            }
+            Which::Server => {
+                let _ = self.servers.send(reference_of(&scope.servers, object));
+                // Its machine, which may have lost its Server.
+                let _ = self
+                    .machines
+                    .send(scope.machines.reference(namespace, name));
+                if let Some(set) = set_of(object) {
+                    let _ = self.sets.send(scope.sets.reference(namespace, set));
+                }
             }
             Which::Machine => {
                 let _ = self.machines.send(reference_of(&scope.machines, object));
@@ -1722,12 +1979,12 @@ async fn reconcile_deployment(
     Ok(Action::await_change())
 }
 
-/// A machine whose set is gone without letting go of it (deleted before
+/// A Server whose set is gone without letting go of it (deleted before
 /// it held their clean-up, or its finalizer taken off by hand): being
-/// deleted, it is cleaned up and let go. One not being deleted is left
-/// alone — the garbage collector deletes what its set owned, and what it
-/// does not own is not the controller's to delete.
-async fn reconcile_machine(
+/// deleted — by the garbage collector, or by hand — it is cleaned up and
+/// let go. One not being deleted is left alone: the garbage collector
+/// deletes what its set owned.
+async fn reconcile_server(
     object: Arc<DynamicObject>,
     context: Arc<Context>,
 ) -> Result<Action, Failed> {
@@ -1770,6 +2027,49 @@ async fn reconcile_machine(
         .collect();
     controller.let_go(&set, going, &term, now()).await?;
     Ok(Action::requeue(controller.every))
+}
+
+/// A machine held by the clean-up finalizer whose Server is gone (its
+/// clean-up ran, or the Server was taken away by hand): being deleted, it
+/// is let go — there is no clean-up left to hold it for.
+async fn reconcile_machine(
+    object: Arc<DynamicObject>,
+    context: Arc<Context>,
+) -> Result<Action, Failed> {
+    let Context { controller, scope } = &*context;
+    if controller.leadership.acting().is_none() {
+        return Ok(Action::requeue(NOT_ACTING));
+    }
+    let finalizers = object.metadata.finalizers.clone().unwrap_or_default();
+    let namespace = object.metadata.namespace.clone().unwrap_or_default();
+    let name = object.metadata.name.clone().unwrap_or_default();
+    if !finalizers.iter().any(|f| f == instance::FINALIZER)
+        || object.metadata.deletion_timestamp.is_none()
+        // A Server not read is not a Server gone.
+        || scope.servers.get(&namespace, &name)?.is_some()
+    {
+        return Ok(Action::await_change());
+    }
+    let kept: Vec<&String> = finalizers
+        .iter()
+        .filter(|f| f.as_str() != instance::FINALIZER)
+        .collect();
+    gone_is_done(
+        controller
+            .patch_metadata(
+                &machines(),
+                &namespace,
+                &name,
+                json!({ "finalizers": kept }),
+            )
+            .await,
+    )?;
+    tracing::info!(
+        namespace,
+        instance = name,
+        "VM delivery: a machine whose Server is gone is let go"
+    );
+    Ok(Action::await_change())
 }
 
 /// A reconcile that failed is tried again in a while; a failure that

@@ -500,6 +500,123 @@ pub struct DeploymentInstance {
     pub task: Option<String>,
 }
 
+/// A `Server` (seed 002's per-instance object): one instance of a
+/// `VMReplicaSet`, owned by its set and owning its KubeVirt
+/// `VirtualMachine`. Its spec is what the instance should have — the
+/// environment and code its set and rollout give it; its status, written
+/// by verdict's leader through the status subresource only, where it is:
+/// its stage and since when, what it has, the task list in progress with
+/// the key, attempt and result of each step, the lists it ran before, and
+/// its machine, node and readiness. Deleted (by its set, or its VM deleted
+/// by hand), its finalizer holds it until its clean-up list has run.
+#[serde_with::skip_serializing_none]
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+// Printer columns repeat their keys, which clippy takes for repeated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[kube(
+    group = "verdict.dev",
+    version = "v1alpha1",
+    kind = "Server",
+    root = "ServerResource",
+    plural = "servers",
+    singular = "server",
+    shortname = "vmsrv",
+    namespaced,
+    status = "ServerStatus",
+    printcolumn(name = "Set", type_ = "string", json_path = ".spec.replicaSet"),
+    printcolumn(name = "Stage", type_ = "string", json_path = ".status.stage"),
+    printcolumn(name = "Since", type_ = "date", json_path = ".status.since"),
+    printcolumn(
+        name = "Environment",
+        type_ = "string",
+        json_path = ".status.environmentText"
+    ),
+    printcolumn(name = "Code", type_ = "string", json_path = ".status.code"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
+    printcolumn(name = "Ready", type_ = "boolean", json_path = ".status.ready"),
+    printcolumn(
+        name = "Step",
+        type_ = "string",
+        json_path = ".status.step",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    doc = "One instance of a VMReplicaSet: what it should have, and where it is (seed 002)."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerSpec {
+    /// The VMReplicaSet of this namespace the instance belongs to.
+    #[schemars(length(min = 1))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "replicaSet cannot be changed"}]))]
+    pub replica_set: String,
+    /// The environment the instance should have.
+    #[serde(default)]
+    pub environment: Vec<PackageSpec>,
+    /// The code version the instance should have, when a VMDeployment
+    /// gives it one.
+    pub code: Option<String>,
+}
+
+/// Where an instance is, as the controller writes it.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStatus {
+    pub observed_generation: Option<i64>,
+    /// Its stage (seed 002's instance state machine).
+    #[schemars(schema_with = "stage_names")]
+    pub stage: Option<String>,
+    /// Since when it has had its stage.
+    #[schemars(extend("format" = "date-time"))]
+    pub since: Option<String>,
+    /// The environment it has.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environment: Vec<PackageSpec>,
+    /// The environment it has, as `name=version` pairs (for `kubectl get`).
+    pub environment_text: Option<String>,
+    /// The code version it has.
+    pub code: Option<String>,
+    /// The controller that holds it while a list runs: `replica/term`.
+    pub lock: Option<String>,
+    /// The task list in progress (or the last one, finished): its stage,
+    /// its steps, the step at, its attempt and each finished step's result.
+    #[schemars(schema_with = "crate::schema::any_object")]
+    pub list: Option<Value>,
+    /// The step in progress, as `task (attempt n)`.
+    pub step: Option<String>,
+    /// The key its hook is asked with: the Server's UID, the list and the
+    /// step.
+    pub step_key: Option<String>,
+    /// The lists it ran before, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_objects")]
+    pub lists: Vec<Value>,
+    /// Its VirtualMachine's printable status.
+    pub machine: Option<String>,
+    /// The node its machine runs on.
+    pub node: Option<String>,
+    /// In service, its machine ready and its node healthy.
+    pub ready: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// The stages an instance may be at.
+fn stage_names(generator: &mut SchemaGenerator) -> Schema {
+    crate::schema::wit_names::<crate::wit::lifecycle::Stage>(generator)
+}
+
+/// A list of objects of any fields.
+fn any_objects(generator: &mut SchemaGenerator) -> Schema {
+    let item = crate::schema::any_object(generator);
+    json_schema!({"type": "array", "items": item})
+}
+
 /// A count or a share ("25%").
 fn share(_: &mut SchemaGenerator) -> Schema {
     json_schema!({

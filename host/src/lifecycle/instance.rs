@@ -1,8 +1,9 @@
-//! An instance as it is carried on its `VirtualMachine` (seed 1.2:
-//! annotations carry state): its stage and since when, the environment and
+//! An instance as its `Server` carries it (seed 002's per-instance
+//! object): in its status, its stage and since when, the environment and
 //! code it has, the lock a controller holds on it, the task list it is in
-//! and the last lists it ran. `kubectl get vm -o yaml` shows them, and a
-//! restart or a leader handover reads them back and loses nothing.
+//! and the last lists it ran; in its annotations, what people asked of it.
+//! `kubectl get server -o yaml` shows them, and a restart or a leader
+//! handover reads them back and loses nothing.
 //!
 //! A task list runs one step at a time; the step in progress, its attempt
 //! and when to ask its hook again are in the list, so that a new leader
@@ -20,20 +21,9 @@ use crate::time::{Timestamp, parse_time, rfc3339};
 use crate::wit::WitName;
 use crate::wit::lifecycle::{Machine, Outcome, Stage};
 
-/// The instance's stage.
-pub const STAGE: &str = "verdict.dev/stage";
-/// Since when it has had its stage (RFC 3339).
-pub const SINCE: &str = "verdict.dev/since";
-/// The environment it has: `name=version` pairs, comma-separated.
-pub const ENVIRONMENT: &str = "verdict.dev/environment";
-/// The code version it has.
-pub const CODE: &str = "verdict.dev/code";
-/// The lock: `holder/term`.
-pub const LOCK: &str = "verdict.dev/lock";
-/// The task list it is in (JSON).
-pub const LIST: &str = "verdict.dev/list";
-/// The last lists it ran, newest first (JSON).
-pub const LISTS: &str = "verdict.dev/lists";
+/// The annotation of a `VirtualMachine` naming the `Server` it is the
+/// machine of.
+pub const SERVER: &str = "verdict.dev/server";
 /// The label naming the `VMReplicaSet` an instance belongs to.
 pub const SET_LABEL: &str = "verdict.dev/vmreplicaset";
 /// The finalizer that holds an instance until its clean-up ran.
@@ -42,7 +32,7 @@ pub const FINALIZER: &str = "verdict.dev/cleanup";
 /// Finished lists kept on the instance: its task log.
 pub const KEPT_LISTS: usize = 30;
 /// The longest message kept of a list or a step (a hook's answer may be
-/// long; the instance's annotations are bounded).
+/// long; the Server's status is bounded).
 const KEPT_MESSAGE: usize = 300;
 
 /// `text`, cut to at most [`KEPT_MESSAGE`] bytes on a character boundary.
@@ -91,12 +81,12 @@ impl Lock {
     fn read(text: &str) -> Result<Self, String> {
         let (holder, term) = text
             .rsplit_once('/')
-            .ok_or_else(|| format!("{LOCK} `{text}` is not holder/term"))?;
+            .ok_or_else(|| format!("status.lock `{text}` is not holder/term"))?;
         let term = term
             .parse()
-            .map_err(|_| format!("{LOCK} `{text}`: the term is not a number"))?;
+            .map_err(|_| format!("status.lock `{text}`: the term is not a number"))?;
         if holder.is_empty() {
-            return Err(format!("{LOCK} `{text}` names no holder"));
+            return Err(format!("status.lock `{text}` names no holder"));
         }
         Ok(Self {
             holder: holder.into(),
@@ -439,7 +429,7 @@ impl CurrentList {
     }
 }
 
-/// What an instance's annotations record.
+/// What an instance's Server records.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Recorded {
     pub stage: Option<Stage>,
@@ -458,7 +448,8 @@ pub struct Recorded {
     pub approve: Option<Request>,
 }
 
-fn environment_text(packages: &[Package]) -> String {
+/// An environment as `name=version` pairs, comma-separated.
+pub fn environment_text(packages: &[Package]) -> String {
     packages
         .iter()
         .map(|p| format!("{}={}", p.name, p.version))
@@ -466,94 +457,102 @@ fn environment_text(packages: &[Package]) -> String {
         .join(",")
 }
 
-fn environment_of(text: &str) -> Result<Vec<Package>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (name, version) = pair
-                .split_once('=')
-                .filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
-                .ok_or_else(|| format!("{ENVIRONMENT}: `{pair}` is not name=version"))?;
-            Ok(Package {
-                name: name.trim().into(),
-                version: version.trim().into(),
-            })
-        })
-        .collect()
+/// What a Server's status says of its machine, beside what it records.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// The VirtualMachine's printable status.
+    pub machine: Option<String>,
+    pub node: Option<String>,
+    /// In service, its machine ready and its node healthy.
+    pub ready: bool,
+    /// The key of the step in progress.
+    pub step_key: Option<String>,
+    /// The Server's generation the status was written from.
+    pub generation: Option<i64>,
 }
 
 impl Recorded {
-    /// Read an instance's annotations; what does not read is named, so that
-    /// a person's typo is reported rather than guessed at.
-    pub fn read(annotations: &BTreeMap<String, String>) -> Result<Self, String> {
-        let get = |key: &str| annotations.get(key).map(String::as_str);
-        let stage = get(STAGE)
+    /// Read a Server: its status and people's requests in its annotations.
+    /// What does not read is named, so that a hand-made edit is reported
+    /// rather than guessed at.
+    pub fn read(server: &serde_json::Value) -> Result<Self, String> {
+        let status = &server["status"];
+        let text = |field: &str| status[field].as_str().map(str::trim);
+        let stage = text("stage")
             .map(|text| {
-                Stage::from_wit_name(text.trim()).ok_or_else(|| {
-                    format!("{STAGE} `{text}` is none of {}", Stage::NAMES.join(", "))
+                Stage::from_wit_name(text).ok_or_else(|| {
+                    format!(
+                        "status.stage `{text}` is none of {}",
+                        Stage::NAMES.join(", ")
+                    )
                 })
             })
             .transpose()?;
-        let since = get(SINCE)
-            .map(|text| parse_time(text).map_err(|e| format!("{SINCE}: {e}")))
+        let since = text("since")
+            .map(|text| parse_time(text).map_err(|e| format!("status.since: {e}")))
             .transpose()?;
-        let list = get(LIST)
-            .map(|text| {
-                serde_json::from_str(text).map_err(|e| format!("{LIST} does not read: {e}"))
+        let field = |name: &str| Some(&status[name]).filter(|v| !v.is_null());
+        let list = field("list")
+            .map(|value| {
+                serde_json::from_value(value.clone())
+                    .map_err(|e| format!("status.list does not read: {e}"))
             })
             .transpose()?;
-        let lists = get(LISTS)
-            .map(|text| {
-                serde_json::from_str(text).map_err(|e| format!("{LISTS} does not read: {e}"))
+        let lists = field("lists")
+            .map(|value| {
+                serde_json::from_value(value.clone())
+                    .map_err(|e| format!("status.lists does not read: {e}"))
             })
             .transpose()?
             .unwrap_or_default();
+        let environment = field("environment")
+            .map(|value| {
+                serde_json::from_value(value.clone())
+                    .map_err(|e| format!("status.environment does not read: {e}"))
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let annotations = annotations_of(server);
         Ok(Self {
             stage,
             since,
-            environment: get(ENVIRONMENT)
-                .map(environment_of)
-                .transpose()?
-                .unwrap_or_default(),
-            code: get(CODE)
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .map(String::from),
-            lock: get(LOCK).map(Lock::read).transpose()?,
+            environment,
+            code: text("code").filter(|c| !c.is_empty()).map(String::from),
+            lock: text("lock").map(Lock::read).transpose()?,
             list,
             lists,
-            retry: Request::read(annotations, requests::RETRY)?,
-            skip: Request::read(annotations, requests::SKIP)?,
-            approve: Request::read(annotations, requests::APPROVE)?,
+            retry: Request::read(&annotations, requests::RETRY)?,
+            skip: Request::read(&annotations, requests::SKIP)?,
+            approve: Request::read(&annotations, requests::APPROVE)?,
         })
     }
 
-    /// The annotations that record it (`None`: the annotation goes), for a
-    /// merge patch.
-    pub fn annotations(&self) -> BTreeMap<&'static str, Option<String>> {
-        BTreeMap::from([
-            (STAGE, self.stage.map(|s| s.wit_name().to_string())),
-            (SINCE, self.since.map(rfc3339)),
-            (
-                ENVIRONMENT,
-                Some(environment_text(&self.environment)).filter(|t| !t.is_empty()),
-            ),
-            (CODE, self.code.clone()),
-            (LOCK, self.lock.as_ref().map(Lock::write)),
-            (
-                LIST,
-                self.list
-                    .as_ref()
-                    .and_then(|l| serde_json::to_string(l).ok()),
-            ),
-            (
-                LISTS,
-                Some(&self.lists)
-                    .filter(|l| !l.is_empty())
-                    .and_then(|l| serde_json::to_string(l).ok()),
-            ),
-        ])
+    /// The Server's status that records it, with what is observed of its
+    /// machine; `conditions` kept from before.
+    pub fn status(&self, observed: &Observed, conditions: &serde_json::Value) -> serde_json::Value {
+        let mut status = serde_json::json!({
+            "stage": self.stage.map(|s| s.wit_name()),
+            "since": self.since.map(rfc3339),
+            "environment": self.environment,
+            "environmentText": Some(environment_text(&self.environment)).filter(|t| !t.is_empty()),
+            "code": self.code,
+            "lock": self.lock.as_ref().map(Lock::write),
+            "list": self.list,
+            "step": self.list.as_ref().and_then(|l| {
+                let task = l.current()?;
+                Some(format!("{} (attempt {})", task.name, l.attempt + 1))
+            }),
+            "stepKey": self.list.as_ref().and_then(|l| l.current()).and(observed.step_key.clone()),
+            "lists": self.lists,
+            "machine": observed.machine,
+            "node": observed.node,
+            "ready": observed.ready,
+            "observedGeneration": observed.generation,
+        });
+        if conditions.as_array().is_some_and(|c| !c.is_empty()) {
+            status["conditions"] = conditions.clone();
+        }
+        status
     }
 
     /// Enter a stage with its list, at `now`.
@@ -893,15 +892,13 @@ mod tests {
         recorded
             .lists
             .push(initializing(1, 1_767_225_500_000).entry());
-        let annotations: BTreeMap<String, String> = recorded
-            .annotations()
-            .into_iter()
-            .filter_map(|(k, v)| Some((k.to_string(), v?)))
-            .collect();
-        assert_eq!(annotations[STAGE], "initializing");
-        assert_eq!(annotations[ENVIRONMENT], "jdk=21,agent=3.2");
-        assert_eq!(annotations[LOCK], "verdict-7c9f/4");
-        assert_eq!(Recorded::read(&annotations).unwrap(), recorded);
+        let status = recorded.status(&Observed::default(), &serde_json::Value::Null);
+        assert_eq!(status["stage"], "initializing");
+        assert_eq!(status["environmentText"], "jdk=21,agent=3.2");
+        assert_eq!(status["lock"], "verdict-7c9f/4");
+        assert_eq!(status["step"], "detach-load-balancer (attempt 1)");
+        let server = serde_json::json!({ "status": status });
+        assert_eq!(Recorded::read(&server).unwrap(), recorded);
 
         // A hook's long answer is kept cut, on a character boundary.
         let mut list = initializing(3, 0);
@@ -917,7 +914,8 @@ mod tests {
 
         // Lists kept before they were numbered still read.
         let old = r#"[{"stage":"ready","started":"2026-01-01T00:00:00Z","outcome":"succeeded","task":null,"message":"","finished":"2026-01-01T00:00:01Z"}]"#;
-        let read = Recorded::read(&BTreeMap::from([(LISTS.to_string(), old.to_string())])).unwrap();
+        let old: serde_json::Value = serde_json::from_str(old).unwrap();
+        let read = Recorded::read(&serde_json::json!({"status": {"lists": old}})).unwrap();
         assert_eq!(
             (read.lists[0].number, read.lists[0].stage),
             (0, Stage::Ready)
@@ -925,43 +923,42 @@ mod tests {
 
         // Nothing recorded: a new or adopted machine.
         assert_eq!(
-            Recorded::read(&BTreeMap::new()).unwrap(),
+            Recorded::read(&serde_json::json!({})).unwrap(),
             Recorded::default()
         );
-        let nothing = Recorded::default().annotations();
-        assert!(nothing.values().all(Option::is_none), "{nothing:?}");
     }
 
     #[test]
-    fn annotations_a_person_got_wrong_are_named() {
-        let refused = |key: &str, value: &str| {
-            Recorded::read(&BTreeMap::from([(key.to_string(), value.to_string())])).unwrap_err()
+    fn a_status_edited_wrong_by_hand_is_named() {
+        let refused = |field: &str, value: serde_json::Value| {
+            Recorded::read(&serde_json::json!({ "status": { field: value } })).unwrap_err()
         };
         assert!(
-            refused(STAGE, "redy")
-                .starts_with("verdict.dev/stage `redy` is none of requested, initializing")
+            refused("stage", "redy".into())
+                .starts_with("status.stage `redy` is none of requested, initializing")
+        );
+        assert!(
+            refused("environment", serde_json::json!([{"name": "jdk"}]))
+                .starts_with("status.environment does not read")
+        );
+        assert!(refused("since", "yesterday".into()).starts_with("status.since: "));
+        assert_eq!(
+            refused("lock", "verdict".into()),
+            "status.lock `verdict` is not holder/term"
         );
         assert_eq!(
-            refused(ENVIRONMENT, "jdk=21,agent"),
-            "verdict.dev/environment: `agent` is not name=version"
+            refused("lock", "verdict/x".into()),
+            "status.lock `verdict/x`: the term is not a number"
         );
-        assert!(refused(SINCE, "yesterday").starts_with("verdict.dev/since: "));
-        assert_eq!(
-            refused(LOCK, "verdict"),
-            "verdict.dev/lock `verdict` is not holder/term"
-        );
-        assert_eq!(
-            refused(LOCK, "verdict/x"),
-            "verdict.dev/lock `verdict/x`: the term is not a number"
-        );
-        assert!(refused(LIST, "{").starts_with("verdict.dev/list does not read"));
+        assert!(refused("list", "{".into()).starts_with("status.list does not read"));
         // A stage written by hand with spaces reads.
-        let read = Recorded::read(&BTreeMap::from([(
-            STAGE.to_string(),
-            " ready ".to_string(),
-        )]))
-        .unwrap();
+        let read = Recorded::read(&serde_json::json!({"status": {"stage": " ready "}})).unwrap();
         assert_eq!(read.stage, Some(Stage::Ready));
+        // People's requests are the Server's annotations.
+        let asked = serde_json::json!({"metadata": {"annotations": {
+            crate::lifecycle::requests::RETRY: "{"
+        }}});
+        assert!(Recorded::read(&asked).is_err());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::crd;
-use super::instance::{FINALIZER, SET_LABEL, STAGE};
+use super::instance::{FINALIZER, SERVER, SET_LABEL};
 use super::model::Package;
 use super::requests::{self, Request};
 use super::rollout::{DeploymentSpec, Order, Phase, Plan, Progress, SetSpec, Share, Step};
@@ -39,7 +39,12 @@ pub fn deployments() -> ApiResource {
     resource("verdict.dev", "v1alpha1", "VMDeployment", "vmdeployments")
 }
 
-/// KubeVirt's `VirtualMachine`s: the instances.
+/// `Server`s: the instances, one a machine.
+pub fn servers() -> ApiResource {
+    resource("verdict.dev", "v1alpha1", "Server", "servers")
+}
+
+/// KubeVirt's `VirtualMachine`s: the instances' machines.
 pub fn machines() -> ApiResource {
     resource("kubevirt.io", "v1", "VirtualMachine", "virtualmachines")
 }
@@ -161,10 +166,28 @@ impl VmReplicaSet {
         })
     }
 
-    /// The `VirtualMachine` of a new instance named `name`: the template's
-    /// spec and labels, the set's label, owned by the set, held by the
-    /// clean-up finalizer, and `requested` (applying for a machine).
-    pub fn machine(&self, name: &str, now: Timestamp) -> Value {
+    /// The `Server` of a new instance named `name`: the set's label,
+    /// owned by the set, held by the clean-up finalizer, to have `target`.
+    pub fn server(&self, name: &str, environment: &[Package], code: Option<&str>) -> Value {
+        json!({
+            "apiVersion": API_VERSION,
+            "kind": "Server",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": { SET_LABEL: self.name },
+                "finalizers": [FINALIZER],
+                "ownerReferences": [self.owner()],
+            },
+            "spec": server_spec(&self.name, environment, code),
+        })
+    }
+
+    /// The `VirtualMachine` of the Server `name` (of UID `uid`): the
+    /// template's spec and labels, the set's label, owned by its Server,
+    /// held by the clean-up finalizer (deleted by hand, its Server's
+    /// clean-up runs first).
+    pub fn machine(&self, name: &str, uid: &str) -> Value {
         let mut labels = self.template["metadata"]["labels"]
             .as_object()
             .cloned()
@@ -174,8 +197,7 @@ impl VmReplicaSet {
             .as_object()
             .cloned()
             .unwrap_or_default();
-        annotations.insert(STAGE.into(), json!("requested"));
-        annotations.insert(super::instance::SINCE.into(), json!(rfc3339(now)));
+        annotations.insert(SERVER.into(), json!(name));
         json!({
             "apiVersion": "kubevirt.io/v1",
             "kind": "VirtualMachine",
@@ -185,11 +207,32 @@ impl VmReplicaSet {
                 "labels": labels,
                 "annotations": annotations,
                 "finalizers": [FINALIZER],
-                "ownerReferences": [self.owner()],
+                "ownerReferences": [server_owner(name, uid)],
             },
             "spec": self.template["spec"],
         })
     }
+}
+
+/// A Server's spec: its set, and what it should have.
+pub fn server_spec(set: &str, environment: &[Package], code: Option<&str>) -> Value {
+    let mut spec = json!({ "replicaSet": set, "environment": environment });
+    if let Some(code) = code {
+        spec["code"] = json!(code);
+    }
+    spec
+}
+
+/// The owner reference a Server's machine carries.
+pub fn server_owner(name: &str, uid: &str) -> Value {
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "Server",
+        "name": name,
+        "uid": uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
 }
 
 impl VmReplicaSet {
@@ -348,11 +391,12 @@ impl VmReplicaSet {
         })
     }
 
-    /// The metadata that makes an existing VM one of the set's instances
-    /// (a merge patch), when the set adopts it: its label, the set as its
-    /// owner, the clean-up finalizer. None for a VM the set may not adopt
+    /// The metadata that makes an existing VM the machine of the Server
+    /// `name` (of UID `uid`) the set made for it (a merge patch), when the
+    /// set adopts it: its label, the Server as its owner, the pointer to
+    /// it, the clean-up finalizer. None for a VM the set may not adopt
     /// (another controller owns it, or it is being deleted).
-    pub fn adoption(&self, vm: &Value) -> Option<Value> {
+    pub fn adoption(&self, vm: &Value, uid: Option<&str>) -> Option<Value> {
         let metadata = &vm["metadata"];
         let owned = metadata["ownerReferences"]
             .as_array()
@@ -362,11 +406,12 @@ impl VmReplicaSet {
         if owned || !metadata["deletionTimestamp"].is_null() {
             return None;
         }
+        let name = metadata["name"].as_str()?;
         let mut owners = metadata["ownerReferences"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        owners.push(self.owner());
+        owners.push(server_owner(name, uid?));
         let mut finalizers = metadata["finalizers"]
             .as_array()
             .cloned()
@@ -375,6 +420,7 @@ impl VmReplicaSet {
         Some(json!({
             "resourceVersion": metadata["resourceVersion"],
             "labels": { SET_LABEL: self.name },
+            "annotations": { SERVER: name },
             "ownerReferences": owners,
             "finalizers": finalizers,
         }))
@@ -910,18 +956,34 @@ mod tests {
         assert!(set.spec.paused);
         assert_eq!(set.spec.environment[0].version, "21");
 
-        let vm = set.machine("web-0", 1_767_225_600_000);
+        let server = set.server("web-0", &set.spec.environment, Some("1.0"));
+        assert_eq!(server["kind"], "Server");
+        assert_eq!(
+            server["metadata"]["labels"],
+            json!({"verdict.dev/vmreplicaset": "web"})
+        );
+        assert_eq!(
+            server["metadata"]["finalizers"],
+            json!(["verdict.dev/cleanup"])
+        );
+        assert_eq!(server["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(
+            server["spec"],
+            json!({"replicaSet": "web", "environment": [{"name": "jdk", "version": "21"}], "code": "1.0"})
+        );
+        let vm = set.machine("web-0", "s-1");
         assert_eq!(
             vm["metadata"]["labels"],
             json!({"app": "web", "verdict.dev/vmreplicaset": "web"})
         );
-        assert_eq!(
-            vm["metadata"]["annotations"]["verdict.dev/stage"],
-            "requested"
-        );
+        assert_eq!(vm["metadata"]["annotations"]["verdict.dev/server"], "web-0");
         assert_eq!(vm["metadata"]["annotations"]["team"], "shop");
         assert_eq!(vm["metadata"]["finalizers"], json!(["verdict.dev/cleanup"]));
-        assert_eq!(vm["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(
+            vm["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "verdict.dev/v1alpha1", "kind": "Server", "name": "web-0",
+                "uid": "s-1", "controller": true, "blockOwnerDeletion": true}])
+        );
         assert_eq!(vm["spec"], template()["spec"]);
 
         // Defaults: one instance, one out of service at a time.
@@ -938,20 +1000,26 @@ mod tests {
         let free = json!({"metadata": {"name": "old", "resourceVersion": "7",
             "ownerReferences": [{"kind": "ConfigMap", "name": "notes", "uid": "u-2"}],
             "finalizers": ["example.com/keep"]}});
-        let adoption = set.adoption(&free).unwrap();
+        assert_eq!(
+            set.adoption(&free, None),
+            None,
+            "not before its Server is made"
+        );
+        let adoption = set.adoption(&free, Some("s-9")).unwrap();
         assert_eq!(adoption["resourceVersion"], "7", "on the version read");
         assert_eq!(adoption["labels"][SET_LABEL], "web");
-        assert_eq!(adoption["ownerReferences"][1], set.owner());
+        assert_eq!(adoption["annotations"][SERVER], "old");
+        assert_eq!(adoption["ownerReferences"][1], server_owner("old", "s-9"));
         assert_eq!(
             adoption["finalizers"],
             json!(["example.com/keep", FINALIZER])
         );
         let owned = json!({"metadata": {"name": "pooled",
             "ownerReferences": [{"kind": "VirtualMachinePool", "name": "db", "uid": "u-3", "controller": true}]}});
-        assert_eq!(set.adoption(&owned), None);
+        assert_eq!(set.adoption(&owned, Some("s-9")), None);
         let going =
             json!({"metadata": {"name": "going", "deletionTimestamp": "2026-01-01T00:00:00Z"}});
-        assert_eq!(set.adoption(&going), None);
+        assert_eq!(set.adoption(&going, Some("s-9")), None);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::controller::Counts;
 use super::instance::{self, LogEntry, Recorded};
 use super::model::Package;
 use super::requests::{self, Request};
-use super::resources::{deployments, machines, sets};
+use super::resources::{deployments, servers, sets};
 use crate::events::{Events, Kind};
 use crate::time::{now, rfc3339};
 use crate::wit::WitName;
@@ -301,9 +301,9 @@ fn at_gate(status: &Value) -> bool {
         })
 }
 
-fn instance_view(vm: &Value) -> InstanceView {
-    let name = text(vm, "/metadata/name").unwrap_or_default();
-    let recorded = Recorded::read(&instance::annotations_of(vm));
+fn instance_view(server: &Value) -> InstanceView {
+    let name = text(server, "/metadata/name").unwrap_or_default();
+    let recorded = Recorded::read(server);
     let at_rest = recorded.clone().unwrap_or_default();
     InstanceView {
         name,
@@ -311,15 +311,9 @@ fn instance_view(vm: &Value) -> InstanceView {
         since: at_rest.since.map(rfc3339),
         environment: at_rest.environment.clone(),
         code: at_rest.code.clone(),
-        lock: text(
-            vm,
-            &format!(
-                "/metadata/annotations/{}",
-                instance::LOCK.replace('/', "~1")
-            ),
-        ),
-        machine: text(vm, "/status/printableStatus"),
-        deleting: !vm["metadata"]["deletionTimestamp"].is_null(),
+        lock: text(server, "/status/lock"),
+        machine: text(server, "/status/machine"),
+        deleting: !server["metadata"]["deletionTimestamp"].is_null(),
         list: at_rest.list.as_ref().map(|l| l.entry()),
         progress: at_rest.list.as_ref().and_then(|l| l.progress),
         awaiting_approval: at_rest.list.as_ref().is_some_and(|l| l.awaiting_approval()),
@@ -417,7 +411,7 @@ impl Service {
 
     async fn members(&self, namespace: &str, set: &str) -> Result<Vec<Value>, ServiceError> {
         let params = ListParams::default().labels(&format!("{}={set}", instance::SET_LABEL));
-        let mut members = self.list(&machines(), Some(namespace), &params).await?;
+        let mut members = self.list(&servers(), Some(namespace), &params).await?;
         members.sort_by_key(|vm| text(vm, "/metadata/name"));
         Ok(members)
     }
@@ -438,9 +432,9 @@ impl Service {
     async fn member(&self, namespace: &str, set: &str, name: &str) -> Result<Value, ServiceError> {
         self.set_object(namespace, set).await?;
         named(&[name], "instance")?;
-        self.get(&machines(), namespace, name)
+        self.get(&servers(), namespace, name)
             .await?
-            .filter(|vm| vm["metadata"]["labels"][instance::SET_LABEL] == set)
+            .filter(|server| server["metadata"]["labels"][instance::SET_LABEL] == set)
             .ok_or_else(|| {
                 ServiceError::NotFound(
                     "no-such-instance",
@@ -458,8 +452,8 @@ impl Service {
         limit: usize,
     ) -> Result<LogPage, ServiceError> {
         let vm = self.member(namespace, set, name).await?;
-        let recorded = Recorded::read(&instance::annotations_of(&vm)).map_err(|problem| {
-            ServiceError::Conflict(format!("the instance's annotations do not read: {problem}"))
+        let recorded = Recorded::read(&vm).map_err(|problem| {
+            ServiceError::Conflict(format!("the instance's Server does not read: {problem}"))
         })?;
         let all: Vec<LogEntry> = recorded
             .list
@@ -696,14 +690,14 @@ impl Service {
         let mut on = Vec::new();
         let mut last = request.clone();
         for vm in self.members(namespace, set).await? {
-            let Ok(recorded) = Recorded::read(&instance::annotations_of(&vm)) else {
+            let Ok(recorded) = Recorded::read(&vm) else {
                 continue;
             };
             if let Some(stage) = failed_stage(&recorded) {
                 let mut request = request.clone();
                 request.stage = Some(stage);
                 on.push(
-                    self.write(&machines(), &vm, requests::RETRY, &request)
+                    self.write(&servers(), &vm, requests::RETRY, &request)
                         .await?,
                 );
                 last = request;
@@ -744,8 +738,8 @@ impl Service {
     ) -> Result<Requested, ServiceError> {
         let mut request = person(asked)?;
         let vm = self.member(namespace, set, name).await?;
-        let recorded = Recorded::read(&instance::annotations_of(&vm)).map_err(|problem| {
-            ServiceError::Conflict(format!("the instance's annotations do not read: {problem}"))
+        let recorded = Recorded::read(&vm).map_err(|problem| {
+            ServiceError::Conflict(format!("the instance's Server does not read: {problem}"))
         })?;
         let running = recorded
             .list
@@ -798,7 +792,7 @@ impl Service {
                 ("approve", requests::APPROVE)
             }
         };
-        let on = self.write(&machines(), &vm, key, &request).await?;
+        let on = self.write(&servers(), &vm, key, &request).await?;
         let requested = Requested {
             action: verb.into(),
             on: vec![on],
@@ -810,22 +804,23 @@ impl Service {
 }
 
 impl Service {
-    /// An operator's edit of a managed instance's stage (`kubectl annotate
-    /// vm NAME verdict.dev/stage=…`), answered in the mutating webhook: the
-    /// JSON Patch that records the stage the lifecycle policy gives for it
-    /// and the list entered on it, so that what `kubectl get` shows right
-    /// after the edit is already where the machine goes on from; the
-    /// leader's reconcile carries the list out. None for any other request
-    /// — the leader's own changes move the stage and its `since` together,
-    /// an operator's edit moves the stage alone.
+    /// An operator's edit of a managed instance's stage (`kubectl edit
+    /// server NAME --subresource=status`, its `stage`), answered in the
+    /// mutating webhook on Server updates: the JSON Patch that records the
+    /// stage the lifecycle policy gives for it and the list entered on it,
+    /// so that what `kubectl get servers` shows right after the edit is
+    /// already where the instance goes on from; the leader's reconcile
+    /// carries the list out. None for any other request — the leader's own
+    /// changes move the stage and its `since` together, an operator's edit
+    /// moves the stage alone.
     pub async fn next_stage(
         &self,
         registry: &crate::plugins::Registry,
         request: &kube::core::admission::AdmissionRequest<DynamicObject>,
     ) -> Option<Vec<Value>> {
         use super::model::{self, InstanceState, Next, TargetState};
-        use super::resources::{VmDeployment, VmReplicaSet};
-        if request.kind.kind != "VirtualMachine"
+        use super::resources::{VmDeployment, VmReplicaSet, machines};
+        if request.kind.kind != "Server"
             || request.operation != kube::core::admission::Operation::Update
         {
             return None;
@@ -833,10 +828,7 @@ impl Service {
         let new = serde_json::to_value(request.object.as_ref()?).ok()?;
         let old = serde_json::to_value(request.old_object.as_ref()?).ok()?;
         let set_name = new["metadata"]["labels"][instance::SET_LABEL].as_str()?;
-        let (edited, before) = (
-            Recorded::read(&instance::annotations_of(&new)).ok()?,
-            Recorded::read(&instance::annotations_of(&old)).ok()?,
-        );
+        let (edited, before) = (Recorded::read(&new).ok()?, Recorded::read(&old).ok()?);
         let stage = edited.stage?;
         if Some(stage) == before.stage || edited.since != before.since {
             return None;
@@ -848,6 +840,10 @@ impl Service {
             Some(d) => Some(VmDeployment::read(&d).ok()?.spec.code),
             None => None,
         };
+        let machine = match self.get(&machines(), &namespace, &name).await.ok()? {
+            Some(vm) => instance::machine_of(&vm),
+            None => crate::wit::lifecycle::Machine::Starting,
+        };
         let at = now();
         let state = InstanceState {
             namespace,
@@ -856,8 +852,8 @@ impl Service {
             // Where it was: what it holds is let go of from there.
             stage: before.stage,
             since: before.since.unwrap_or(0),
-            machine: instance::machine_of(&new),
-            node: None,
+            machine,
+            node: text(&new, "/status/node"),
             node_health: crate::wit::lifecycle::NodeHealth::Healthy,
             environment: edited.environment.clone(),
             code: edited.code.clone(),
@@ -882,30 +878,39 @@ impl Service {
             &Next::from_wit(&answer.value),
             at,
         )?;
-        list.reason = format!("{} (set by an operator on the VM)", list.reason);
+        list.reason = format!("{} (set by an operator on the Server)", list.reason);
         let mut recorded = edited;
         recorded.enter(list, at);
         recorded.settle();
         // The leader takes the list on.
         recorded.lock = None;
-        let present = instance::annotations_of(&new);
-        let ops = recorded
-            .annotations()
+        let present = &new["status"];
+        let observed = instance::Observed {
+            machine: text(&new, "/status/machine"),
+            node: text(&new, "/status/node"),
+            ready: false,
+            step_key: None,
+            generation: new["metadata"]["generation"].as_i64(),
+        };
+        let status = recorded.status(&observed, &present["conditions"]);
+        let mut ops: Vec<Value> = status
+            .as_object()
             .into_iter()
+            .flatten()
             .filter_map(|(key, value)| {
-                let path = format!(
-                    "/metadata/annotations/{}",
-                    key.replace('~', "~0").replace('/', "~1")
-                );
+                let path = format!("/status/{key}");
                 match value {
-                    Some(value) => Some(json!({"op": "add", "path": path, "value": value})),
-                    None if present.contains_key(key) => {
+                    Value::Null if present.get(key).is_some() => {
                         Some(json!({"op": "remove", "path": path}))
                     }
-                    None => None,
+                    Value::Null => None,
+                    value => Some(json!({"op": "add", "path": path, "value": value})),
                 }
             })
             .collect();
+        if !present.is_object() {
+            ops.insert(0, json!({"op": "add", "path": "/status", "value": {}}));
+        }
         tracing::info!(
             instance = name,
             stage = stage.wit_name(),

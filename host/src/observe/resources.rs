@@ -97,6 +97,14 @@ pub fn defaults() -> Vec<ResourceRef> {
     ]
 }
 
+/// The VMReplicaSet of a machine its Server owns, by the set's label.
+fn set_of_server(meta: &kube::api::ObjectMeta) -> Option<String> {
+    meta.labels
+        .as_ref()?
+        .get("verdict.dev/vmreplicaset")
+        .cloned()
+}
+
 /// An object of any kind, reduced.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Generic {
@@ -182,7 +190,12 @@ impl Generic {
                 .iter()
                 .flatten()
                 .find(|o| o.controller == Some(true))
-                .map(|o| (o.kind.clone(), o.name.clone())),
+                .map(|o| match (o.kind.as_str(), set_of_server(meta)) {
+                    // A delivered VM's Server is its set's instance: seen
+                    // through, the VM is the set's.
+                    ("Server", Some(set)) => (kubevirt::VM_REPLICA_SET.to_string(), set),
+                    _ => (o.kind.clone(), o.name.clone()),
+                }),
             generation: meta.generation,
             created_at: meta.creation_timestamp.as_ref().map(super::reduce::millis),
             observed_generation: status.get("observedGeneration").and_then(Value::as_i64),
@@ -313,6 +326,34 @@ mod tests {
             object.data["status"]["nodeName"].as_str()
         );
         assert_eq!(generic.name, object.metadata.name.clone().unwrap());
+    }
+
+    #[test]
+    fn a_delivered_machine_is_its_sets_through_its_server() {
+        let vm = ResourceRef::new("kubevirt.io", "v1", "VirtualMachine");
+        let object = |labels: serde_json::Value| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": "web-0", "namespace": "shop", "labels": labels,
+                    "ownerReferences": [{"apiVersion": "verdict.dev/v1alpha1", "kind": "Server",
+                        "name": "web-0", "uid": "s-1", "controller": true}]},
+            }))
+            .unwrap()
+        };
+        let delivered = Generic::reduce(
+            &vm,
+            &object(serde_json::json!({"verdict.dev/vmreplicaset": "web"})),
+        );
+        assert_eq!(
+            delivered.owner,
+            Some(("VMReplicaSet".to_string(), "web".to_string()))
+        );
+        // A Server of no set's label is left as it is.
+        let other = Generic::reduce(&vm, &object(serde_json::json!({})));
+        assert_eq!(
+            other.owner,
+            Some(("Server".to_string(), "web-0".to_string()))
+        );
     }
 
     #[test]

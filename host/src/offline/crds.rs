@@ -35,6 +35,10 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
             "vmdeployment-crd.yaml",
             without_nulls(crate::lifecycle::crd::VmDeploymentResource::crd()),
         ),
+        (
+            "server-crd.yaml",
+            without_nulls(crate::lifecycle::crd::ServerResource::crd()),
+        ),
     ]
 }
 

@@ -11,7 +11,7 @@ use super::vms::Kube;
 use super::{PATIENCE, follow, shared, unique};
 use crate::support::wait_until;
 
-/// The chart's VMReplicaSet and VMDeployment CRDs, served.
+/// The chart's VMReplicaSet, VMDeployment and Server CRDs, served.
 pub(super) fn install_delivery_crds(cluster: &verdict_testcluster::Cluster) {
     install_crd(
         cluster,
@@ -23,6 +23,7 @@ pub(super) fn install_delivery_crds(cluster: &verdict_testcluster::Cluster) {
         "vmdeployment-crd.yaml",
         "vmdeployments.verdict.dev",
     );
+    install_crd(cluster, "server-crd.yaml", "servers.verdict.dev");
 }
 
 fn object(kind: &str, ns: &str, name: &str, spec: &Value) -> String {
@@ -631,7 +632,7 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         set_vms(&kube)
             .iter()
             .map(|vm| {
-                vm["metadata"]["annotations"]["verdict.dev/environment"]
+                vm["metadata"]["annotations"]["environmentText"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string()
@@ -883,7 +884,7 @@ fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice_on_the_real_api
     let under_way = wait_until(PATIENCE * 3, || {
         annotations()
             .iter()
-            .any(|a| a["verdict.dev/stage"] == "ready" && a["verdict.dev/lock"].is_string())
+            .any(|a| a["stage"] == "ready" && a["lock"].is_string())
     });
     assert!(under_way.is_some(), "{:#?}", annotations());
     group.kill(first);
@@ -894,7 +895,7 @@ fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice_on_the_real_api
         all.len() == 3
             && all
                 .iter()
-                .all(|a| a["verdict.dev/stage"] == "serving" && a["verdict.dev/lock"].is_null())
+                .all(|a| a["stage"] == "serving" && a["lock"].is_null())
     });
     assert!(serving.is_some(), "{:#?}", annotations());
     // Every step of every instance ran once, by one key, across the
@@ -979,7 +980,7 @@ fn an_instance_lost_with_its_node_is_repaired_on_the_real_api_server() {
     let serving = || {
         set_vms(&kube).iter().any(|vm| {
             let a = &vm["metadata"]["annotations"];
-            a["verdict.dev/stage"] == "serving" && a["verdict.dev/lock"].is_null()
+            a["stage"] == "serving" && a["lock"].is_null()
         })
     };
     assert!(
@@ -1107,12 +1108,12 @@ fn stages_of_set(kube: &Kube) -> Vec<(String, String, String)> {
         .map(|vm| {
             let a = &vm["metadata"]["annotations"];
             let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
-            let stage = match a["verdict.dev/lock"].is_string() {
-                true => format!("{} (a list runs)", text("verdict.dev/stage")),
-                false => text("verdict.dev/stage"),
+            let stage = match a["lock"].is_string() {
+                true => format!("{} (a list runs)", text("stage")),
+                false => text("stage"),
             };
             let name = vm["metadata"]["name"].as_str().unwrap_or_default();
-            (name.to_string(), stage, text("verdict.dev/code"))
+            (name.to_string(), stage, text("code"))
         })
         .collect()
 }
@@ -1497,7 +1498,7 @@ fn a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_s
         vms.len() == 2
             && vms.iter().all(|vm| {
                 let a = &vm["metadata"]["annotations"];
-                a["verdict.dev/stage"] == "serving" && a.get("verdict.dev/lock").is_none()
+                a["stage"] == "serving" && a.get("lock").is_none()
             })
     };
     assert!(
