@@ -972,6 +972,22 @@ fn a_failed_instance_is_retried_and_an_aborted_rollout_goes_back_to_the_stable_c
         })
     });
     assert!(warned.is_some(), "{:#?}", events_of_set());
+    // The instance's Server has it too (`kubectl describe server web-0`).
+    let url = format!(
+        "{}/apis/events.k8s.io/v1/namespaces/shop/events",
+        cluster.sim().url()
+    );
+    let all: Value = reqwest::blocking::get(url).unwrap().json().unwrap();
+    let on_server = all["items"].as_array().into_iter().flatten().find(|e| {
+        e["regarding"]["kind"] == "Server"
+            && e["regarding"]["name"] == "web-0"
+            && e["reason"] == "ListFailed"
+    });
+    let on_server = on_server.expect("no Event on the Server");
+    assert_eq!(
+        on_server["related"]["kind"], "VMReplicaSet",
+        "{on_server:#}"
+    );
 
     // Retried with the cause fixed: the failed list runs again.
     *fail.lock().unwrap() = false;

@@ -1,10 +1,11 @@
-//! What the delivery does, as Kubernetes Events on the set it does it for:
+//! What the delivery does, as Kubernetes Events on the set it does it for
+//! (and, of an instance, on its Server too):
 //! an instance's list entered and how it ended (a failed one a warning,
 //! naming its step), an instance made, removed or adopted, a person's
 //! retry, skip or approval, a list superseded, a write the API server
 //! refused; and on a deployment, a person's approval, promotion or abort
-//! of its rollout. `kubectl describe vmrs web` and `kubectl events` tell
-//! it.
+//! of its rollout. `kubectl describe vmrs web`, `kubectl describe server
+//! web-0` and `kubectl events` tell it.
 //!
 //! Events are written by a task of their own from a bounded queue, through
 //! kube's recorder (a repeat becomes one series with a count); a full queue
@@ -88,21 +89,26 @@ impl Announcer {
         let Some(mut event) = event_of(data) else {
             return;
         };
-        // The instance's VM as the Event's related object: the recorder
-        // counts repeats of one reason about one instance into a series,
-        // and keeps those of different instances apart.
-        if let Some(instance) = data["instance"].as_str().filter(|i| !i.is_empty()) {
-            event.secondary = Some(reference(
-                "kubevirt.io/v1",
-                "VirtualMachine",
-                &set.namespace,
-                instance,
-            ));
-        }
         let regarding = ObjectReference {
             uid: (!set.uid.is_empty()).then(|| set.uid.clone()),
             ..reference(API_VERSION, "VMReplicaSet", &set.namespace, &set.name)
         };
+        // The instance's Server as the Event's related object: the
+        // recorder counts repeats of one reason about one instance into a
+        // series, and keeps those of different instances apart. The
+        // Server has the Event too, its set related.
+        if let Some(instance) = data["instance"].as_str().filter(|i| !i.is_empty()) {
+            let server = reference(API_VERSION, "Server", &set.namespace, instance);
+            event.secondary = Some(server.clone());
+            let on_server = Event {
+                type_: event.type_,
+                reason: event.reason.clone(),
+                note: event.note.clone(),
+                action: event.action.clone(),
+                secondary: Some(regarding.clone()),
+            };
+            self.send(server, on_server);
+        }
         self.send(regarding, event);
     }
 

@@ -323,6 +323,20 @@ fn set_vms(kube: &Kube) -> Vec<Value> {
     listed["items"].as_array().cloned().unwrap_or_default()
 }
 
+/// The set `web`'s Servers, as `kubectl` lists them (none when it fails).
+fn set_servers(kube: &Kube) -> Vec<Value> {
+    let listed: Value = serde_json::from_str(&kube.run(&[
+        "get",
+        "servers.verdict.dev",
+        "-l",
+        "verdict.dev/vmreplicaset=web",
+        "-o",
+        "json",
+    ]))
+    .unwrap_or_default();
+    listed["items"].as_array().cloned().unwrap_or_default()
+}
+
 /// The first node, by name, that a new instance may be placed on: ready,
 /// schedulable and untainted (a test's own nodes are tainted; a lost one
 /// is tainted by the node lifecycle controller and fenced by failover).
@@ -629,10 +643,10 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         &patch.to_string(),
     ]);
     let environments = || -> Vec<String> {
-        set_vms(&kube)
+        set_servers(&kube)
             .iter()
             .map(|vm| {
-                vm["metadata"]["annotations"]["environmentText"]
+                vm["status"]["environmentText"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string()
@@ -875,9 +889,9 @@ fn a_leader_killed_mid_rollout_hands_over_and_no_step_runs_twice_on_the_real_api
     in_ns["metadata"]["namespace"] = json!(ns);
     cluster.apply(&in_ns.to_string()).unwrap();
     let annotations = || -> Vec<Value> {
-        set_vms(&kube)
+        set_servers(&kube)
             .iter()
-            .map(|vm| vm["metadata"]["annotations"].clone())
+            .map(|vm| vm["status"].clone())
             .collect()
     };
     // Killed while its lists run: a lock held and a step under way.
@@ -978,15 +992,15 @@ fn an_instance_lost_with_its_node_is_repaired_on_the_real_api_server() {
         vmi.ok().filter(|node| !node.is_empty())
     };
     let serving = || {
-        set_vms(&kube).iter().any(|vm| {
-            let a = &vm["metadata"]["annotations"];
+        set_servers(&kube).iter().any(|vm| {
+            let a = &vm["status"];
             a["stage"] == "serving" && a["lock"].is_null()
         })
     };
     assert!(
         wait_until(PATIENCE * 3, serving).is_some(),
         "never serving: {:#?}",
-        set_vms(&kube)
+        set_servers(&kube)
     );
     let lost = node_of().expect("web-0 runs on a node");
 
@@ -1001,7 +1015,7 @@ fn an_instance_lost_with_its_node_is_repaired_on_the_real_api_server() {
     assert!(
         repaired.is_some(),
         "never repaired: {:#?} on {:?}; failover: {:#}",
-        set_vms(&kube),
+        set_servers(&kube),
         node_of(),
         server.get("/v1/failover").1
     );
@@ -1100,13 +1114,13 @@ pub(super) fn endpoint_config(data: &std::path::Path, url: &str) -> std::path::P
     config
 }
 
-/// Each VM of the set `web`: its name, stage (" (a list runs)" after it
+/// Each instance of the set `web`: its name, stage (" (a list runs)" after it
 /// while its lock is held: not there yet) and code.
 fn stages_of_set(kube: &Kube) -> Vec<(String, String, String)> {
-    set_vms(kube)
+    set_servers(kube)
         .iter()
         .map(|vm| {
-            let a = &vm["metadata"]["annotations"];
+            let a = &vm["status"];
             let text = |key: &str| a[key].as_str().unwrap_or_default().to_string();
             let stage = match a["lock"].is_string() {
                 true => format!("{} (a list runs)", text("stage")),
@@ -1235,6 +1249,7 @@ fn delivery_rules(cluster: &verdict_testcluster::Cluster, ns: &str, may_list: bo
                 "rules": [
                     {"apiGroups": ["verdict.dev"],
                      "resources": ["vmreplicasets", "vmreplicasets/status", "vmdeployments/status",
+                                   "servers", "servers/status",
                                    "tasks", "tasks/status", "policies", "policies/status"],
                      "verbs": ["*"]},
                     {"apiGroups": ["verdict.dev"], "resources": ["vmdeployments"],
@@ -1456,7 +1471,7 @@ fn a_lone_host_started_again_resumes_its_running_steps_on_the_real_api_server() 
         "the host started again did not take up the installs: {:?}",
         stages()
     );
-    for vm in set_vms(kube) {
+    for vm in set_servers(kube) {
         let name = vm["metadata"]["name"].as_str().unwrap_or_default();
         let keys: std::collections::BTreeSet<String> = hooks
             .calls
@@ -1494,22 +1509,23 @@ fn a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_s
         set(2, json!([{"name": "jdk", "version": "21"}])),
     );
     let serving = || {
-        let vms = set_vms(kube);
+        let vms = set_servers(kube);
         vms.len() == 2
             && vms.iter().all(|vm| {
-                let a = &vm["metadata"]["annotations"];
+                let a = &vm["status"];
                 a["stage"] == "serving" && a.get("lock").is_none()
             })
     };
     assert!(
         wait_until(PATIENCE * 3, serving).is_some(),
         "{:#?}",
-        set_vms(kube)
+        set_servers(kube)
     );
     // As a person deletes it, without waiting.
     kube.run(&["delete", "vmreplicasets.verdict.dev", "web", "--wait=false"]);
     let gone = wait_until(PATIENCE * 3, || {
-        set_vms(kube).is_empty()
+        set_servers(kube).is_empty()
+            && set_vms(kube).is_empty()
             && kube
                 .run(&[
                     "get",
@@ -1524,7 +1540,7 @@ fn a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_s
     assert!(
         gone.is_some(),
         "left behind: {:#?}",
-        set_vms(kube)
+        set_servers(kube)
             .iter()
             .map(|vm| vm["metadata"].clone())
             .collect::<Vec<_>>()
@@ -1543,7 +1559,7 @@ fn a_deleted_set_lets_go_of_its_instances_after_their_clean_up_on_the_real_api_s
 }
 
 /// A write the API server refuses (here an admission policy that refuses
-/// every update of one VM that would lock it) is said where a person
+/// every status update of one Server that would lock it) is said where a person
 /// looks: the set's `Degraded` condition names the instance and the
 /// refusal, and a warning Event on the set tells it; the rest of the set
 /// goes on, and so does the instance once the policy is gone.
@@ -1567,11 +1583,11 @@ fn a_write_the_api_server_refuses_is_said_on_the_set_and_as_an_event_on_the_real
                 "spec": {
                     "failurePolicy": "Fail",
                     "matchConstraints": {"resourceRules": [{
-                        "apiGroups": ["kubevirt.io"], "apiVersions": ["*"],
-                        "operations": ["UPDATE"], "resources": ["virtualmachines"],
+                        "apiGroups": ["verdict.dev"], "apiVersions": ["*"],
+                        "operations": ["UPDATE"], "resources": ["servers/status"],
                     }]},
                     "validations": [{
-                        "expression": "!(object.metadata.name == 'web-0' && has(object.metadata.annotations) && 'verdict.dev/lock' in object.metadata.annotations)",
+                        "expression": "!(object.metadata.name == 'web-0' && has(object.status) && has(object.status.lock))",
                         "message": "web-0 may not be locked",
                     }],
                 },
