@@ -1373,17 +1373,21 @@ fn a_set_that_scales_down_on_a_lost_instance_takes_it_offline_instead_of_repairi
         .map(String::from)
         .collect();
     set_node_ready(cluster, &lost, "Unknown");
-    // Failover's repair names each instance offline: drained and deleted,
-    // and the set makes no other.
+    // Failover's repair marks each instance's Server lost: drained, its
+    // machine deleted, its Server left offline, and the set makes no other
+    // — its spec untouched.
     let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let vms = resource(cluster, "kubevirt.io", "virtualmachines");
+    let servers = resource(cluster, "verdict.dev", "servers");
     let shrunk = wait_until(PATIENCE * 3, || {
         let all = instances(cluster);
-        let offline = store.get(sets, "shop", "web").unwrap()["spec"]["offline"].clone();
-        let mut named: Vec<String> = serde_json::from_value(offline).unwrap_or_default();
-        named.sort();
-        named == on_lost
-            && on_lost.iter().all(|name| !all.contains_key(name))
-            && serving(2 - on_lost.len())
+        let serving = all.values().filter(|a| a["stage"] == "serving").count();
+        all.len() == 2
+            && serving == 2 - on_lost.len()
+            && on_lost.iter().all(|name| {
+                all.get(name).is_some_and(|a| a["stage"] == "offline")
+                    && store.get(vms, "shop", name).is_err()
+            })
     });
     assert!(
         shrunk.is_some(),
@@ -1391,13 +1395,28 @@ fn a_set_that_scales_down_on_a_lost_instance_takes_it_offline_instead_of_repairi
         instances(cluster),
         server.get("/v1/failover").1
     );
+    assert!(
+        store.get(sets, "shop", "web").unwrap()["spec"]["offline"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "failover wrote the set's spec"
+    );
+    for name in &on_lost {
+        let mark = store.get(servers, "shop", name).unwrap()["metadata"]["annotations"]
+            ["verdict.dev/lost"]
+            .clone();
+        let mark: Value = serde_json::from_str(mark.as_str().unwrap_or("null")).unwrap();
+        assert_eq!(mark["node"], lost.as_str(), "{name}: {mark}");
+    }
     let (_, set_view) = server.get("/v1/vm-delivery/shop/web");
     assert_eq!(set_view["replicas"], 2, "{set_view:#}");
-    assert_eq!(
-        set_view["instances"].as_array().map(Vec::len),
-        Some(2 - on_lost.len()),
-        "{set_view:#}"
-    );
+    let offline = set_view["instances"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["stage"] == "offline")
+        .count();
+    assert_eq!(offline, on_lost.len(), "{set_view:#}");
     // The repair's task says what it did.
     let task = |server: &crate::serve::Server| {
         let (_, failover) = server.get("/v1/failover");

@@ -11,9 +11,10 @@
 //! `params.failover` names the node and the instance) fences the node, then
 //! force-deletes the instance, so that its VM or set starts it elsewhere —
 //! or, for an instance of a `VMReplicaSet` whose `lostInstance` is
-//! `scale-down`, names it in the set's `offline` list, so that the set is
-//! smaller by it; its rescale is a `scale` of the set `params.failover.set`
-//! names.
+//! `scale-down`, marks its `Server` lost (`verdict.dev/lost`), for the
+//! delivery's controller to take it offline, the set smaller by it — the
+//! user's spec is not touched; its rescale is a `scale` of the set
+//! `params.failover.set` names.
 //! Progress is read from what the host observes of them.
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -26,9 +27,13 @@ use crate::observe::{AppKey, Snapshot};
 use crate::tasks::Task;
 use crate::wit::types::{self, ConditionStatus, TaskAction as Action};
 
-use crate::observe::resources::kubevirt::{MIGRATION, SETS, VM, VM_REPLICA_SET, VMI};
+use crate::observe::resources::kubevirt::{LOST, MIGRATION, SETS, VM, VM_REPLICA_SET, VMI};
 
-/// The API resource of a KubeVirt kind.
+/// The kind of a delivered instance of a `VMReplicaSet`.
+const SERVER: &str = "Server";
+
+/// The API resource of a KubeVirt kind (or of a VMReplicaSet's or its
+/// Servers').
 fn resource(kind: &str) -> ApiResource {
     let (group, version, plural) = match kind {
         "VirtualMachinePool" => ("pool.kubevirt.io", "v1alpha1", "virtualmachinepools"),
@@ -36,6 +41,7 @@ fn resource(kind: &str) -> ApiResource {
             ("kubevirt.io", "v1", "virtualmachineinstancereplicasets")
         }
         VM_REPLICA_SET => ("verdict.dev", "v1alpha1", "vmreplicasets"),
+        SERVER => ("verdict.dev", "v1alpha1", "servers"),
         VMI => ("kubevirt.io", "v1", "virtualmachineinstances"),
         MIGRATION => ("kubevirt.io", "v1", "virtualmachineinstancemigrations"),
         _ => ("kubevirt.io", "v1", "virtualmachines"),
@@ -456,36 +462,26 @@ impl Executor {
         Ok(job)
     }
 
-    /// The VMReplicaSet of an instance's VM when the set scales down on a
-    /// lost instance (`lostInstance: scale-down`), with the instances it
-    /// has taken offline so far.
-    fn shrinking_set(&self, namespace: &str, instance: &str) -> Option<(String, Vec<String>)> {
+    /// Whether an instance's VM is of a VMReplicaSet that scales down on
+    /// a lost instance (`lostInstance: scale-down`).
+    fn shrinking_set(&self, namespace: &str, instance: &str) -> bool {
         let snapshot = self.observed.read();
-        let (kind, set) = snapshot
-            .object_named(VM, namespace, instance)?
-            .owner
-            .clone()?;
-        if kind != VM_REPLICA_SET {
-            return None;
-        }
-        let spec: Value =
-            serde_json::from_str(&snapshot.object_named(VM_REPLICA_SET, namespace, &set)?.spec)
-                .ok()?;
-        if spec["lostInstance"] != "scale-down" {
-            return None;
-        }
-        let offline = spec["offline"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|name| name.as_str().map(str::to_string))
-            .collect();
-        Some((set, offline))
+        let Some((kind, set)) = snapshot
+            .object_named(VM, namespace, instance)
+            .and_then(|vm| vm.owner.clone())
+        else {
+            return false;
+        };
+        kind == VM_REPLICA_SET
+            && snapshot
+                .object_named(VM_REPLICA_SET, namespace, &set)
+                .and_then(|set| serde_json::from_str::<Value>(&set.spec).ok())
+                .is_some_and(|spec| spec["lostInstance"] == "scale-down")
     }
 
     /// Failover's repair: fence the node, so that it cannot run the
     /// instance any more, then force-delete the instance (or, in a set
-    /// that scales down on a lost instance, name it offline).
+    /// that scales down on a lost instance, mark its Server lost).
     async fn repair(&self, namespace: &str, failover: &Value, mut job: Job) -> Result<Job, String> {
         let node = failover["node"]
             .as_str()
@@ -496,14 +492,13 @@ impl Executor {
             .ok_or("params.failover.instance is required")?;
         self.fence(node).await?;
         // An instance of a VMReplicaSet that gives up lost instances is
-        // taken offline instead: drained, deleted and not replaced.
-        let shrinking = self.shrinking_set(namespace, instance);
-        if let Some((set, mut offline)) = shrinking {
-            if !offline.iter().any(|name| name == instance) {
-                offline.push(instance.to_string());
-                let patch = json!({"spec": {"offline": offline}});
-                self.merge(namespace, VM_REPLICA_SET, &set, patch).await?;
-            }
+        // taken offline instead, by the delivery's controller: drained, its
+        // machine deleted, not replaced. Its Server is marked lost, with
+        // the node.
+        if self.shrinking_set(namespace, instance) {
+            let mark = json!({"node": node, "at": crate::time::rfc3339(crate::time::now())});
+            let patch = json!({"metadata": {"annotations": {LOST: mark.to_string()}}});
+            self.merge(namespace, SERVER, instance, patch).await?;
             job.machines = Some(Wait::TakenOffline {
                 instance: instance.to_string(),
             });

@@ -128,8 +128,13 @@ const TAKER: &str = "verdict (VM delivery)";
 /// One instance of a set, as read: its Server and its machine.
 struct Read {
     name: String,
-    /// The set names it offline: drained, it is deleted.
+    /// The set names it offline, or failover marked it lost in a set that
+    /// scales down on a lost instance: drained, it goes.
     named_offline: bool,
+    /// Failover marked it lost, in a set that scales down on a lost
+    /// instance: drained, its machine goes and its Server stays, offline,
+    /// out of the set's count, until a person deletes it.
+    lost: bool,
     /// The Server's UID: part of every step's key.
     uid: String,
     resource_version: String,
@@ -554,13 +559,20 @@ impl Controller {
                     || code.is_some_and(|c| m.state.code.as_deref() != Some(c))
             })
             .count();
-        let wanted = set.wanted()
+        // Those lost in a set that scales down on a lost instance count no
+        // more either.
+        let lost = read
+            .iter()
+            .filter(|m| m.lost && !set.offline.contains(&m.name))
+            .count();
+        let wanted = set.wanted().saturating_sub(lost)
             + match changing {
                 0 => 0,
                 n => set.spec.max_surge.beyond(set.wanted()).min(n),
             };
         let drained = read.iter().find(|m| {
             m.named_offline
+                && (!m.lost || m.machine.as_ref().is_some_and(|vm| !vm.deleted))
                 && !m.state.deleting
                 && m.state.stage == Some(Stage::Offline)
                 && m.recorded.as_ref().is_ok_and(|r| {
@@ -572,6 +584,20 @@ impl Controller {
         let extra = (staying.len() > wanted)
             .then(|| staying.iter().max_by_key(|m| rank_to_remove(m)))
             .flatten();
+        if let Some(machine) = drained.filter(|m| m.lost) {
+            self.let_machine_go(&set, machine).await?;
+            tracing::info!(
+                namespace,
+                set = set.name,
+                instance = machine.name,
+                "VM delivery: the lost instance is drained; its machine goes, its Server stays offline"
+            );
+            self.tell(
+                &set,
+                json!({"instance": machine.name, "event": "removed", "reason": "lost, and drained: the set is smaller by it"}),
+            );
+            return Ok(Found::moving());
+        }
         if let Some(machine) = drained.or(extra.copied()) {
             let why = match machine.named_offline {
                 true => "named offline and drained",
@@ -638,7 +664,7 @@ impl Controller {
         // instance goes through its clean-up, and the set replaces it.
         for server in read
             .iter()
-            .filter(|m| !m.deleted && m.machine.as_ref().is_some_and(|vm| vm.deleted))
+            .filter(|m| !m.deleted && !m.lost && m.machine.as_ref().is_some_and(|vm| vm.deleted))
         {
             gone_is_done(
                 Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
@@ -650,7 +676,7 @@ impl Controller {
         }
         for server in read
             .iter()
-            .filter(|m| m.machine.is_none() && !m.state.deleting)
+            .filter(|m| m.machine.is_none() && !m.state.deleting && !m.lost)
         {
             if matches!(server.state.stage, None | Some(Stage::Requested)) {
                 self.make_machine(&set, &server.name, &server.uid).await?;
@@ -1047,7 +1073,12 @@ impl Controller {
                         && o.in_force(at)
                         && o.status == Stage::Offline.wit_name()
                 });
-                let named_offline = set.offline.contains(&name);
+                let lost =
+                    set.lost == super::resources::Lost::ScaleDown
+                        && server.metadata.annotations.as_ref().is_some_and(|a| {
+                            a.contains_key(crate::observe::resources::kubevirt::LOST)
+                        });
+                let named_offline = set.offline.contains(&name) || lost;
                 let deleted = server.metadata.deletion_timestamp.is_some();
                 let machine_read = vm.as_ref().map(|vm| MachineRead {
                     finalizers: vm.metadata.finalizers.clone().unwrap_or_default(),
@@ -1068,8 +1099,10 @@ impl Controller {
                     environment: at_rest.environment.clone(),
                     code: at_rest.code.clone(),
                     lists: at_rest.all_lists(),
-                    // Its Server deleted, or its machine deleted by hand.
-                    deleting: deleted || machine_read.as_ref().is_some_and(|m| m.deleted),
+                    // Its Server deleted, or its machine deleted by hand
+                    // (not one let go of as lost).
+                    deleting: deleted
+                        || (!lost && machine_read.as_ref().is_some_and(|m| m.deleted)),
                     take_offline: named_offline || held_offline,
                     forced: forced.as_ref().map(|f| f.stage),
                 };
@@ -1085,6 +1118,7 @@ impl Controller {
                 Read {
                     name,
                     named_offline,
+                    lost,
                     uid: server.metadata.uid.clone().unwrap_or_default(),
                     resource_version: server.metadata.resource_version.clone().unwrap_or_default(),
                     generation: server.metadata.generation,
@@ -1423,6 +1457,7 @@ impl Controller {
     ) -> Result<(), kube::Error> {
         let observed = instance::Observed {
             machine: machine.machine.as_ref().and_then(|m| m.printable.clone()),
+            machine_state: Some(machine.state.machine),
             node: machine.state.node.clone(),
             ready: rollout::in_service(recorded.stage)
                 && machine.state.machine == crate::wit::lifecycle::Machine::Running
@@ -1450,6 +1485,35 @@ impl Controller {
         Ok(())
     }
 
+    /// Let an instance's machine go: deleted, and its clean-up finalizer
+    /// released (the instance's clean-up ran, or it was lost and drained).
+    async fn let_machine_go(&self, set: &VmReplicaSet, machine: &Read) -> Result<(), kube::Error> {
+        let Some(vm) = &machine.machine else {
+            return Ok(());
+        };
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &machines());
+        if !vm.deleted {
+            gone_is_done(
+                api.delete(&machine.name, &DeleteParams::default())
+                    .await
+                    .map(drop),
+            )?;
+        }
+        if vm.finalizers.iter().any(|f| f == instance::FINALIZER) {
+            gone_is_done(
+                self.patch_metadata(
+                    &machines(),
+                    &set.namespace,
+                    &machine.name,
+                    json!({ "finalizers": without(&vm.finalizers) }),
+                )
+                .await,
+            )?;
+        }
+        Ok(())
+    }
+
     /// Release the clean-up finalizers: the machine goes, then its Server.
     async fn release(&self, set: &VmReplicaSet, machine: &Read) -> Result<(), kube::Error> {
         tracing::info!(
@@ -1457,38 +1521,7 @@ impl Controller {
             instance = machine.name,
             "VM delivery: cleaned up; the machine and its Server go"
         );
-        let without = |finalizers: &[String]| -> Vec<String> {
-            finalizers
-                .iter()
-                .filter(|f| f.as_str() != instance::FINALIZER)
-                .cloned()
-                .collect()
-        };
-        if let Some(vm) = &machine.machine {
-            let api = Api::<DynamicObject>::namespaced_with(
-                self.writer.clone(),
-                &set.namespace,
-                &machines(),
-            );
-            if !vm.deleted {
-                gone_is_done(
-                    api.delete(&machine.name, &DeleteParams::default())
-                        .await
-                        .map(drop),
-                )?;
-            }
-            if vm.finalizers.iter().any(|f| f == instance::FINALIZER) {
-                gone_is_done(
-                    self.patch_metadata(
-                        &machines(),
-                        &set.namespace,
-                        &machine.name,
-                        json!({ "finalizers": without(&vm.finalizers) }),
-                    )
-                    .await,
-                )?;
-            }
-        }
+        self.let_machine_go(set, machine).await?;
         let api =
             Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers());
         if !machine.deleted {
@@ -1552,6 +1585,15 @@ impl Controller {
         }
         written.map(drop)
     }
+}
+
+/// Finalizers without the clean-up's.
+fn without(finalizers: &[String]) -> Vec<String> {
+    finalizers
+        .iter()
+        .filter(|f| f.as_str() != instance::FINALIZER)
+        .cloned()
+        .collect()
 }
 
 /// A deletion or a write of an object that is gone already: done.

@@ -597,6 +597,9 @@ pub struct ServerStatus {
     pub lists: Vec<Value>,
     /// Its VirtualMachine's printable status.
     pub machine: Option<String>,
+    /// Its machine as the lifecycle policy sees it.
+    #[schemars(schema_with = "machine_names")]
+    pub machine_state: Option<String>,
     /// The node its machine runs on.
     pub node: Option<String>,
     /// In service, its machine ready and its node healthy.
@@ -609,6 +612,11 @@ pub struct ServerStatus {
 /// The stages an instance may be at.
 fn stage_names(generator: &mut SchemaGenerator) -> Schema {
     crate::schema::wit_names::<crate::wit::lifecycle::Stage>(generator)
+}
+
+/// The states a machine may be in.
+fn machine_names(generator: &mut SchemaGenerator) -> Schema {
+    crate::schema::wit_names::<crate::wit::lifecycle::Machine>(generator)
 }
 
 /// A list of objects of any fields.

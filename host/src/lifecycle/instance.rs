@@ -462,6 +462,8 @@ pub fn environment_text(packages: &[Package]) -> String {
 pub struct Observed {
     /// The VirtualMachine's printable status.
     pub machine: Option<String>,
+    /// The machine as the lifecycle policy sees it.
+    pub machine_state: Option<Machine>,
     pub node: Option<String>,
     /// In service, its machine ready and its node healthy.
     pub ready: bool,
@@ -545,6 +547,7 @@ impl Recorded {
             "stepKey": self.list.as_ref().and_then(|l| l.current()).and(observed.step_key.clone()),
             "lists": self.lists,
             "machine": observed.machine,
+            "machineState": observed.machine_state.map(|m| m.wit_name()),
             "node": observed.node,
             "ready": observed.ready,
             "observedGeneration": observed.generation,
@@ -956,7 +959,7 @@ mod tests {
         assert_eq!(read.stage, Some(Stage::Ready));
         // People's requests are the Server's annotations.
         let asked = serde_json::json!({"metadata": {"annotations": {
-            crate::lifecycle::requests::RETRY: "{"
+            requests::RETRY: "{"
         }}});
         assert!(Recorded::read(&asked).is_err());
     }

@@ -819,7 +819,7 @@ impl Service {
         request: &kube::core::admission::AdmissionRequest<DynamicObject>,
     ) -> Option<Vec<Value>> {
         use super::model::{self, InstanceState, Next, TargetState};
-        use super::resources::{VmDeployment, VmReplicaSet, machines};
+        use super::resources::{VmDeployment, VmReplicaSet};
         if request.kind.kind != "Server"
             || request.operation != kube::core::admission::Operation::Update
         {
@@ -840,10 +840,10 @@ impl Service {
             Some(d) => Some(VmDeployment::read(&d).ok()?.spec.code),
             None => None,
         };
-        let machine = match self.get(&machines(), &namespace, &name).await.ok()? {
-            Some(vm) => instance::machine_of(&vm),
-            None => crate::wit::lifecycle::Machine::Starting,
-        };
+        // Its machine as the leader last recorded it.
+        let machine = text(&new, "/status/machineState")
+            .and_then(|m| crate::wit::lifecycle::Machine::from_wit_name(&m))
+            .unwrap_or(crate::wit::lifecycle::Machine::Starting);
         let at = now();
         let state = InstanceState {
             namespace,
@@ -887,6 +887,7 @@ impl Service {
         let present = &new["status"];
         let observed = instance::Observed {
             machine: text(&new, "/status/machine"),
+            machine_state: Some(machine),
             node: text(&new, "/status/node"),
             ready: false,
             step_key: None,

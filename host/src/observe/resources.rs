@@ -80,6 +80,10 @@ pub mod kubevirt {
     ];
     /// verdict's set of VM-hosted app instances (seed 002's delivery).
     pub const VM_REPLICA_SET: &str = "VMReplicaSet";
+    /// The annotation by which failover marks a delivered instance's
+    /// `Server` lost with its node (`{"node": …, "at": …}`), for the
+    /// delivery's controller to act on.
+    pub const LOST: &str = "verdict.dev/lost";
 }
 
 /// The kinds watched when the configuration names none: KubeVirt's virtual
@@ -331,7 +335,7 @@ mod tests {
     #[test]
     fn a_delivered_machine_is_its_sets_through_its_server() {
         let vm = ResourceRef::new("kubevirt.io", "v1", "VirtualMachine");
-        let object = |labels: serde_json::Value| -> DynamicObject {
+        let object = |labels: Value| -> DynamicObject {
             serde_json::from_value(serde_json::json!({
                 "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
                 "metadata": {"name": "web-0", "namespace": "shop", "labels": labels,
