@@ -10,6 +10,7 @@ pub mod controller;
 mod eviction;
 pub mod kubevirt;
 pub mod resources;
+pub mod scale;
 pub mod scenario;
 pub mod selector;
 pub mod server;

@@ -21,6 +21,18 @@ pub struct Resource {
     /// whose definition says so): a write of the object keeps the stored
     /// status, a write of `/status` keeps everything else.
     pub status_subresource: bool,
+    /// Its scale subresource (a custom resource whose definition has one),
+    /// for `kubectl scale` and autoscalers.
+    pub scale: Option<&'static Scale>,
+}
+
+/// Where a custom resource's scale subresource reads and writes, as JSON
+/// paths of the object (`.spec.replicas`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Scale {
+    pub spec_replicas: &'static str,
+    pub status_replicas: &'static str,
+    pub label_selector: Option<&'static str>,
 }
 
 impl Resource {
@@ -45,6 +57,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: false,
         short_names: &["ns"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "",
@@ -55,6 +68,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["cm"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "",
@@ -65,6 +79,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: false,
         short_names: &["no"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "",
@@ -75,6 +90,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["po"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "apps",
@@ -85,6 +101,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["deploy"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "apps",
@@ -95,6 +112,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["sts"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "apps",
@@ -105,6 +123,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["ds"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "batch",
@@ -115,6 +134,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &[],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "policy",
@@ -125,6 +145,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["pdb"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "coordination.k8s.io",
@@ -135,6 +156,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &[],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "events.k8s.io",
@@ -145,6 +167,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["ev"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "apiextensions.k8s.io",
@@ -155,6 +178,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: false,
         short_names: &["crd", "crds"],
         status_subresource: false,
+        scale: None,
     },
     Resource {
         group: "metrics.k8s.io",
@@ -165,6 +189,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &[],
         status_subresource: false,
+        scale: None,
     },
 ];
 
@@ -202,7 +227,7 @@ pub fn define(crd: &Value) -> Result<Vec<&'static Resource>, String> {
             .collect::<Vec<&'static str>>()
             .into_boxed_slice(),
     );
-    let versions: Vec<(&'static str, bool)> = crd
+    let versions: Vec<(&'static str, bool, Option<&'static Scale>)> = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)
         .into_iter()
@@ -211,7 +236,15 @@ pub fn define(crd: &Value) -> Result<Vec<&'static Resource>, String> {
         .filter_map(|v| {
             let name = v["name"].as_str()?;
             let status = v.pointer("/subresources/status").is_some();
-            Some((&*Box::leak(name.to_string().into_boxed_str()), status))
+            let leak = |text: &str| &*Box::leak(text.to_string().into_boxed_str());
+            let scale = v.pointer("/subresources/scale").and_then(|scale| {
+                Some(&*Box::leak(Box::new(Scale {
+                    spec_replicas: leak(scale["specReplicasPath"].as_str()?),
+                    status_replicas: leak(scale["statusReplicasPath"].as_str()?),
+                    label_selector: scale["labelSelectorPath"].as_str().map(leak),
+                })))
+            });
+            Some((leak(name), status, scale))
         })
         .collect();
     if versions.is_empty() {
@@ -219,7 +252,7 @@ pub fn define(crd: &Value) -> Result<Vec<&'static Resource>, String> {
     }
     Ok(versions
         .into_iter()
-        .map(|(version, status_subresource)| {
+        .map(|(version, status_subresource, scale)| {
             &*Box::leak(Box::new(Resource {
                 group,
                 version,
@@ -229,6 +262,7 @@ pub fn define(crd: &Value) -> Result<Vec<&'static Resource>, String> {
                 namespaced,
                 short_names,
                 status_subresource,
+                scale,
             }))
         })
         .collect())
@@ -304,6 +338,13 @@ pub fn resource_list(served: &[&'static Resource], group: &str, version: &str) -
             items.push(json!({
                 "name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced,
                 "kind": r.kind, "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if r.scale.is_some() {
+            items.push(json!({
+                "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
+                "group": "autoscaling", "version": "v1",
+                "kind": "Scale", "verbs": ["get", "patch", "update"],
             }));
         }
     }

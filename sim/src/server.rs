@@ -89,6 +89,12 @@ enum Target {
         name: String,
         part: Part,
     },
+    /// `{plural}/{name}/scale` of a custom resource that has one.
+    Scale {
+        resource: &'static Resource,
+        namespace: String,
+        name: String,
+    },
     /// `pods/{name}/eviction`: the Eviction API.
     Eviction {
         namespace: String,
@@ -140,6 +146,13 @@ fn resolve(path: &str, server: &str, store: &Store) -> Result<Target, StoreError
             name: name.to_string(),
             part: Part::Object,
         },
+        ["namespaces", namespace, plural, name, "scale"] if find(plural)?.scale.is_some() => {
+            Target::Scale {
+                resource: find(plural)?,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            }
+        }
         ["namespaces", namespace, plural, name, "status"] => Target::Item {
             resource: find(plural)?,
             namespace: namespace.to_string(),
@@ -344,6 +357,26 @@ async fn handle(
             Method::DELETE,
         ) => store
             .delete(resource, &namespace, &name)
+            .map(|o| (StatusCode::OK, o)),
+        (
+            Target::Scale {
+                resource,
+                namespace,
+                name,
+            },
+            Method::GET,
+        ) => store
+            .get(resource, &namespace, &name)
+            .map(|o| (StatusCode::OK, crate::scale::of(resource, &o))),
+        (
+            Target::Scale {
+                resource,
+                namespace,
+                name,
+            },
+            Method::PUT | Method::PATCH,
+        ) => parse_body()
+            .and_then(|body| crate::scale::write(store, resource, &namespace, &name, &body))
             .map(|o| (StatusCode::OK, o)),
         (Target::Eviction { namespace, name }, Method::POST) => {
             crate::eviction::evict(store, &namespace, &name)

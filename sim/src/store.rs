@@ -598,6 +598,8 @@ impl Store {
                 EventType::Deleted,
                 object.clone(),
             );
+            drop(inner);
+            self.collect_dependents(&object);
         } else {
             self.store_and_record(
                 &mut inner,
@@ -702,7 +704,51 @@ impl Store {
             EventType::Deleted,
             object.clone(),
         );
+        drop(inner);
+        self.collect_dependents(&object);
         Ok(object)
+    }
+
+    /// The garbage collector's part, in the background as by default: the
+    /// objects `owner` (just gone) owned are deleted in turn, each held by
+    /// its finalizers as any deletion is.
+    fn collect_dependents(&self, owner: &Value) {
+        let Some(uid) = owner.pointer("/metadata/uid").and_then(Value::as_str) else {
+            return;
+        };
+        let namespace = owner
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let owned: Vec<Value> = self
+            .lock()
+            .objects
+            .values()
+            .filter(|o| {
+                let in_reach = namespace.is_empty()
+                    || o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace);
+                in_reach
+                    && o.pointer("/metadata/ownerReferences")
+                        .and_then(Value::as_array)
+                        .is_some_and(|owners| owners.iter().any(|r| r["uid"] == uid))
+            })
+            .cloned()
+            .collect();
+        for dependent in owned {
+            let text = |pointer: &str| {
+                dependent
+                    .pointer(pointer)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            };
+            if let Some(resource) = self.by_kind(text("/apiVersion"), text("/kind")) {
+                let _ = self.delete(
+                    resource,
+                    text("/metadata/namespace"),
+                    text("/metadata/name"),
+                );
+            }
+        }
     }
 }
 
@@ -811,6 +857,59 @@ mod tests {
             )
             .unwrap();
         assert_eq!(store.get(pods(), "shop", "a").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn what_an_object_owned_goes_with_it_once_it_is_gone() {
+        let store = store_with_namespace();
+        let owner = store
+            .create(
+                pods(),
+                "shop",
+                json!({"metadata": {"name": "owner", "finalizers": ["x/y"]}}),
+            )
+            .unwrap();
+        let owned_by =
+            |uid: &Value| json!([{"apiVersion": "v1", "kind": "Pod", "name": "owner", "uid": uid}]);
+        let uid = owner["metadata"]["uid"].clone();
+        store
+            .create(
+                pods(),
+                "shop",
+                json!({"metadata": {"name": "plain", "ownerReferences": owned_by(&uid)}}),
+            )
+            .unwrap();
+        store
+            .create(
+                pods(),
+                "shop",
+                json!({"metadata": {"name": "held", "finalizers": ["x/y"], "ownerReferences": owned_by(&uid)}}),
+            )
+            .unwrap();
+        store
+            .create(
+                pods(),
+                "shop",
+                json!({"metadata": {"name": "other", "ownerReferences": owned_by(&json!("u-else"))}}),
+            )
+            .unwrap();
+        // Held by its finalizer, the owner keeps what it owns.
+        store.delete(pods(), "shop", "owner").unwrap();
+        assert!(store.get(pods(), "shop", "plain").is_ok());
+        // Gone, it takes them along: one at once, one held by its own
+        // finalizer; another's stays.
+        store
+            .patch(
+                pods(),
+                "shop",
+                "owner",
+                &json!({"metadata": {"finalizers": null}}),
+            )
+            .unwrap();
+        assert_eq!(store.get(pods(), "shop", "plain").unwrap_err().code, 404);
+        let held = store.get(pods(), "shop", "held").unwrap();
+        assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+        assert!(store.get(pods(), "shop", "other").is_ok());
     }
 
     #[test]

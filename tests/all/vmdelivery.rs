@@ -288,6 +288,63 @@ fn a_set_made_from_nothing_goes_through_every_stage_by_its_hooks() {
     assert!(status.is_some());
 }
 
+#[test]
+fn a_set_scaled_through_its_scale_subresource_makes_and_lets_go_of_instances() {
+    let Delivery { cluster, .. } = &delivering("");
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 2, || all_serving_with(cluster, 1, "jdk=21")).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    // `kubectl scale vmrs web --replicas=3`: the Scale read, then written.
+    let url = format!(
+        "{}/apis/verdict.dev/v1alpha1/namespaces/shop/vmreplicasets/web/scale",
+        cluster.sim().url()
+    );
+    let http = reqwest::blocking::Client::new();
+    // (A write on the version read is refused, 409, when the controller
+    // wrote the set meanwhile: read again and write again, as kubectl
+    // does.)
+    let scaled = wait_until(PATIENCE, || {
+        let mut scale: Value = http.get(&url).send().unwrap().json().unwrap();
+        assert_eq!(scale["kind"], "Scale", "{scale}");
+        scale["spec"]["replicas"] = json!(3);
+        let answer = http.put(&url).json(&scale).send().unwrap();
+        match answer.status().as_u16() {
+            200 => true,
+            409 => false,
+            other => panic!("{other}: {}", answer.text().unwrap()),
+        }
+    });
+    assert!(scaled.is_some(), "never scaled");
+    assert!(
+        wait_until(PATIENCE * 3, || all_serving_with(cluster, 3, "jdk=21")).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    let scale = || -> Value { http.get(&url).send().unwrap().json().unwrap() };
+    let counted = wait_until(PATIENCE, || scale()["status"]["replicas"] == 3);
+    assert!(counted.is_some(), "{}", scale());
+    assert_eq!(
+        scale()["status"]["selector"],
+        "verdict.dev/vmreplicaset=web"
+    );
+    // Down again, by a merge patch of the Scale: the set lets two go.
+    let answer = http
+        .patch(&url)
+        .header("content-type", "application/merge-patch+json")
+        .body(json!({"spec": {"replicas": 1}}).to_string())
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(
+        wait_until(PATIENCE * 3, || all_serving_with(cluster, 1, "jdk=21")).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+}
+
 /// Whether the set `web` has `n` instances, each serving with
 /// `environment` and no list running.
 fn all_serving_with(cluster: &Cluster, n: usize, environment: &str) -> bool {
@@ -2617,6 +2674,57 @@ fn instances_whose_set_is_gone_are_cleaned_up_when_deleted() {
     assert_eq!(
         hooks.steps_of("old-0"),
         ["detach-load-balancer", "pause-monitoring", "delete-machine"]
+    );
+}
+
+#[test]
+fn a_vm_made_before_servers_is_taken_over_with_what_it_recorded() {
+    let Delivery { cluster, hooks, .. } = &delivering("");
+    // A VM its set made and annotated before instances had Servers,
+    // serving with the set's environment.
+    cluster.apply(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {
+            "name": "web-0", "namespace": "shop",
+            "labels": {"verdict.dev/vmreplicaset": "web", "app.kubernetes.io/instance": "web"},
+            "annotations": {"verdict.dev/stage": "serving", "verdict.dev/since": "2026-01-01T00:00:00Z",
+                "verdict.dev/environment": "jdk=21", "team": "shop"},
+            "finalizers": ["verdict.dev/cleanup"],
+            "ownerReferences": [{"apiVersion": "verdict.dev/v1alpha1", "kind": "VMReplicaSet",
+                "name": "web", "uid": "u-before", "controller": true}],
+        },
+        "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
+    }));
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    let machines = resource(cluster, "kubevirt.io", "virtualmachines");
+    let vm = || {
+        cluster
+            .sim()
+            .store()
+            .get(machines, "shop", "web-0")
+            .unwrap()
+    };
+    let taken = wait_until(PATIENCE * 2, || {
+        let vm = vm();
+        instances(cluster)
+            .get("web-0")
+            .is_some_and(|a| a["stage"] == "serving" && a["environmentText"] == "jdk=21")
+            && vm["metadata"]["ownerReferences"][0]["kind"] == "Server"
+    });
+    assert!(taken.is_some(), "{:#?} {:#}", instances(cluster), vm());
+    let annotations = vm()["metadata"]["annotations"].clone();
+    assert_eq!(
+        annotations,
+        json!({"team": "shop", "verdict.dev/server": "web-0"}),
+        "what it recorded moved to its Server"
+    );
+    assert_eq!(instances(cluster).len(), 1, "no other instance made");
+    assert!(
+        !hooks
+            .steps_of("web-0")
+            .contains(&"install-environment".to_string()),
+        "{:?}",
+        hooks.steps_of("web-0")
     );
 }
 

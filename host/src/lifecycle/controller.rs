@@ -71,11 +71,12 @@ pub struct Controller {
     /// The last failure said of each instance (`namespace/name`) that
     /// could not be moved on: one that lasts is said once.
     said: std::sync::Mutex<BTreeMap<String, String>>,
-    /// Each machine (`namespace/name`) written since the store last
-    /// showed it, with the resource version the write replaced: while the
-    /// store still shows that version, the machine is not moved on (what
-    /// it shows is already past), and the watch brings the new one.
-    written: std::sync::Mutex<BTreeMap<String, String>>,
+    /// Each instance's Server (`namespace/name`) written since the store
+    /// last showed it, with the resource versions the writes replaced:
+    /// while the store still shows one of them, the instance is not moved
+    /// on (what it shows is already past), and the watch brings the new
+    /// one.
+    written: std::sync::Mutex<BTreeMap<String, Vec<String>>>,
 }
 
 /// What the controller counts: instances by stage and rollouts by phase
@@ -466,6 +467,7 @@ impl Controller {
             // set's finalizer is let go last.
             let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
             let set = VmReplicaSet::named(namespace, name, uid);
+            self.take_over(&set, scope).await?;
             let read = self.read_machines(&set, scope, health)?;
             if read.is_empty() {
                 if finalizers.iter().any(|f| f == instance::FINALIZER) {
@@ -529,7 +531,9 @@ impl Controller {
         if !set.selector.is_empty() {
             self.adopt(&set, scope).await?;
         }
-        let read = self.read_machines(&set, scope, health)?;
+        // Take over the VMs it made before instances had Servers.
+        self.take_over(&set, scope).await?;
+        let mut read = self.read_machines(&set, scope, health)?;
         // What the set may do depends on every instance as it is now: while
         // the store shows one from before this controller's last write to
         // it, the set waits for the watch to bring the write.
@@ -619,9 +623,16 @@ impl Controller {
             // Looked at again once the store has it going.
             return Ok(Found::moving());
         } else if staying.len() < wanted {
+            // No name of an instance, of a machine of the set's, or of one
+            // named offline.
+            let machines = scope.machines.filtered(|vm| {
+                vm.metadata.namespace.as_deref() == Some(namespace)
+                    && set_of(vm) == Some(set.name.as_str())
+            })?;
             let names: Vec<String> = read
                 .iter()
                 .map(|m| m.name.clone())
+                .chain(machines.iter().filter_map(|vm| vm.metadata.name.clone()))
                 .chain(set.offline.iter().cloned())
                 .collect();
             let name = instance_name(&set.name, names.iter().map(String::as_str));
@@ -746,10 +757,9 @@ impl Controller {
             at,
         );
 
-        // Each Server's spec says what the plan gives it; one whose spec
-        // changes now moves on once the store has the change.
-        let mut respecified = Vec::new();
-        for machine in read.iter().filter(|m| !m.stale && !m.state.deleting) {
+        // Each Server's spec says what the plan gives it, written before
+        // the instance moves on (on the version the write gives).
+        for machine in read.iter_mut().filter(|m| !m.stale && !m.state.deleting) {
             let Some(target) = plan.targets.get(&machine.name) else {
                 continue;
             };
@@ -762,21 +772,25 @@ impl Controller {
             if *before == spec {
                 continue;
             }
-            Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
-                .patch(
-                    &machine.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({
-                        "metadata": {"resourceVersion": machine.resource_version},
-                        "spec": replacing(before, spec),
-                    })),
-                )
-                .await?;
-            lock(&self.written).insert(
-                format!("{namespace}/{}", machine.name),
-                machine.resource_version.clone(),
-            );
-            respecified.push(machine.name.as_str());
+            let patched =
+                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
+                    .patch(
+                        &machine.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({
+                            "metadata": {"resourceVersion": machine.resource_version},
+                            "spec": replacing(before, spec),
+                        })),
+                    )
+                    .await?;
+            self.wrote(namespace, &machine.name, &machine.resource_version);
+            machine.resource_version = patched
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default();
+            machine.generation = patched.metadata.generation;
+            machine.server = Arc::new(patched);
         }
 
         // The instances move on side by side (each its own Server, its own
@@ -784,7 +798,7 @@ impl Controller {
         // only its instance.
         let movable: Vec<(&Read, Recorded, model::TargetState)> = read
             .iter()
-            .filter(|machine| !machine.stale && !respecified.contains(&machine.name.as_str()))
+            .filter(|machine| !machine.stale)
             .filter_map(|machine| {
                 let target = plan.targets.get(&machine.name).cloned()?;
                 Some((machine, machine.recorded.as_ref().ok()?.clone(), target))
@@ -825,19 +839,17 @@ impl Controller {
         self.write_status(&sets(), namespace, name, object, status)
             .await?;
         // Looked at again soon while a list runs or the rollout moves.
-        let moving = !respecified.is_empty()
-            || read.iter().any(|m| {
-                m.stale
-                    || m.recorded.as_ref().is_ok_and(|r| {
-                        r.list
-                            .as_ref()
-                            .is_some_and(|l| l.outcome == Outcome::Running)
-                    })
-            })
-            || matches!(
-                plan.phase,
-                rollout::Phase::Progressing | rollout::Phase::Paused
-            );
+        let moving = read.iter().any(|m| {
+            m.stale
+                || m.recorded.as_ref().is_ok_and(|r| {
+                    r.list
+                        .as_ref()
+                        .is_some_and(|l| l.outcome == Outcome::Running)
+                })
+        }) || matches!(
+            plan.phase,
+            rollout::Phase::Progressing | rollout::Phase::Paused
+        );
         let found = Found {
             stages: stages(&read),
             phase: deployment.as_ref().map(|_| format!("{:?}", plan.phase)),
@@ -995,6 +1007,106 @@ impl Controller {
         Ok(())
     }
 
+    /// Take over the VMs the set owns itself, made before instances had
+    /// Servers: a Server is made for each, its status what the VM's
+    /// annotations recorded (a list in progress runs on), and the Server
+    /// owns the VM from then on; one being deleted has its Server deleted
+    /// too, so that its clean-up runs. A VM whose annotations do not read is
+    /// left as it is, and said once.
+    async fn take_over(&self, set: &VmReplicaSet, scope: &Scope) -> Result<(), Failed> {
+        let legacy = |vm: &DynamicObject| {
+            vm.metadata.namespace.as_deref() == Some(set.namespace.as_str())
+                && set_of(vm) == Some(set.name.as_str())
+                && vm
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true) && o.kind == "VMReplicaSet")
+        };
+        let servers_api =
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers());
+        for vm in scope.machines.filtered(legacy)? {
+            let name = vm.metadata.name.clone().unwrap_or_default();
+            let annotations = vm.metadata.annotations.clone().unwrap_or_default();
+            let status = match instance::legacy_status(&annotations) {
+                Ok(status) => status,
+                Err(problem) => {
+                    let key = format!("take-over/{}/{name}", set.namespace);
+                    let mut said = lock(&self.said);
+                    if said.get(&key) != Some(&problem) {
+                        tracing::warn!(
+                            namespace = set.namespace,
+                            instance = name,
+                            problem,
+                            "VM delivery: a VM made before Servers does not read; it is not taken over"
+                        );
+                        said.insert(key, problem);
+                    }
+                    continue;
+                }
+            };
+            let uid = match scope.servers.get(&set.namespace, &name)? {
+                Some(server) if set_of(&server) == Some(set.name.as_str()) => {
+                    server.metadata.uid.clone().unwrap_or_default()
+                }
+                Some(_) => continue,
+                None => {
+                    let server: DynamicObject =
+                        serde_json::from_value(set.server(&name, &set.spec.environment, None))
+                            .map_err(kube::Error::SerdeError)?;
+                    let mut made = match servers_api.create(&PostParams::default(), &server).await {
+                        Ok(made) => made,
+                        Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                        Err(error) => return Err(error.into()),
+                    };
+                    if let Some(status) = status {
+                        made.data["status"] = pruned(status);
+                        made = servers_api
+                            .replace_status(&name, &PostParams::default(), &made)
+                            .await?;
+                    }
+                    if vm.metadata.deletion_timestamp.is_some() {
+                        servers_api.delete(&name, &DeleteParams::default()).await?;
+                    }
+                    made.metadata.uid.unwrap_or_default()
+                }
+            };
+            let mut owners: Vec<Value> = vm
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .filter(|o| !(o.controller == Some(true) && o.kind == "VMReplicaSet"))
+                .map(|o| serde_json::to_value(o).unwrap_or_default())
+                .collect();
+            owners.push(super::resources::server_owner(&name, &uid));
+            let mut pointer: serde_json::Map<String, Value> = instance::LEGACY
+                .iter()
+                .map(|key| (key.to_string(), Value::Null))
+                .collect();
+            pointer.insert(instance::SERVER.into(), json!(name));
+            self.patch_metadata(
+                &machines(),
+                &set.namespace,
+                &name,
+                json!({
+                    "resourceVersion": vm.metadata.resource_version,
+                    "ownerReferences": owners,
+                    "annotations": pointer,
+                }),
+            )
+            .await?;
+            tracing::info!(
+                namespace = set.namespace,
+                set = set.name,
+                instance = name,
+                "VM delivery: a VM made before Servers is taken over by its Server"
+            );
+        }
+        Ok(())
+    }
+
     /// Make the VirtualMachine of the Server `name` (of UID `uid`).
     async fn make_machine(
         &self,
@@ -1109,7 +1221,13 @@ impl Controller {
                 let stale = {
                     let mut written = lock(&self.written);
                     let key = format!("{}/{name}", set.namespace);
-                    let stale = written.get(&key) == server.metadata.resource_version.as_ref();
+                    let stale = written.get(&key).is_some_and(|replaced| {
+                        server
+                            .metadata
+                            .resource_version
+                            .as_ref()
+                            .is_some_and(|v| replaced.contains(v))
+                    });
                     if !stale {
                         written.remove(&key);
                     }
@@ -1478,11 +1596,16 @@ impl Controller {
         Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers())
             .replace_status(&machine.name, &PostParams::default(), &server)
             .await?;
-        lock(&self.written).insert(
-            format!("{}/{}", set.namespace, machine.name),
-            machine.resource_version.clone(),
-        );
+        self.wrote(&set.namespace, &machine.name, &machine.resource_version);
         Ok(())
+    }
+
+    /// Keep that a write replaced the Server `name` at `version`.
+    fn wrote(&self, namespace: &str, name: &str, version: &str) {
+        lock(&self.written)
+            .entry(format!("{namespace}/{name}"))
+            .or_default()
+            .push(version.to_string());
     }
 
     /// Let an instance's machine go: deleted, and its clean-up finalizer
@@ -2085,7 +2208,15 @@ async fn reconcile_machine(
     let finalizers = object.metadata.finalizers.clone().unwrap_or_default();
     let namespace = object.metadata.namespace.clone().unwrap_or_default();
     let name = object.metadata.name.clone().unwrap_or_default();
+    let of_a_server = object
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Server");
+    // (One its set owns, made before Servers, is its set's to take over.)
     if !finalizers.iter().any(|f| f == instance::FINALIZER)
+        || !of_a_server
         || object.metadata.deletion_timestamp.is_none()
         // A Server not read is not a Server gone.
         || scope.servers.get(&namespace, &name)?.is_some()

@@ -24,6 +24,70 @@ use crate::wit::lifecycle::{Machine, Outcome, Stage};
 /// The annotation of a `VirtualMachine` naming the `Server` it is the
 /// machine of.
 pub const SERVER: &str = "verdict.dev/server";
+/// The annotations on which a VM carried its instance before instances had
+/// Servers (stage, since, environment, code, lock, list, lists): read once,
+/// when its set takes it over, into its new Server's status.
+pub const LEGACY: [&str; 7] = [
+    "verdict.dev/stage",
+    "verdict.dev/since",
+    "verdict.dev/environment",
+    "verdict.dev/code",
+    "verdict.dev/lock",
+    "verdict.dev/list",
+    "verdict.dev/lists",
+];
+
+/// The Server status a VM's legacy annotations record (none when it has
+/// none of them), or what does not read.
+pub fn legacy_status(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<serde_json::Value>, String> {
+    if !LEGACY.iter().any(|key| annotations.contains_key(*key)) {
+        return Ok(None);
+    }
+    let get = |key: &str| {
+        annotations
+            .get(&format!("verdict.dev/{key}"))
+            .map(String::as_str)
+    };
+    let json = |key: &str| {
+        get(key)
+            .map(|text| {
+                serde_json::from_str::<serde_json::Value>(text)
+                    .map_err(|e| format!("verdict.dev/{key} does not read: {e}"))
+            })
+            .transpose()
+    };
+    let environment: Vec<Package> = get("environment")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, version) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("verdict.dev/environment: `{pair}` is not name=version"))?;
+            Ok(Package {
+                name: name.trim().into(),
+                version: version.trim().into(),
+            })
+        })
+        .collect::<Result<_, String>>()?;
+    let status = serde_json::json!({
+        "stage": get("stage").map(str::trim),
+        "since": get("since"),
+        "environment": environment,
+        "code": get("code"),
+        "list": json("list")?,
+        "lists": json("lists")?,
+    });
+    // What it says reads as a Server's status says it, or it is not taken.
+    let recorded = Recorded::read(&serde_json::json!({ "status": status }))?;
+    Ok(Some(
+        recorded.status(&Observed::default(), &serde_json::Value::Null),
+    ))
+}
+
 /// The label naming the `VMReplicaSet` an instance belongs to.
 pub const SET_LABEL: &str = "verdict.dev/vmreplicaset";
 /// The finalizer that holds an instance until its clean-up ran.
@@ -929,6 +993,46 @@ mod tests {
             Recorded::read(&serde_json::json!({})).unwrap(),
             Recorded::default()
         );
+    }
+
+    #[test]
+    fn a_vms_legacy_annotations_become_its_servers_status() {
+        let list = initializing(2, 1_767_225_600_000);
+        let annotations = BTreeMap::from([
+            ("verdict.dev/stage".to_string(), "initializing".to_string()),
+            (
+                "verdict.dev/since".to_string(),
+                "2026-01-01T00:00:00Z".to_string(),
+            ),
+            (
+                "verdict.dev/environment".to_string(),
+                "jdk=21,agent=3.2".to_string(),
+            ),
+            ("verdict.dev/code".to_string(), "1.0".to_string()),
+            ("verdict.dev/lock".to_string(), "verdict-7c9f/4".to_string()),
+            (
+                "verdict.dev/list".to_string(),
+                serde_json::to_string(&list).unwrap(),
+            ),
+            ("team".to_string(), "shop".to_string()),
+        ]);
+        let status = legacy_status(&annotations).unwrap().unwrap();
+        let read = Recorded::read(&serde_json::json!({ "status": status })).unwrap();
+        assert_eq!(read.stage, Some(Stage::Initializing));
+        assert_eq!(read.environment.len(), 2);
+        assert_eq!(read.code.as_deref(), Some("1.0"));
+        assert_eq!(
+            read.list,
+            Some(list),
+            "the list in progress, whole: it runs on"
+        );
+        assert_eq!(read.lock, None, "the lock is the new leader's to take");
+        // None of them: nothing to take over.
+        let plain = BTreeMap::from([("team".to_string(), "shop".to_string())]);
+        assert_eq!(legacy_status(&plain).unwrap(), None);
+        // What does not read is named, and not taken.
+        let wrong = BTreeMap::from([("verdict.dev/stage".to_string(), "redy".to_string())]);
+        assert!(legacy_status(&wrong).unwrap_err().contains("redy"));
     }
 
     #[test]

@@ -513,6 +513,42 @@ fn a_set_is_delivered_and_its_gray_release_approved_on_the_real_api_server() {
         codes(),
         rollout()
     );
+    // `kubectl get servers` says where every instance is.
+    let ready = wait_until(PATIENCE, || {
+        let table = kube.run(&["get", "servers.verdict.dev"]);
+        table.lines().count() == 4 && table.lines().skip(1).all(|l| l.contains("true"))
+    });
+    let table = kube.run(&["get", "servers.verdict.dev"]);
+    assert!(ready.is_some(), "{table}");
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "SET",
+            "STAGE",
+            "SINCE",
+            "ENVIRONMENT",
+            "CODE",
+            "NODE",
+            "READY",
+            "AGE"
+        ],
+        "{table}"
+    );
+    for line in table.lines().skip(1) {
+        let row: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            (row[1], row[2], row[4], row[5], row[7]),
+            ("web", "serving", "jdk=21", "1.0", "true"),
+            "{table}"
+        );
+    }
     for (name, _, _) in codes() {
         // Attached in gray release and again in full once 1.0 was
         // released, or in full at once.
