@@ -1029,6 +1029,24 @@ fn a_failed_instance_is_retried_and_an_aborted_rollout_goes_back_to_the_stable_c
         })
     });
     assert!(warned.is_some(), "{:#?}", events_of_set());
+    // Its Server's conditions say it: not ready, degraded at the step.
+    let conditions = instances(cluster)["web-0"]["conditions"].clone();
+    let condition = |kind: &str| {
+        conditions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == kind)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(condition("Ready")["status"], "False", "{conditions:#}");
+    assert_eq!(condition("Degraded")["status"], "True", "{conditions:#}");
+    assert_eq!(
+        condition("Degraded")["message"],
+        "deploying failed at deploy-code: disk full",
+        "{conditions:#}"
+    );
     // The instance's Server has it too (`kubectl describe server web-0`).
     let url = format!(
         "{}/apis/events.k8s.io/v1/namespaces/shop/events",
@@ -2695,7 +2713,6 @@ fn a_vm_made_before_servers_is_taken_over_with_what_it_recorded() {
         },
         "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}},
     }));
-    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
     let machines = resource(cluster, "kubevirt.io", "virtualmachines");
     let vm = || {
         cluster
@@ -2704,6 +2721,13 @@ fn a_vm_made_before_servers_is_taken_over_with_what_it_recorded() {
             .get(machines, "shop", "web-0")
             .unwrap()
     };
+    // Running, as it was when the host before Servers left it.
+    let running = wait_until(PATIENCE, || {
+        let vm = vm();
+        vm["status"]["printableStatus"] == "Running" && vm["status"]["ready"] == true
+    });
+    assert!(running.is_some(), "{:#}", vm());
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
     let taken = wait_until(PATIENCE * 2, || {
         let vm = vm();
         instances(cluster)

@@ -77,7 +77,15 @@ pub struct Controller {
     /// on (what it shows is already past), and the watch brings the new
     /// one.
     written: std::sync::Mutex<BTreeMap<String, Vec<String>>>,
+    /// The Servers each set (`namespace/set`) made that its store has not
+    /// shown yet, with when: the set makes no other until it has (else a
+    /// store behind its writes would have it make one again and again),
+    /// or until [`MADE_EXPECTED`] has passed.
+    made: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Timestamp>>>,
 }
+
+/// How long a set waits for the store to show a Server it made.
+const MADE_EXPECTED: i64 = 30_000;
 
 /// What the controller counts: instances by stage and rollouts by phase
 /// at each set's last reconcile, hook calls and failures by step since the
@@ -240,6 +248,7 @@ impl Controller {
             announcer: None,
             said: std::sync::Mutex::default(),
             written: std::sync::Mutex::default(),
+            made: std::sync::Mutex::default(),
         }
     }
 
@@ -534,6 +543,25 @@ impl Controller {
         // Take over the VMs it made before instances had Servers.
         self.take_over(&set, scope).await?;
         let mut read = self.read_machines(&set, scope, health)?;
+        // Until the store shows the Servers the set made, it waits.
+        {
+            let mut made = lock(&self.made);
+            let key = format!("{namespace}/{}", set.name);
+            let expected = made.entry(key.clone()).or_default();
+            expected.retain(|name, when| {
+                at - *when < MADE_EXPECTED && !read.iter().any(|m| &m.name == name)
+            });
+            let waiting = !expected.is_empty();
+            if !waiting {
+                made.remove(&key);
+            }
+            if waiting {
+                return Ok(Found {
+                    stages: stages(&read),
+                    ..Found::moving()
+                });
+            }
+        }
         // What the set may do depends on every instance as it is now: while
         // the store shows one from before this controller's last write to
         // it, the set waits for the watch to bring the write.
@@ -643,6 +671,10 @@ impl Controller {
                 serde_json::from_value(server).map_err(kube::Error::SerdeError)?;
             match api.create(&PostParams::default(), &server).await {
                 Ok(mut made) => {
+                    lock(&self.made)
+                        .entry(format!("{namespace}/{}", set.name))
+                        .or_default()
+                        .insert(name.clone(), at);
                     // It applies for a machine.
                     made.data["status"] = json!({
                         "stage": Stage::Requested.wit_name(),
@@ -668,8 +700,9 @@ impl Controller {
             return Ok(Found::moving());
         }
         // A Server whose machine is not made yet has it made; one whose
-        // machine is gone without its clean-up (deleted with its finalizer
-        // taken off) goes through its clean-up, and the set replaces it.
+        // machine was seen and is gone without its clean-up (deleted with
+        // its finalizer taken off) goes through its clean-up, and the set
+        // replaces it.
         let mut machines_made = false;
         // A machine deleted by hand takes its Server with it: the
         // instance goes through its clean-up, and the set replaces it.
@@ -689,7 +722,12 @@ impl Controller {
             .iter()
             .filter(|m| m.machine.is_none() && !m.state.deleting && !m.lost)
         {
-            if matches!(server.state.stage, None | Some(Stage::Requested)) {
+            // Seen before (its status recorded its machine) and not in the
+            // store now: gone, since the store only moves on. Never seen: not
+            // made yet, or made and not in the store yet (made again, the
+            // API server says it exists).
+            let seen = server.server.data["status"]["machineState"].is_string();
+            if !seen {
                 self.make_machine(&set, &server.name, &server.uid).await?;
             } else {
                 tracing::warn!(
@@ -1575,7 +1613,8 @@ impl Controller {
     ) -> Result<(), kube::Error> {
         let observed = instance::Observed {
             machine: machine.machine.as_ref().and_then(|m| m.printable.clone()),
-            machine_state: Some(machine.state.machine),
+            // What the store shows of its machine; none while it shows none.
+            machine_state: machine.machine.as_ref().map(|_| machine.state.machine),
             node: machine.state.node.clone(),
             ready: rollout::in_service(recorded.stage)
                 && machine.state.machine == crate::wit::lifecycle::Machine::Running
@@ -1587,7 +1626,17 @@ impl Controller {
             generation: machine.generation,
         };
         let previous = &machine.server.data["status"];
-        let status = pruned(recorded.status(&observed, &previous["conditions"]));
+        let conditions = super::resources::server_conditions(
+            recorded,
+            (
+                machine.state.machine == crate::wit::lifecycle::Machine::Running,
+                machine.state.node_health == NodeHealth::Healthy,
+            ),
+            machine.generation.unwrap_or(0),
+            now(),
+        );
+        let mut status = pruned(recorded.status(&observed, &conditions));
+        super::resources::keep_transitions(previous, &mut status);
         if *previous == status {
             return Ok(());
         }

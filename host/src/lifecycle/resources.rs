@@ -896,6 +896,101 @@ fn condition(
     })
 }
 
+/// A Server's conditions, in the shape of the set's: `Ready` (in service,
+/// its machine running and ready, its node healthy), `Progressing` (a list
+/// runs: its step) and `Degraded` (its list failed: the step, and what the
+/// hook said).
+pub fn server_conditions(
+    recorded: &super::instance::Recorded,
+    (machine_ready, node_healthy): (bool, bool),
+    generation: i64,
+    now: Timestamp,
+) -> Value {
+    use crate::wit::WitName;
+    use crate::wit::lifecycle::Outcome;
+    let stage = recorded.stage.map_or("none", |s| s.wit_name());
+    let in_service = super::rollout::in_service(recorded.stage);
+    let (ready, reason, message) = match (in_service, machine_ready, node_healthy) {
+        (true, true, true) => (true, "InService", format!("{stage}: in service")),
+        (false, ..) => (false, "NotInService", format!("{stage}: not in service")),
+        (true, false, _) => (
+            false,
+            "MachineNotReady",
+            format!("{stage}: its machine is not ready"),
+        ),
+        (true, true, false) => (
+            false,
+            "NodeNotHealthy",
+            format!("{stage}: its node is not healthy"),
+        ),
+    };
+    let list = recorded.list.as_ref();
+    let running = list.filter(|l| l.outcome == Outcome::Running);
+    let step = |l: &super::instance::CurrentList| {
+        l.tasks
+            .get(l.step)
+            .map(|t| t.name.clone())
+            .unwrap_or_default()
+    };
+    // The list that failed: the one in progress, or — the instance moved
+    // to `failed` since — the last that failed.
+    let failed = match recorded.stage {
+        Some(crate::wit::lifecycle::Stage::Failed) => list
+            .map(|l| l.entry())
+            .into_iter()
+            .chain(recorded.lists.iter().cloned())
+            .find(|l| l.outcome == Outcome::Failed),
+        _ => list
+            .filter(|l| l.outcome == Outcome::Failed)
+            .map(|l| l.entry()),
+    };
+    json!([
+        condition("Ready", ready, reason, &message, generation, now),
+        match running {
+            Some(l) if l.awaiting_approval() => condition(
+                "Progressing",
+                true,
+                "WaitingForApproval",
+                &format!("the {stage} list waits for a person"),
+                generation,
+                now
+            ),
+            Some(l) => condition(
+                "Progressing",
+                true,
+                "ListRunning",
+                &format!("{stage}: {} (attempt {})", step(l), l.attempt + 1),
+                generation,
+                now
+            ),
+            None => condition(
+                "Progressing",
+                false,
+                "AtRest",
+                &format!("{stage}: no list runs"),
+                generation,
+                now
+            ),
+        },
+        match failed {
+            Some(l) => condition(
+                "Degraded",
+                true,
+                "ListFailed",
+                &format!(
+                    "{} failed at {}: {}",
+                    l.stage.wit_name(),
+                    l.task.as_deref().unwrap_or_default(),
+                    l.message
+                ),
+                generation,
+                now
+            ),
+            None => condition("Degraded", false, "AsExpected", "", generation, now),
+        },
+    ])
+}
+
 /// The conditions of `next`, each keeping the transition time of the same
 /// condition in `previous` when its status did not change.
 pub fn keep_transitions(previous: &Value, next: &mut Value) {
@@ -1020,6 +1115,85 @@ mod tests {
         let going =
             json!({"metadata": {"name": "going", "deletionTimestamp": "2026-01-01T00:00:00Z"}});
         assert_eq!(set.adoption(&going, Some("s-9")), None);
+    }
+
+    #[test]
+    fn a_servers_conditions_say_whether_it_serves_moves_or_failed() {
+        use crate::lifecycle::instance::{CurrentList, Recorded};
+        use crate::lifecycle::model::{Next, Task};
+        use crate::wit::lifecycle::Stage;
+        let of = |conditions: &Value, kind: &str| -> (String, String) {
+            let c = conditions
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == kind)
+                .unwrap();
+            (
+                c["status"].as_str().unwrap().to_string(),
+                c["reason"].as_str().unwrap().to_string(),
+            )
+        };
+        let serving = Recorded {
+            stage: Some(Stage::Serving),
+            ..Recorded::default()
+        };
+        let at_rest = server_conditions(&serving, (true, true), 2, 0);
+        assert_eq!(of(&at_rest, "Ready"), ("True".into(), "InService".into()));
+        assert_eq!(
+            of(&at_rest, "Progressing"),
+            ("False".into(), "AtRest".into())
+        );
+        assert_eq!(
+            of(&at_rest, "Degraded"),
+            ("False".into(), "AsExpected".into())
+        );
+        assert_eq!(at_rest[0]["observedGeneration"], 2);
+        let lost_node = server_conditions(&serving, (true, false), 2, 0);
+        assert_eq!(
+            of(&lost_node, "Ready"),
+            ("False".into(), "NodeNotHealthy".into())
+        );
+
+        let next = Next::Move {
+            stage: Stage::Deploying,
+            tasks: vec![Task {
+                name: "deploy-code".into(),
+                params: json!({}),
+            }],
+            environment: None,
+            code: Some("2.0".into()),
+            needs_approval: false,
+            reason: "a test".into(),
+        };
+        let mut moving = serving.clone();
+        moving.enter(CurrentList::entered(0, &next, 0).unwrap(), 0);
+        let running = server_conditions(&moving, (true, true), 2, 0);
+        assert_eq!(
+            of(&running, "Ready"),
+            ("False".into(), "NotInService".into())
+        );
+        assert_eq!(
+            of(&running, "Progressing"),
+            ("True".into(), "ListRunning".into())
+        );
+        assert_eq!(running[1]["message"], "deploying: deploy-code (attempt 1)");
+        let list = moving.list.as_mut().unwrap();
+        list.advance(
+            crate::lifecycle::hooks::StepOutcome::Failed {
+                message: "disk full".into(),
+            },
+            1,
+        );
+        let failed = server_conditions(&moving, (true, true), 2, 0);
+        assert_eq!(
+            of(&failed, "Degraded"),
+            ("True".into(), "ListFailed".into())
+        );
+        assert_eq!(
+            failed[2]["message"],
+            "deploying failed at deploy-code: disk full"
+        );
     }
 
     #[test]
