@@ -999,31 +999,16 @@ impl Controller {
         };
         let vms =
             Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &machines());
-        let servers_api =
-            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers());
         for vm in scope.machines.filtered(named)? {
             let value = serde_json::to_value(&*vm).unwrap_or_default();
             let name = vm.metadata.name.clone().unwrap_or_default();
             if set.adoption(&value, Some("")).is_none() {
                 continue;
             }
-            let uid = match scope.servers.get(&set.namespace, &name)? {
-                Some(server) if set_of(&server) == Some(set.name.as_str()) => {
-                    server.metadata.uid.clone().unwrap_or_default()
-                }
-                // Another set's instance goes by that name: not this one's.
-                Some(_) => continue,
-                None => {
-                    let server: DynamicObject =
-                        serde_json::from_value(set.server(&name, &set.spec.environment, None))
-                            .map_err(kube::Error::SerdeError)?;
-                    match servers_api.create(&PostParams::default(), &server).await {
-                        Ok(made) => made.metadata.uid.unwrap_or_default(),
-                        // Made already: taken once the store has it.
-                        Err(kube::Error::Api(status)) if status.code == 409 => continue,
-                        Err(error) => return Err(error.into()),
-                    }
-                }
+            let uid = match self.server_for(set, scope, &name).await? {
+                ServerFor::Has(uid) => uid,
+                ServerFor::Made(made) => made.metadata.uid.unwrap_or_default(),
+                ServerFor::Not => continue,
             };
             let Some(metadata) = set.adoption(&value, Some(&uid)) else {
                 continue;
@@ -1084,23 +1069,13 @@ impl Controller {
                     continue;
                 }
             };
-            let uid = match scope.servers.get(&set.namespace, &name)? {
-                Some(server) if set_of(&server) == Some(set.name.as_str()) => {
-                    server.metadata.uid.clone().unwrap_or_default()
-                }
-                Some(_) => continue,
-                None => {
-                    let server: DynamicObject =
-                        serde_json::from_value(set.server(&name, &set.spec.environment, None))
-                            .map_err(kube::Error::SerdeError)?;
-                    let mut made = match servers_api.create(&PostParams::default(), &server).await {
-                        Ok(made) => made,
-                        Err(kube::Error::Api(status)) if status.code == 409 => continue,
-                        Err(error) => return Err(error.into()),
-                    };
+            let uid = match self.server_for(set, scope, &name).await? {
+                ServerFor::Has(uid) => uid,
+                ServerFor::Not => continue,
+                ServerFor::Made(mut made) => {
                     if let Some(status) = status {
                         made.data["status"] = pruned(status);
-                        made = servers_api
+                        *made = servers_api
                             .replace_status(&name, &PostParams::default(), &made)
                             .await?;
                     }
@@ -1143,6 +1118,41 @@ impl Controller {
             );
         }
         Ok(())
+    }
+
+    /// The Server of the set's that a VM named `name` is to have: the one
+    /// the store shows, or one made now for it; none when another set's
+    /// goes by that name, or when one was made meanwhile (taken once the
+    /// store has it).
+    async fn server_for(
+        &self,
+        set: &VmReplicaSet,
+        scope: &Scope,
+        name: &str,
+    ) -> Result<ServerFor, Failed> {
+        match scope.servers.get(&set.namespace, name)? {
+            Some(server) if set_of(&server) == Some(set.name.as_str()) => Ok(ServerFor::Has(
+                server.metadata.uid.clone().unwrap_or_default(),
+            )),
+            Some(_) => Ok(ServerFor::Not),
+            None => {
+                let server: DynamicObject =
+                    serde_json::from_value(set.server(name, &set.spec.environment, None))
+                        .map_err(kube::Error::SerdeError)?;
+                match Api::<DynamicObject>::namespaced_with(
+                    self.writer.clone(),
+                    &set.namespace,
+                    &servers(),
+                )
+                .create(&PostParams::default(), &server)
+                .await
+                {
+                    Ok(made) => Ok(ServerFor::Made(Box::new(made))),
+                    Err(kube::Error::Api(status)) if status.code == 409 => Ok(ServerFor::Not),
+                    Err(error) => Err(error.into()),
+                }
+            }
+        }
     }
 
     /// Make the VirtualMachine of the Server `name` (of UID `uid`).
@@ -1663,22 +1673,39 @@ impl Controller {
         let Some(vm) = &machine.machine else {
             return Ok(());
         };
-        let api =
-            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &machines());
-        if !vm.deleted {
+        self.let_go_of(
+            &machines(),
+            &set.namespace,
+            &machine.name,
+            (vm.deleted, &vm.finalizers),
+        )
+        .await
+    }
+
+    /// Delete an object (unless it is being deleted) and release its
+    /// clean-up finalizer (when it holds it); one gone already is done.
+    async fn let_go_of(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+        (deleted, finalizers): (bool, &[String]),
+    ) -> Result<(), kube::Error> {
+        if !deleted {
             gone_is_done(
-                api.delete(&machine.name, &DeleteParams::default())
+                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, resource)
+                    .delete(name, &DeleteParams::default())
                     .await
                     .map(drop),
             )?;
         }
-        if vm.finalizers.iter().any(|f| f == instance::FINALIZER) {
+        if finalizers.iter().any(|f| f == instance::FINALIZER) {
             gone_is_done(
                 self.patch_metadata(
-                    &machines(),
-                    &set.namespace,
-                    &machine.name,
-                    json!({ "finalizers": without(&vm.finalizers) }),
+                    resource,
+                    namespace,
+                    name,
+                    json!({ "finalizers": without(finalizers) }),
                 )
                 .await,
             )?;
@@ -1694,24 +1721,13 @@ impl Controller {
             "VM delivery: cleaned up; the machine and its Server go"
         );
         self.let_machine_go(set, machine).await?;
-        let api =
-            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers());
-        if !machine.deleted {
-            gone_is_done(
-                api.delete(&machine.name, &DeleteParams::default())
-                    .await
-                    .map(drop),
-            )?;
-        }
-        gone_is_done(
-            self.patch_metadata(
-                &servers(),
-                &set.namespace,
-                &machine.name,
-                json!({ "finalizers": without(&machine.finalizers) }),
-            )
-            .await,
-        )?;
+        self.let_go_of(
+            &servers(),
+            &set.namespace,
+            &machine.name,
+            (machine.deleted, &machine.finalizers),
+        )
+        .await?;
         // Gone: nothing of it to wait for.
         lock(&self.written).remove(&format!("{}/{}", set.namespace, machine.name));
         Ok(())
@@ -1757,6 +1773,16 @@ impl Controller {
         }
         written.map(drop)
     }
+}
+
+/// The Server a VM is to have.
+enum ServerFor {
+    /// The store shows it, of this UID.
+    Has(String),
+    /// Made now.
+    Made(Box<DynamicObject>),
+    /// None of this set's.
+    Not,
 }
 
 /// Finalizers without the clean-up's.

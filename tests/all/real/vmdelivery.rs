@@ -309,11 +309,12 @@ fn status_written(
     serde_json::from_str(&cluster.kubectl_run(&read, None).unwrap()).unwrap()
 }
 
-/// The set `web`'s VMs, as `kubectl` lists them (none when it fails).
-fn set_vms(kube: &Kube) -> Vec<Value> {
+/// The set `web`'s objects of `resource` (`servers.verdict.dev`, …), as
+/// `kubectl` lists them (none when it fails).
+fn set_objects(kube: &Kube, resource: &str) -> Vec<Value> {
     let listed: Value = serde_json::from_str(&kube.run(&[
         "get",
-        "virtualmachines.kubevirt.io",
+        resource,
         "-l",
         "verdict.dev/vmreplicaset=web",
         "-o",
@@ -323,18 +324,14 @@ fn set_vms(kube: &Kube) -> Vec<Value> {
     listed["items"].as_array().cloned().unwrap_or_default()
 }
 
-/// The set `web`'s Servers, as `kubectl` lists them (none when it fails).
+/// The set `web`'s VMs.
+fn set_vms(kube: &Kube) -> Vec<Value> {
+    set_objects(kube, "virtualmachines.kubevirt.io")
+}
+
+/// The set `web`'s Servers.
 fn set_servers(kube: &Kube) -> Vec<Value> {
-    let listed: Value = serde_json::from_str(&kube.run(&[
-        "get",
-        "servers.verdict.dev",
-        "-l",
-        "verdict.dev/vmreplicaset=web",
-        "-o",
-        "json",
-    ]))
-    .unwrap_or_default();
-    listed["items"].as_array().cloned().unwrap_or_default()
+    set_objects(kube, "servers.verdict.dev")
 }
 
 /// The first node, by name, that a new instance may be placed on: ready,
