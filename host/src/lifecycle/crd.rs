@@ -568,6 +568,7 @@ pub struct ServerSpec {
 pub struct ServerStatus {
     pub observed_generation: Option<i64>,
     /// Its stage (seed 002's instance state machine).
+    #[serde(default)]
     #[schemars(schema_with = "stage_names")]
     pub stage: Option<String>,
     /// Since when it has had its stage.
@@ -584,6 +585,7 @@ pub struct ServerStatus {
     pub lock: Option<String>,
     /// The task list in progress (or the last one, finished): its stage,
     /// its steps, the step at, its attempt and each finished step's result.
+    #[serde(default)]
     #[schemars(schema_with = "crate::schema::any_object")]
     pub list: Option<Value>,
     /// The step in progress, as `task (attempt n)`.
@@ -598,6 +600,7 @@ pub struct ServerStatus {
     /// Its VirtualMachine's printable status.
     pub machine: Option<String>,
     /// Its machine as the lifecycle policy sees it.
+    #[serde(default)]
     #[schemars(schema_with = "machine_names")]
     pub machine_state: Option<String>,
     /// The node its machine runs on.
