@@ -1002,7 +1002,7 @@ impl Controller {
         for vm in scope.machines.filtered(named)? {
             let value = serde_json::to_value(&*vm).unwrap_or_default();
             let name = vm.metadata.name.clone().unwrap_or_default();
-            if set.adoption(&value, Some("")).is_none() {
+            if !super::resources::adoptable(&value) {
                 continue;
             }
             let uid = match self.server_for(set, scope, &name).await? {

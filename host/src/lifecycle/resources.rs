@@ -397,15 +397,10 @@ impl VmReplicaSet {
     /// it, the clean-up finalizer. None for a VM the set may not adopt
     /// (another controller owns it, or it is being deleted).
     pub fn adoption(&self, vm: &Value, uid: Option<&str>) -> Option<Value> {
-        let metadata = &vm["metadata"];
-        let owned = metadata["ownerReferences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|o| o["controller"] == true);
-        if owned || !metadata["deletionTimestamp"].is_null() {
+        if !adoptable(vm) {
             return None;
         }
+        let metadata = &vm["metadata"];
         let name = metadata["name"].as_str()?;
         let mut owners = metadata["ownerReferences"]
             .as_array()
@@ -425,6 +420,18 @@ impl VmReplicaSet {
             "finalizers": finalizers,
         }))
     }
+}
+
+/// Whether a VM may be adopted: no controller owns it, and it is not being
+/// deleted.
+pub fn adoptable(vm: &Value) -> bool {
+    let metadata = &vm["metadata"];
+    let owned = metadata["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|o| o["controller"] == true);
+    !owned && metadata["deletionTimestamp"].is_null()
 }
 
 /// The name of a new instance of `set`: the set's name and the lowest free
