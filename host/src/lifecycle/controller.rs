@@ -2204,6 +2204,18 @@ async fn reconcile_deployment(
     let problem = match VmDeployment::read(&d) {
         Err(problem) => problem,
         Ok(_) if scope.sets.get(namespace, set)?.is_none() => {
+            // The store may be behind the API server (a set made just
+            // before its deployment): a set not in it is looked up before
+            // the deployment is said to name none. Found, its own
+            // reconcile writes the deployment's status.
+            let api = Api::<DynamicObject>::namespaced_with(
+                controller.reader.clone(),
+                namespace,
+                &sets(),
+            );
+            if api.get_opt(set).await?.is_some() {
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
             format!("no VMReplicaSet {set} in namespace {namespace}")
         }
         Ok(_) if first.as_deref() != Some(name) => format!(
