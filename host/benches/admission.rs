@@ -94,6 +94,7 @@ fn main() {
         failure: FailureMode::Closed,
         live: None,
         gate: verdict::admission::Gate::new(&Default::default()),
+        cluster: None,
     };
     let tokio = tokio::runtime::Runtime::new().unwrap();
     for (kind, body) in &bodies {

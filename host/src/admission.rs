@@ -27,7 +27,7 @@ pub enum FailureMode {
 }
 
 /// What admission is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 #[group(skip)]
 pub struct Settings {
     /// What admission answers when its policy fails (a trap, a timeout,
@@ -47,6 +47,11 @@ pub struct Settings {
     /// the API server's webhook timeout.
     #[arg(long = "admission-queue-ms", value_name = "MS", default_value = "2000", value_parser = crate::settings::positive_millis)]
     pub queue: std::time::Duration,
+    /// The cluster this host serves, as tasks name it (seed 000's
+    /// `cluster_id`); a task for another cluster is refused. Unset: the
+    /// UID of the cluster's `kube-system` namespace.
+    #[arg(long = "cluster-id", value_name = "ID")]
+    pub cluster_id: Option<String>,
 }
 
 impl Default for Settings {
@@ -65,6 +70,182 @@ pub struct Admission {
     pub shadows: Option<Arc<crate::shadow::Shadows>>,
     /// Room for the policy calls running at once.
     pub gate: Arc<Gate>,
+    /// The cluster a task's fields are checked against (its id, its
+    /// storage classes), when there is one.
+    pub cluster: Option<Arc<Cluster>>,
+}
+
+/// What a task's fields are checked against in the cluster before it is
+/// stored: which cluster this is, the storage classes, what the app's
+/// workload was made from.
+pub struct Cluster {
+    client: kube::Client,
+    /// `--cluster-id`, else the `kube-system` namespace's UID, read once.
+    id: tokio::sync::OnceCell<String>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("id", &self.id.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    pub fn new(client: kube::Client, configured: Option<String>) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            id: match configured {
+                Some(id) => tokio::sync::OnceCell::new_with(Some(id)),
+                None => tokio::sync::OnceCell::new(),
+            },
+        })
+    }
+
+    /// This cluster's id.
+    pub async fn id(&self) -> Result<String, String> {
+        self.id
+            .get_or_try_init(|| async {
+                let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+                    kube::Api::all(self.client.clone());
+                let system = namespaces.get("kube-system").await.map_err(|e| {
+                    format!("which cluster this is could not be read (the kube-system namespace's UID; or set --cluster-id): {e}")
+                })?;
+                system
+                    .metadata
+                    .uid
+                    .ok_or_else(|| "the kube-system namespace has no UID; set --cluster-id".to_string())
+            })
+            .await
+            .cloned()
+    }
+
+    /// Check what a task asks against the cluster: its cluster, its storage
+    /// class (which must exist, and allow expansion when an update grows
+    /// the claims), cert-manager when it asks for issuance. `kept` is what
+    /// the app's workload was made from, when verdict made it.
+    async fn check(
+        &self,
+        request: &NewTask,
+        spec: &crate::tasks::spec::AppSpec,
+        kept: Option<crate::tasks::spec::AppSpec>,
+    ) -> Result<(), TaskError> {
+        use crate::tasks::Refusal;
+        use crate::wit::types::TaskAction as Action;
+        let invalid = |field: &str, message: String| {
+            TaskError::Refused(Refusal::Invalid {
+                field: field.into(),
+                message,
+            })
+        };
+        if let Some(asked) = &spec.cluster_id {
+            let own = self.id().await.map_err(TaskError::Unverified)?;
+            if *asked != own {
+                return Err(invalid(
+                    "params.cluster-id",
+                    format!(
+                        "this verdict serves cluster `{own}`, not `{asked}`; send the task to that cluster's verdict"
+                    ),
+                ));
+            }
+        }
+        if !matches!(request.action, Action::Create | Action::Update) {
+            return Ok(());
+        }
+        if spec
+            .certificate
+            .as_ref()
+            .is_some_and(|c| c.issuer.is_some())
+        {
+            let gvk = kube::core::GroupVersionKind::gvk("cert-manager.io", "v1", "Certificate");
+            match kube::discovery::oneshot::pinned_kind(&self.client, &gvk).await {
+                Ok(_) => {}
+                Err(kube::Error::Discovery(_)) => {
+                    return Err(invalid(
+                        "params.certificate.issuer",
+                        "cert-manager's Certificate (cert-manager.io/v1) is not served by this cluster; give `cert` and `key` instead".into(),
+                    ));
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    return Err(invalid(
+                        "params.certificate.issuer",
+                        "cert-manager's Certificate (cert-manager.io/v1) is not served by this cluster; give `cert` and `key` instead".into(),
+                    ));
+                }
+                Err(e) => {
+                    return Err(TaskError::Unverified(format!(
+                        "whether cert-manager is served could not be read: {e}"
+                    )));
+                }
+            }
+        }
+        let class_name = spec
+            .storage_class_name
+            .clone()
+            .or_else(|| kept.as_ref().and_then(|k| k.storage_class_name.clone()));
+        if request.action == Action::Update
+            && let Some(kept) = &kept
+        {
+            if spec.storage_class_size.is_some() && kept.storage_class_size.is_none() {
+                return Err(invalid(
+                    "params.storage-class-size",
+                    "the app was made without storage (a Deployment); storage cannot be added to it".into(),
+                ));
+            }
+            if let (Some(asked), Some(was)) = (&spec.storage_class_name, &kept.storage_class_name)
+                && asked != was
+            {
+                return Err(invalid(
+                    "params.storage-class-name",
+                    format!("the app's claims are of class `{was}`; a claim's class cannot change"),
+                ));
+            }
+        }
+        let Some(class_name) = class_name.filter(|_| spec.storage_class_size.is_some()) else {
+            return Ok(());
+        };
+        let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> =
+            kube::Api::all(self.client.clone());
+        let class = match classes.get_opt(&class_name).await {
+            Ok(Some(class)) => class,
+            Ok(None) => {
+                return Err(invalid(
+                    "params.storage-class-name",
+                    format!("no StorageClass `{class_name}` in this cluster"),
+                ));
+            }
+            Err(e) => {
+                return Err(TaskError::Unverified(format!(
+                    "StorageClass `{class_name}` could not be read: {e}"
+                )));
+            }
+        };
+        let (Some(asked), Some(was)) = (
+            &spec.storage_class_size,
+            kept.as_ref().and_then(|k| k.storage_class_size.as_ref()),
+        ) else {
+            return Ok(());
+        };
+        let quantity = |text: &str| kube_quantity::ParsedQuantity::try_from(text).ok();
+        match (quantity(asked), quantity(was)) {
+            (Some(asked_q), Some(was_q)) if asked_q < was_q => Err(invalid(
+                "params.storage-class-size",
+                format!("the app's claims are {was}; a claim cannot shrink to {asked}"),
+            )),
+            (Some(asked_q), Some(was_q))
+                if asked_q > was_q && class.allow_volume_expansion != Some(true) =>
+            {
+                Err(invalid(
+                    "params.storage-class-size",
+                    format!(
+                        "StorageClass `{class_name}` does not allow volume expansion (allowVolumeExpansion); the app's claims stay {was}"
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A bound on the admission policy's calls at once, and on how long a call
@@ -224,11 +405,33 @@ impl Admission {
     /// The one way a task is asked for: admitted by the admission policy
     /// (given the app's tasks) and, when it is, stored in `tasks`. Users'
     /// requests, the demo's scripted ones and failover's all come here.
-    pub(crate) async fn ask(&self, tasks: &Tasks, request: NewTask) -> Result<Task, TaskError> {
+    pub(crate) async fn ask(&self, tasks: &Tasks, mut request: NewTask) -> Result<Task, TaskError> {
+        let spec = request.read_spec()?;
+        if let Some(cluster) = &self.cluster {
+            let kept = self.kept_spec(&request.app);
+            cluster.check(&request, &spec, kept).await?;
+        }
         let asked = &request.clone();
         tasks
             .create(request, |app_tasks| self.admit_task(asked, app_tasks))
             .await
+    }
+
+    /// What the app's workload was made from, when verdict made it.
+    fn kept_spec(&self, app: &str) -> Option<crate::tasks::spec::AppSpec> {
+        let live = self.live.as_ref()?;
+        let (namespace, name) = app.split_once('/')?;
+        let key = (namespace.to_string(), name.to_string());
+        let input = live
+            .observed
+            .read()
+            .inputs_for([&key], crate::time::now())
+            .pop()?;
+        input.app.workloads.iter().find_map(|w| {
+            crate::tasks::spec::AppSpec::kept(&w.annotations)
+                .ok()
+                .flatten()
+        })
     }
 
     /// Decide on a task request, given the app's tasks (newest first).

@@ -462,6 +462,9 @@ impl Host {
             failure: config.admission.failure,
             live: live.clone(),
             gate: crate::admission::Gate::new(&config.admission),
+            cluster: client.as_ref().map(|client| {
+                crate::admission::Cluster::new(client.clone(), config.admission.cluster_id.clone())
+            }),
         };
         let stopping = tokio::sync::watch::Sender::new(false);
         let (leadership, members, elector) = elect(config, client.as_ref(), &registry, &stopping);

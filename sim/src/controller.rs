@@ -137,6 +137,41 @@ fn running_status(pod: &Value, ready: bool, now: SystemTime) -> Value {
     status
 }
 
+/// The claims of a StatefulSet's pod, made from its volume claim templates
+/// when missing (`<template>-<pod>`, the template's labels) and bound at
+/// once; they stay when the pod or the set goes, as Kubernetes keeps them.
+fn claim(store: &Store, set: &Value, pod: &str) -> Result<(), StoreError> {
+    let claims = resource("", "persistentvolumeclaims");
+    let namespace = text(set, "/metadata/namespace");
+    for template in set
+        .pointer("/spec/volumeClaimTemplates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = format!("{}-{pod}", text(template, "/metadata/name"));
+        let mut spec = template["spec"].clone();
+        spec["volumeName"] = json!(format!("pv-{namespace}-{name}"));
+        let requested = spec
+            .pointer("/resources/requests/storage")
+            .cloned()
+            .unwrap_or(json!("1Gi"));
+        let claim = json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": template.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
+            "spec": spec,
+            "status": {"phase": "Bound", "capacity": {"storage": requested}},
+        });
+        match store.create(claims, &namespace, claim) {
+            Ok(_) => {}
+            Err(e) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// A new pod of a workload, pending on `node`.
 fn new_pod(
     workload: &Value,
@@ -385,6 +420,9 @@ fn step(
             .map(|(n, _)| n.clone());
         if let Some(node) = &node {
             *load.entry(node.clone()).or_default() += 1;
+        }
+        if kind == "StatefulSet" {
+            claim(store, workload, &pod_name)?;
         }
         let pod = new_pod(workload, kind, pod_name, &hash, node.as_ref(), now);
         store.create(pods_resource, &namespace, pod)?;

@@ -341,6 +341,19 @@ async fn handle(
                     reason: "UnsupportedMediaType",
                     message: "JSON patch is not supported; use a merge patch".into(),
                 })
+            } else if kind.starts_with("application/apply-patch") {
+                // Server-side apply, as far as the simulator goes: the
+                // object made when missing, else the applied fields merged
+                // in (fields a manager stops applying are not removed).
+                parse_body().and_then(|body| match store.get(resource, &namespace, &name) {
+                    Err(e) if e.code == 404 && part == Part::Object => store
+                        .create(resource, &namespace, body)
+                        .map(|o| (StatusCode::CREATED, o)),
+                    Err(e) => Err(e),
+                    Ok(_) => store
+                        .patch_part(resource, &namespace, &name, &body, part)
+                        .map(|o| (StatusCode::OK, o)),
+                })
             } else {
                 parse_body()
                     .and_then(|patch| store.patch_part(resource, &namespace, &name, &patch, part))

@@ -4,6 +4,7 @@
 
 mod access;
 mod admission;
+mod apps;
 mod crash;
 mod dashboard;
 mod delivery;

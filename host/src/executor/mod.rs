@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
-use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::failover::{BoxFuture, NodeActions, OUT_OF_SERVICE};
@@ -34,6 +34,8 @@ use crate::tasks::{Task, Tasks};
 use crate::time::now;
 use crate::wit::types::{self, TaskAction as Action, TaskPhase as Phase};
 
+mod apps;
+mod render;
 mod vms;
 
 /// The annotation that remembers the replica count of a stopped workload.
@@ -79,6 +81,8 @@ struct Job {
     moving: Option<Move>,
     /// What a task on virtual machines waits for.
     machines: Option<vms::Wait>,
+    /// A task on a whole app (create, update, delete), step by step.
+    app: Option<apps::AppJob>,
 }
 
 /// Whether users' tasks are carried out.
@@ -271,6 +275,14 @@ impl Executor {
     /// Start a pending task, or report on a running one.
     async fn advance(&self, task: &Task, jobs: &mut BTreeMap<String, Job>) -> Result<(), String> {
         let (namespace, name) = task.app.split_once('/').unwrap_or(("", &task.app));
+        if let Some(job) = jobs.get_mut(&task.id)
+            && let Some(app) = job.app.as_mut()
+        {
+            let started = job.started;
+            return self
+                .advance_app(task, (namespace, name), app, started)
+                .await;
+        }
         let job = match jobs.get(&task.id) {
             // The change is made but its report did not land (the store
             // refused the write): say again that the task is under way, so
@@ -285,6 +297,18 @@ impl Executor {
                 // seen (a restart): make the change (it is idempotent) and
                 // wait for it.
                 let job = self.begin(task, namespace, name).await?;
+                if job.app.is_some() {
+                    if task.steps.is_empty() && task.phase == Phase::Pending {
+                        let patch = TaskPatch {
+                            phase: Some(Phase::Running),
+                            message: Some(format!("{} under way", task.action_name())),
+                            ..TaskPatch::default()
+                        };
+                        self.report(task, &patch).await;
+                    }
+                    jobs.insert(task.id.clone(), job);
+                    return Ok(());
+                }
                 jobs.insert(task.id.clone(), job.clone());
                 self.report(task, &under_way(task)).await;
                 return Ok(());
@@ -374,38 +398,14 @@ impl Executor {
             started,
             moving: None,
             machines: None,
+            app: None,
         };
         if let Some(moving) = Move::of(task) {
             return self.begin_move(moving, job).await;
         }
         let fail = |e: kube::Error| format!("the Kubernetes API refused the change: {e}");
         if task.action == Action::Create {
-            let image = param("image")
-                .and_then(Value::as_str)
-                .ok_or("params.image is required")?;
-            let replicas = replicas_param.unwrap_or(1);
-            let labels = json!({ "app.kubernetes.io/instance": name });
-            let deployment: Deployment = serde_json::from_value(json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": name, "namespace": namespace, "labels": labels},
-                "spec": {
-                    "replicas": replicas,
-                    "selector": {"matchLabels": labels},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {"containers": [{"name": name, "image": image}]},
-                    },
-                },
-            }))
-            .map_err(|e| e.to_string())?;
-            let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
-            match api.create(&PostParams::default(), &deployment).await {
-                Ok(_) => {}
-                // Made already (a restart of this executor).
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
-                Err(e) => return Err(fail(e)),
-            }
-            job.replicas = replicas;
+            job.app = self.app_job(task, namespace, name)?;
             return Ok(job);
         }
         let key = (namespace.to_string(), name.to_string());
@@ -420,6 +420,13 @@ impl Executor {
             if !machines.is_empty() {
                 return self.begin_machines(task, &key, machines, job).await;
             }
+        }
+        if matches!(task.action, Action::Update | Action::Delete)
+            && let Some(app) = self.app_job(task, namespace, name)?
+            && (task.action == Action::Delete || !task.params.contains_key("failover"))
+        {
+            job.app = Some(app);
+            return Ok(job);
         }
         if task.action == Action::Migrate {
             return Err(format!(
@@ -482,28 +489,7 @@ impl Executor {
                 containers[0]["image"] = json!(image);
                 json!({"spec": {"template": {"spec": {"containers": containers}}}})
             }
-            Action::Delete => {
-                job.replicas = 0;
-                let params = DeleteParams::background();
-                let deleted = match workload.kind {
-                    types::WorkloadKind::StatefulSet => self
-                        .statefulsets(namespace)
-                        .delete(&workload.name, &params)
-                        .await
-                        .map(drop),
-                    _ => self
-                        .deployments(namespace)
-                        .delete(&workload.name, &params)
-                        .await
-                        .map(drop),
-                };
-                match deleted {
-                    Ok(()) => return Ok(job),
-                    Err(kube::Error::Api(status)) if status.code == 404 => return Ok(job),
-                    Err(e) => return Err(fail(e)),
-                }
-            }
-            Action::Create | Action::Migrate => unreachable!("handled above"),
+            Action::Create | Action::Migrate | Action::Delete => unreachable!("handled above"),
         };
         let params = PatchParams::default();
         let patched = match workload.kind {

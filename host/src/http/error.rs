@@ -117,6 +117,11 @@ impl From<TaskError> for ApiError {
             // The detail (a database path, an API server's answer) goes to
             // the log, under the request's id; the client gets the id.
             TaskError::Store(error) => ApiError::internal("the task store", &error),
+            TaskError::Unverified(message) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cluster-unavailable",
+                message,
+            ),
         }
     }
 }

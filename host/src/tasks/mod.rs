@@ -4,11 +4,14 @@
 //!
 //! - [`model`]: the record and its life cycle rules;
 //! - [`store`]: the storage backends ([`sqlite`], [`kube`]);
-//! - [`record`]: the file form `verdict eval` and policy tests read.
+//! - [`record`]: the file form `verdict eval` and policy tests read;
+//! - [`spec`]: what a task that makes or changes a whole app asks for
+//!   (seed 000's `Task`), checked field by field.
 
 pub mod kube;
 pub mod model;
 pub mod record;
+pub mod spec;
 pub mod sqlite;
 pub mod store;
 
@@ -117,6 +120,10 @@ pub enum TaskError {
     NotFound(String),
     #[error(transparent)]
     Store(StoreError),
+    /// What the task asks could not be checked against the cluster (the
+    /// API server did not answer): refused, never let through unchecked.
+    #[error("{0}")]
+    Unverified(String),
 }
 
 impl From<StoreError> for TaskError {

@@ -235,8 +235,12 @@ pub struct NewTask {
     #[serde(with = "wit_name")]
     #[schema(value_type = ActionName, example = "restart")]
     pub action: Action,
+    /// The action's parameters: for `create`, `update` and `delete`, the
+    /// fields of seed 000's `Task` (under these names or the seed's
+    /// snake_case ones: `storage_class_name` is `storage-class-name`);
+    /// other parameters are kept for the policies.
     #[serde(default)]
-    #[schema(value_type = Object)]
+    #[schema(value_type = super::spec::AppSpec)]
     pub params: Map<String, Value>,
     #[serde(default)]
     #[schema(max_length = 256)]
@@ -330,6 +334,19 @@ impl NewTask {
             ));
         }
         Ok(())
+    }
+}
+
+impl NewTask {
+    /// The app this task makes or changes, as its params describe it:
+    /// written in the API's spelling (the seed's snake_case names become
+    /// kebab-case) and checked field by field, the first bad one named.
+    pub fn read_spec(&mut self) -> Result<super::spec::AppSpec, Refusal> {
+        let app = parse_app(&self.app)?;
+        super::spec::normalize(&mut self.params)?;
+        let spec = super::spec::AppSpec::of(&self.params)?;
+        spec.check(&app.namespace)?;
+        Ok(spec)
     }
 }
 
