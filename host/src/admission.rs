@@ -446,11 +446,18 @@ impl Admission {
             policy: None,
         })?;
         let (app, verdict) = self.app(&id).await;
+        let spec =
+            crate::tasks::spec::AppSpec::of(&request.params).map_err(|e| Denial::Denied {
+                reason: e.to_string(),
+                warnings: Vec::new(),
+                policy: None,
+            })?;
         let input = admission::AdmissionInput {
             request: admission::TaskRequest {
                 app: id,
                 action: request.action,
                 params: Value::Object(request.params.clone()).to_string(),
+                spec: spec.to_wit(),
                 requested_by: request.requested_by.clone(),
             },
             app,

@@ -239,6 +239,29 @@ fn the_dashboard_shows_live_status_and_actions_in_a_browser() {
             "return !!document.querySelector('tr[data-task=\"{id}\"] progress[value=\"40\"]');"
         ),
     );
+    // A create's plan shows its steps advancing.
+    let (code, created) = server.send(
+        "POST",
+        "/v1/tasks",
+        Some(r#"{"app": "shop/fresh", "action": "create", "params": {"image": "fresh:1"}}"#),
+    );
+    assert_eq!(code, 201, "{created}");
+    let fresh = created["id"].as_str().unwrap().to_string();
+    let (code, body) = server.send(
+        "PATCH",
+        &format!("/v1/tasks/{fresh}"),
+        Some(r#"{"steps": [{"name": "prepare-environment", "phase": "succeeded"}, {"name": "deploy", "phase": "running"}]}"#),
+    );
+    assert_eq!(code, 200, "{body}");
+    browser.until(
+        "the create's steps, one done and one running",
+        &format!(
+            "const r = document.querySelector('tr[data-task=\"{fresh}\"]'); \
+             return !!r && !!r.querySelector('li[data-step=\"prepare-environment\"][data-phase=\"succeeded\"]') \
+               && !!r.querySelector('li[data-step=\"deploy\"][data-phase=\"running\"]') \
+               && r.querySelectorAll('ol.steps li').length === 4;"
+        ),
+    );
     browser.until(
         "the app's badge says restarting",
         &format!("{row} return row.querySelector('.badge').textContent === 'restarting';"),

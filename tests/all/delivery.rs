@@ -152,7 +152,7 @@ fn policies_are_pushed_pulled_by_digest_and_inspected() {
     assert_eq!(annotations["dev.verdict.policy.world"], "status-policy");
     assert_eq!(
         annotations["dev.verdict.policy.wit"],
-        "verdict:policy@0.2.0"
+        "verdict:policy@0.3.0"
     );
     assert_eq!(
         annotations["org.opencontainers.image.title"],

@@ -68,6 +68,22 @@ fn the_default_status_cases_pass() {
 }
 
 #[test]
+fn the_default_admission_cases_pass() {
+    let output = verdict(&[
+        "test",
+        "--plugins",
+        "target/plugins",
+        "--policy",
+        "admission",
+        "plugins/admission/tests",
+    ]);
+    let (passed, failed) = tally(&output);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert_eq!(failed, 0);
+    assert!(passed >= 9, "only {passed} cases ran");
+}
+
+#[test]
 fn the_default_lifecycle_cases_pass() {
     let output = verdict(&[
         "test",

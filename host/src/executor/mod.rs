@@ -479,7 +479,7 @@ impl Executor {
             Action::Update => {
                 let image = param("image")
                     .and_then(Value::as_str)
-                    .ok_or("params.image is required")?;
+                    .ok_or("params.image is required: an app verdict did not make is updated by its image only")?;
                 job.image = Some(image.to_string());
                 let object = self.get(&workload).await.map_err(fail)?;
                 let mut containers = object

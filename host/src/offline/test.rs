@@ -393,7 +393,13 @@ fn admission_answer(
             let request: crate::tasks::model::NewTask =
                 serde_json::from_value(request.clone()).map_err(|e| format!("request: {e}"))?;
             let id = crate::tasks::parse_app(&request.app)?;
-            let input = apps(setup).into_iter().find(|input| input.app.id == id);
+            // An app not in the cluster yet is asked about as the host
+            // asks: with nothing of it, in its namespace as observed.
+            let key = (id.namespace.clone(), id.name.clone());
+            let input = apps(setup)
+                .into_iter()
+                .find(|input| input.app.id == id)
+                .or_else(|| setup.objects.snapshot.inputs_for([&key], setup.now).pop());
             let verdict = input.as_ref().map(|input| {
                 let defaults = crate::native::Settings::parse("{}");
                 crate::native::evaluate(&defaults, setup.now, input)
@@ -404,11 +410,14 @@ fn admission_answer(
                 .filter(|t| t.app == id)
                 .cloned()
                 .collect();
+            let mut request = request;
+            let spec = request.read_spec().map_err(|e| format!("request: {e}"))?;
             let input = admission::AdmissionInput {
                 request: admission::TaskRequest {
                     app: id,
                     action: request.action,
                     params: Value::Object(request.params).to_string(),
+                    spec: spec.to_wit(),
                     requested_by: request.requested_by,
                 },
                 app: input.map(|input| input.app),

@@ -288,6 +288,7 @@ pub(crate) fn smoke_admission_input() -> admission::AdmissionInput {
             },
             action: types::TaskAction::Restart,
             params: "{}".into(),
+            spec: crate::tasks::spec::AppSpec::default().to_wit(),
             requested_by: Some("verdict".into()),
         },
         app: Some(smoke_app("verdict-smoke", true)),

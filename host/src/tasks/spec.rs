@@ -581,6 +581,83 @@ impl AppSpec {
     }
 }
 
+impl AppSpec {
+    /// The spec as admission policies see it: typed, without secret
+    /// material (a license's size, whether a certificate or a registry's
+    /// credentials are given).
+    pub fn to_wit(&self) -> crate::wit::admission::AppSpec {
+        use crate::wit::admission as w;
+        use crate::wit::types::KeyValue;
+        let pairs = |map: &BTreeMap<String, String>| -> Vec<KeyValue> {
+            map.iter()
+                .map(|(key, value)| KeyValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect()
+        };
+        let resources = |r: Resources| w::Resources {
+            cpu: r.cpu,
+            memory: r.memory,
+        };
+        w::AppSpec {
+            namespace: self.namespace.clone(),
+            cluster_id: self.cluster_id.clone(),
+            image: self.image.clone(),
+            replicas: self.replicas,
+            storage_class_name: self.storage_class_name.clone(),
+            storage_class_size: self.storage_class_size.clone(),
+            labels: pairs(&self.labels),
+            env: pairs(&self.env),
+            license_bytes: self.license.as_ref().map(|l| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(l)
+                    .map_or(0, |bytes| bytes.len() as u32)
+            }),
+            certificate: self.certificate.as_ref().map(|c| w::CertificateSpec {
+                given: c.cert.is_some() || c.key.is_some(),
+                issuer: c.issuer.clone(),
+                issuer_kind: c.issuer_kind.clone(),
+                dns_names: c.dns_names.clone(),
+                mount_path: c.mount_path.clone(),
+            }),
+            log_type: self.log_type.clone(),
+            log_config: pairs(&self.log_config),
+            metric_config: pairs(&self.metric_config),
+            resource_limit: self.resource_limit.as_ref().map(|r| w::ResourceLimit {
+                limits: resources(r.limits()),
+                requests: resources(r.requests()),
+            }),
+            network_config: self.network_config.as_ref().map(|n| w::NetworkConfig {
+                service_type: n.kind.clone(),
+                ports: n
+                    .all_ports()
+                    .into_iter()
+                    .map(|p| w::ServicePort {
+                        name: p.name,
+                        port: p.port,
+                        target_port: p.target_port,
+                        protocol: p.protocol,
+                        node_port: p.node_port,
+                    })
+                    .collect(),
+            }),
+            image_pull_secrets: self
+                .image_pull_secrets
+                .iter()
+                .map(|p| w::ImagePullSecret {
+                    name: p.name.clone(),
+                    registry: p.registry.clone(),
+                    username: p.username.clone(),
+                    has_credentials: p.has_credentials(),
+                })
+                .collect(),
+            health_url: self.health_url.clone(),
+            delete_storage: self.delete_storage,
+        }
+    }
+}
+
 impl Certificate {
     fn check(&self) -> Result<(), Refusal> {
         let given = self.cert.is_some() || self.key.is_some();

@@ -1,8 +1,11 @@
 //! The default admission policy: one mutating task in flight per
 //! application, protected applications cannot be deleted, stopping or
 //! deleting in a production namespace waits for a person (seed 002's human
-//! decision point), and task parameters are checked. Kubernetes admission
-//! reviews are allowed, with a warning for images without a pinned tag.
+//! decision point), and task parameters are checked: an app created in a
+//! production namespace gives CPU and memory limits, a storage class
+//! reserved for production is claimed only there, a LoadBalancer Service is
+//! warned about. Kubernetes admission reviews are allowed, with a warning
+//! for images without a pinned tag.
 
 wit_bindgen::generate!({
     world: "admission-policy",
@@ -25,6 +28,8 @@ struct Settings {
     /// The label verdict groups workloads by; reviewed workloads without it
     /// get it, set to their own name.
     app_label: String,
+    /// Storage classes only apps in production namespaces may claim from.
+    reserved_storage_classes: Vec<String>,
 }
 
 impl Settings {
@@ -47,11 +52,19 @@ impl Settings {
             production_label: (k.to_string(), v.to_string()),
             protected_label: text_of("protected-label", "verdict.dev/protected"),
             app_label: text_of("app-label", "app.kubernetes.io/instance"),
+            reserved_storage_classes: value
+                .get("reserved-storage-classes")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
         }
     }
 }
 
-const SETTINGS_SCHEMA: &str = r#"{"type":"object","additionalProperties":false,"properties":{"max-replicas":{"type":"integer","minimum":0},"production-label":{"type":"string","minLength":1},"protected-label":{"type":"string","minLength":1},"app-label":{"type":"string","minLength":1}}}"#;
+const SETTINGS_SCHEMA: &str = r#"{"type":"object","additionalProperties":false,"properties":{"max-replicas":{"type":"integer","minimum":0},"production-label":{"type":"string","minLength":1},"protected-label":{"type":"string","minLength":1},"app-label":{"type":"string","minLength":1},"reserved-storage-classes":{"type":"array","items":{"type":"string","minLength":1}}}}"#;
 
 struct DefaultAdmission;
 
@@ -140,15 +153,15 @@ fn decide(
     if request.action != TaskAction::Create && gone {
         return Decision::Deny("the app does not exist; create it first".into());
     }
+    let spec = &request.spec;
     match request.action {
-        TaskAction::Create | TaskAction::Update if !moving(request, params) => {
-            if params
-                .get("image")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                return Decision::Deny("params.image is required for create and update".into());
-            }
+        TaskAction::Create if spec.image.as_deref().is_none_or(str::is_empty) => {
+            return Decision::Deny("params.image is required to create an app".into());
+        }
+        TaskAction::Update if !moving(request, params) && is_empty_change(spec) => {
+            return Decision::Deny(
+                "an update gives what it changes (image, env, replicas, resource-limit, …)".into(),
+            );
         }
         TaskAction::Scale => {
             if params.get("replicas").is_none() {
@@ -207,6 +220,35 @@ fn decide(
         ));
     }
     let (key, value) = &settings.production_label;
+    let production = has_label(namespace_labels, key, Some(value));
+    if matches!(request.action, TaskAction::Create | TaskAction::Update) {
+        if let Some(class) = &spec.storage_class_name
+            && settings.reserved_storage_classes.contains(class)
+            && !production
+        {
+            return Decision::Deny(format!(
+                "storage class {class} is reserved for production namespaces ({key}={value})"
+            ));
+        }
+        let limited = |resource: &str| {
+            spec.resource_limit.as_ref().is_some_and(|r| match resource {
+                "cpu" => r.limits.cpu.is_some(),
+                _ => r.limits.memory.is_some(),
+            })
+        };
+        if request.action == TaskAction::Create && production && !(limited("cpu") && limited("memory")) {
+            return Decision::Deny(format!(
+                "an app in a production namespace ({key}={value}) gives CPU and memory limits (params.resource-limit)"
+            ));
+        }
+        if spec
+            .network_config
+            .as_ref()
+            .is_some_and(|n| n.service_type.as_deref() == Some("LoadBalancer"))
+        {
+            warnings.push("a LoadBalancer Service exposes the app outside the cluster".into());
+        }
+    }
     if matches!(request.action, TaskAction::Delete | TaskAction::Stop)
         && has_label(namespace_labels, key, Some(value))
     {
@@ -224,6 +266,24 @@ fn decide(
         ));
     }
     Decision::Allow
+}
+
+/// Whether an update's spec changes nothing verdict applies.
+fn is_empty_change(spec: &exports::verdict::policy::admission::AppSpec) -> bool {
+    spec.image.is_none()
+        && spec.replicas.is_none()
+        && spec.storage_class_size.is_none()
+        && spec.labels.is_empty()
+        && spec.env.is_empty()
+        && spec.license_bytes.is_none()
+        && spec.certificate.is_none()
+        && spec.log_type.is_none()
+        && spec.log_config.is_empty()
+        && spec.metric_config.is_empty()
+        && spec.resource_limit.is_none()
+        && spec.network_config.is_none()
+        && spec.image_pull_secrets.is_empty()
+        && spec.health_url.is_none()
 }
 
 fn action_name(action: TaskAction) -> &'static str {
@@ -281,9 +341,9 @@ fn plan_for(action: TaskAction, moving: bool) -> Vec<PlanStep> {
         TaskAction::Create => vec![
             step(
                 "prepare-environment",
-                "namespace, storage and configuration",
+                "the namespace, Secrets and ConfigMaps",
             ),
-            step("deploy", "create the workload"),
+            step("deploy", "the workload and its storage"),
             step(
                 "health-check",
                 "wait until replicas are ready and the health check passes",
@@ -291,7 +351,7 @@ fn plan_for(action: TaskAction, moving: bool) -> Vec<PlanStep> {
             step("open-traffic", "route traffic to the app"),
         ],
         TaskAction::Update => vec![
-            step("deploy", "roll out the new version"),
+            step("deploy", "roll out the change"),
             step("health-check", "wait until the new replicas are ready"),
         ],
         TaskAction::Delete => vec![

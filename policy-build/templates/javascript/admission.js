@@ -31,7 +31,8 @@ export const admission = {
     const production = (input.app?.namespaceLabels ?? []).some(
       (l) => l.key === 'environment' && l.value === 'production',
     );
-    const replicas = JSON.parse(input.request.params || '{}').replicas ?? 0;
+    // The app fields of the request's params, typed (seed 000's Task).
+    const replicas = input.request.spec.replicas ?? 0;
     let decision = { tag: 'allow' };
     if (input.request.action === 'delete' && production) {
       decision = { tag: 'deny', val: 'applications in production are not deleted' };

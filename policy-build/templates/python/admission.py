@@ -34,7 +34,8 @@ class Admission(exports.Admission):
         max_replicas = json.loads(ctx.settings or "{}").get("max-replicas", 10)
         labels = input.app.namespace_labels if input.app is not None else []
         production = any(l.key == "environment" and l.value == "production" for l in labels)
-        replicas = json.loads(input.request.params or "{}").get("replicas", 0)
+        # The app fields of the request's params, typed (seed 000's Task).
+        replicas = input.request.spec.replicas or 0
         action = input.request.action
         if action == types.TaskAction.DELETE and production:
             decision = a.Decision_Deny("applications in production are not deleted")

@@ -42,9 +42,8 @@ impl AdmissionPolicy for Policy {
                 .iter()
                 .any(|l| l.key == "environment" && l.value == "production")
         });
-        let params: verdict_policy::serde_json::Value =
-            verdict_policy::serde_json::from_str(&input.request.params).map_err(|e| e.to_string())?;
-        let replicas = params["replicas"].as_u64().unwrap_or(0);
+        // The app fields of the request's params, typed (seed 000's Task).
+        let replicas = u64::from(input.request.spec.replicas.unwrap_or(0));
         let decision = match input.request.action {
             TaskAction::Delete if production => {
                 Decision::Deny("applications in production are not deleted".into())

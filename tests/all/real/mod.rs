@@ -15,6 +15,7 @@
 //! that loses a node uses a node of its own, tainted so that no other
 //! test's pods land on it.
 
+mod apps;
 mod chart;
 mod delivery;
 mod follow;

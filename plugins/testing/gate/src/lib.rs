@@ -10,8 +10,8 @@ wit_bindgen::generate!({
     inline: "
         package verdict:gate;
         world admission-policy {
-            import verdict:policy/host@0.2.0;
-            export verdict:policy/admission@0.2.0;
+            import verdict:policy/host@0.3.0;
+            export verdict:policy/admission@0.3.0;
         }
     ",
     path: "../../../wit",

@@ -1,0 +1,302 @@
+//! Seed 000's tasks carried out whole on the real API server: a create from
+//! the seed's JSON (snake_case, every field) in a namespace that does not
+//! exist makes the namespace, StatefulSet (its claims bound by the
+//! controller manager to volumes of the test's class), Service, Secrets
+//! and ConfigMaps, applied server-side by verdict; the app goes from
+//! `not-existed` through `creating` to `running`; an update of image and
+//! env rolls it and expands its claims; stop and start keep them; a delete
+//! takes it back to `not-existed`, the namespace gone. A quota too small
+//! fails the deploy naming it; raised, the same create completes.
+
+use serde_json::{Value, json};
+
+use super::{PATIENCE, follow, shared, unique, until, until_kubectl};
+use crate::support::wait_until;
+
+const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
+
+fn run(server: &crate::serve::Server, body: Value) -> Value {
+    let (code, task) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
+    assert_eq!(code, 201, "{task}");
+    finished(server, &task)
+}
+
+fn finished(server: &crate::serve::Server, task: &Value) -> Value {
+    let id = task["id"].as_str().unwrap();
+    let mut last = Value::Null;
+    let done = wait_until(PATIENCE * 3, || {
+        last = server.get(&format!("/v1/tasks/{id}")).1;
+        ["succeeded", "failed", "cancelled"].contains(&last["phase"].as_str().unwrap_or_default())
+    });
+    assert!(done.is_some(), "task never finished: {last}");
+    last
+}
+
+fn get(cluster: &verdict_testcluster::Cluster, args: &[&str]) -> Value {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend(["-o", "json"]);
+    let text = cluster.kubectl_run(&all, None).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back_on_the_real_api_server()
+ {
+    let Some(cluster) = shared(
+        "a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back_on_the_real_api_server",
+    ) else {
+        return;
+    };
+    let ns = unique("real-newshop");
+    let class = unique("real-fast");
+    // Volumes of the test's own class, which the controller manager binds
+    // the claims to (no provisioner runs here).
+    let mut documents = format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: {class}}}\n\
+         provisioner: kubernetes.io/no-provisioner\nallowVolumeExpansion: true\n"
+    );
+    for i in 0..2 {
+        documents.push_str(&format!(
+            "---\napiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {class}-{i}}}\n\
+             spec: {{capacity: {{storage: 50Gi}}, accessModes: [ReadWriteOnce], storageClassName: {class},\n\
+             persistentVolumeReclaimPolicy: Retain, hostPath: {{path: /tmp/{class}-{i}}}}}\n"
+        ));
+    }
+    cluster.apply(&documents).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let server = follow(&cluster.kubeconfig(), data.path(), &["--execute-tasks"]);
+    let app = format!("{ns}/web");
+
+    let body = json!({"app": app, "action": "create", "requested-by": "seed", "params": {
+        "namespace": ns, "image": "nginx:1.27", "replicas": 2,
+        "storage_class_name": class, "storage_class_size": "10Gi",
+        "labels": {"team": "shop"}, "env": {"MODE": "prod"},
+        "license": "TElDRU5TRS0x",
+        "certificate": {"cert": CERT, "key": KEY},
+        "log_type": "stdout", "log_config": {"level": "info"},
+        "metric_config": {"port": "9090"},
+        "resource_limit": {"cpu": "100m", "memory": "64Mi"},
+        "network_config": {"type": "ClusterIP", "ports": [{"name": "http", "port": 80, "target_port": 8080}]},
+        "image_pull_secrets": [{"registry": "registry.example:5000", "username": "puller", "password": "s3cret"}],
+    }});
+    let (code, task) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
+    assert_eq!(code, 201, "{task}");
+    until(&server, &app, "the app creating", |v| {
+        v["transitional"].as_str().is_some_and(|t| t == "creating")
+    });
+    let created = finished(&server, &task);
+    assert_eq!(created["phase"], "succeeded", "{created}");
+
+    let namespace = get(cluster, &["namespace", &ns]);
+    assert_eq!(
+        namespace["metadata"]["labels"]["verdict.dev/made-for"],
+        "web"
+    );
+    let set = get(cluster, &["statefulset", "web", "-n", &ns]);
+    let managers: Vec<&str> = set["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["operation"] == "Apply")
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(managers, ["verdict"], "applied server-side by verdict");
+    assert_eq!(
+        set["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"],
+        class.as_str()
+    );
+    let container = &set["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["env"], json!([{"name": "MODE", "value": "prod"}]));
+    assert_eq!(
+        container["resources"]["limits"],
+        json!({"cpu": "100m", "memory": "64Mi"})
+    );
+    assert_eq!(
+        set["spec"]["template"]["spec"]["imagePullSecrets"],
+        json!([{"name": "web-pull-0"}])
+    );
+    assert_eq!(
+        set["spec"]["template"]["metadata"]["labels"]["team"],
+        "shop"
+    );
+    let secrets = get(
+        cluster,
+        &[
+            "secrets",
+            "-n",
+            &ns,
+            "-l",
+            "app.kubernetes.io/managed-by=verdict",
+        ],
+    );
+    let mut kinds: Vec<(String, String)> = secrets["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["metadata"]["name"].as_str().unwrap().to_string(),
+                s["type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            ("web-license".to_string(), "Opaque".to_string()),
+            ("web-pull-0".into(), "kubernetes.io/dockerconfigjson".into()),
+            ("web-tls".into(), "kubernetes.io/tls".into()),
+        ]
+    );
+    let service = get(cluster, &["service", "web", "-n", &ns]);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], 8080);
+    assert_eq!(
+        get(cluster, &["configmap", "web-logging", "-n", &ns])["data"]["type"],
+        "stdout"
+    );
+    let printed = cluster
+        .kubectl_run(
+            &[
+                "get",
+                "statefulset,service,secret,configmap,pvc",
+                "-n",
+                &ns,
+                "-l",
+                "app.kubernetes.io/instance=web",
+            ],
+            None,
+        )
+        .unwrap();
+    eprintln!("what the create made:\n{printed}");
+    until(&server, &app, "the app running", |v| {
+        v["stable"] == "running"
+    });
+
+    // Update of image and env: the pods roll; the claims grow.
+    let updated = run(
+        &server,
+        json!({"app": app, "action": "update",
+        "params": {"image": "nginx:1.28", "env": {"MODE": "canary"}, "storage_class_size": "20Gi"}}),
+    );
+    assert_eq!(updated["phase"], "succeeded", "{updated}");
+    until_kubectl(
+        cluster,
+        &[
+            "get",
+            "pods",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ],
+        "every pod on the new image",
+        |out| {
+            out.split_whitespace().count() == 2 && out.split_whitespace().all(|i| i == "nginx:1.28")
+        },
+    );
+    let claims = get(cluster, &["pvc", "-n", &ns]);
+    for claim in claims["items"].as_array().unwrap() {
+        assert_eq!(
+            claim["spec"]["resources"]["requests"]["storage"], "20Gi",
+            "{claim}"
+        );
+    }
+
+    // Stop and start keep the claims.
+    assert_eq!(
+        run(&server, json!({"app": app, "action": "stop"}))["phase"],
+        "succeeded"
+    );
+    assert_eq!(
+        get(cluster, &["pvc", "-n", &ns])["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        run(&server, json!({"app": app, "action": "start"}))["phase"],
+        "succeeded"
+    );
+
+    // Delete, the claims too: the namespace goes, and the app reads not-existed.
+    let deleted = run(
+        &server,
+        json!({"app": app, "action": "delete", "params": {"delete_storage": true}}),
+    );
+    assert_eq!(deleted["phase"], "succeeded", "{deleted}");
+    until(&server, &app, "the app not-existed", |v| {
+        v["stable"] == "not-existed"
+    });
+    let gone = cluster.kubectl_run(&["get", "namespace", &ns], None);
+    assert!(gone.is_err(), "the namespace is still there: {gone:?}");
+}
+
+#[test]
+fn a_quota_too_small_fails_the_deploy_and_a_retry_completes_on_the_real_api_server() {
+    let Some(cluster) =
+        shared("a_quota_too_small_fails_the_deploy_and_a_retry_completes_on_the_real_api_server")
+    else {
+        return;
+    };
+    let ns = unique("real-tight");
+    cluster.create_namespace(&ns, &[]).unwrap();
+    let quota = |cpu: &str| {
+        format!(
+            "apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: small, namespace: {ns}}}\nspec: {{hard: {{requests.cpu: '{cpu}'}}}}\n"
+        )
+    };
+    cluster.apply(&quota("100m")).unwrap();
+    until_kubectl(
+        cluster,
+        &[
+            "get",
+            "resourcequota",
+            "small",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.status.hard}",
+        ],
+        "the quota counted",
+        |out| out.contains("100m"),
+    );
+    let data = tempfile::tempdir().unwrap();
+    let server = follow(&cluster.kubeconfig(), data.path(), &["--execute-tasks"]);
+    let body = json!({"app": format!("{ns}/api"), "action": "create", "params": {
+        "image": "api:1", "replicas": 2, "license": "TElDRU5TRQ==",
+        "resource_limit": {"cpu": "500m", "memory": "64Mi"}}});
+    let failed = run(&server, body.clone());
+    assert_eq!(failed["phase"], "failed", "{failed}");
+    let message = failed["message"].as_str().unwrap();
+    assert!(message.starts_with("step `deploy` failed"), "{message}");
+    assert!(
+        message.contains(&format!("ResourceQuota {ns}/small")),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("made so far: Secret {ns}/api-license")),
+        "{message}"
+    );
+
+    cluster.apply(&quota("2")).unwrap();
+    until_kubectl(
+        cluster,
+        &[
+            "get",
+            "resourcequota",
+            "small",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.status.hard}",
+        ],
+        "the quota raised",
+        |out| out.contains("\"2\""),
+    );
+    let done = run(&server, body);
+    assert_eq!(done["phase"], "succeeded", "{done}");
+}
