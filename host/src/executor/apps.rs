@@ -17,7 +17,6 @@
 //! object and the API server's reason, and the task's message lists what
 //! was made before it.
 
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service,
 };
@@ -407,25 +406,27 @@ impl Executor {
         job: &mut AppJob,
     ) -> Result<String, String> {
         let served = self.served().await;
-        let sets: Api<StatefulSet> = Api::namespaced(self.client.clone(), namespace);
         let existing = if job.spec.has_storage() {
-            match sets.get_opt(name).await {
-                Ok(found) => found,
-                Err(e) => return Err(format!("StatefulSet {namespace}/{name}: {}", reason(&e))),
-            }
+            self.statefulsets(namespace)
+                .get_opt(name)
+                .await
+                .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default()))
         } else {
-            None
-        };
+            self.deployments(namespace)
+                .get_opt(name)
+                .await
+                .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default()))
+        }
+        .map_err(|e| format!("the workload {namespace}/{name}: {}", reason(&e)))?;
         // A StatefulSet's claim templates cannot change: an existing one's
         // are applied as they are, and its claims are expanded instead.
         let claims = existing
             .as_ref()
-            .and_then(|s| s.spec.as_ref())
-            .and_then(|s| s.volume_claim_templates.as_ref())
-            .map(|t| serde_json::to_value(t).unwrap_or_default());
+            .and_then(|s| s.pointer("/spec/volumeClaimTemplates"))
+            .cloned();
         let rendered = self.rendered(namespace, name, job, &served, claims)?;
         let mut said = Vec::new();
-        if existing.is_none() && self.workload(namespace, name).is_none() {
+        if existing.is_none() {
             self.check_quotas(namespace, &rendered.workload, job.replicas)
                 .await?;
         } else if job.spec.has_storage() {

@@ -84,7 +84,7 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back_o
     let (code, task) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
     assert_eq!(code, 201, "{task}");
     until(&server, &app, "the app creating", |v| {
-        v["transitional"].as_str().is_some_and(|t| t == "creating")
+        v["transitional"]["status"] == "creating"
     });
     let created = finished(&server, &task);
     assert_eq!(created["phase"], "succeeded", "{created}");
@@ -94,7 +94,10 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back_o
         namespace["metadata"]["labels"]["verdict.dev/made-for"],
         "web"
     );
-    let set = get(cluster, &["statefulset", "web", "-n", &ns]);
+    let set = get(
+        cluster,
+        &["statefulset", "web", "-n", &ns, "--show-managed-fields"],
+    );
     let managers: Vec<&str> = set["metadata"]["managedFields"]
         .as_array()
         .unwrap()
