@@ -89,14 +89,22 @@ fn seed_create() -> Value {
 fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back() {
     let cluster = cluster();
     let data = tempfile::tempdir().unwrap();
-    let server = start_host(&cluster, data.path(), &["--execute-tasks"]);
+    let server = start_host(
+        &cluster,
+        data.path(),
+        &["--execute-tasks", "--probe-interval-ms", "200"],
+    );
     let (code, verdict) = server.get("/v1/apps/newshop/web");
     assert!(
         code == 404 || verdict["stable"] == "not-existed",
         "{code} {verdict}"
     );
 
-    let created = run(&server, seed_create());
+    // The app's own health check: the simulator's endpoint for it.
+    let mut create = seed_create();
+    let health = format!("{}/demo/health/newshop/web", cluster.sim().url());
+    create["params"]["health_url"] = json!(health);
+    let created = run(&server, create);
     // Kept in the API's spelling.
     assert_eq!(created["params"]["storage-class-size"], "10Gi", "{created}");
     assert!(created["params"].get("storage_class_size").is_none());
@@ -131,6 +139,15 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back()
         .expect("a StatefulSet, since it keeps data");
     assert_eq!(set["spec"]["replicas"], 2);
     assert_eq!(set["metadata"]["labels"]["team"], "shop");
+    assert_eq!(
+        set["metadata"]["annotations"]["verdict.dev/health-url"],
+        health.as_str()
+    );
+    let checked = created["steps"][2]["message"].as_str().unwrap();
+    assert!(
+        checked.ends_with("the app's health check passes"),
+        "{checked}"
+    );
     let claim = &set["spec"]["volumeClaimTemplates"][0]["spec"];
     assert_eq!(claim["storageClassName"], "fast");
     assert_eq!(claim["resources"]["requests"]["storage"], "10Gi");
@@ -354,6 +371,25 @@ fn bad_fields_are_refused_naming_them_before_anything_is_made() {
             .contains("StorageClass `fixed` does not allow volume expansion"),
         "{body}"
     );
+
+    // An app verdict did not make keeps no record of what it was made from:
+    // an update of more than its image fails saying so, changing nothing.
+    let (code, task) = ask(
+        &server,
+        json!({"app": "shop/web", "action": "update", "params": {"image": "web:2", "env": {"A": "1"}}}),
+    );
+    assert_eq!(code, 201, "{task}");
+    let failed = finished(&server, &task);
+    assert_eq!(failed["phase"], "failed", "{failed}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("shop/web was not made by verdict: an update sets its image only, not env"),
+        "{failed}"
+    );
+    let web = get(&cluster, "apps", "deployments", "shop", "web").unwrap();
+    assert!(web["spec"].get("template").is_none(), "unchanged: {web}");
 }
 
 #[test]
@@ -405,4 +441,104 @@ fn a_quota_too_small_fails_the_deploy_naming_it_and_a_retry_completes() {
     server.app_until("tight/api", "api stopped", PATIENCE, |v| {
         v["stable"] == "stopped"
     });
+}
+
+/// A definition the simulator serves from then on, as an API server does.
+fn define(cluster: &Cluster, group: &str, kind: &str, plural: &str) {
+    cluster.apply(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }));
+}
+
+#[test]
+fn where_cert_manager_and_the_prometheus_operator_are_served_their_kinds_are_made() {
+    let cluster = cluster();
+    let data = tempfile::tempdir().unwrap();
+    let server = start_host(&cluster, data.path(), &["--execute-tasks"]);
+    let body = json!({"app": "newshop/web", "action": "create", "params": {
+        "image": "web:1", "certificate": {"issuer": "ca", "issuer_kind": "ClusterIssuer", "dns_names": ["web.example"]},
+        "metric_config": {"port": "9090", "path": "/metrics", "interval": "30s"}}});
+    // Not served: issuance is refused, naming the field.
+    let (code, refused) = ask(&server, body.clone());
+    assert_eq!(code, 422, "{refused}");
+    assert_eq!(
+        refused["error"]["field"], "params.certificate.issuer",
+        "{refused}"
+    );
+
+    define(&cluster, "cert-manager.io", "Certificate", "certificates");
+    define(
+        &cluster,
+        "monitoring.coreos.com",
+        "ServiceMonitor",
+        "servicemonitors",
+    );
+    let mut done = Value::Null;
+    let served = wait_until(PATIENCE, || {
+        let (code, task) = ask(&server, body.clone());
+        if code != 201 {
+            return false;
+        }
+        done = finished(&server, &task);
+        true
+    });
+    assert!(served.is_some(), "the definitions were never served");
+    assert_eq!(done["phase"], "succeeded", "{done}");
+    let certificate = get(
+        &cluster,
+        "cert-manager.io",
+        "certificates",
+        "newshop",
+        "web",
+    )
+    .expect("a Certificate");
+    assert_eq!(certificate["spec"]["secretName"], "web-tls");
+    assert_eq!(
+        certificate["spec"]["issuerRef"],
+        json!({"name": "ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+    );
+    assert_eq!(certificate["spec"]["dnsNames"], json!(["web.example"]));
+    let monitor = get(
+        &cluster,
+        "monitoring.coreos.com",
+        "servicemonitors",
+        "newshop",
+        "web",
+    )
+    .expect("a ServiceMonitor");
+    assert_eq!(
+        monitor["spec"]["endpoints"],
+        json!([{"port": "metrics", "path": "/metrics", "interval": "30s"}])
+    );
+    let service =
+        get(&cluster, "", "services", "newshop", "web").expect("the Service its monitor selects");
+    assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
+
+    // A delete takes them too.
+    run(&server, json!({"app": "newshop/web", "action": "delete"}));
+    assert!(
+        get(
+            &cluster,
+            "cert-manager.io",
+            "certificates",
+            "newshop",
+            "web"
+        )
+        .is_none()
+    );
+    assert!(
+        get(
+            &cluster,
+            "monitoring.coreos.com",
+            "servicemonitors",
+            "newshop",
+            "web"
+        )
+        .is_none()
+    );
 }

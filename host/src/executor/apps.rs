@@ -981,9 +981,11 @@ impl Executor {
             (None, _) => true,
             (Some(_), Some(probe)) => {
                 let ok = probe.outcome == types::ProbeOutcome::Ok;
-                if !ok {
-                    status.push_str("; the app's health check does not pass yet");
-                }
+                status.push_str(if ok {
+                    "; the app's health check passes"
+                } else {
+                    "; the app's health check does not pass yet"
+                });
                 ok
             }
             (Some(_), None) => {

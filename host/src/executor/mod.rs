@@ -7,9 +7,10 @@
 //! `start` sets its replicas (the request's `replicas`, else what it had
 //! before it was stopped, else 1); `stop` sets them to 0, remembering the
 //! count; `scale` sets `replicas`; `restart` stamps the pod template, as
-//! `kubectl rollout restart` does; `update` sets the first container's
-//! `image`; `create` makes a Deployment of `image` and `replicas`; `delete`
-//! deletes the workload. An `update` that names `params.failover` (asked
+//! `kubectl rollout restart` does. `create`, `update` (of an app verdict
+//! made) and `delete` carry out the whole app, step by step ([`apps`],
+//! rendered by [`render`]); an `update` of an app verdict did not make sets
+//! its first container's `image`. An `update` that names `params.failover` (asked
 //! for by failover) instead moves a workload's pods off a node: `evict`
 //! through the Eviction API (a disruption budget that refuses fails the
 //! task, saying so), or `release`: the node is tainted out of service and
@@ -89,10 +90,10 @@ struct Job {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::Args)]
 #[group(skip)]
 pub struct Settings {
-    /// Carry out admitted tasks on the cluster — scale, restart, update,
-    /// create and delete the apps' workloads, reporting progress (always on
-    /// with the demo cluster; failover's own tasks are carried out whenever
-    /// it enforces).
+    /// Carry out admitted tasks on the cluster — scale, restart, and
+    /// create, update and delete whole apps (seed 000's Task), reporting
+    /// progress (always on with the demo cluster; failover's own tasks are
+    /// carried out whenever it enforces).
     #[arg(long = "execute-tasks")]
     pub execute_tasks: bool,
 }
@@ -477,6 +478,21 @@ impl Executor {
                 json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": at}}}}})
             }
             Action::Update => {
+                // An app verdict did not make has no record of what it was
+                // made from: only its image is changed, and a task asking
+                // more is refused rather than half done.
+                let more: Vec<&str> = crate::tasks::spec::FIELDS
+                    .iter()
+                    .copied()
+                    .filter(|f| !["image", "namespace", "cluster-id"].contains(f))
+                    .filter(|f| task.params.contains_key(*f))
+                    .collect();
+                if !more.is_empty() {
+                    return Err(format!(
+                        "{namespace}/{name} was not made by verdict: an update sets its image only, not {}",
+                        more.join(", ")
+                    ));
+                }
                 let image = param("image")
                     .and_then(Value::as_str)
                     .ok_or("params.image is required: an app verdict did not make is updated by its image only")?;

@@ -68,6 +68,11 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back_o
     let data = tempfile::tempdir().unwrap();
     let server = follow(&cluster.kubeconfig(), data.path(), &["--execute-tasks"]);
     let app = format!("{ns}/web");
+    let (code, before) = server.get(&format!("/v1/apps/{app}"));
+    assert!(
+        code == 404 || before["stable"] == "not-existed",
+        "{code} {before}"
+    );
 
     let body = json!({"app": app, "action": "create", "requested-by": "seed", "params": {
         "namespace": ns, "image": "nginx:1.27", "replicas": 2,
@@ -269,8 +274,33 @@ fn a_quota_too_small_fails_the_deploy_and_a_retry_completes_on_the_real_api_serv
     );
     let data = tempfile::tempdir().unwrap();
     let server = follow(&cluster.kubeconfig(), data.path(), &["--execute-tasks"]);
+    // The cluster's id is its kube-system namespace's UID: a task for
+    // another cluster is refused.
+    let uid = cluster
+        .kubectl_run(
+            &[
+                "get",
+                "namespace",
+                "kube-system",
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ],
+            None,
+        )
+        .unwrap();
+    let elsewhere = json!({"app": format!("{ns}/api"), "action": "create",
+        "params": {"image": "api:1", "cluster_id": "another-cluster"}});
+    let (code, body) = server.send("POST", "/v1/tasks", Some(&elsewhere.to_string()));
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("serves cluster `{uid}`")),
+        "{body}"
+    );
     let body = json!({"app": format!("{ns}/api"), "action": "create", "params": {
-        "image": "api:1", "replicas": 2, "license": "TElDRU5TRQ==",
+        "image": "api:1", "replicas": 2, "license": "TElDRU5TRQ==", "cluster_id": uid,
         "resource_limit": {"cpu": "500m", "memory": "64Mi"}}});
     let failed = run(&server, body.clone());
     assert_eq!(failed["phase"], "failed", "{failed}");
@@ -302,4 +332,30 @@ fn a_quota_too_small_fails_the_deploy_and_a_retry_completes_on_the_real_api_serv
     );
     let done = run(&server, body);
     assert_eq!(done["phase"], "succeeded", "{done}");
+
+    // An object the API server refuses (a node port another Service holds)
+    // fails its step naming the object and the server's reason, and says
+    // what was made before it.
+    let port = 30000 + std::process::id() % 2700;
+    let front = |name: &str| {
+        json!({"app": format!("{ns}/{name}"), "action": "create", "params": {
+        "image": "front:1", "resource_limit": {"cpu": "10m", "memory": "16Mi"},
+        "network_config": {"type": "NodePort", "ports": [{"port": 80, "node_port": port}]}}})
+    };
+    assert_eq!(run(&server, front("front"))["phase"], "succeeded");
+    let refused = run(&server, front("again"));
+    assert_eq!(refused["phase"], "failed", "{refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("step `open-traffic` failed: Service {ns}/again:")),
+        "{message}"
+    );
+    assert!(
+        message.contains("provided port is already allocated"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("made so far: Deployment {ns}/again")),
+        "{message}"
+    );
 }
