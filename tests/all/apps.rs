@@ -44,12 +44,12 @@ fn list(cluster: &Cluster, plural: &str, namespace: &str) -> Vec<Value> {
     cluster.sim().store().list(resource, Some(namespace)).0
 }
 
-fn ask(server: &Server, body: Value) -> (u16, Value) {
+pub fn ask(server: &Server, body: Value) -> (u16, Value) {
     server.send("POST", "/v1/tasks", Some(&body.to_string()))
 }
 
 /// Wait until a task finishes; its last state.
-fn finished(server: &Server, task: &Value) -> Value {
+pub fn finished(server: &Server, task: &Value) -> Value {
     let id = task["id"]
         .as_str()
         .unwrap_or_else(|| panic!("no task: {task}"));
@@ -62,10 +62,15 @@ fn finished(server: &Server, task: &Value) -> Value {
     last
 }
 
-fn run(server: &Server, body: Value) -> Value {
+/// Ask for a task (admitted), and wait until it finishes; its last state.
+pub fn carried_out(server: &Server, body: Value) -> Value {
     let (code, task) = ask(server, body);
     assert_eq!(code, 201, "{task}");
-    let done = finished(server, &task);
+    finished(server, &task)
+}
+
+fn run(server: &Server, body: Value) -> Value {
+    let done = carried_out(server, body);
     assert_eq!(done["phase"], "succeeded", "{done}");
     done
 }

@@ -111,6 +111,16 @@ fn not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
+/// What an act did (`verb`: applied, deleted) as its step says it
+/// (`none` when nothing).
+fn summary(verb: &str, said: &[String], none: &str) -> String {
+    if said.is_empty() {
+        none.to_string()
+    } else {
+        format!("{verb} {}", said.join(", "))
+    }
+}
+
 fn report_through(
     task: &Task,
     name: &str,
@@ -256,7 +266,7 @@ impl Executor {
                             },
                             Some(message.clone()),
                         ),
-                        message: Some(message),
+                        message: Some(message.clone()),
                         ..TaskPatch::default()
                     };
                     if !last {
@@ -265,16 +275,7 @@ impl Executor {
                     }
                     let patch = TaskPatch {
                         phase: Some(Phase::Succeeded),
-                        steps: task
-                            .steps
-                            .iter()
-                            .filter(|s| s.phase != Phase::Succeeded)
-                            .map(|s| StepReport {
-                                name: s.name.clone(),
-                                phase: Phase::Succeeded,
-                                message: (s.name == step).then(|| patch.message.clone()).flatten(),
-                            })
-                            .collect(),
+                        steps: super::succeeded_from_here(task, Some((step, &message))),
                         ..patch
                     };
                     self.report(task, &patch).await;
@@ -343,15 +344,15 @@ impl Executor {
         message
     }
 
-    fn rendered(
+    /// The app as the job has it, with the kinds the cluster serves now.
+    async fn rendered(
         &self,
-        namespace: &str,
-        name: &str,
+        (namespace, name): (&str, &str),
         job: &AppJob,
-        served: &Served,
         claims: Option<Value>,
     ) -> Result<render::Rendered, String> {
-        render::render((namespace, name), &job.spec, job.replicas, claims, served)
+        let served = self.served().await;
+        render::render((namespace, name), &job.spec, job.replicas, claims, &served)
     }
 
     async fn apply(&self, object: &Object) -> Result<Value, String> {
@@ -374,8 +375,7 @@ impl Executor {
         name: &str,
         job: &mut AppJob,
     ) -> Result<String, String> {
-        let served = self.served().await;
-        let rendered = self.rendered(namespace, name, job, &served, None)?;
+        let rendered = self.rendered((namespace, name), job, None).await?;
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let mut said = Vec::new();
         match namespaces.get(namespace).await {
@@ -387,16 +387,20 @@ impl Executor {
             }
             Err(e) => return Err(format!("Namespace {namespace}: {}", reason(&e))),
         }
-        for object in &rendered.environment {
+        said.extend(self.apply_all(&rendered.environment, job).await?);
+        Ok(summary("applied", &said, "nothing to prepare"))
+    }
+
+    /// Apply objects in order, each kept among what the task made; what
+    /// was applied.
+    async fn apply_all(&self, objects: &[Object], job: &mut AppJob) -> Result<Vec<String>, String> {
+        let mut said = Vec::new();
+        for object in objects {
             self.apply(object).await?;
             job.made.push(object.what());
             said.push(object.what());
         }
-        Ok(if said.is_empty() {
-            "nothing to prepare".into()
-        } else {
-            format!("applied {}", said.join(", "))
-        })
+        Ok(said)
     }
 
     async fn deploy(
@@ -405,7 +409,6 @@ impl Executor {
         name: &str,
         job: &mut AppJob,
     ) -> Result<String, String> {
-        let served = self.served().await;
         let existing = if job.spec.has_storage() {
             self.statefulsets(namespace)
                 .get_opt(name)
@@ -424,7 +427,7 @@ impl Executor {
             .as_ref()
             .and_then(|s| s.pointer("/spec/volumeClaimTemplates"))
             .cloned();
-        let rendered = self.rendered(namespace, name, job, &served, claims)?;
+        let rendered = self.rendered((namespace, name), job, claims).await?;
         let mut said = Vec::new();
         if existing.is_none() {
             self.check_quotas(namespace, &rendered.workload, job.replicas)
@@ -597,19 +600,9 @@ impl Executor {
         name: &str,
         job: &mut AppJob,
     ) -> Result<String, String> {
-        let served = self.served().await;
-        let rendered = self.rendered(namespace, name, job, &served, None)?;
-        let mut said = Vec::new();
-        for object in &rendered.traffic {
-            self.apply(object).await?;
-            job.made.push(object.what());
-            said.push(object.what());
-        }
-        Ok(if said.is_empty() {
-            "no network-config: no Service".into()
-        } else {
-            format!("applied {}", said.join(", "))
-        })
+        let rendered = self.rendered((namespace, name), job, None).await?;
+        let said = self.apply_all(&rendered.traffic, job).await?;
+        Ok(summary("applied", &said, "no network-config: no Service"))
     }
 
     /// Delete what verdict made for the app of one kind; returns what.
@@ -666,11 +659,7 @@ impl Executor {
         if let Some(monitor) = &served.service_monitor {
             said.extend(self.delete_made(namespace, name, monitor).await?);
         }
-        Ok(if said.is_empty() {
-            "no Service".into()
-        } else {
-            format!("deleted {}", said.join(", "))
-        })
+        Ok(summary("deleted", &said, "no Service"))
     }
 
     async fn remove_app(
@@ -741,11 +730,7 @@ impl Executor {
                 }
             }
         }
-        Ok(if said.is_empty() {
-            "nothing to delete".into()
-        } else {
-            format!("deleted {}", said.join(", "))
-        })
+        Ok(summary("deleted", &said, "nothing to delete"))
     }
 
     /// Whether the app is gone: its pods and workload, then the namespace
@@ -807,103 +792,42 @@ impl Executor {
 
     /// What lives in a namespace besides what Kubernetes puts in every one.
     async fn others_in(&self, namespace: &str) -> Result<Vec<String>, String> {
+        use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+        let kinds = [
+            ApiResource::erase::<Pod>(&()),
+            ApiResource::erase::<Deployment>(&()),
+            ApiResource::erase::<StatefulSet>(&()),
+            ApiResource::erase::<Service>(&()),
+            ApiResource::erase::<PersistentVolumeClaim>(&()),
+            ApiResource::erase::<ConfigMap>(&()),
+            ApiResource::erase::<Secret>(&()),
+        ];
         let mut others = Vec::new();
-        let unread = |e: kube::Error| {
-            format!(
-                "what namespace {namespace} holds could not be read: {}",
-                reason(&e)
-            )
-        };
-        let params = ListParams::default().limit(5);
-        let names = |kind: &str, items: Vec<Option<String>>| -> Vec<String> {
-            items
-                .into_iter()
-                .flatten()
-                .map(|n| format!("{kind} {n}"))
-                .collect()
-        };
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        others.extend(names(
-            "Pod",
-            pods.list(&params)
+        for kind in &kinds {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), namespace, kind);
+            let list = api
+                .list(&ListParams::default().limit(5))
                 .await
-                .map_err(unread)?
-                .items
-                .into_iter()
-                .map(|o| o.metadata.name)
-                .collect(),
-        ));
-        others.extend(names(
-            "Deployment",
-            self.deployments(namespace)
-                .list(&params)
-                .await
-                .map_err(unread)?
-                .items
-                .into_iter()
-                .map(|o| o.metadata.name)
-                .collect(),
-        ));
-        others.extend(names(
-            "StatefulSet",
-            self.statefulsets(namespace)
-                .list(&params)
-                .await
-                .map_err(unread)?
-                .items
-                .into_iter()
-                .map(|o| o.metadata.name)
-                .collect(),
-        ));
-        let services: Api<Service> = Api::namespaced(self.client.clone(), namespace);
-        others.extend(names(
-            "Service",
-            services
-                .list(&params)
-                .await
-                .map_err(unread)?
-                .items
-                .into_iter()
-                .map(|o| o.metadata.name)
-                .collect(),
-        ));
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
-        others.extend(names(
-            "PersistentVolumeClaim",
-            claims
-                .list(&params)
-                .await
-                .map_err(unread)?
-                .items
-                .into_iter()
-                .map(|o| o.metadata.name)
-                .collect(),
-        ));
-        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-        others.extend(names(
-            "ConfigMap",
-            maps.list(&params)
-                .await
-                .map_err(unread)?
-                .items
-                .into_iter()
-                .map(|o| o.metadata.name)
-                .filter(|n| n.as_deref() != Some("kube-root-ca.crt"))
-                .collect(),
-        ));
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        others.extend(names(
-            "Secret",
-            secrets
-                .list(&params)
-                .await
-                .map_err(unread)?
-                .items
-                .into_iter()
-                .filter(|s| s.type_.as_deref() != Some("kubernetes.io/service-account-token"))
-                .map(|o| o.metadata.name)
-                .collect(),
-        ));
+                .map_err(|e| {
+                    format!(
+                        "what namespace {namespace} holds could not be read: {}",
+                        reason(&e)
+                    )
+                })?;
+            // What Kubernetes puts in every namespace is not the app's.
+            let kubernetes = |o: &DynamicObject| {
+                o.metadata.name.as_deref() == Some("kube-root-ca.crt")
+                    || o.data["type"] == "kubernetes.io/service-account-token"
+            };
+            others.extend(
+                list.items
+                    .iter()
+                    .filter(|o| !kubernetes(o))
+                    .filter_map(|o| o.metadata.name.as_ref())
+                    .map(|n| format!("{} {n}", kind.kind)),
+            );
+        }
         Ok(others)
     }
 

@@ -326,16 +326,7 @@ impl Executor {
             let patch = TaskPatch {
                 phase: Some(Phase::Succeeded),
                 message: Some(status),
-                steps: task
-                    .steps
-                    .iter()
-                    .filter(|s| s.phase != Phase::Succeeded)
-                    .map(|s| StepReport {
-                        name: s.name.clone(),
-                        phase: Phase::Succeeded,
-                        message: None,
-                    })
-                    .collect(),
+                steps: succeeded_from_here(task, None),
                 ..TaskPatch::default()
             };
             self.report(task, &patch).await;
@@ -723,6 +714,22 @@ fn under_way(task: &Task) -> TaskPatch {
         message: Some(format!("{} under way", task.action_name())),
         ..TaskPatch::default()
     }
+}
+
+/// Every step of the task's plan not yet done, reported done (`said`: the
+/// step to say a message on, and the message).
+fn succeeded_from_here(task: &Task, said: Option<(&str, &str)>) -> Vec<StepReport> {
+    task.steps
+        .iter()
+        .filter(|s| s.phase != Phase::Succeeded)
+        .map(|s| StepReport {
+            name: s.name.clone(),
+            phase: Phase::Succeeded,
+            message: said
+                .filter(|(step, _)| *step == s.name)
+                .map(|(_, message)| message.to_string()),
+        })
+        .collect()
 }
 
 fn steps_or_first(steps: Vec<StepReport>, task: &Task) -> Vec<StepReport> {

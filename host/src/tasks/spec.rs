@@ -63,134 +63,114 @@ pub const MAX_ENTRIES: usize = 256;
 
 /// An application as a task describes it. Each field is optional: a
 /// create gives what it needs, an update what it changes.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case")]
+#[serde(default, rename_all = "kebab-case")]
 pub struct AppSpec {
     /// The app's namespace: made when missing. When given, the same as the
     /// namespace of `app`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
     pub namespace: Option<String>,
     /// The cluster the task is for (seed 000's `cluster_id`); a host
     /// refuses a task for another cluster than its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253)]
     pub cluster_id: Option<String>,
     /// The container image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(min_length = 1, max_length = 1024, example = "nginx:1.27")]
     pub image: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(maximum = 10000)]
     pub replicas: Option<u32>,
     /// With storage the app is a StatefulSet with a volume claim template
     /// of this class and size (mounted at `/data`); without, a Deployment.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253, example = "fast")]
     pub storage_class_name: Option<String>,
     /// A Kubernetes quantity (`10Gi`). A larger size on update expands the
     /// claims where the class allows it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 64, example = "10Gi")]
     pub storage_class_size: Option<String>,
     /// Labels of the workload and its pods.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Environment variables of the app's container.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// The license file, base64 (seed 000's `[]byte`): a Secret mounted at
     /// `/etc/verdict/license`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 65536)]
     pub license: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<Certificate>,
     /// How the app logs (`stdout`, `file`, …): kept in the app's logging
     /// ConfigMap and the `verdict.dev/log-type` annotation of its pods.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 63)]
     pub log_type: Option<String>,
     /// The logging ConfigMap's entries (mounted at `/etc/verdict/logging`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub log_config: BTreeMap<String, String>,
     /// The metrics ConfigMap's entries (mounted at `/etc/verdict/metrics`);
     /// `port`, `path` and `scheme` become Prometheus' scrape annotations
     /// (and a ServiceMonitor where that kind is served).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metric_config: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_limit: Option<ResourceLimit>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_config: Option<NetworkConfig>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(max_items = 16)]
     pub image_pull_secrets: Vec<ImagePullSecret>,
     /// The app's own health check (seed 000's business endpoint): the
     /// `verdict.dev/health-url` annotation of its workload.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 2048, example = "http://web.shop.svc:8080/healthz")]
     pub health_url: Option<String>,
     /// A delete removes the app's volume claims too.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub delete_storage: bool,
 }
 
 /// A TLS certificate for the app: given (`cert` and `key`, PEM), kept as a
 /// `kubernetes.io/tls` Secret, or issued by cert-manager (`issuer`) where
 /// its `Certificate` kind is served. Mounted at `mount-path`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Certificate {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 16384)]
     pub cert: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 16384)]
     pub key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 16384)]
     pub ca: Option<String>,
     /// The cert-manager issuer that issues it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253)]
     pub issuer: Option<String>,
     /// `Issuer` (the default) or `ClusterIssuer`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer_kind: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(max_items = 16)]
     pub dns_names: Vec<String>,
     /// Where the pod sees it (`/etc/verdict/tls` by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 1024)]
     pub mount_path: Option<String>,
 }
 
 /// The container's resources: `cpu` and `memory` are limits (shorthand
 /// for `limits`); requests default to the limits, as Kubernetes does.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ResourceLimit {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "500m")]
     pub cpu: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "512Mi")]
     pub memory: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Resources>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<Resources>,
 }
 
 /// CPU and memory quantities.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Resources {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
 }
 
@@ -211,16 +191,16 @@ impl ResourceLimit {
 
 /// The app's Service: its type and ports (`port` is shorthand for one
 /// port of that number).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct NetworkConfig {
     /// `ClusterIP` (the default), `NodePort` or `LoadBalancer`.
-    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "type")]
     pub kind: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 65535)]
     pub port: Option<u32>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(max_items = 32)]
     pub ports: Vec<Port>,
 }
@@ -259,26 +239,21 @@ impl NetworkConfig {
 
 /// A registry's credentials as a `kubernetes.io/dockerconfigjson` Secret,
 /// or (`name` alone) a Secret that exists already.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ImagePullSecret {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253)]
     pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 253, example = "registry.example:5000")]
     pub registry: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 256)]
     pub username: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 4096)]
     pub password: Option<String>,
     /// `username:password`, base64, as Docker's configuration keeps it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 8192)]
     pub auth: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 256)]
     pub email: Option<String>,
 }
@@ -1023,13 +998,7 @@ fn label_key(field: &str, key: &str) -> Result<(), Refusal> {
             )
         })?;
     }
-    let valid = !name.is_empty()
-        && name.len() <= 63
-        && alphanumeric_ends(name)
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if !valid {
+    if !label_text(name) {
         return Err(invalid(
             field,
             format!(
@@ -1040,16 +1009,20 @@ fn label_key(field: &str, key: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// A label's name or value: 1 to 63 letters, digits, `-`, `_` and `.`,
+/// beginning and ending with a letter or digit.
+fn label_text(text: &str) -> bool {
+    text.len() <= 63
+        && alphanumeric_ends(text)
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 /// A label's value: empty, or at most 63 letters, digits, `-`, `_` and `.`
 /// that begin and end with a letter or digit.
 fn label_value(field: &str, value: &str) -> Result<(), Refusal> {
-    let valid = value.is_empty()
-        || (value.len() <= 63
-            && alphanumeric_ends(value)
-            && value
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')));
-    if !valid {
+    if !value.is_empty() && !label_text(value) {
         return Err(invalid(
             field,
             format!(

@@ -10,28 +10,11 @@
 
 use serde_json::{Value, json};
 
-use super::{PATIENCE, follow, shared, unique, until, until_kubectl};
-use crate::support::wait_until;
+use super::{follow, shared, unique, until, until_kubectl};
+use crate::apps::{carried_out as run, finished};
 
 const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
-
-fn run(server: &crate::serve::Server, body: Value) -> Value {
-    let (code, task) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
-    assert_eq!(code, 201, "{task}");
-    finished(server, &task)
-}
-
-fn finished(server: &crate::serve::Server, task: &Value) -> Value {
-    let id = task["id"].as_str().unwrap();
-    let mut last = Value::Null;
-    let done = wait_until(PATIENCE * 3, || {
-        last = server.get(&format!("/v1/tasks/{id}")).1;
-        ["succeeded", "failed", "cancelled"].contains(&last["phase"].as_str().unwrap_or_default())
-    });
-    assert!(done.is_some(), "task never finished: {last}");
-    last
-}
 
 fn get(cluster: &verdict_testcluster::Cluster, args: &[&str]) -> Value {
     let mut all = vec!["get"];
@@ -252,15 +235,14 @@ fn a_quota_too_small_fails_the_deploy_and_a_retry_completes_on_the_real_api_serv
     };
     let ns = unique("real-tight");
     cluster.create_namespace(&ns, &[]).unwrap();
+    // The quota, once the controller manager has counted it.
     let quota = |cpu: &str| {
-        format!(
-            "apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: small, namespace: {ns}}}\nspec: {{hard: {{requests.cpu: '{cpu}'}}}}\n"
-        )
-    };
-    cluster.apply(&quota("100m")).unwrap();
-    until_kubectl(
-        cluster,
-        &[
+        cluster
+            .apply(&format!(
+                "apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: small, namespace: {ns}}}\nspec: {{hard: {{requests.cpu: '{cpu}'}}}}\n"
+            ))
+            .unwrap();
+        let args = [
             "get",
             "resourcequota",
             "small",
@@ -268,10 +250,12 @@ fn a_quota_too_small_fails_the_deploy_and_a_retry_completes_on_the_real_api_serv
             &ns,
             "-o",
             "jsonpath={.status.hard}",
-        ],
-        "the quota counted",
-        |out| out.contains("100m"),
-    );
+        ];
+        until_kubectl(cluster, &args, "the quota counted", |out| {
+            out.contains(&format!("\"{cpu}\""))
+        });
+    };
+    quota("100m");
     let data = tempfile::tempdir().unwrap();
     let server = follow(&cluster.kubeconfig(), data.path(), &["--execute-tasks"]);
     // The cluster's id is its kube-system namespace's UID: a task for
@@ -315,21 +299,7 @@ fn a_quota_too_small_fails_the_deploy_and_a_retry_completes_on_the_real_api_serv
         "{message}"
     );
 
-    cluster.apply(&quota("2")).unwrap();
-    until_kubectl(
-        cluster,
-        &[
-            "get",
-            "resourcequota",
-            "small",
-            "-n",
-            &ns,
-            "-o",
-            "jsonpath={.status.hard}",
-        ],
-        "the quota raised",
-        |out| out.contains("\"2\""),
-    );
+    quota("2");
     let done = run(&server, body);
     assert_eq!(done["phase"], "succeeded", "{done}");
 
