@@ -88,7 +88,7 @@ pub struct AppSpec {
     /// claims where the class allows it.
     #[schema(max_length = 64, example = "10Gi")]
     pub storage_class_size: Option<String>,
-    /// Labels of the workload and its pods.
+    /// Labels of the workload and its pods (at most 256, as every map).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Environment variables of the app's container.

@@ -231,12 +231,17 @@ fn decide(
             ));
         }
         let limited = |resource: &str| {
-            spec.resource_limit.as_ref().is_some_and(|r| match resource {
-                "cpu" => r.limits.cpu.is_some(),
-                _ => r.limits.memory.is_some(),
-            })
+            spec.resource_limit
+                .as_ref()
+                .is_some_and(|r| match resource {
+                    "cpu" => r.limits.cpu.is_some(),
+                    _ => r.limits.memory.is_some(),
+                })
         };
-        if request.action == TaskAction::Create && production && !(limited("cpu") && limited("memory")) {
+        if request.action == TaskAction::Create
+            && production
+            && !(limited("cpu") && limited("memory"))
+        {
             return Decision::Deny(format!(
                 "an app in a production namespace ({key}={value}) gives CPU and memory limits (params.resource-limit)"
             ));

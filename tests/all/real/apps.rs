@@ -51,6 +51,56 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back_o
     let data = tempfile::tempdir().unwrap();
     let server = follow(&cluster.kubeconfig(), data.path(), &["--execute-tasks"]);
     let app = format!("{ns}/web");
+    // Each bad field is refused, named, before anything is made.
+    let bad = [
+        (
+            json!({"storage_class_size": "10Gx"}),
+            "params.storage-class-size",
+        ),
+        (
+            json!({"storage_class_name": "no-such-class"}),
+            "params.storage-class-name",
+        ),
+        (
+            json!({"image_pull_secrets": [{"username": "u", "password": "p"}]}),
+            "params.image-pull-secrets[0].registry",
+        ),
+        (json!({"env": {"BAD NAME": "x"}}), "params.env.BAD NAME"),
+    ];
+    for (params, field) in bad {
+        let body = json!({"app": app, "action": "create", "params": {
+            "image": "nginx:1.27", "storage_class_name": class, "storage_class_size": "10Gi"}});
+        let mut body = body;
+        for (k, v) in params.as_object().unwrap() {
+            body["params"][k] = v.clone();
+        }
+        let (code, refused) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
+        assert_eq!(
+            (code, refused["error"]["field"].as_str()),
+            (422, Some(field)),
+            "{params}: {refused}"
+        );
+    }
+    let long = format!("{}/web", "n".repeat(64));
+    let (code, refused) = server.send(
+        "POST",
+        "/v1/tasks",
+        Some(
+            &json!({"app": long, "action": "create", "params": {"image": "nginx:1.27"}})
+                .to_string(),
+        ),
+    );
+    assert_eq!(
+        (code, refused["error"]["field"].as_str()),
+        (422, Some("app")),
+        "{refused}"
+    );
+    assert!(
+        cluster
+            .kubectl_run(&["get", "namespace", &ns], None)
+            .is_err(),
+        "nothing was made"
+    );
     let (code, before) = server.get(&format!("/v1/apps/{app}"));
     assert!(
         code == 404 || before["stable"] == "not-existed",
