@@ -945,11 +945,48 @@ fn cluster_dir() -> PathBuf {
     cargo_target_dir().join("cluster")
 }
 
+/// What `cargo xtask cluster` is asked: its verb and, for `up`, the
+/// nodes; `None` for help. Anything else is an error that shows the usage,
+/// before anything starts.
+fn cluster_command(rest: &[String]) -> Result<Option<(&str, usize)>> {
+    const USAGE: &str = "usage: cargo xtask cluster build | up [--nodes N] | status | down";
+    if rest
+        .iter()
+        .any(|a| matches!(a.as_str(), "-h" | "--help" | "help"))
+    {
+        return Ok(None);
+    }
+    let verb = rest.first().map(String::as_str).unwrap_or_default();
+    let mut nodes = 3;
+    match (verb, &rest[rest.len().min(1)..]) {
+        ("build" | "status" | "down", []) => {}
+        ("up", []) => {}
+        ("up", [flag, n]) if flag == "--nodes" => {
+            nodes = n
+                .parse()
+                .with_context(|| format!("--nodes needs a number, not `{n}`\n{USAGE}"))?;
+        }
+        _ => bail!(
+            "`cluster {}` is not a command of it\n{USAGE}",
+            rest.join(" ")
+        ),
+    }
+    Ok(Some((verb, nodes)))
+}
+
 fn cluster(rest: &[String]) -> Result<()> {
     use verdict_testcluster as testcluster;
     let dir = cluster_dir();
     let up = dir.join("up");
-    match rest.first().map(String::as_str) {
+    let Some((verb, nodes)) = cluster_command(rest)? else {
+        let start = HELP.find("  cluster ").unwrap_or(0);
+        let end = HELP[start..]
+            .find("\n  fuzz")
+            .map_or(HELP.len(), |e| start + e);
+        println!("{}", &HELP[start..end]);
+        return Ok(());
+    };
+    match Some(verb) {
         Some("build") => {
             testcluster::Binaries::build(&cargo_target_dir())?;
         }
@@ -962,13 +999,6 @@ fn cluster(rest: &[String]) -> Result<()> {
                 );
                 return Ok(());
             }
-            let nodes = match rest.iter().position(|a| a == "--nodes") {
-                Some(i) => rest
-                    .get(i + 1)
-                    .and_then(|n| n.parse().ok())
-                    .context("--nodes needs a number")?,
-                None => 3,
-            };
             let bin = testcluster::Binaries::build(&cargo_target_dir())?;
             let cluster = testcluster::Cluster::start(
                 &bin,
@@ -1013,7 +1043,42 @@ fn cluster(rest: &[String]) -> Result<()> {
             let _ = std::fs::remove_file(dir.join("kubeconfig"));
             let _ = std::fs::remove_file(dir.join("verdict.kubeconfig"));
         }
-        _ => bail!("usage: cargo xtask cluster build | up [--nodes N] | status | down"),
+        _ => unreachable!("cluster_command knows the verbs"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod cluster_tests {
+    use super::cluster_command;
+
+    fn args(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn help_is_asked_before_anything_starts_and_a_stray_argument_is_refused() {
+        assert_eq!(cluster_command(&args("up --help")).unwrap(), None);
+        assert_eq!(cluster_command(&args("-h")).unwrap(), None);
+        assert_eq!(cluster_command(&args("up")).unwrap(), Some(("up", 3)));
+        assert_eq!(
+            cluster_command(&args("up --nodes 5")).unwrap(),
+            Some(("up", 5))
+        );
+        assert_eq!(cluster_command(&args("down")).unwrap(), Some(("down", 3)));
+        for bad in [
+            "",
+            "up --nodes",
+            "up --nodes x",
+            "up now",
+            "start",
+            "down now",
+        ] {
+            let refused = cluster_command(&args(bad)).unwrap_err().to_string();
+            assert!(
+                refused.contains("usage: cargo xtask cluster"),
+                "{bad}: {refused}"
+            );
+        }
+    }
 }
