@@ -212,6 +212,7 @@ fn the_demo_keeps_each_apps_changes_with_their_causes_and_availability_adds_up()
         ("/v1/apps/shop/api/availability?window=400d", "window"),
         ("/v1/apps/shop/api/history?since=yesterday", "since"),
         ("/v1/apps/shop/api/history?continue=abc", "continue"),
+        ("/v1/apps/shop/api/history?continue=-1", "continue"),
         ("/v1/apps/shop/api/history?limit=0", "limit"),
     ] {
         let (code, body) = server.get(path);

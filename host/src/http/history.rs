@@ -130,8 +130,13 @@ async fn history(
         .as_deref()
         .filter(|a| !a.is_empty())
         .map(|a| {
-            a.parse::<i64>()
-                .map_err(|_| ApiError::invalid("continue", "continue: not a mark this server gave"))
+            // Marks are the digits of a position (`-1` is none of them).
+            a.parse::<u64>()
+                .ok()
+                .and_then(|a| i64::try_from(a).ok())
+                .ok_or_else(|| {
+                    ApiError::invalid("continue", "continue: not a mark this server gave")
+                })
         })
         .transpose()?;
     let page = Page {
