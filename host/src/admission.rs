@@ -161,13 +161,11 @@ impl Cluster {
             let gvk = kube::core::GroupVersionKind::gvk("cert-manager.io", "v1", "Certificate");
             match kube::discovery::oneshot::pinned_kind(&self.client, &gvk).await {
                 Ok(_) => {}
-                Err(kube::Error::Discovery(_)) => {
-                    return Err(invalid(
-                        "params.certificate.issuer",
-                        "cert-manager's Certificate (cert-manager.io/v1) is not served by this cluster; give `cert` and `key` instead".into(),
-                    ));
-                }
-                Err(kube::Error::Api(status)) if status.code == 404 => {
+                // Not in discovery, or its group not there at all.
+                Err(e)
+                    if matches!(&e, kube::Error::Discovery(_))
+                        || matches!(&e, kube::Error::Api(status) if status.code == 404) =>
+                {
                     return Err(invalid(
                         "params.certificate.issuer",
                         "cert-manager's Certificate (cert-manager.io/v1) is not served by this cluster; give `cert` and `key` instead".into(),

@@ -703,32 +703,13 @@ impl Executor {
             ApiResource::erase::<ConfigMap>(&()),
         ];
         kinds.extend(served.certificate);
+        // Claims made from the StatefulSet's template carry its labels:
+        // the app's and verdict's.
         if job.spec.delete_storage {
             kinds.push(ApiResource::erase::<PersistentVolumeClaim>(&()));
         }
         for kind in &kinds {
             said.extend(self.delete_made(namespace, name, kind).await?);
-        }
-        if job.spec.delete_storage {
-            // Claims made from a template carry its labels: the app's and
-            // verdict's; older ones only the app's.
-            let claims: Api<PersistentVolumeClaim> =
-                Api::namespaced(self.client.clone(), namespace);
-            if let Ok(list) = claims
-                .list(&ListParams::default().labels(&format!("{INSTANCE}={name}")))
-                .await
-            {
-                for claim in list.items {
-                    let claim_name = claim.metadata.name.unwrap_or_default();
-                    if claims
-                        .delete(&claim_name, &DeleteParams::background())
-                        .await
-                        .is_ok()
-                    {
-                        said.push(format!("PersistentVolumeClaim {namespace}/{claim_name}"));
-                    }
-                }
-            }
         }
         Ok(summary("deleted", &said, "nothing to delete"))
     }
