@@ -821,3 +821,116 @@ fn the_charts_alerts_are_valid_rules_that_fire_when_they_should() {
     let tested = promtool(&["test", "rules", "tests.yaml"]);
     assert!(tested.is_ok(), "{tested:?}");
 }
+
+/// `helm template` of the chart as a newcomer first runs it, with no
+/// flags: it renders (helm assumes an old Kubernetes then; the version is
+/// checked only where the chart talks to a cluster). The webhooks given a
+/// URL and a CA bundle of the user's own make no certificate; given a URL
+/// alone, they trust the chart's own CA, whose certificate names the
+/// addresses asked for. The image is pulled by digest when one is given.
+#[test]
+fn helm_template_renders_the_chart_without_flags() {
+    let test = "helm_template_renders_the_chart_without_flags";
+    let Some(bin) = std::env::var_os("VERDICT_TESTCLUSTER_BIN") else {
+        super::skip::<()>(test);
+        return;
+    };
+    let helm = Path::new(&bin).join("helm");
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
+    let template = |args: &[&str]| -> Vec<Value> {
+        let mut command = std::process::Command::new(&helm);
+        command.args(["template", "vc"]).arg(&chart).args(args);
+        let rendered = verdict_testcluster::run_with_input(&mut command, None)
+            .unwrap_or_else(|e| panic!("helm template {args:?}: {e}"));
+        serde_yaml_ng::Deserializer::from_str(&rendered)
+            .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+            .filter(|o| !o.is_null())
+            .collect()
+    };
+    let kinds = |objects: &[Value]| -> Vec<String> {
+        objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let image = |objects: &[Value]| -> String {
+        objects.iter().find(|o| o["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"]
+            ["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    let plain = template(&[]);
+    for kind in [
+        "Deployment",
+        "Secret",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ] {
+        assert!(
+            kinds(&plain).iter().any(|k| k == kind),
+            "{kind}: {:?}",
+            kinds(&plain)
+        );
+    }
+    // The chart's default image is the one `cargo xtask image` names.
+    assert_eq!(
+        image(&plain),
+        format!("verdict:{}", env!("CARGO_PKG_VERSION"))
+    );
+
+    let own = template(&[
+        "--set",
+        "webhooks.url=https://verdict.example:8443/v1/admission/review",
+        "--set",
+        "webhooks.caBundle=Zm9v",
+        "--set",
+        "tls.secretName=mine",
+        "--set",
+        "image.digest=sha256:0123",
+    ]);
+    assert!(
+        !kinds(&own).iter().any(|k| k == "Secret"),
+        "{:?}",
+        kinds(&own)
+    );
+    let webhook = own
+        .iter()
+        .find(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .unwrap();
+    assert_eq!(webhook["webhooks"][0]["clientConfig"]["caBundle"], "Zm9v");
+    let deployment = own.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let volumes = deployment["spec"]["template"]["spec"]["volumes"].to_string();
+    assert!(volumes.contains(r#""secretName":"mine""#), "{volumes}");
+    assert_eq!(image(&own), "verdict@sha256:0123");
+
+    let outside = template(&[
+        "--set",
+        "webhooks.url=https://127.0.0.1:8443/v1/admission/review",
+        "--set",
+        "tls.ipAddresses={127.0.0.1}",
+    ]);
+    let secret = outside.iter().find(|o| o["kind"] == "Secret").unwrap();
+    let webhook = outside
+        .iter()
+        .find(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .unwrap();
+    assert_eq!(
+        webhook["webhooks"][0]["clientConfig"]["caBundle"], secret["data"]["ca.crt"],
+        "the webhooks trust the chart's own CA"
+    );
+    use base64::Engine as _;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["tls.crt"].as_str().unwrap())
+        .unwrap();
+    let mut openssl = std::process::Command::new("openssl");
+    openssl.args(["x509", "-noout", "-ext", "subjectAltName"]);
+    let names =
+        verdict_testcluster::run_with_input(&mut openssl, Some(&String::from_utf8(pem).unwrap()))
+            .unwrap();
+    assert!(
+        names.contains("IP Address:127.0.0.1") && names.contains("DNS:vc-verdict.default.svc"),
+        "{names:?}"
+    );
+}

@@ -29,7 +29,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The Secret holding the serving certificate. */}}
 {{- define "verdict.tlsSecret" -}}
-{{- printf "%s-tls" (include "verdict.fullname" .) -}}
+{{- .Values.tls.secretName | default (printf "%s-tls" (include "verdict.fullname" .)) -}}
+{{- end -}}
+
+{{/* The image: by digest when one is given, else by tag. */}}
+{{- define "verdict.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The port the container listens on. */}}
