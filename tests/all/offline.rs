@@ -67,6 +67,72 @@ fn the_default_status_cases_pass() {
     assert!(passed >= 60, "only {passed} cases ran");
 }
 
+/// Without `--policy`, each case file is run by the policy of its world —
+/// told by its `world:` or by its cases — so that the repository's own
+/// cases pass together; a world no plugin serves fails that file's cases,
+/// saying so.
+#[test]
+fn each_case_file_is_run_by_the_policy_of_its_world() {
+    let output = verdict(&["test", "--plugins", "target/plugins", "plugins"]);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    let (passed, failed) = tally(&output);
+    assert_eq!(failed, 0, "{text}");
+    assert!(passed >= 150, "only {passed} cases ran: {text}");
+    for (file, policy) in [
+        (
+            "plugins/admission/tests/cases.yaml",
+            "admission (default-admission@",
+        ),
+        (
+            "plugins/lifecycle/tests/machine.yaml",
+            "lifecycle (default-lifecycle@",
+        ),
+        ("plugins/status/tests/rules.yaml", "status (default-status@"),
+    ] {
+        assert!(text.contains(&format!("{file}: {policy}")), "{text}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let told = dir.path().join("told.yaml");
+    std::fs::write(
+        &told,
+        "world: failover\ncases:\n  - name: nothing to judge\n    expect: {}\n",
+    )
+    .unwrap();
+    let output = verdict(&[
+        "test",
+        "--plugins",
+        "target/plugins",
+        told.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("failover (default-failover@"),
+        "{}",
+        stdout(&output)
+    );
+
+    let unknown = dir.path().join("unknown.yaml");
+    std::fs::write(
+        &unknown,
+        "world: weather\ncases:\n  - name: sunny\n    expect: {}\n",
+    )
+    .unwrap();
+    let output = verdict(&[
+        "test",
+        "--plugins",
+        "target/plugins",
+        unknown.to_str().unwrap(),
+    ]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("FAIL  sunny") && text.contains("world: weather is none of"),
+        "{text}"
+    );
+}
+
 #[test]
 fn the_default_admission_cases_pass() {
     let output = verdict(&[

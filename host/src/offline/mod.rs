@@ -89,6 +89,11 @@ impl PolicyArgs {
     /// `world`, when given), else the one serving `world` (the status
     /// world when none is given).
     pub fn policy(&self, world: Option<World>) -> Result<Arc<Slot>> {
+        self.load()?.pick(self.policy.as_deref(), world)
+    }
+
+    /// Load the plugin folder.
+    pub fn load(&self) -> Result<PluginFolder> {
         if !self.plugins.is_dir() {
             return Err(Error::Invalid(format!(
                 "plugin folder {} does not exist (build it with `cargo xtask plugins`)",
@@ -101,22 +106,48 @@ impl PolicyArgs {
             Some(self.plugins.clone()),
             Default::default(),
         );
-        let report = registry.reload();
-        let slot = match &self.policy {
+        let rejected = registry
+            .reload()
+            .rejected
+            .into_iter()
+            .map(|r| (r.plugin, r.error))
+            .collect();
+        Ok(PluginFolder {
+            registry,
+            rejected,
+            folder: self.plugins.clone(),
+        })
+    }
+}
+
+/// A plugin folder, loaded.
+pub struct PluginFolder {
+    registry: Registry,
+    /// The plugins that did not load, with why.
+    rejected: Vec<(String, String)>,
+    folder: PathBuf,
+}
+
+impl PluginFolder {
+    /// The plugin named `name` (of `world`, when given), else the one
+    /// serving `world` (the status world when none is given). A plugin
+    /// asked for by name that did not load is an error with the reason.
+    pub fn pick(&self, name: Option<&str>, world: Option<World>) -> Result<Arc<Slot>> {
+        let slot = match name {
             Some(name) => {
-                if let Some(rejected) = report.rejected.iter().find(|r| &r.plugin == name) {
+                if let Some((_, error)) = self.rejected.iter().find(|(p, _)| p == name) {
                     return Err(Error::Invalid(format!(
-                        "plugin {name} did not load: {}",
-                        rejected.error
+                        "plugin {name} did not load: {error}"
                     )));
                 }
-                registry.get(name).ok_or_else(|| {
-                    Error::Invalid(format!("no plugin {name} in {}", self.plugins.display()))
+                self.registry.get(name).ok_or_else(|| {
+                    Error::Invalid(format!("no plugin {name} in {}", self.folder.display()))
                 })?
             }
-            None => registry
+            None => self
+                .registry
                 .policy(world.unwrap_or(World::Status))
-                .map_err(Error::input(self.plugins.display().to_string()))?,
+                .map_err(Error::input(self.folder.display().to_string()))?,
         };
         match slot.current() {
             Some(version) if world.is_none_or(|w| w == version.world()) => Ok(slot),

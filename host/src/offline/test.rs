@@ -57,6 +57,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -90,7 +91,49 @@ pub struct TestArgs {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CaseFile {
+    /// The world whose policy runs the cases (`status`, `failover`,
+    /// `admission`, `lifecycle`); else told by the cases (see
+    /// [`world_of`]).
+    #[serde(default)]
+    world: Option<String>,
     cases: Vec<Case>,
+}
+
+/// The world a case file's cases are for: its `world:`, else an admission
+/// policy's where a case carries a `request` or `review`, a lifecycle
+/// policy's where one carries an `instance` or `target`, a failover
+/// policy's where every expectation names a node (no `/`), else the status
+/// policy's (apps are `namespace/name`).
+fn world_of(file: &CaseFile) -> std::result::Result<World, String> {
+    if let Some(world) = &file.world {
+        return World::ALL
+            .into_iter()
+            .find(|w| w.file_stem() == world || w.name() == world)
+            .ok_or_else(|| {
+                format!("world: {world} is none of status, failover, admission, lifecycle")
+            });
+    }
+    let cases = &file.cases;
+    let world = if cases
+        .iter()
+        .any(|c| c.request.is_some() || c.review.is_some())
+    {
+        World::Admission
+    } else if cases
+        .iter()
+        .any(|c| c.instance.is_some() || c.target.is_some())
+    {
+        World::Lifecycle
+    } else if cases.iter().any(|c| !c.expect.is_empty())
+        && cases
+            .iter()
+            .all(|c| c.expect.keys().all(|k| !k.contains('/')))
+    {
+        World::Failover
+    } else {
+        World::Status
+    };
+    Ok(world)
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,10 +227,15 @@ fn collect_yaml(dir: &Path, into: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// Run every case of every file against the plugin.
+/// Run every case of every file against the plugin named by `--policy`,
+/// else each file against the policy of its world.
 pub fn run(args: &TestArgs) -> Result<Outcome> {
     let files = case_files(&args.paths)?;
-    let slot = args.policy.policy(None)?;
+    let folder = args.policy.load()?;
+    let named = match args.policy.policy.as_deref() {
+        Some(name) => Some(folder.pick(Some(name), None)?),
+        None => None,
+    };
     let mut outcome = Outcome::default();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(Error::io(&file))?;
@@ -200,8 +248,29 @@ pub fn run(args: &TestArgs) -> Result<Outcome> {
             let what = format!("{}: {}", file.display(), e.path());
             Error::input(what)(e.into_inner())
         })?;
+        let slot = match &named {
+            Some(slot) => Ok(Arc::clone(slot)),
+            None => world_of(&cases)
+                .and_then(|world| folder.pick(None, Some(world)).map_err(|e| e.to_string())),
+        };
+        if let Ok(slot) = &slot {
+            let version = slot
+                .current()
+                .map(|v| format!(" ({}@{})", v.info().name, v.info().version));
+            let _ = writeln!(
+                outcome.report,
+                "--    {}: {}{}",
+                file.display(),
+                slot.name(),
+                version.unwrap_or_default()
+            );
+        }
         for case in &cases.cases {
-            let mismatches = match run_case(&slot, &file, case) {
+            let run = match &slot {
+                Ok(slot) => run_case(slot, &file, case),
+                Err(error) => Err(error.clone()),
+            };
+            let mismatches = match run {
                 Ok(mismatches) => mismatches,
                 Err(error) => vec![format!("could not run: {error}")],
             };
