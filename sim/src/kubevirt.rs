@@ -55,12 +55,71 @@ const KINDS: [(&str, &str, &str, &str); 6] = [
     ("cdi.kubevirt.io", "v1beta1", "DataVolume", "datavolumes"),
 ];
 
+/// KubeVirt's and CDI's own short names and `kubectl get` columns of each
+/// kind (as their CustomResourceDefinitions declare them).
+fn names_and_columns(kind: &str) -> (Value, Value) {
+    let column = |name: &str, path: &str| json!({"name": name, "type": "string", "jsonPath": path});
+    let age = json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"});
+    let ready = column("Ready", ".status.conditions[?(@.type=='Ready')].status");
+    match kind {
+        "VirtualMachine" => (
+            json!(["vm", "vms"]),
+            json!([age, column("Status", ".status.printableStatus"), ready]),
+        ),
+        "VirtualMachineInstance" => (
+            json!(["vmi", "vmis"]),
+            json!([
+                age,
+                column("Phase", ".status.phase"),
+                column("IP", ".status.interfaces[0].ipAddress"),
+                column("NodeName", ".status.nodeName"),
+                ready
+            ]),
+        ),
+        "VirtualMachineInstanceReplicaSet" => (
+            json!(["vmirs", "vmirss"]),
+            json!([
+                column("Desired", ".spec.replicas"),
+                column("Current", ".status.replicas"),
+                column("Ready", ".status.readyReplicas"),
+                age
+            ]),
+        ),
+        "VirtualMachineInstanceMigration" => (
+            json!(["vmim", "vmims"]),
+            json!([
+                column("Phase", ".status.phase"),
+                column("VMI", ".spec.vmiName")
+            ]),
+        ),
+        "VirtualMachinePool" => (
+            json!(["vmpool", "vmpools"]),
+            json!([
+                column("Desired", ".spec.replicas"),
+                column("Current", ".status.replicas"),
+                column("Ready", ".status.readyReplicas"),
+                age
+            ]),
+        ),
+        _ => (
+            json!(["dv", "dvs"]),
+            json!([
+                column("Phase", ".status.phase"),
+                column("Progress", ".status.progress"),
+                age
+            ]),
+        ),
+    }
+}
+
 /// The CustomResourceDefinitions of KubeVirt's and CDI's kinds, keeping any
-/// field (as the tests of the real control plane install them too).
+/// field (as the tests of the real control plane install them too), with
+/// their short names (`kubectl get vm`) and columns.
 pub fn crds() -> Vec<Value> {
     KINDS
         .iter()
         .map(|(group, version, kind, plural)| {
+            let (short_names, columns) = names_and_columns(kind);
             json!({
                 "apiVersion": "apiextensions.k8s.io/v1",
                 "kind": "CustomResourceDefinition",
@@ -68,9 +127,11 @@ pub fn crds() -> Vec<Value> {
                 "spec": {
                     "group": group,
                     "scope": "Namespaced",
-                    "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+                    "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind,
+                        "shortNames": short_names, "categories": ["all"]},
                     "versions": [{"name": version, "served": true, "storage": true,
                         "subresources": {"status": {}},
+                        "additionalPrinterColumns": columns,
                         "schema": {"openAPIV3Schema": {"type": "object",
                             "x-kubernetes-preserve-unknown-fields": true}}}]
                 }

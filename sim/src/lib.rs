@@ -9,6 +9,7 @@
 pub mod controller;
 mod eviction;
 pub mod kubevirt;
+pub mod openapi;
 pub mod resources;
 pub mod scale;
 pub mod scenario;

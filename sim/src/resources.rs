@@ -21,8 +21,9 @@ pub struct Resource {
     /// whose definition says so): a write of the object keeps the stored
     /// status, a write of `/status` keeps everything else.
     pub status_subresource: bool,
-    /// Its scale subresource (a custom resource whose definition has one),
-    /// for `kubectl scale` and autoscalers.
+    /// Its scale subresource (Deployments, StatefulSets, and a custom
+    /// resource whose definition has one), for `kubectl scale` and
+    /// autoscalers.
     pub scale: Option<&'static Scale>,
 }
 
@@ -45,6 +46,14 @@ impl Resource {
         }
     }
 }
+
+/// The scale subresource of Deployments and StatefulSets (`kubectl
+/// scale`).
+static WORKLOAD_SCALE: Scale = Scale {
+    spec_replicas: ".spec.replicas",
+    status_replicas: ".status.replicas",
+    label_selector: None,
+};
 
 /// Every resource the simulator serves.
 pub static RESOURCES: &[Resource] = &[
@@ -156,7 +165,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["deploy"],
         status_subresource: false,
-        scale: None,
+        scale: Some(&WORKLOAD_SCALE),
     },
     Resource {
         group: "apps",
@@ -167,7 +176,7 @@ pub static RESOURCES: &[Resource] = &[
         namespaced: true,
         short_names: &["sts"],
         status_subresource: false,
-        scale: None,
+        scale: Some(&WORKLOAD_SCALE),
     },
     Resource {
         group: "apps",

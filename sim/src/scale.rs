@@ -1,5 +1,5 @@
-//! The scale subresource of a custom resource whose definition has one
-//! (`…/{plural}/{name}/scale`): an `autoscaling/v1` `Scale` read from the
+//! The scale subresource of Deployments, StatefulSets and a custom
+//! resource whose definition has one (`…/{plural}/{name}/scale`): an `autoscaling/v1` `Scale` read from the
 //! object's replica paths, and a write of its `spec.replicas` to the
 //! object's — what `kubectl scale` and autoscalers use.
 
@@ -158,8 +158,9 @@ mod tests {
                 .code,
             400
         );
-        // Resources without one have none.
+        // Resources without one have none; Deployments have theirs.
         assert!(find("", "v1", "pods").unwrap().scale.is_none());
+        assert!(find("apps", "v1", "deployments").unwrap().scale.is_some());
     }
 
     #[test]

@@ -115,6 +115,22 @@ fn resolve(path: &str, server: &str, store: &Store) -> Result<Target, StoreError
     };
     let (group, version, rest): (&str, &str, &[&str]) = match parts.as_slice() {
         ["version"] => return Ok(Target::Discovery(resources::version())),
+        ["openapi", "v3"] => {
+            return Ok(Target::Discovery(crate::openapi::index(
+                &store.resources(),
+                store.version(),
+            )));
+        }
+        ["openapi", "v3", "api", version] => {
+            return crate::openapi::document(&store.resources(), "", version)
+                .map(Target::Discovery)
+                .ok_or_else(not_found);
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            return crate::openapi::document(&store.resources(), group, version)
+                .map(Target::Discovery)
+                .ok_or_else(not_found);
+        }
         ["api"] => return Ok(Target::Discovery(resources::core_versions(server))),
         ["apis"] => return Ok(Target::Discovery(resources::groups(&store.resources()))),
         ["api", version, rest @ ..] => ("", version, rest),
@@ -190,6 +206,23 @@ async fn handle(
         Ok(target) => target,
         Err(e) => return error(&e),
     };
+    // The simulator speaks JSON: a protobuf body is refused as the API
+    // server refuses a media type it does not decode, and clients that
+    // can (client-go) send JSON again.
+    let sent = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !body.is_empty() && sent.starts_with("application/vnd.kubernetes.protobuf") {
+        return error(&StoreError {
+            code: 415,
+            reason: "UnsupportedMediaType",
+            message: format!(
+                "the body is {sent}: this server decodes JSON only (application/json; \
+                 `kubectl apply -f` and `kubectl create -f` send it)"
+            ),
+        });
+    }
     let store = &shared.store;
     let accept = headers
         .get(header::ACCEPT)
@@ -258,7 +291,11 @@ async fn handle(
                 });
             let rv = first_rv.unwrap_or(current);
             if table::wanted(&accept) {
-                return json_response(StatusCode::OK, &table::table(resource, &items, rv));
+                let columns = table::printer_columns(store, resource);
+                return json_response(
+                    StatusCode::OK,
+                    &table::table(resource, &columns, &items, rv),
+                );
             }
             let mut metadata = json!({ "resourceVersion": rv.to_string() });
             if let Some((ns, name)) = next {
@@ -302,7 +339,12 @@ async fn handle(
             if table::wanted(&accept) {
                 (
                     StatusCode::OK,
-                    table::table(resource, std::slice::from_ref(&o), store.version()),
+                    table::table(
+                        resource,
+                        &table::printer_columns(store, resource),
+                        std::slice::from_ref(&o),
+                        store.version(),
+                    ),
                 )
             } else {
                 (StatusCode::OK, o)
@@ -466,11 +508,12 @@ fn watch_stream(
     as_table: bool,
 ) -> Response {
     // kubectl watches in tables too: each event then carries a one-row table.
+    let columns = table::printer_columns(&shared.store, resource);
     let render = move |kind: &str, object: &Value, rv: u64| {
         if as_table {
             line(
                 kind,
-                &table::table(resource, std::slice::from_ref(object), rv),
+                &table::table(resource, &columns, std::slice::from_ref(object), rv),
             )
         } else {
             line(kind, object)

@@ -1,6 +1,7 @@
 //! Server-side printing: the `Table` kubectl asks for (`Accept:
 //! application/json;as=Table;g=meta.k8s.io;v=v1`), with the columns
-//! `kubectl get` shows for pods, deployments and nodes, and name and age for
+//! `kubectl get` shows for pods, deployments and nodes, a custom resource's
+//! printer columns as its definition declares them, and name and age for
 //! the rest.
 
 use std::time::SystemTime;
@@ -8,6 +9,7 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use crate::resources::Resource;
+use crate::store::Store;
 
 /// Whether a request asks for a table.
 pub fn wanted(accept: &str) -> bool {
@@ -152,8 +154,131 @@ fn node_row(node: &Value) -> Vec<Value> {
 /// The cells of one object's row.
 type Row = fn(&Value) -> Vec<Value>;
 
-/// A `Table` of objects of one resource.
-pub fn table(resource: &Resource, objects: &[Value], resource_version: u64) -> Value {
+/// The `additionalPrinterColumns` of a custom resource's version, as its
+/// definition in the store declares them (none for built-in kinds).
+pub fn printer_columns(store: &Store, resource: &Resource) -> Vec<Value> {
+    let Some(crds) =
+        crate::resources::find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    else {
+        return Vec::new();
+    };
+    if crate::resources::RESOURCES
+        .iter()
+        .any(|r| std::ptr::eq(r, resource))
+    {
+        return Vec::new();
+    }
+    let name = format!("{}.{}", resource.plural, resource.group);
+    let Ok(crd) = store.get(crds, "", &name) else {
+        return Vec::new();
+    };
+    crd.pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == resource.version)
+        .and_then(|v| v["additionalPrinterColumns"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// The values a JSON path of a printer column names in `object` — the
+/// forms definitions use: `.a.b`, `.a[0].b`, `.a[*].b` and
+/// `.a[?(@.type=='Ready')].status`.
+fn at_path<'a>(object: &'a Value, path: &str) -> Vec<&'a Value> {
+    let mut current = vec![object];
+    let mut rest = path.trim().trim_start_matches('.');
+    while !rest.is_empty() {
+        let (step, after) = match (rest.find('.'), rest.find('[')) {
+            (_, Some(0)) => {
+                let close = rest.find(']').map_or(rest.len(), |c| c + 1);
+                rest.split_at(close)
+            }
+            (Some(dot), Some(bracket)) if bracket < dot => rest.split_at(bracket),
+            (Some(dot), _) => rest.split_at(dot),
+            (None, Some(bracket)) => rest.split_at(bracket),
+            (None, None) => (rest, ""),
+        };
+        rest = after.trim_start_matches('.');
+        current = if let Some(inner) = step.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            let items = current.into_iter().filter_map(Value::as_array).flatten();
+            if inner == "*" {
+                items.collect()
+            } else if let Ok(index) = inner.parse::<usize>() {
+                items.skip(index).take(1).collect()
+            } else if let Some(filter) =
+                inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')'))
+            {
+                let (field, wanted) = filter.split_once("==").unwrap_or((filter, ""));
+                let wanted = wanted.trim().trim_matches(|c| c == '\'' || c == '"');
+                items
+                    .filter(|item| item[field.trim()].as_str() == Some(wanted))
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        } else {
+            current
+                .into_iter()
+                .map(|value| &value[step])
+                .filter(|value| !value.is_null())
+                .collect()
+        };
+    }
+    current
+}
+
+/// A cell of a printer column: the path's values (joined when several),
+/// a `date` as an age.
+fn cell(object: &Value, column: &Value) -> Value {
+    let values = at_path(object, column["jsonPath"].as_str().unwrap_or_default());
+    match values.as_slice() {
+        [] => Value::Null,
+        [one] if column["type"] == "date" => json!(age(&json!({
+            "metadata": {"creationTimestamp": one}
+        }))),
+        [one] => (*one).clone(),
+        many => json!(
+            many.iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    }
+}
+
+/// A `Table` of objects of one resource: the columns `kubectl get` shows
+/// for pods, deployments and nodes; for a custom resource its name and its
+/// definition's printer columns (`printer`, from [`printer_columns`]) or
+/// its age; name and age for the rest.
+pub fn table(
+    resource: &Resource,
+    printer: &[Value],
+    objects: &[Value],
+    resource_version: u64,
+) -> Value {
+    if !printer.is_empty() {
+        let mut columns = vec![column("Name", "string", 0)];
+        columns.extend(printer.iter().map(|c| {
+            let kind = match c["type"].as_str() {
+                Some("date") | None => "string",
+                Some(other) => other,
+            };
+            column(
+                c["name"].as_str().unwrap_or_default(),
+                kind,
+                c["priority"].as_u64().unwrap_or(0) as u8,
+            )
+        }));
+        let rows = objects
+            .iter()
+            .map(|o| {
+                let mut cells = vec![json!(text(o, "/metadata/name"))];
+                cells.extend(printer.iter().map(|c| cell(o, c)));
+                row_of(o, cells)
+            })
+            .collect();
+        return table_of(columns, rows, resource_version);
+    }
     let (columns, row): (Vec<Value>, Row) = match resource.kind {
         "Pod" => (
             vec![
@@ -190,18 +315,61 @@ pub fn table(resource: &Resource, objects: &[Value], resource_version: u64) -> V
             |o: &Value| vec![json!(text(o, "/metadata/name")), json!(age(o))],
         ),
     };
-    let rows: Vec<Value> = objects
-        .iter()
-        .map(|o| {
-            json!({
-                "cells": row(o),
-                "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"] },
-            })
-        })
-        .collect();
+    let rows: Vec<Value> = objects.iter().map(|o| row_of(o, row(o))).collect();
+    table_of(columns, rows, resource_version)
+}
+
+fn row_of(object: &Value, cells: Vec<Value>) -> Value {
+    json!({
+        "cells": cells,
+        "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"] },
+    })
+}
+
+fn table_of(columns: Vec<Value>, rows: Vec<Value>, resource_version: u64) -> Value {
     json!({
         "kind": "Table", "apiVersion": "meta.k8s.io/v1",
         "metadata": { "resourceVersion": resource_version.to_string() },
         "columnDefinitions": columns, "rows": rows,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printer_column_paths_read_what_definitions_name() {
+        let vm = json!({
+            "metadata": {"name": "db-0"},
+            "status": {
+                "printableStatus": "Running",
+                "conditions": [{"type": "Paused", "status": "False"}, {"type": "Ready", "status": "True"}],
+                "interfaces": [{"ipAddress": "10.0.0.9"}, {"ipAddress": "10.0.0.10"}],
+            },
+        });
+        let one = |path: &str| at_path(&vm, path).into_iter().cloned().collect::<Vec<_>>();
+        assert_eq!(one(".status.printableStatus"), vec![json!("Running")]);
+        assert_eq!(
+            one(".status.conditions[?(@.type=='Ready')].status"),
+            vec![json!("True")]
+        );
+        assert_eq!(
+            one(".status.interfaces[1].ipAddress"),
+            vec![json!("10.0.0.10")]
+        );
+        assert_eq!(one(".status.interfaces[*].ipAddress").len(), 2);
+        assert!(one(".status.missing").is_empty());
+        assert!(one(".status.conditions[?(@.type=='Gone')].status").is_empty());
+        let column =
+            json!({"name": "IPs", "type": "string", "jsonPath": ".status.interfaces[*].ipAddress"});
+        assert_eq!(cell(&vm, &column), json!("10.0.0.9,10.0.0.10"));
+        assert_eq!(
+            cell(
+                &vm,
+                &json!({"name": "X", "type": "string", "jsonPath": ".spec.x"})
+            ),
+            Value::Null
+        );
+    }
 }

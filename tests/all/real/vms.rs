@@ -193,6 +193,11 @@ fn virtual_machines_on_the_real_api_server_show_their_stage_and_take_tasks() {
     assert_eq!(vm["stage"], "ready", "{running}");
     assert_eq!(vm["resource"], "kubevirt.io/v1/VirtualMachine");
     assert_eq!(vm["node"], "n1", "{running}");
+    // KubeVirt's short names and columns: `kubectl get vm`, `get vmi`.
+    let listed = kube.run(&["get", "vm,vmi"]);
+    for column in ["STATUS", "READY", "PHASE", "NODENAME", "db-0"] {
+        assert!(listed.contains(column), "{listed}");
+    }
 
     // Stop: verdict halts the VM through its run strategy; KubeVirt's part
     // (played here) takes the instance away.
