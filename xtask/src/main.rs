@@ -13,6 +13,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 mod features;
+mod image;
 mod layers;
 mod real_demo;
 
@@ -36,6 +37,15 @@ verbs:
   demo      build the plugins and run `verdict serve --demo` with them: the
             host on the built-in demo cluster; `demo --real` plays the demo
             on the real control plane (`cluster up`), KWOK running the pods
+  image     verdict's OCI image, without a container daemon: the release
+            binary (stripped) and the default policies on an empty base
+            with only the libraries it loads and the CA certificates (from
+            Debian's packages), run as user 65532; written as an OCI layout
+            in target/image/oci, tagged with the version (umoci and GNU tar,
+            installed when missing). `image --dev`: the dev profile's
+            binary; `image --push REGISTRY/REPOSITORY [--insecure]`: pushed
+            with skopeo (`--insecure`: plain HTTP), and the chart values
+            that pull it by digest printed
   crds      write the chart's CustomResourceDefinitions
             (deploy/chart/verdict/crds/) from the resources' Rust types
             (`verdict crds`); a unit test fails while they differ
@@ -115,6 +125,7 @@ fn main() -> ExitCode {
             .and_then(|()| fuzz(&["--smoke".to_string()])),
         "bench" => build_plugins().and_then(|_| bench(rest)),
         "cluster" => cluster(rest),
+        "image" => image_command(rest),
         "fuzz" => fuzz(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
@@ -407,6 +418,77 @@ fn demo(rest: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask image [--dev] [--push REPOSITORY [--insecure]]`.
+fn image_command(rest: &[String]) -> Result<()> {
+    let mut dev = false;
+    let mut push = None;
+    let mut insecure = false;
+    let mut args = rest.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--dev" => dev = true,
+            "--insecure" => insecure = true,
+            "--push" => push = Some(args.next().context("--push needs a REGISTRY/REPOSITORY")?),
+            other => bail!(
+                "unknown argument `{other}`\nusage: cargo xtask image [--dev] [--push REGISTRY/REPOSITORY [--insecure]]"
+            ),
+        }
+    }
+    image::ensure_tools()?;
+    build_rust_plugins()?;
+    let mut build = cargo();
+    build
+        .args(["build", "--locked", "--package", "verdict"])
+        .current_dir(root());
+    if !dev {
+        build.arg("--release");
+    }
+    run(&mut build, BUILD).context("building verdict")?;
+    let binary = cargo_target_dir()
+        .join(if dev { "debug" } else { "release" })
+        .join("verdict");
+    let version = env!("CARGO_PKG_VERSION");
+    let built = image::assemble(
+        &root(),
+        &binary,
+        &root().join("target").join("plugins"),
+        &root().join("target").join("image"),
+        version,
+    )?;
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    println!(
+        "{} ({}:{version}): {}\n  {:.1} MiB compressed, {:.1} MiB unpacked\n  run it:  podman run --rm {} --help",
+        built.reference(),
+        image::NAME,
+        built.digest,
+        mib(built.compressed),
+        mib(built.uncompressed),
+        built.reference(),
+    );
+    let Some(repository) = push else {
+        return Ok(());
+    };
+    if probe("skopeo", &["--version"]).is_none() {
+        apt_install(&["skopeo"])?;
+    }
+    let digest_file = root().join("target").join("image").join("pushed.digest");
+    let destination = format!("docker://{repository}:{version}");
+    let mut copy = Command::new("skopeo");
+    copy.args(["copy", "--digestfile"])
+        .arg(&digest_file)
+        .arg(built.reference())
+        .arg(&destination);
+    if insecure {
+        copy.arg("--dest-tls-verify=false");
+    }
+    run(&mut copy, INSTALL).with_context(|| format!("pushing to {destination}"))?;
+    let digest = std::fs::read_to_string(&digest_file)?;
+    println!(
+        "pushed {repository}@{digest}\n  helm install verdict deploy/chart/verdict --set image.repository={repository} --set image.digest={digest}"
+    );
+    Ok(())
+}
+
 /// rustfmt and clippy, added with rustup when they are missing (a new
 /// machine's toolchain may lack them), or an error that says so.
 fn ensure_lint_tools() -> Result<()> {
@@ -549,11 +631,26 @@ fn test() -> Result<()> {
         BUILD,
     )
     .context("the settings check's unit tests")?;
+    // The build first: the image test runs the image of the binary the
+    // tests use.
+    run(
+        cargo()
+            .args(["test", "--workspace", "--no-run"])
+            .current_dir(root()),
+        BUILD * 3 / 2,
+    )
+    .context("building the tests")?;
+    let image = test_image()?;
     let mut command = cargo();
     command
         .args(["test", "--workspace", "--no-fail-fast"])
         .env("VERDICT_SCHEMATHESIS", schemathesis)
         .current_dir(root());
+    if let Some((image, runc)) = &image {
+        command
+            .env("VERDICT_TEST_IMAGE", image.reference())
+            .env("VERDICT_TEST_IMAGE_RUNC", runc);
+    }
     if let Some(promtool) = &promtool {
         command.env("VERDICT_PROMTOOL", promtool);
     }
@@ -567,6 +664,34 @@ fn test() -> Result<()> {
     let outcome = run(&mut command, BUILD * 3 / 2);
     drop(real);
     outcome
+}
+
+/// The image of the tests' own binary (the dev profile's, the same
+/// assembly as `cargo xtask image`) and the runc podman runs it with;
+/// `None`, said in one loud line, where podman cannot run containers here —
+/// an error instead when `VERDICT_REQUIRE_IMAGE` is set (CI).
+fn test_image() -> Result<Option<(image::Image, String)>> {
+    let built = image::assemble(
+        &root(),
+        &cargo_target_dir().join("debug").join("verdict"),
+        &root().join("target").join("plugins"),
+        &cargo_target_dir().join("test-image"),
+        env!("CARGO_PKG_VERSION"),
+    )
+    .context("assembling the test image")?;
+    match image::container_runtime(&built) {
+        Ok(runc) => Ok(Some((built, runc))),
+        Err(error) => {
+            let line = format!(
+                "xtask test: PODMAN CANNOT RUN CONTAINERS HERE: THE IMAGE TEST IS SKIPPED ({error:#})"
+            );
+            if std::env::var_os("VERDICT_REQUIRE_IMAGE").is_some() {
+                bail!("{line}, and VERDICT_REQUIRE_IMAGE is set");
+            }
+            eprintln!("{line}");
+            Ok(None)
+        }
+    }
 }
 
 /// Build the control plane and start the real-server suite's shared

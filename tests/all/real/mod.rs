@@ -19,6 +19,7 @@ mod apps;
 mod chart;
 mod delivery;
 mod follow;
+mod image;
 mod replicas;
 mod tasks;
 mod vmdelivery;
