@@ -52,12 +52,60 @@ enum Command {
     /// Print the CustomResourceDefinitions of verdict's resources (Task,
     /// Policy, VMReplicaSet, VMDeployment), generated from their types.
     Crds(verdict::offline::crds::CrdsArgs),
+    /// The kubectl plugin (`kubectl verdict`, this binary named
+    /// `kubectl-verdict`): apps, an app, a rollout's tree, people's actions.
+    Kubectl(verdict::remote::kubectl::PluginCli),
+}
+
+/// Run as the kubectl plugin: `kubectl verdict ARGS` runs
+/// `kubectl-verdict ARGS`.
+fn plugin(args: Vec<std::ffi::OsString>) -> ExitCode {
+    use clap::Parser as _;
+    let cli = verdict::remote::kubectl::PluginCli::parse_from(args);
+    kubectl(&cli)
+}
+
+fn kubectl(cli: &verdict::remote::kubectl::PluginCli) -> ExitCode {
+    // The plugin says what failed in one line; the client's own log of
+    // each failed request stays out of it.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("VERDICT_LOG")
+                .unwrap_or_else(|_| EnvFilter::new("warn,kube_client=off")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    match verdict::remote::kubectl::run(cli, &mut std::io::stdout()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("kubectl verdict: {error}");
+            if error.is_usage() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {
     #[cfg(feature = "jemalloc")]
     verdict::memory::allocator_is_jemalloc();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let invoked = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if invoked.starts_with("kubectl-verdict") {
+        return plugin(args);
+    }
+    if args.get(1).is_some_and(|a| a == "kubectl") {
+        let mut rest = vec!["kubectl verdict".into()];
+        rest.extend(args.into_iter().skip(2));
+        return plugin(rest);
+    }
     // `serve` reads its configuration file first: the file's values are
     // the defaults beneath the flags and the environment.
     let serving = args.get(1).is_some_and(|a| a == "serve");
@@ -95,6 +143,7 @@ fn main() -> ExitCode {
         | Command::Build(_)
         | Command::Bench(_)
         | Command::History(_)
+        | Command::Kubectl(_)
         | Command::Crds(_) => "warn",
     };
     tracing_subscriber::fmt()
@@ -139,6 +188,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => verdict::offline::bench::run(&args).map(|(_, out)| print!("{out}")),
         Command::History(args) => verdict::remote::history(&args).map(|out| print!("{out}")),
         Command::Crds(args) => verdict::offline::crds::run(&args).map(|out| print!("{out}")),
+        // Taken above, before the host's own logging is set up.
+        Command::Kubectl(cli) => return kubectl(&cli),
         Command::New(args) => verdict::offline::project::new(&args).map(|out| print!("{out}")),
         Command::Build(args) => verdict::offline::project::build(&args).map(|out| print!("{out}")),
         Command::Test(args) => match verdict::offline::test::run(&args) {

@@ -12,6 +12,7 @@ mod disk;
 mod events;
 mod failover;
 mod history;
+mod kubectl_plugin;
 mod languages;
 mod live;
 mod lua_rules;

@@ -20,6 +20,7 @@ mod chart;
 mod delivery;
 mod follow;
 mod image;
+mod kubectl;
 mod replicas;
 mod tasks;
 mod vmdelivery;

@@ -1,7 +1,9 @@
-//! Commands against a running host, over its HTTP API: `verdict history`
-//! prints an app's (or an instance's) status changes, the marks of what
+//! Commands against a running host, over its HTTP API: [`kubectl`], the
+//! kubectl plugin, and `verdict history`, which prints an app's (or an instance's) status changes, the marks of what
 //! happened meanwhile and, when asked, its availability — as a table for
 //! people in a terminal or as the API's JSON for scripts.
+
+pub mod kubectl;
 
 use std::fmt::Write as _;
 
@@ -89,7 +91,7 @@ fn get(args: &HistoryArgs, path: &str, query: &[(&str, String)]) -> Result<Value
 }
 
 /// Path segments, escaped.
-fn segment(text: &str) -> String {
+pub(crate) fn segment(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
@@ -140,7 +142,7 @@ pub fn history(args: &HistoryArgs) -> Result<String> {
 }
 
 /// How long from `at` to `until` (or to now), as people say it.
-fn lasted(at: &str, until: Option<&str>) -> String {
+pub(crate) fn lasted(at: &str, until: Option<&str>) -> String {
     let parse = |t: &str| crate::time::parse_time(t).ok();
     let end = until.and_then(parse).unwrap_or_else(crate::time::now);
     match parse(at) {
@@ -153,7 +155,7 @@ fn lasted(at: &str, until: Option<&str>) -> String {
 }
 
 /// Rows of text in columns as wide as their widest cell.
-fn columns(rows: &[Vec<String>]) -> String {
+pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     let width = |i: usize| {
         rows.iter()
             .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
