@@ -41,8 +41,9 @@ verbs:
             binary (stripped) and the default policies on an empty base
             with only the libraries it loads and the CA certificates (from
             Debian's packages), run as user 65532; written as an OCI layout
-            in target/image/oci, tagged with the version (umoci and GNU tar,
-            installed when missing). `image --dev`: the dev profile's
+            in target/image/oci, tagged with the version, its layer
+            compressed with zstd (umoci, GNU tar and zstd, installed when
+            missing). `image --dev`: the dev profile's
             binary; `image --push REGISTRY/REPOSITORY [--insecure]`: pushed
             with skopeo (`--insecure`: plain HTTP), and the chart values
             that pull it by digest printed
@@ -454,6 +455,7 @@ fn image_command(rest: &[String]) -> Result<()> {
         &root().join("target").join("plugins"),
         &root().join("target").join("image"),
         version,
+        19,
     )?;
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     println!(
@@ -677,6 +679,7 @@ fn test_image() -> Result<Option<(image::Image, String)>> {
         &root().join("target").join("plugins"),
         &cargo_target_dir().join("test-image"),
         env!("CARGO_PKG_VERSION"),
+        3,
     )
     .context("assembling the test image")?;
     match image::container_runtime(&built) {
