@@ -934,3 +934,115 @@ fn helm_template_renders_the_chart_without_flags() {
         "{names:?}"
     );
 }
+
+/// The chart's Grafana dashboard: a ConfigMap for Grafana's sidecar whose
+/// JSON is a dashboard (uid, title, a Prometheus data source variable,
+/// panels that do not overlap), every query of which parses (promtool) and
+/// names only metrics a running host serves.
+#[test]
+fn the_charts_grafana_dashboard_queries_what_verdict_serves() {
+    let test = "the_charts_grafana_dashboard_queries_what_verdict_serves";
+    let (Some(bin), Some(promtool)) = (
+        std::env::var_os("VERDICT_TESTCLUSTER_BIN"),
+        std::env::var_os("VERDICT_PROMTOOL"),
+    ) else {
+        super::skip::<()>(test);
+        return;
+    };
+    let binaries = verdict_testcluster::Binaries::at(Path::new(&bin)).unwrap();
+    let rendered = render_with(
+        &binaries,
+        &["--set", "metrics.grafanaDashboard.enabled=true"],
+    );
+    let config_map = serde_yaml_ng::Deserializer::from_str(&rendered)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "vc-verdict-dashboard")
+        .expect("the dashboard's ConfigMap");
+    assert_eq!(config_map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let dashboard: Value =
+        serde_json::from_str(config_map["data"]["verdict.json"].as_str().unwrap()).unwrap();
+    assert_eq!(dashboard["uid"], "verdict-overview");
+    assert!(dashboard["schemaVersion"].as_u64().unwrap() >= 36);
+    assert_eq!(dashboard["templating"]["list"][0]["type"], "datasource");
+    let panels = dashboard["panels"].as_array().unwrap();
+
+    // Panels on the grid, none over another.
+    let mut cells = BTreeSet::new();
+    for panel in panels {
+        let grid = &panel["gridPos"];
+        let (x, y, w, h) = (
+            grid["x"].as_u64().unwrap(),
+            grid["y"].as_u64().unwrap(),
+            grid["w"].as_u64().unwrap(),
+            grid["h"].as_u64().unwrap(),
+        );
+        assert!(x + w <= 24, "{panel}");
+        for cx in x..x + w {
+            for cy in y..y + h {
+                assert!(
+                    cells.insert((cx, cy)),
+                    "panels overlap at {cx},{cy}: {panel}"
+                );
+            }
+        }
+    }
+
+    // Every query: a rule promtool accepts, naming metrics the host serves.
+    let exprs: Vec<String> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["expr"].as_str().unwrap().to_string())
+        .collect();
+    assert!(exprs.len() >= 12, "{exprs:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let rules = json!({"groups": [{"name": "dashboard", "rules": exprs.iter().enumerate()
+        .map(|(i, e)| json!({"record": format!("dashboard:query{i}"), "expr": e})).collect::<Vec<_>>()}]});
+    std::fs::write(dir.path().join("rules.yaml"), rules.to_string()).unwrap();
+    let mut check = std::process::Command::new(&promtool);
+    check
+        .args(["check", "rules", "rules.yaml"])
+        .current_dir(dir.path());
+    let checked = verdict_testcluster::run_with_input(&mut check, None);
+    assert!(checked.is_ok(), "{checked:?}");
+
+    let plugins = crate::support::plugin_folder(&["status", "admission", "failover", "lifecycle"]);
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(plugins.path(), data.path(), &["--demo"]);
+    let text = reqwest::blocking::get(format!("{}/metrics", server.base))
+        .unwrap()
+        .text()
+        .unwrap();
+    let mut served = BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split_whitespace();
+            let (name, kind) = (words.next().unwrap(), words.next().unwrap());
+            served.insert(name.to_string());
+            match kind {
+                "counter" => {
+                    served.insert(format!("{name}_total"));
+                }
+                "histogram" => {
+                    for part in ["bucket", "sum", "count"] {
+                        served.insert(format!("{name}_{part}"));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for expr in &exprs {
+        let mut rest = expr.as_str();
+        while let Some(at) = rest.find("verdict_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                served.contains(&name),
+                "{name} (in {expr}) is not served: {served:?}"
+            );
+            rest = &rest[at + name.len()..];
+        }
+    }
+}
