@@ -549,8 +549,16 @@ pub fn expiry(
 /// length (the task records' bounds).
 pub fn decider(by: &str, reason: Option<&str>) -> Result<(), String> {
     use crate::tasks::model::{MAX_NAME, MAX_TEXT};
-    if by.trim().is_empty() {
+    if !crate::tasks::model::names_someone(by) {
         return Err("by must say who decides".into());
+    }
+    for (field, text) in [("by", Some(by)), ("reason", reason)] {
+        if let Some(c) = text.and_then(crate::tasks::model::reordering) {
+            return Err(format!(
+                "{field} {}",
+                crate::tasks::model::reordering_message(c)
+            ));
+        }
     }
     for (field, text, max) in [("by", Some(by), MAX_NAME), ("reason", reason, MAX_TEXT)] {
         let length = text.map_or(0, |t| t.chars().count());

@@ -319,6 +319,28 @@ fn a_history_that_cannot_be_opened_is_an_error_of_its_routes_only() {
             .is_some_and(|e| e.contains("history.db")),
         "{ready}"
     );
+    // What could not be recorded is counted as lost.
+    let mut metrics = String::new();
+    let counted = wait_until(PATIENCE, || {
+        metrics = reqwest::blocking::get(format!("{}/metrics", server.base))
+            .unwrap()
+            .text()
+            .unwrap();
+        metrics.lines().any(|l| {
+            l.strip_prefix("verdict_history_lost_total ")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .is_some_and(|v| v > 0.0)
+        })
+    });
+    assert!(
+        counted.is_some(),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("history"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     // The file is left as it was, for a person to look at.
     assert_eq!(
         std::fs::read(data.path().join("history.db")).unwrap(),

@@ -21,6 +21,7 @@ mod misbehaving;
 mod mix;
 mod offline;
 mod openapi;
+mod probes;
 mod projects;
 mod real;
 mod registries;

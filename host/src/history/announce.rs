@@ -41,6 +41,9 @@ pub const QUEUE: usize = 1024;
 /// The longest note the API takes, in bytes.
 const NOTE_MAX: usize = 1024;
 
+/// How often a failure to write Events is said in the log.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
 /// What the Events did since the start, for `/metrics`.
 #[derive(Debug, Default)]
 pub struct Counts {
@@ -229,6 +232,10 @@ impl Announcer {
             let this = Arc::clone(&self);
             let recorder = KubeRecorder::new(client, reporter);
             tokio::spawn(async move {
+                // A failure is a warning, at most one a minute with the
+                // count since the last (the metric counts every one).
+                let mut warned: Option<Instant> = None;
+                let mut unsaid = 0u64;
                 while let Some(a) = waiting.recv().await {
                     let event = KubeEvent {
                         type_: a.type_,
@@ -240,7 +247,16 @@ impl Announcer {
                     match recorder.publish(&event, &a.regarding).await {
                         Ok(()) => this.counts.written.fetch_add(1, Ordering::Relaxed),
                         Err(error) => {
-                            tracing::debug!(%error, "a Kubernetes Event was not written");
+                            unsaid += 1;
+                            if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                                tracing::warn!(
+                                    %error,
+                                    failed = unsaid,
+                                    "Kubernetes Events were not written (verdict_kube_events_total counts them)"
+                                );
+                                warned = Some(Instant::now());
+                                unsaid = 0;
+                            }
                             this.counts.failed.fetch_add(1, Ordering::Relaxed)
                         }
                     };

@@ -108,8 +108,8 @@ pub struct Health {
     pub marks: u64,
     /// Records waiting to be written.
     pub pending: usize,
-    /// Records lost: the database refused them past the bound kept, or
-    /// the recorder fell behind the events.
+    /// Records lost: the database refused them past the bound kept, the
+    /// recorder fell behind the events, or (events) there is no database.
     pub lost: u64,
     /// Where the run of observation under way was last written up to
     /// (none while the cluster is not observed): it lasts until now.
@@ -221,6 +221,11 @@ impl History {
         ))
     }
 
+    /// Whether the history holds anything of the app.
+    pub fn knows(&self, namespace: &str, app: &str) -> Result<bool, HistoryError> {
+        Ok(self.store()?.knows(namespace, app)?)
+    }
+
     /// Every app's availability of a namespace (or the cluster) together.
     pub fn availability_of_all(
         &self,
@@ -296,6 +301,17 @@ impl History {
     /// current.
     pub async fn record_forever(self: Arc<Self>, mut tap: Tap, live: Live) {
         if self.store.is_err() {
+            // Nothing can be recorded: every event that would have been is
+            // counted as lost (`verdict_history_lost_total`), as those the
+            // recorder falls behind on are.
+            let mut buffer = Vec::new();
+            let mut behind = 0;
+            while tap.receiver.recv_many(&mut buffer, 4096).await > 0 {
+                let dropped = tap.dropped();
+                self.health_mut().lost += buffer.len() as u64 + dropped.saturating_sub(behind);
+                behind = dropped;
+                buffer.clear();
+            }
             return;
         }
         let jobs = match writer() {

@@ -464,6 +464,16 @@ impl Store {
         )
     }
 
+    /// Whether any status of the app was ever recorded.
+    pub fn knows(&self, namespace: &str, app: &str) -> Result<bool, StorageError> {
+        let found = self.all(
+            "SELECT 1 FROM changes WHERE kind = '' AND namespace = ?1 AND app = ?2 LIMIT 1",
+            params![namespace, app],
+            |r| r.get::<_, i64>(0),
+        )?;
+        Ok(!found.is_empty())
+    }
+
     /// Marks of an app and of the cluster within `[from, to)`, oldest
     /// first, at most `limit`.
     pub fn marks(

@@ -12,6 +12,7 @@ use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::error::kube_names;
 use super::json::JsonBody;
 use super::{ApiError, AppState, page_limit};
 use crate::lifecycle::service::{
@@ -65,6 +66,7 @@ async fn get_set(
     State(state): State<AppState>,
     Path((namespace, set)): Path<(String, String)>,
 ) -> Result<Json<SetView>, ApiError> {
+    kube_names(&[("namespace", &namespace), ("set", &set)])?;
     Ok(Json(state.delivery()?.set(&namespace, &set).await?))
 }
 
@@ -81,6 +83,11 @@ async fn instance_log(
     Path((namespace, set, instance)): Path<(String, String, String)>,
     Query(query): Query<LogQuery>,
 ) -> Result<Json<LogPage>, ApiError> {
+    kube_names(&[
+        ("namespace", &namespace),
+        ("set", &set),
+        ("instance", &instance),
+    ])?;
     let limit = page_limit(query.limit, 20)?;
     let page = state
         .delivery()?
@@ -105,6 +112,7 @@ async fn act_on_rollout(
     Path((namespace, set, action)): Path<(String, String, RolloutVerb)>,
     JsonBody(request): JsonBody<ActionRequest>,
 ) -> Result<Json<Requested>, ApiError> {
+    kube_names(&[("namespace", &namespace), ("set", &set)])?;
     let action = match action {
         RolloutVerb::Approve => RolloutAction::Approve,
         RolloutVerb::Promote => RolloutAction::Promote,
@@ -133,6 +141,11 @@ async fn act_on_instance(
     Path((namespace, set, instance, action)): Path<(String, String, String, InstanceVerb)>,
     JsonBody(request): JsonBody<ActionRequest>,
 ) -> Result<Json<Requested>, ApiError> {
+    kube_names(&[
+        ("namespace", &namespace),
+        ("set", &set),
+        ("instance", &instance),
+    ])?;
     let action = match action {
         InstanceVerb::Retry => InstanceAction::Retry,
         InstanceVerb::Skip => InstanceAction::Skip,

@@ -66,6 +66,36 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The Kubernetes names in a request's path, checked before they reach the
+/// API server or a store: a namespace is a DNS label, any other name a DNS
+/// subdomain. `.` and `..`, which would walk the API server's paths, are
+/// neither; what cannot be a name is not found.
+pub(super) fn kube_names(names: &[(&str, &str)]) -> Result<(), ApiError> {
+    for (what, name) in names {
+        let label = |part: &str| {
+            (1..=63).contains(&part.len())
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        };
+        let valid = if *what == "namespace" {
+            label(name)
+        } else {
+            name.len() <= 253 && name.split('.').all(label)
+        };
+        if !valid {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not-found",
+                format!("no {what} `{name}`: it is not a Kubernetes name"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A body that could not be read: over the limit, or cut off.
 impl From<axum::extract::rejection::BytesRejection> for ApiError {
     fn from(rejection: axum::extract::rejection::BytesRejection) -> Self {

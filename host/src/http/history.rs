@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -254,7 +255,17 @@ fn window(query: &WindowQuery) -> Result<(Timestamp, Timestamp), ApiError> {
         ));
     }
     let to = time_param("until", query.until.as_deref())?.unwrap_or_else(crate::time::now);
-    Ok((to - length.as_millis() as Timestamp, to))
+    let from = to - length.as_millis() as Timestamp;
+    if from < 0 {
+        return Err(ApiError::invalid(
+            "until",
+            format!(
+                "until: a window of {} ending then would begin before 1970",
+                humantime::format_duration(length)
+            ),
+        ));
+    }
+    Ok((from, to))
 }
 
 async fn availability(
@@ -264,12 +275,35 @@ async fn availability(
 ) -> Result<Json<AvailabilityView>, ApiError> {
     let (from, to) = window(&query)?;
     let history = std::sync::Arc::clone(&state.history);
+    // An app neither observed now nor ever recorded is not found (its
+    // window would read as time before it existed).
+    let live = match &scope {
+        (Some(ns), Some(app)) => state
+            .live()
+            .ok()
+            .is_some_and(|live| live.verdicts.get(ns, app).is_some()),
+        _ => true,
+    };
     let availability = tokio::task::spawn_blocking(move || match scope {
-        (Some(ns), Some(app)) => history.availability(&ns, &app, (from, to)),
-        (namespace, _) => history.availability_of_all(namespace.as_deref(), (from, to)),
+        (Some(ns), Some(app)) => {
+            if !live && !history.knows(&ns, &app)? {
+                return Ok(None);
+            }
+            history.availability(&ns, &app, (from, to)).map(Some)
+        }
+        (namespace, _) => history
+            .availability_of_all(namespace.as_deref(), (from, to))
+            .map(Some),
     })
     .await
-    .map_err(|e| ApiError::internal("the history", &e))??;
+    .map_err(|e| ApiError::internal("the history", &e))??
+    .ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no-such-app",
+            "no such app: it is not observed now, and the history holds nothing of it",
+        )
+    })?;
     Ok(Json(AvailabilityView {
         from: rfc3339(from),
         to: rfc3339(to),
@@ -277,7 +311,7 @@ async fn availability(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/availability", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("window" = Option<String>, Query, pattern = "^([0-9]{1,6}(ms|s|m|h|d))?$", description = "How far back, at most 366 days: `7d` by default, `24h`, `90m`"), ("until" = Option<String>, Query, format = DateTime, description = "The window's end, RFC 3339 (after 1970); now by default")), responses((status = 200, description = "Time in each status over the window (with the time before the app existed and unobserved time apart, adding up to the window), incidents and times to recover", body = AvailabilityView), (status = 404, description = "The history is off"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
+#[utoipa::path(get, path = "/v1/apps/{namespace}/{name}/availability", tag = "history", params(("namespace" = String, Path), ("name" = String, Path), ("window" = Option<String>, Query, pattern = "^([0-9]{1,6}(ms|s|m|h|d))?$", description = "How far back, at most 366 days: `7d` by default, `24h`, `90m`"), ("until" = Option<String>, Query, format = DateTime, description = "The window's end, RFC 3339 (after 1970); now by default")), responses((status = 200, description = "Time in each status over the window (with the time before the app existed and unobserved time apart, adding up to the window), incidents and times to recover", body = AvailabilityView), (status = 404, description = "The history is off, or no such app: not observed now, and nothing of it in the history"), (status = 422, description = "A bad window, named"), (status = 503, description = "The history cannot be read")))]
 async fn app_availability(
     State(state): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,

@@ -951,8 +951,19 @@ fn blank(c: char) -> bool {
 /// A person's request, checked as the document says: who, with something
 /// other than white space, at most 256 characters; why at most 4096.
 fn person(asked: &ActionRequest) -> Result<Request, ServiceError> {
-    if asked.by.chars().all(blank) {
+    if asked.by.chars().all(blank) || !crate::tasks::model::names_someone(&asked.by) {
         return Err(ServiceError::Invalid("by must say who asks".into()));
+    }
+    for (field, text) in [
+        ("by", Some(asked.by.as_str())),
+        ("why", asked.why.as_deref()),
+    ] {
+        if let Some(c) = text.and_then(crate::tasks::model::reordering) {
+            return Err(ServiceError::Invalid(format!(
+                "{field} {}",
+                crate::tasks::model::reordering_message(c)
+            )));
+        }
     }
     for (field, text, max) in [
         ("by", Some(asked.by.as_str()), 256),

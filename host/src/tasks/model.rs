@@ -310,8 +310,12 @@ pub(crate) const MAX_TEXT: usize = 4096;
 /// The largest `params` of a task, as JSON text.
 pub(crate) const MAX_PARAMS: usize = 64 * 1024;
 
-/// Refuse text longer than `max` characters.
+/// Refuse text longer than `max` characters, or that would show other than
+/// it reads ([`reordering`]).
 fn bounded(field: &str, value: Option<&str>, max: usize) -> Result<(), Refusal> {
+    if let Some(c) = value.and_then(reordering) {
+        return Err(invalid(field, reordering_message(c)));
+    }
     match value.map_or(0, |text| text.chars().count()) {
         length if length > max => Err(invalid(
             field,
@@ -319,6 +323,45 @@ fn bounded(field: &str, value: Option<&str>, max: usize) -> Result<(), Refusal> 
         )),
         _ => Ok(()),
     }
+}
+
+/// Whether a person's name says someone: it has a character that shows —
+/// not white space, and not an invisible format character (a zero-width
+/// space or joiner, a word joiner, a byte-order mark, a soft hyphen, a
+/// direction mark).
+pub fn names_someone(by: &str) -> bool {
+    by.chars().any(|c| {
+        !c.is_whitespace()
+            && !c.is_control()
+            && !matches!(
+                c,
+                '\u{ad}'
+                    | '\u{61c}'
+                    | '\u{180e}'
+                    | '\u{200b}'..='\u{200f}'
+                    | '\u{202a}'..='\u{202e}'
+                    | '\u{2060}'..='\u{2064}'
+                    | '\u{2066}'..='\u{206f}'
+                    | '\u{feff}'
+            )
+    })
+}
+
+/// The bidirectional override or isolate in text a person wrote, if any
+/// (U+202A–U+202E, U+2066–U+2069): it reorders what follows it wherever
+/// the text is shown — a dashboard, a terminal, an Event — so that it
+/// reads other than it was written.
+pub fn reordering(text: &str) -> Option<char> {
+    text.chars()
+        .find(|c| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+}
+
+/// What is said of a text holding `c` ([`reordering`]).
+pub fn reordering_message(c: char) -> String {
+    format!(
+        "holds U+{:04X}, a bidirectional control that reorders the text where it is shown",
+        c as u32
+    )
 }
 
 impl NewTask {
@@ -702,7 +745,7 @@ impl Task {
         let by = decision
             .by
             .clone()
-            .filter(|b| !b.trim().is_empty())
+            .filter(|b| names_someone(b))
             .ok_or_else(|| invalid("by", "say who decides"))?;
         if approved {
             self.phase = Phase::Pending;
