@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 mod features;
 mod image;
+mod krew;
 mod layers;
 mod real_demo;
 
@@ -47,6 +48,11 @@ verbs:
             binary; `image --push REGISTRY/REPOSITORY [--insecure]`: pushed
             with skopeo (`--insecure`: plain HTTP), and the chart values
             that pull it by digest printed
+  krew      the kubectl plugin packaged for krew: the release binary as
+            kubectl-verdict in target/krew/kubectl-verdict-linux-amd64.tar.gz
+            and deploy/krew/verdict.yaml filled in as target/krew/verdict.yaml
+            (`krew --url BASE`: where the archive will be served;
+            `--dev`: the dev profile's binary)
   crds      write the chart's CustomResourceDefinitions
             (deploy/chart/verdict/crds/) from the resources' Rust types
             (`verdict crds`); a unit test fails while they differ
@@ -127,6 +133,7 @@ fn main() -> ExitCode {
         "bench" => build_plugins().and_then(|_| bench(rest)),
         "cluster" => cluster(rest),
         "image" => image_command(rest),
+        "krew" => krew_command(rest),
         "fuzz" => fuzz(rest),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
@@ -419,6 +426,71 @@ fn demo(rest: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask krew --url BASE [--dev]`.
+fn krew_command(rest: &[String]) -> Result<()> {
+    let mut dev = false;
+    let mut url = None;
+    let mut args = rest.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--dev" => dev = true,
+            "--url" => url = Some(args.next().context("--url needs the archive's base URL")?),
+            other => {
+                bail!("unknown argument `{other}`\nusage: cargo xtask krew --url BASE [--dev]")
+            }
+        }
+    }
+    let url = url.context("usage: cargo xtask krew --url BASE [--dev]")?;
+    build_rust_plugins()?;
+    let mut build = cargo();
+    build
+        .args(["build", "--locked", "--package", "verdict"])
+        .current_dir(root());
+    if !dev {
+        build.arg("--release");
+    }
+    run(&mut build, BUILD).context("building verdict")?;
+    let binary = cargo_target_dir()
+        .join(if dev { "debug" } else { "release" })
+        .join("verdict");
+    let package = krew::package(&root(), &binary, &root().join("target").join("krew"), url)?;
+    println!(
+        "{}\n{}\n  try it: kubectl krew install --manifest={} --archive={}",
+        package.archive.display(),
+        package.manifest.display(),
+        package.manifest.display(),
+        package.archive.display()
+    );
+    Ok(())
+}
+
+/// The krew package of the tests' binary, installed by krew itself and
+/// run; said loudly and skipped where no Go builds krew — an error instead
+/// when `VERDICT_REQUIRE_REAL_CLUSTER` is set (CI, where Go is required).
+fn test_krew() -> Result<()> {
+    if verdict_testcluster::go_available().is_none() {
+        let line = "xtask test: NO GO 1.26 ON THE PATH: THE KREW PACKAGE CHECK IS SKIPPED";
+        if std::env::var_os("VERDICT_REQUIRE_REAL_CLUSTER").is_some() {
+            bail!("{line}, and VERDICT_REQUIRE_REAL_CLUSTER is set");
+        }
+        eprintln!("{line}");
+        return Ok(());
+    }
+    let out = cargo_target_dir().join("test-krew");
+    let package = krew::package(
+        &root(),
+        &cargo_target_dir().join("debug").join("verdict"),
+        &out,
+        "https://verdict.invalid/releases",
+    )?;
+    krew::check(
+        &package,
+        &cargo_target_dir().join("tools").join("krew"),
+        &out,
+    )
+    .context("the krew package")
+}
+
 /// `cargo xtask image [--dev] [--push REPOSITORY [--insecure]]`.
 fn image_command(rest: &[String]) -> Result<()> {
     let mut dev = false;
@@ -643,6 +715,7 @@ fn test() -> Result<()> {
     )
     .context("building the tests")?;
     let image = test_image()?;
+    test_krew()?;
     let mut command = cargo();
     command
         .args(["test", "--workspace", "--no-fail-fast"])

@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "kubectl verdict",
+    bin_name = "kubectl verdict",
     version,
     about = "verdict's statuses and VM deliveries, through the API server"
 )]
