@@ -177,6 +177,11 @@ pub fn encode(modules: &Path, lib: &str, out: &Path) -> Result<()> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    // The same component is left as it is: the host's build embeds the
+    // default ones and builds again when their files change.
+    if std::fs::read(out).is_ok_and(|old| old == component) {
+        return Ok(());
+    }
     write_atomically(out, &component)?;
     eprintln!(
         "{} ({} KiB, encoded in {:.1} ms)",

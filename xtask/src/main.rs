@@ -169,7 +169,25 @@ fn cargo_target_dir() -> PathBuf {
 }
 
 fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // `cargo run` gives this program its package's variables. A build
+    // script that watches them (ring's does) would take a cargo started
+    // here for other than one started from a shell and build everything
+    // above it again: the demo after the tests, or `cargo build`, would
+    // compile it all twice.
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                key,
+                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+            )
+        {
+            command.env_remove(key);
+        }
+    }
+    command
 }
 
 /// The OCI registry the policy delivery tests push to and pull from:
