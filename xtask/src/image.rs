@@ -80,14 +80,7 @@ fn stage(binary: &Path, plugins: &Path, rootfs: &Path) -> Result<Vec<String>> {
         std::fs::create_dir_all(to.parent().expect("a file's folder"))?;
         Ok(to)
     };
-    run(
-        Command::new("strip")
-            .args(["--strip-all", "-o"])
-            .arg(put("/usr/bin/verdict")?)
-            .arg(binary),
-        BUILD,
-    )
-    .context("stripping the binary")?;
+    strip(binary, &put("/usr/bin/verdict")?)?;
 
     let mut policies = 0;
     for entry in std::fs::read_dir(plugins)
@@ -143,6 +136,18 @@ fn stage(binary: &Path, plugins: &Path, rootfs: &Path) -> Result<Vec<String>> {
     )?;
     std::fs::create_dir_all(rootfs.join("tmp"))?;
     Ok(packages)
+}
+
+/// `binary` without its symbols, written to `to`.
+pub fn strip(binary: &Path, to: &Path) -> Result<()> {
+    run(
+        Command::new("strip")
+            .args(["--strip-all", "-o"])
+            .arg(to)
+            .arg(binary),
+        BUILD,
+    )
+    .context("stripping the binary")
 }
 
 /// The shared objects `ldd` says the binary loads (the vDSO aside).

@@ -29,14 +29,7 @@ pub fn package(root: &Path, binary: &Path, out: &Path, url: &str) -> Result<Pack
         std::fs::remove_dir_all(&stage)?;
     }
     std::fs::create_dir_all(&stage)?;
-    run(
-        Command::new("strip")
-            .args(["--strip-all", "-o"])
-            .arg(stage.join("kubectl-verdict"))
-            .arg(binary),
-        BUILD,
-    )
-    .context("stripping the binary")?;
+    crate::image::strip(binary, &stage.join("kubectl-verdict"))?;
     let archive = out.join("kubectl-verdict-linux-amd64.tar.gz");
     run(
         Command::new("tar")

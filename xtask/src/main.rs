@@ -444,6 +444,23 @@ fn demo(rest: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The default policies (Rust) and the verdict binary, in the release
+/// profile or (`dev`) the dev one; the binary's path.
+fn build_verdict(dev: bool) -> Result<PathBuf> {
+    build_rust_plugins()?;
+    let mut build = cargo();
+    build
+        .args(["build", "--locked", "--package", "verdict"])
+        .current_dir(root());
+    if !dev {
+        build.arg("--release");
+    }
+    run(&mut build, BUILD).context("building verdict")?;
+    Ok(cargo_target_dir()
+        .join(if dev { "debug" } else { "release" })
+        .join("verdict"))
+}
+
 /// `cargo xtask krew --url BASE [--dev]`.
 fn krew_command(rest: &[String]) -> Result<()> {
     let mut dev = false;
@@ -459,18 +476,7 @@ fn krew_command(rest: &[String]) -> Result<()> {
         }
     }
     let url = url.context("usage: cargo xtask krew --url BASE [--dev]")?;
-    build_rust_plugins()?;
-    let mut build = cargo();
-    build
-        .args(["build", "--locked", "--package", "verdict"])
-        .current_dir(root());
-    if !dev {
-        build.arg("--release");
-    }
-    run(&mut build, BUILD).context("building verdict")?;
-    let binary = cargo_target_dir()
-        .join(if dev { "debug" } else { "release" })
-        .join("verdict");
+    let binary = build_verdict(dev)?;
     let package = krew::package(&root(), &binary, &root().join("target").join("krew"), url)?;
     println!(
         "{}\n{}\n  try it: kubectl krew install --manifest={} --archive={}",
@@ -526,18 +532,7 @@ fn image_command(rest: &[String]) -> Result<()> {
         }
     }
     image::ensure_tools()?;
-    build_rust_plugins()?;
-    let mut build = cargo();
-    build
-        .args(["build", "--locked", "--package", "verdict"])
-        .current_dir(root());
-    if !dev {
-        build.arg("--release");
-    }
-    run(&mut build, BUILD).context("building verdict")?;
-    let binary = cargo_target_dir()
-        .join(if dev { "debug" } else { "release" })
-        .join("verdict");
+    let binary = build_verdict(dev)?;
     let version = env!("CARGO_PKG_VERSION");
     let built = image::assemble(
         &root(),

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{columns, lasted, segment};
+use super::{cause, columns, lasted, segment};
 use crate::error::{Error, Result};
 
 /// `kubectl verdict`.
@@ -541,15 +541,11 @@ fn app_page(app: &Value, history: Option<&Value>) -> String {
                 .to_vec(),
         ];
         for e in history["entries"].as_array().into_iter().flatten() {
-            let cause = match (e["cause"]["kind"].as_str(), e["cause"]["id"].as_str()) {
-                (Some(kind), Some(id)) => format!("{kind} {id}"),
-                _ => String::new(),
-            };
             rows.push(vec![
                 text(&e["at"]),
                 lasted(e["at"].as_str().unwrap_or(""), e["until"].as_str()),
                 text(&e["status"]),
-                cause,
+                cause(e),
                 text(&e["reason"]),
             ]);
         }
@@ -727,18 +723,20 @@ fn rollout_tree(set: &Value) -> String {
     out
 }
 
+/// Print `text` now (a watch prints as it goes).
+fn write(out: &mut dyn std::io::Write, text: &str) -> Result<()> {
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| Error::Remote {
+            url: "stdout".into(),
+            message: e.to_string(),
+        })
+}
+
 /// Run `kubectl verdict`; what it prints goes to `out` as it comes (a
 /// watch prints until it is stopped).
 pub fn run(cli: &PluginCli, out: &mut dyn std::io::Write) -> Result<()> {
     let transport = Transport::new(&cli.target)?;
-    let write = |out: &mut dyn std::io::Write, text: &str| {
-        out.write_all(text.as_bytes())
-            .and_then(|()| out.flush())
-            .map_err(|e| Error::Remote {
-                url: "stdout".into(),
-                message: e.to_string(),
-            })
-    };
     let by = |asking: &Asking| -> Result<String> {
         asking
             .by
@@ -790,7 +788,6 @@ pub fn run(cli: &PluginCli, out: &mut dyn std::io::Write) -> Result<()> {
                 return Ok(());
             }
             let key = |app: &Value| format!("{}/{}", text(&app["namespace"]), text(&app["name"]));
-            let widths = |rows: &[Vec<String>]| columns(rows);
             for app in &apps {
                 seen.insert(
                     key(app),
@@ -820,7 +817,7 @@ pub fn run(cli: &PluginCli, out: &mut dyn std::io::Write) -> Result<()> {
                 }
                 if !changed.is_empty() {
                     let rows = app_rows(&changed, namespace.is_none());
-                    let text = widths(&rows);
+                    let text = columns(&rows);
                     // The header once, at the start; changes as rows.
                     write(
                         out,
@@ -955,10 +952,7 @@ fn act(
             format!(", written on {}", on.join(", "))
         }
     );
-    out.write_all(line.as_bytes()).map_err(|e| Error::Remote {
-        url: "stdout".into(),
-        message: e.to_string(),
-    })
+    write(out, &line)
 }
 
 #[cfg(test)]

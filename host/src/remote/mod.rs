@@ -154,6 +154,17 @@ pub(crate) fn lasted(at: &str, until: Option<&str>) -> String {
     }
 }
 
+/// What caused a history entry, `kind id`, when it says.
+pub(crate) fn cause(entry: &Value) -> String {
+    match (
+        entry["cause"]["kind"].as_str(),
+        entry["cause"]["id"].as_str(),
+    ) {
+        (Some(kind), Some(id)) => format!("{kind} {id}"),
+        _ => String::new(),
+    }
+}
+
 /// Rows of text in columns as wide as their widest cell.
 pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     let width = |i: usize| {
@@ -191,16 +202,12 @@ fn table(page: &Value, availability: Option<&Value>) -> String {
         if flaps > 0 {
             status = format!("{status} ×{flaps} flaps");
         }
-        let cause = match (e["cause"]["kind"].as_str(), e["cause"]["id"].as_str()) {
-            (Some(kind), Some(id)) => format!("{kind} {id}"),
-            _ => String::new(),
-        };
         rows.push(vec![
             text(&e["at"]),
             lasted(e["at"].as_str().unwrap_or(""), e["until"].as_str()),
             status,
             text(&e["display"]),
-            cause,
+            cause(e),
             text(&e["reason"]),
         ]);
     }
