@@ -33,6 +33,8 @@ use crate::{
 pub struct Config {
     /// Where the host keeps its state (the compiled-code cache among it).
     pub data_dir: PathBuf,
+    /// Where compiled code is cached when not in the data folder.
+    pub cache_dir: Option<PathBuf>,
     /// Which cluster to follow.
     pub cluster: ClusterSource,
     /// The plugin folder (`None` runs without plugins), its watch and the
@@ -90,6 +92,7 @@ impl Config {
     pub fn new(plugins_dir: Option<PathBuf>, data_dir: PathBuf) -> Self {
         Self {
             data_dir,
+            cache_dir: None,
             cluster: ClusterSource::None,
             plugins: plugins::Settings {
                 dir: plugins_dir,
@@ -182,6 +185,11 @@ pub struct ServeArgs {
     /// on it stops, naming the first's process).
     #[arg(long = "data-dir", value_name = "DIR", default_value = "verdict-data")]
     pub data_dir: PathBuf,
+    /// Folder for the compiled-code cache [default: `code-cache` in the
+    /// data folder]. Hosts on one machine may share it, as the offline
+    /// commands do theirs: each entry is written whole or not at all.
+    #[arg(long = "cache-dir", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
@@ -560,6 +568,7 @@ impl ServeArgs {
         }
         Ok(Config {
             data_dir: self.data_dir,
+            cache_dir: self.cache_dir,
             cluster,
             plugins: plugins::Settings {
                 dir: plugins_dir,

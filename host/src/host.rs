@@ -205,7 +205,8 @@ fn plugins(
     events: &Arc<Events>,
     metrics: &Arc<http::metrics::Metrics>,
 ) -> Result<(Arc<Registry>, Option<Watcher>)> {
-    let runtime = Runtime::new(&config.data_dir.join("code-cache"), config.plugins.limits)?;
+    let cache = (config.cache_dir.clone()).unwrap_or_else(|| config.data_dir.join("code-cache"));
+    let runtime = Runtime::new(&cache, config.plugins.limits)?;
     let mut settings: BTreeMap<String, String> = config
         .settings
         .keys()

@@ -139,10 +139,11 @@ fn a_host_near_its_memory_limit_says_so_in_readyz_and_metrics() {
     );
     let resident = sample(&text, "verdict_memory_resident_bytes").unwrap();
     assert!(resident > 8.0 * 1024.0 * 1024.0);
-    // The binary's allocator (jemalloc) says what of it is the heap.
+    // The binary's allocator (jemalloc) says what of it is the heap (a
+    // host whose plugins come from the code cache has little of it).
     let allocated = sample(&text, "verdict_memory_allocated_bytes").unwrap();
     assert!(
-        allocated > 1024.0 * 1024.0 && allocated < resident,
+        allocated > 0.0 && allocated < resident,
         "{allocated} of {resident}"
     );
     assert!(memory["allocated_mib"].as_u64() > Some(0), "{memory}");

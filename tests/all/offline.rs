@@ -11,7 +11,7 @@ use verdict::plugins::World;
 use verdict::verdicts::{self, view::AppView};
 use verdict::wit::types;
 
-use crate::support::{Fixture, default_plugin, example_plugin};
+use crate::support::{self, Fixture, default_plugin, example_plugin};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -21,15 +21,9 @@ fn workspace() -> PathBuf {
 }
 
 fn verdict(args: &[&str]) -> Output {
-    let cache = tempfile::tempdir().unwrap();
-    verdict_with_cache(args, cache.path())
-}
-
-/// `verdict` with a code cache of the caller's, kept across calls.
-fn verdict_with_cache(args: &[&str], cache: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(args)
-        .env("VERDICT_CACHE_DIR", cache)
+        .env(support::CACHE_VARIABLE, support::shared_cache())
         .current_dir(workspace())
         .output()
         .unwrap()
@@ -265,20 +259,15 @@ fn settings_a_policy_refuses_are_refused_with_its_words_in_every_language() {
         ),
     )
     .unwrap();
-    // One code cache for every call: each loads the three languages.
-    let cache = tempfile::tempdir().unwrap();
     for policy in ["restart-budget", "restart-budget-js", "restart-budget-py"] {
-        let output = verdict_with_cache(
-            &[
-                "test",
-                "--plugins",
-                "target/example-plugins",
-                "--policy",
-                policy,
-                cases.to_str().unwrap(),
-            ],
-            cache.path(),
-        );
+        let output = verdict(&[
+            "test",
+            "--plugins",
+            "target/example-plugins",
+            "--policy",
+            policy,
+            cases.to_str().unwrap(),
+        ]);
         let text = stdout(&output);
         assert_eq!(output.status.code(), Some(1), "{policy}: {text}");
         assert_eq!(tally(&output), (1, 2), "{policy}: {text}");
@@ -295,20 +284,17 @@ fn settings_a_policy_refuses_are_refused_with_its_words_in_every_language() {
     }
 
     // `verdict eval` refuses `--settings` the policy refuses, before judging.
-    let output = verdict_with_cache(
-        &[
-            "eval",
-            "--plugins",
-            "target/example-plugins",
-            "--policy",
-            "restart-budget-js",
-            "--settings",
-            r#"{"budget-window-ms":-1}"#,
-            "--objects",
-            fixture.to_str().unwrap(),
-        ],
-        cache.path(),
-    );
+    let output = verdict(&[
+        "eval",
+        "--plugins",
+        "target/example-plugins",
+        "--policy",
+        "restart-budget-js",
+        "--settings",
+        r#"{"budget-window-ms":-1}"#,
+        "--objects",
+        fixture.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(

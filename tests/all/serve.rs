@@ -20,6 +20,19 @@ impl Server {
         Self::start_with(plugins, data, &[])
     }
 
+    /// Start with the data folder's own code cache, not the tests' shared
+    /// one: for the tests of compilation and its cache.
+    fn start_compiling(plugins: &Path, data: &Path) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--plugins"])
+            .arg(plugins)
+            .arg("--data-dir")
+            .arg(data)
+            .env_remove(crate::support::CACHE_VARIABLE);
+        Self::start_command(command)
+    }
+
     /// Start as `command` says (its arguments after `serve`, its folder).
     pub fn start_command(command: Command) -> Self {
         let (child, base) = crate::support::spawn_serving(command, "warn");
@@ -144,11 +157,11 @@ fn a_restart_uses_the_code_cache() {
     let data = tempfile::tempdir().unwrap();
     install_defaults(plugins.path());
 
-    let first = Server::start(plugins.path(), data.path());
+    let first = Server::start_compiling(plugins.path(), data.path());
     assert_eq!(code_sources(&first), ["compiled"; DEFAULTS.len()]);
     drop(first);
 
-    let second = Server::start(plugins.path(), data.path());
+    let second = Server::start_compiling(plugins.path(), data.path());
     assert_eq!(code_sources(&second), ["cache"; DEFAULTS.len()]);
     let (_, body) = second.get("/v1/plugins");
     for plugin in body["plugins"].as_array().unwrap() {
@@ -174,7 +187,7 @@ fn a_damaged_cache_entry_is_compiled_again_not_loaded() {
     let plugins = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     install_defaults(plugins.path());
-    drop(Server::start(plugins.path(), data.path()));
+    drop(Server::start_compiling(plugins.path(), data.path()));
     let entries = cache_entries(data.path());
     assert_eq!(entries.len(), DEFAULTS.len(), "{entries:?}");
     // Damage each entry as a bad disk page would: the same size, a page of
@@ -189,7 +202,7 @@ fn a_damaged_cache_entry_is_compiled_again_not_loaded() {
     std::fs::remove_file(entries[0].with_extension("cwasm.sha256")).unwrap();
     let damaged: Vec<Vec<u8>> = entries.iter().map(|e| std::fs::read(e).unwrap()).collect();
 
-    let second = Server::start(plugins.path(), data.path());
+    let second = Server::start_compiling(plugins.path(), data.path());
     assert_eq!(code_sources(&second), ["compiled"; DEFAULTS.len()]);
     assert_eq!(second.get("/healthz").0, 200);
     drop(second);
@@ -199,7 +212,7 @@ fn a_damaged_cache_entry_is_compiled_again_not_loaded() {
         assert_ne!(&std::fs::read(entry).unwrap(), damaged);
         assert!(entry.with_extension("cwasm.sha256").is_file());
     }
-    let third = Server::start(plugins.path(), data.path());
+    let third = Server::start_compiling(plugins.path(), data.path());
     assert_eq!(code_sources(&third), ["cache"; DEFAULTS.len()]);
 }
 

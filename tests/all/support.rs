@@ -59,11 +59,22 @@ pub fn test_plugin(name: &str) -> PathBuf {
     component("test-plugins", name)
 }
 
-/// Code cache shared by tests that do not look at compilation, so that each
-/// component is compiled once per run rather than once per test.
+/// Code cache shared by tests that do not look at compilation (in-process
+/// registries, the hosts they start, the offline commands), so that each
+/// component is compiled once rather than once per test: under the target
+/// folder (`CARGO_TARGET_DIR`, else the workspace's `target/`), kept
+/// between runs as a user's is. Entries are written whole or not at all, so
+/// tests running at once share it safely.
 pub fn shared_cache() -> PathBuf {
-    workspace().join("target").join("test-code-cache")
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
+        .join("test-code-cache")
 }
+
+/// The setting that names the compiled-code cache, for `serve` and the
+/// offline commands alike.
+pub const CACHE_VARIABLE: &str = "VERDICT_CACHE_DIR";
 
 /// Limits small enough that misbehaving plugins hit them fast.
 pub fn test_limits() -> Limits {
@@ -183,6 +194,11 @@ pub fn spawn_verdict(plugins: &Path, data: &Path, extra: &[&str], log: &str) -> 
 /// Start `verdict serve` as `command` says; the process and the base URL
 /// it says it listens on (its first line).
 pub fn spawn_serving(mut command: Command, log: &str) -> (Child, String) {
+    // The shared code cache, unless the test names one (or removes the
+    // setting, to use the data folder's).
+    if !command.get_envs().any(|(key, _)| key == CACHE_VARIABLE) {
+        command.env(CACHE_VARIABLE, shared_cache());
+    }
     let mut child = command
         .env("VERDICT_LOG", log)
         .stdout(Stdio::piped())

@@ -61,7 +61,7 @@ pub fn package(root: &Path, binary: &Path, out: &Path, url: &str) -> Result<Pack
 }
 
 /// krew, built from its Go module into `bin` when it is not there.
-fn krew(bin: &Path) -> Result<PathBuf> {
+pub fn krew(bin: &Path) -> Result<PathBuf> {
     let program = bin.join("krew");
     if program.exists() {
         return Ok(program);

@@ -16,6 +16,7 @@ mod features;
 mod image;
 mod krew;
 mod layers;
+mod phases;
 mod real_demo;
 
 use anyhow::{Context, Result, bail};
@@ -126,10 +127,22 @@ fn main() -> ExitCode {
         "demo" => build_rust_plugins().and_then(|_| demo(rest)),
         "lint" => lint(),
         "crds" => crds(),
-        "test" => build_plugins()
-            .and_then(|_| lint())
-            .and_then(|()| test())
-            .and_then(|()| fuzz(&["--smoke".to_string()])),
+        "test" => {
+            let started = Instant::now();
+            // The Go programs the tests use build beside the Rust builds:
+            // on a cold machine each is minutes, and neither keeps both
+            // cores busy all the time.
+            let go = std::thread::spawn(|| phases::timed("Go tools (beside)", go_tools));
+            let outcome = phases::timed("plugins", build_plugins)
+                .and_then(|_| phases::timed("lint", lint))
+                .and_then(|()| test(go))
+                .and_then(|()| phases::timed("fuzz smoke", || fuzz(&["--smoke".to_string()])));
+            eprintln!(
+                "xtask test: where the time went\n{}",
+                phases::table(started.elapsed())
+            );
+            outcome
+        }
         "bench" => build_plugins().and_then(|_| bench(rest)),
         "cluster" => cluster(rest),
         "image" => image_command(rest),
@@ -154,7 +167,13 @@ fn main() -> ExitCode {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    // `cargo run` names the manifest's folder at run time; the one compiled
+    // in is only the fallback, since a binary built for one clone counts as
+    // fresh in another clone sharing its target folder.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()
@@ -688,47 +707,80 @@ fn lint() -> Result<()> {
     )
 }
 
-fn test() -> Result<()> {
-    ensure_browser()?;
-    ensure_registry()?;
-    let schemathesis = ensure_schemathesis()?;
+/// The Go programs the test command uses, built (or found built) under
+/// the target folder; `None` each where Go is missing.
+struct GoTools {
+    control_plane: Option<verdict_testcluster::Binaries>,
+    promtool: Option<PathBuf>,
+}
+
+fn go_tools() -> Result<GoTools> {
+    if verdict_testcluster::go_available().is_none() {
+        return Ok(GoTools {
+            control_plane: None,
+            promtool: None,
+        });
+    }
+    let control_plane = verdict_testcluster::Binaries::build(&cargo_target_dir())?;
     let promtool = ensure_promtool()?;
-    // The real-server suite's control plane: built (when Go is here) and
-    // started once for the whole run, stopped when the run ends.
-    let real = real_cluster()?;
+    krew::krew(&cargo_target_dir().join("tools").join("krew"))?;
+    Ok(GoTools {
+        control_plane: Some(control_plane),
+        promtool,
+    })
+}
+
+fn test(go: std::thread::JoinHandle<Result<GoTools>>) -> Result<()> {
+    let schemathesis = phases::timed("tools", || -> Result<_> {
+        ensure_browser()?;
+        ensure_registry()?;
+        ensure_schemathesis()
+    })?;
+    let go = phases::timed("waiting for the Go tools", || go.join())
+        .map_err(|_| anyhow::anyhow!("building the Go tools panicked"))??;
+    let promtool = go.promtool;
+    // The real-server suite's control plane: started once for the whole
+    // run, stopped when the run ends.
+    let real = phases::timed("control plane", || real_cluster(go.control_plane))?;
     // The example policies' own unit tests, natively (the Rust SDK's
     // builders and the default rules as a library).
-    run(
-        cargo()
-            .args(["test", "--quiet"])
-            .arg("--target-dir")
-            .arg(cargo_target_dir().join("examples-native"))
-            .current_dir(root().join("examples")),
-        BUILD,
-    )
+    phases::timed("examples' unit tests", || {
+        run(
+            cargo()
+                .args(["test", "--quiet"])
+                .arg("--target-dir")
+                .arg(cargo_target_dir().join("examples-native"))
+                .current_dir(root().join("examples")),
+            BUILD,
+        )
+    })
     .context("the example policies' unit tests")?;
     // The settings check the default plugins and the SDK share, natively
     // (the plugin crates themselves link only as components).
-    run(
-        cargo()
-            .args(["test", "--quiet", "-p", "verdict-settings"])
-            .arg("--target-dir")
-            .arg(cargo_target_dir().join("plugins-native"))
-            .current_dir(root().join("plugins")),
-        BUILD,
-    )
+    phases::timed("settings' unit tests", || {
+        run(
+            cargo()
+                .args(["test", "--quiet", "-p", "verdict-settings"])
+                .arg("--target-dir")
+                .arg(cargo_target_dir().join("plugins-native"))
+                .current_dir(root().join("plugins")),
+            BUILD,
+        )
+    })
     .context("the settings check's unit tests")?;
     // The build first: the image test runs the image of the binary the
     // tests use.
-    run(
-        cargo()
-            .args(["test", "--workspace", "--no-run"])
-            .current_dir(root()),
-        BUILD * 3 / 2,
-    )
+    phases::timed("test build", || {
+        run(
+            cargo()
+                .args(["test", "--workspace", "--no-run"])
+                .current_dir(root()),
+            BUILD * 3 / 2,
+        )
+    })
     .context("building the tests")?;
-    let image = test_image()?;
-    test_krew()?;
+    let image = phases::timed("image", test_image)?;
+    phases::timed("krew", test_krew)?;
     let mut command = cargo();
     command
         .args(["test", "--workspace", "--no-fail-fast"])
@@ -749,7 +801,7 @@ fn test() -> Result<()> {
     }
     // The build and every test: on a cold machine the build alone can take
     // a good part of an ordinary build's limit.
-    let outcome = run(&mut command, BUILD * 3 / 2);
+    let outcome = phases::timed("tests", || run(&mut command, BUILD * 3 / 2));
     drop(real);
     outcome
 }
@@ -786,17 +838,18 @@ fn test_image() -> Result<Option<(image::Image, String)>> {
 /// Build the control plane and start the real-server suite's shared
 /// instance; `None`, said in one loud line, where no Go 1.26 is on the
 /// PATH — an error instead when `VERDICT_REQUIRE_REAL_CLUSTER` is set (CI).
-fn real_cluster() -> Result<Option<verdict_testcluster::Cluster>> {
+fn real_cluster(
+    bin: Option<verdict_testcluster::Binaries>,
+) -> Result<Option<verdict_testcluster::Cluster>> {
     use verdict_testcluster as testcluster;
-    if testcluster::go_available().is_none() {
+    let Some(bin) = bin else {
         let line = "xtask test: NO GO 1.26 ON THE PATH: THE REAL-SERVER SUITE (kube-apiserver, KWOK) IS SKIPPED";
         if std::env::var_os("VERDICT_REQUIRE_REAL_CLUSTER").is_some() {
             bail!("{line}, and VERDICT_REQUIRE_REAL_CLUSTER is set");
         }
         eprintln!("{line}");
         return Ok(None);
-    }
-    let bin = testcluster::Binaries::build(&cargo_target_dir())?;
+    };
     let dir = cluster_dir().join("test");
     // A run that was killed may have left its control plane running.
     testcluster::stop_detached(&dir)?;
