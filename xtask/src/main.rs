@@ -327,8 +327,21 @@ fn output_of(dir: &Path) -> &'static str {
 /// policies in JavaScript and Python of `examples/` and `plugins/testing/`
 /// (installing their pinned tools under the target folder). Returns the paths of the components written.
 fn build_plugins() -> Result<Vec<PathBuf>> {
-    let mut written = build_rust_plugins()?;
-    written.extend(build_other_languages()?);
+    // The two are independent, and the other languages' tools (Wizer
+    // snapshotting an interpreter) keep one core busy while cargo's build
+    // has stretches that do not: side by side.
+    let (rust, others) = std::thread::scope(|scope| {
+        let others = scope.spawn(build_other_languages);
+        let rust = build_rust_plugins();
+        let others = others.join().unwrap_or_else(|_| {
+            Err(anyhow::anyhow!(
+                "building the other languages' policies panicked"
+            ))
+        });
+        (rust, others)
+    });
+    let mut written = rust?;
+    written.extend(others?);
     Ok(written)
 }
 
@@ -967,7 +980,8 @@ fn fuzz(rest: &[String]) -> Result<()> {
         command
             .env("RUSTC_BOOTSTRAP", "1")
             .env("CARGO_TARGET_DIR", target.join("fuzz"))
-            .args(["fuzz", verb, "--dev", "--sanitizer", "none", name])
+            .args(["fuzz", verb, "--dev", "--sanitizer", "none"])
+            .args((!name.is_empty()).then_some(name))
             .current_dir(root().join("fuzz"));
         command
     };
@@ -975,11 +989,19 @@ fn fuzz(rest: &[String]) -> Result<()> {
         .into_iter()
         .filter(|(name, _)| wanted.is_empty() || wanted.iter().any(|w| w == name))
         .collect();
-    // Each built first, so that a target that does not compile is told
-    // apart from one that found a failing input.
-    for (name, _) in &chosen {
-        run(&mut fuzz("build", name), BUILD)
-            .with_context(|| format!("the {name} fuzz target does not build"))?;
+    // Built first, so that a target that does not compile is told apart
+    // from one that found a failing input; all of them in one cargo run
+    // (`cargo fuzz build` without a name), their links side by side.
+    let builds: Vec<&str> = if chosen.len() == FUZZ_TARGETS.len() {
+        vec![""]
+    } else {
+        chosen.iter().map(|(name, _)| *name).collect()
+    };
+    for name in builds {
+        run(&mut fuzz("build", name), BUILD).with_context(|| match name {
+            "" => "the fuzz targets do not build".to_string(),
+            name => format!("the {name} fuzz target does not build"),
+        })?;
     }
     // A fuzzer keeps one core busy: as many run at once as there are cores,
     // each for its whole time.
