@@ -205,7 +205,10 @@ fn plugins(
     events: &Arc<Events>,
     metrics: &Arc<http::metrics::Metrics>,
 ) -> Result<(Arc<Registry>, Option<Watcher>)> {
-    let cache = (config.cache_dir.clone()).unwrap_or_else(|| config.data_dir.join("code-cache"));
+    let cache = config
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join("code-cache"));
     let runtime = Runtime::new(&cache, config.plugins.limits)?;
     let mut settings: BTreeMap<String, String> = config
         .settings

@@ -29,6 +29,18 @@ fn verdict(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `verdict test` of an example plugin over a case file or folder.
+fn test_example(policy: &str, cases: &str) -> Output {
+    verdict(&[
+        "test",
+        "--plugins",
+        "target/example-plugins",
+        "--policy",
+        policy,
+        cases,
+    ])
+}
+
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -189,14 +201,7 @@ fn the_example_lifecycle_policy_adds_its_step_to_the_default_machine() {
 #[test]
 fn the_example_plugin_cases_pass_in_every_language() {
     for policy in ["restart-budget", "restart-budget-js", "restart-budget-py"] {
-        let output = verdict(&[
-            "test",
-            "--plugins",
-            "target/example-plugins",
-            "--policy",
-            policy,
-            "examples/restart-budget/tests",
-        ]);
+        let output = test_example(policy, "examples/restart-budget/tests");
         assert!(output.status.success(), "{policy}: {}", stdout(&output));
         assert_eq!(tally(&output), (5, 0), "{policy}");
     }
@@ -260,14 +265,7 @@ fn settings_a_policy_refuses_are_refused_with_its_words_in_every_language() {
     )
     .unwrap();
     for policy in ["restart-budget", "restart-budget-js", "restart-budget-py"] {
-        let output = verdict(&[
-            "test",
-            "--plugins",
-            "target/example-plugins",
-            "--policy",
-            policy,
-            cases.to_str().unwrap(),
-        ]);
+        let output = test_example(policy, cases.to_str().unwrap());
         let text = stdout(&output);
         assert_eq!(output.status.code(), Some(1), "{policy}: {text}");
         assert_eq!(tally(&output), (1, 2), "{policy}: {text}");

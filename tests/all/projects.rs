@@ -5,21 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// Where cargo builds: `CARGO_TARGET_DIR`, else the workspace's `target/`
-/// (as `cargo xtask` has it; the pinned tools are installed under it).
-fn target() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target"))
-}
-
 fn verdict(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(args)
@@ -28,7 +13,10 @@ fn verdict(dir: &Path, args: &[&str]) -> Output {
         // build` keep them (the user's cache folder, or $VERDICT_TOOLS):
         // nothing is written into the project.
         // The Rust projects share one build of the wasm32 standard library.
-        .env("CARGO_TARGET_DIR", target().join("projects-wasm"))
+        .env(
+            "CARGO_TARGET_DIR",
+            crate::support::target_dir().join("projects-wasm"),
+        )
         .output()
         .unwrap()
 }
@@ -156,7 +144,10 @@ fn rust_projects_build_pass_their_cases_and_their_unit_tests() {
     let output = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .args(["test", "--quiet"])
         .current_dir(root.path().join("native"))
-        .env("CARGO_TARGET_DIR", target().join("projects-native"))
+        .env(
+            "CARGO_TARGET_DIR",
+            crate::support::target_dir().join("projects-native"),
+        )
         .env_remove("RUSTC_WRAPPER")
         .output()
         .unwrap();

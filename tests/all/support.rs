@@ -66,10 +66,15 @@ pub fn test_plugin(name: &str) -> PathBuf {
 /// between runs as a user's is. Entries are written whole or not at all, so
 /// tests running at once share it safely.
 pub fn shared_cache() -> PathBuf {
+    target_dir().join("test-code-cache")
+}
+
+/// Where cargo builds: `CARGO_TARGET_DIR`, else the workspace's `target/`
+/// (as `cargo xtask` has it; the pinned tools are installed under it).
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target"))
-        .join("test-code-cache")
 }
 
 /// The setting that names the compiled-code cache, for `serve` and the

@@ -855,9 +855,9 @@ fn test_image() -> Result<Option<(image::Image, String)>> {
     }
 }
 
-/// Build the control plane and start the real-server suite's shared
-/// instance; `None`, said in one loud line, where no Go 1.26 is on the
-/// PATH — an error instead when `VERDICT_REQUIRE_REAL_CLUSTER` is set (CI).
+/// Start the real-server suite's shared control plane from its built
+/// binaries; `None`, said in one loud line, where there are none (no Go
+/// 1.26 on the PATH) — an error instead when `VERDICT_REQUIRE_REAL_CLUSTER` is set (CI).
 fn real_cluster(
     bin: Option<verdict_testcluster::Binaries>,
 ) -> Result<Option<verdict_testcluster::Cluster>> {
