@@ -72,6 +72,156 @@ pub struct Config {
 }
 
 /// Where the cluster comes from.
+/// The certificate and key to serve HTTPS with, both or neither.
+fn tls_files(http: &http::Settings) -> Result<Option<TlsFiles>> {
+    match (&http.tls_cert, &http.tls_key) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(Error::Config {
+            key: "tls-key",
+            message: "tls-cert is set but tls-key is not".into(),
+        }),
+        (None, Some(_)) => Err(Error::Config {
+            key: "tls-cert",
+            message: "tls-key is set but tls-cert is not".into(),
+        }),
+    }
+}
+
+/// The read and write tokens: those a file lists, and those of the token
+/// files (one a line, `#` comments).
+fn tokens(
+    http: &http::Settings,
+    read: Vec<String>,
+    write: Vec<String>,
+) -> Result<(Vec<Secret>, Vec<Secret>)> {
+    let mut read_tokens: Vec<Secret> = read.into_iter().map(Secret).collect();
+    let mut write_tokens: Vec<Secret> = write.into_iter().map(Secret).collect();
+    for (key, path, tokens) in [
+        ("read-tokens-file", &http.read_tokens_file, &mut read_tokens),
+        (
+            "write-tokens-file",
+            &http.write_tokens_file,
+            &mut write_tokens,
+        ),
+    ] {
+        if let Some(path) = path {
+            let text = std::fs::read_to_string(path)
+                .map_err(Error::setting(key, path.display().to_string()))?;
+            tokens.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(|l| Secret(l.to_string())),
+            );
+        }
+    }
+    Ok((read_tokens, write_tokens))
+}
+
+/// `verdict fleet`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    /// A configuration file (TOML): `[[fleet.members]]` tables (`name`,
+    /// `url`, `token-file`, `ca-file`), `read-tokens`, `write-tokens`.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The kubeconfig of the cluster the fleet finds members in (its
+    /// ClusterProfiles, Argo CD's Secrets); in-cluster or `KUBECONFIG`
+    /// when unset.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub fleet: crate::fleet::Settings,
+    #[command(flatten)]
+    pub events: events::Settings,
+    #[command(flatten)]
+    pub http: http::Settings,
+}
+
+/// `verdict fleet`'s configuration.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    pub fleet: crate::fleet::Settings,
+    /// The members the configuration names.
+    pub members: Vec<crate::fleet::members::Spec>,
+    /// Where members are found (ClusterProfiles, Argo CD's Secrets).
+    pub cluster: ClusterSource,
+    pub events: events::Settings,
+    pub http: http::Settings,
+    pub tls: Option<TlsFiles>,
+    pub read_tokens: Vec<Secret>,
+    pub write_tokens: Vec<Secret>,
+}
+
+/// What `verdict fleet`'s file may hold.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FleetFile {
+    #[serde(default)]
+    fleet: FleetTable,
+    #[serde(default)]
+    read_tokens: Vec<String>,
+    #[serde(default)]
+    write_tokens: Vec<String>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FleetTable {
+    #[serde(default)]
+    members: Vec<crate::fleet::StaticMember>,
+}
+
+impl FleetArgs {
+    /// The flags and the file into one [`FleetConfig`].
+    pub fn into_config(self) -> Result<FleetConfig> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+                let mut file: FleetFile = toml::from_str(&text).map_err(|e| Error::ConfigFile {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+                let folder = path.parent().unwrap_or(Path::new(""));
+                for member in &mut file.fleet.members {
+                    for path in [&mut member.token_file, &mut member.ca_file]
+                        .into_iter()
+                        .flatten()
+                    {
+                        *path = folder.join(&*path);
+                    }
+                }
+                file
+            }
+            None => FleetFile::default(),
+        };
+        let members = crate::fleet::members::configured(&file.fleet.members, &self.fleet).map_err(
+            |message| Error::Config {
+                key: "member",
+                message,
+            },
+        )?;
+        let tls = tls_files(&self.http)?;
+        let (read_tokens, write_tokens) = tokens(&self.http, file.read_tokens, file.write_tokens)?;
+        Ok(FleetConfig {
+            members,
+            cluster: self
+                .kubeconfig
+                .map_or(ClusterSource::Infer, ClusterSource::Kubeconfig),
+            fleet: self.fleet,
+            events: self.events,
+            http: self.http,
+            tls,
+            read_tokens,
+            write_tokens,
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterSource {
     /// No cluster: plugins only.
@@ -402,15 +552,7 @@ fn scalar(value: &toml::Value) -> Option<String> {
 /// `verdict serve`'s command: every setting with its variable, and the
 /// file's values (checked, and named when wrong) as the defaults.
 pub fn serve_command(command: Command, file: Option<&FileConfig>) -> Result<Command> {
-    let mut command = command;
-    let keys: Vec<(clap::Id, String)> = command
-        .get_arguments()
-        .filter_map(|arg| Some((arg.get_id().clone(), arg.get_long()?.to_string())))
-        .filter(|(_, long)| !NOT_SETTINGS.contains(&long.as_str()))
-        .collect();
-    for (id, key) in &keys {
-        command = command.mut_arg(id, |arg| arg.env(variable(key)));
-    }
+    let (mut command, keys) = with_variables(command);
     let Some(file) = file else {
         return Ok(command);
     };
@@ -450,6 +592,26 @@ pub fn serve_command(command: Command, file: Option<&FileConfig>) -> Result<Comm
         command = command.mut_arg(id, |arg| arg.default_value(text));
     }
     Ok(command)
+}
+
+/// Every setting of a command with its environment variable; the
+/// settings' ids and flags.
+fn with_variables(command: Command) -> (Command, Vec<(clap::Id, String)>) {
+    let mut command = command;
+    let keys: Vec<(clap::Id, String)> = command
+        .get_arguments()
+        .filter_map(|arg| Some((arg.get_id().clone(), arg.get_long()?.to_string())))
+        .filter(|(_, long)| !NOT_SETTINGS.contains(&long.as_str()))
+        .collect();
+    for (id, key) in &keys {
+        command = command.mut_arg(id, |arg| arg.env(variable(key)));
+    }
+    (command, keys)
+}
+
+/// `verdict fleet`'s command: every setting with its variable.
+pub fn fleet_command(command: Command) -> Command {
+    with_variables(command).0
 }
 
 /// A clap error's message, without its `error:` prefix and usage.
@@ -518,54 +680,19 @@ impl ServeArgs {
             }
         }
         let http = self.http;
-        let tls = match (&http.tls_cert, &http.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            }),
-            (None, None) => None,
-            (Some(_), None) => {
-                return Err(Error::Config {
-                    key: "tls-key",
-                    message: "tls-cert is set but tls-key is not".into(),
-                });
-            }
-            (None, Some(_)) => {
-                return Err(Error::Config {
-                    key: "tls-cert",
-                    message: "tls-key is set but tls-cert is not".into(),
-                });
-            }
-        };
+        let tls = tls_files(&http)?;
         let inline = |tokens: fn(&FileConfig) -> &Vec<String>| {
             file.map(tokens)
                 .into_iter()
                 .flatten()
                 .cloned()
-                .map(Secret)
                 .collect::<Vec<_>>()
         };
-        let mut read_tokens = inline(|f| &f.read_tokens);
-        let mut write_tokens = inline(|f| &f.write_tokens);
-        for (key, path, tokens) in [
-            ("read-tokens-file", &http.read_tokens_file, &mut read_tokens),
-            (
-                "write-tokens-file",
-                &http.write_tokens_file,
-                &mut write_tokens,
-            ),
-        ] {
-            if let Some(path) = path {
-                let text = std::fs::read_to_string(path)
-                    .map_err(Error::setting(key, path.display().to_string()))?;
-                tokens.extend(
-                    text.lines()
-                        .map(str::trim)
-                        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                        .map(|l| Secret(l.to_string())),
-                );
-            }
-        }
+        let (read_tokens, write_tokens) = tokens(
+            &http,
+            inline(|f| &f.read_tokens),
+            inline(|f| &f.write_tokens),
+        )?;
         Ok(Config {
             data_dir: self.data_dir,
             cache_dir: self.cache_dir,

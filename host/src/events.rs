@@ -26,6 +26,8 @@ pub struct Event {
     pub kind: Kind,
     /// The app it concerns (`namespace/name`), for filtering.
     pub app: Option<String>,
+    /// The cluster it happened in, on a fleet's stream (`verdict fleet`).
+    pub cluster: Option<Box<str>>,
     /// When it was published.
     pub at: crate::time::Timestamp,
     /// The event as JSON (its id, type, time, app and data), written once
@@ -67,6 +69,8 @@ pub enum Kind {
     /// A VM-hosted app's delivery: an instance entered a stage or finished
     /// a list, a person acted on a rollout.
     Delivery,
+    /// A fleet's member cluster was reached, lost or resynced.
+    Cluster,
 }
 
 impl Kind {
@@ -79,6 +83,7 @@ impl Kind {
             Kind::Failover => "failover",
             Kind::Override => "override",
             Kind::Delivery => "delivery",
+            Kind::Cluster => "cluster",
         }
     }
 }
@@ -91,6 +96,8 @@ struct Wire<'a> {
     kind: Kind,
     /// When it was published, RFC 3339.
     at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     app: Option<&'a str>,
     data: &'a Value,
@@ -188,20 +195,33 @@ impl Events {
 
     /// Publish an event; returns its id.
     pub(crate) fn publish(&self, kind: Kind, app: Option<String>, data: Value) -> u64 {
+        self.publish_in(None, kind, app, &data)
+    }
+
+    /// Publish an event of a cluster (a fleet's member); returns its id.
+    pub(crate) fn publish_in(
+        &self,
+        cluster: Option<&str>,
+        kind: Kind,
+        app: Option<String>,
+        data: &Value,
+    ) -> u64 {
         let mut inner = self.lock();
         let at = crate::time::now();
         let wire = Wire {
             id: inner.next,
             kind,
             at: crate::time::rfc3339(at),
+            cluster,
             app: app.as_deref(),
-            data: &data,
+            data,
         };
         let json = serde_json::to_string(&wire).unwrap_or_default().into();
         let event = Arc::new(Event {
             id: inner.next,
             kind,
             app,
+            cluster: cluster.map(Box::from),
             at,
             json,
         });

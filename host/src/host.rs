@@ -753,64 +753,197 @@ pub async fn serve(mut config: Config) -> Result<()> {
     }
     let mut host = Host::start(&config).await?;
     let router = host.router();
-    let handle = axum_server::Handle::new();
-    let bounded =
-        connections::Bounded::new(config.http.max_connections, config.http.header_timeout);
-    let serving = async {
-        let mut reloading = None;
-        // The first line on standard output says where to connect (port 0
-        // picks a free port; tests read it from here).
-        let mut server = match &config.tls {
-            None => {
-                println!("verdict listening on http://{addr}");
-                tracing::info!(%addr, "serving HTTP");
-                axum_server::from_tcp(listener).acceptor(connections::Acceptor::Plain(bounded))
-            }
-            Some(files) => {
-                let (tls, watcher) = http::tls::serve_config(files).await?;
-                reloading = Some(watcher);
-                println!("verdict listening on https://{addr}");
-                tracing::info!(%addr, "serving HTTPS");
-                axum_server::from_tcp(listener).acceptor(connections::Acceptor::Tls(
-                    axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(bounded),
-                ))
-            }
-        };
-        // A request head must arrive in time; this also ends idle
-        // keep-alive connections.
-        server
-            .http_builder()
-            .http1()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(config.http.header_timeout);
-        let served = server
-            .handle(handle.clone())
-            .serve(router.into_make_service())
-            .await
-            .map_err(listen_error);
-        drop(reloading);
-        served
-    };
-    tokio::pin!(serving);
-    tokio::select! {
-        result = &mut serving => return result,
-        () = shutdown() => {}
+    let stopped = serve_until_stopped(listener, addr, router, &config.http, config.tls.as_ref());
+    stopped
+        .run(|| async move {
+            // Stop acting and free the Lease for the next leader, end the
+            // event streams.
+            host.stop();
+            host.released().await;
+        })
+        .await
+}
+
+/// A router served on a listener until Ctrl-C or SIGTERM.
+struct Serving<'a> {
+    listener: std::net::TcpListener,
+    addr: std::net::SocketAddr,
+    router: axum::Router,
+    http: &'a http::Settings,
+    tls: Option<&'a http::tls::TlsFiles>,
+}
+
+fn serve_until_stopped<'a>(
+    listener: std::net::TcpListener,
+    addr: std::net::SocketAddr,
+    router: axum::Router,
+    http: &'a http::Settings,
+    tls: Option<&'a http::tls::TlsFiles>,
+) -> Serving<'a> {
+    Serving {
+        listener,
+        addr,
+        router,
+        http,
+        tls,
     }
-    // Ctrl-C or SIGTERM: stop acting and free the Lease for the next
-    // leader, stop taking connections, end the event streams, let requests
-    // in flight finish — for at most `DRAIN`.
-    host.stop();
-    handle.graceful_shutdown(Some(DRAIN));
-    host.released().await;
-    match tokio::time::timeout(DRAIN, serving).await {
-        Ok(result) => result,
-        Err(_) => {
-            tracing::warn!(
-                seconds = DRAIN.as_secs(),
-                "connections still open after the drain period; exiting"
-            );
-            Ok(())
+}
+
+impl Serving<'_> {
+    /// Serve; on Ctrl-C or SIGTERM, stop taking connections, run `stop`,
+    /// and let requests in flight finish — for at most `DRAIN`.
+    async fn run<F: Future<Output = ()>>(self, stop: impl FnOnce() -> F) -> Result<()> {
+        let Serving {
+            listener,
+            addr,
+            router,
+            http,
+            tls,
+        } = self;
+        let listen_error = |source| Error::Listen {
+            addr: http.listen,
+            source,
+        };
+        let handle = axum_server::Handle::new();
+        let bounded = connections::Bounded::new(http.max_connections, http.header_timeout);
+        let serving = async {
+            let mut reloading = None;
+            // The first line on standard output says where to connect (port 0
+            // picks a free port; tests read it from here).
+            let mut server = match tls {
+                None => {
+                    println!("verdict listening on http://{addr}");
+                    tracing::info!(%addr, "serving HTTP");
+                    axum_server::from_tcp(listener).acceptor(connections::Acceptor::Plain(bounded))
+                }
+                Some(files) => {
+                    let (tls, watcher) = http::tls::serve_config(files).await?;
+                    reloading = Some(watcher);
+                    println!("verdict listening on https://{addr}");
+                    tracing::info!(%addr, "serving HTTPS");
+                    axum_server::from_tcp(listener).acceptor(connections::Acceptor::Tls(
+                        axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(bounded),
+                    ))
+                }
+            };
+            // A request head must arrive in time; this also ends idle
+            // keep-alive connections.
+            server
+                .http_builder()
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(http.header_timeout);
+            let served = server
+                .handle(handle.clone())
+                .serve(router.into_make_service())
+                .await
+                .map_err(listen_error);
+            drop(reloading);
+            served
+        };
+        tokio::pin!(serving);
+        tokio::select! {
+            result = &mut serving => return result,
+            () = shutdown() => {}
         }
+        handle.graceful_shutdown(Some(DRAIN));
+        stop().await;
+        match tokio::time::timeout(DRAIN, serving).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(
+                    seconds = DRAIN.as_secs(),
+                    "connections still open after the drain period; exiting"
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `verdict fleet`: follow the member clusters' verdicts and serve the
+/// fleet's view, until Ctrl-C or SIGTERM.
+pub async fn serve_fleet(config: crate::config::FleetConfig) -> Result<()> {
+    let listen_error = |source| Error::Listen {
+        addr: config.http.listen,
+        source,
+    };
+    let listener = std::net::TcpListener::bind(config.http.listen).map_err(listen_error)?;
+    listener.set_nonblocking(true).map_err(listen_error)?;
+    let addr = listener.local_addr().map_err(listen_error)?;
+    let events = Arc::new(Events::new(config.events.buffer));
+    let fleet = crate::fleet::Fleet::new(config.fleet.clone(), Arc::clone(&events));
+    fleet.set_members(
+        crate::fleet::members::Source::Static,
+        config.members.clone(),
+    );
+    let _silence = AbortOnDrop(fleet.watch_silence());
+    let mut discovery = Vec::new();
+    if config.fleet.cluster_profiles || config.fleet.argocd_namespace.is_some() {
+        let mut demo = None;
+        let client = client(&config.cluster, &mut demo)
+            .await?
+            .ok_or_else(|| Error::Config {
+                key: "cluster-profiles",
+                message: "finding members in a cluster needs one (--kubeconfig, in-cluster)".into(),
+            })?;
+        if config.fleet.cluster_profiles {
+            let providers = match &config.fleet.provider_file {
+                Some(path) => crate::fleet::members::Providers::read(path).map_err(|message| {
+                    Error::Config {
+                        key: "clusterprofile-provider-file",
+                        message,
+                    }
+                })?,
+                None => crate::fleet::members::Providers::default(),
+            };
+            discovery.push(AbortOnDrop(crate::fleet::members::follow_profiles(
+                &fleet,
+                client.clone(),
+                providers,
+            )));
+        }
+        if let Some(namespace) = &config.fleet.argocd_namespace {
+            discovery.push(AbortOnDrop(crate::fleet::members::follow_argocd(
+                &fleet,
+                client.clone(),
+                namespace,
+            )));
+        }
+    }
+    let metrics = Arc::new(http::metrics::Metrics::default());
+    metrics.register_fleet(http::metrics::FleetSources {
+        fleet: Arc::clone(&fleet),
+        app_series: config.http.app_series,
+    });
+    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
+    let router = http::fleet_router(http::FleetState {
+        fleet: Arc::clone(&fleet),
+        tokens: Arc::new(http::access::Tokens::new(
+            &config.read_tokens,
+            &config.write_tokens,
+        )),
+        hosts: Arc::new(http::access::Hosts::new(&config.http.allowed_hosts)),
+        metrics,
+        body_limit: config.http.body_limit,
+        request_timeout: config.http.request_timeout,
+        heartbeat: config.http.heartbeat,
+        stopping: stopping_rx,
+    });
+    serve_until_stopped(listener, addr, router, &config.http, config.tls.as_ref())
+        .run(|| async move {
+            let _ = stopping.send(true);
+            drop(discovery);
+        })
+        .await
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

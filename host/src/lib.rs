@@ -48,6 +48,9 @@
 //!   the lifecycle policy's questions and answers, the step hooks that
 //!   carry out their tasks, the sets' and deployments' controller and
 //!   people's requests;
+//! - [`fleet`]: the verdicts of many clusters followed through their HTTP
+//!   APIs — members from the configuration, ClusterProfiles and Argo CD's
+//!   cluster Secrets — and shown `unknown` when not heard from;
 //!
 //! The edge:
 //! - [`error`]: the host's error type — start-up, configuration and users'
@@ -69,6 +72,7 @@ pub mod error;
 pub mod events;
 pub mod executor;
 pub mod failover;
+pub mod fleet;
 pub mod history;
 pub mod host;
 pub mod http;

@@ -28,6 +28,9 @@ struct Cli {
 enum Command {
     /// Load the plugins, watch their folder and serve the HTTP API.
     Serve(Box<verdict::config::ServeArgs>),
+    /// Follow the verdicts of many clusters and serve one view of their
+    /// apps, with tasks sent to the cluster each names.
+    Fleet(Box<verdict::config::FleetArgs>),
     /// Run the status policy over Kubernetes objects from files.
     Eval(verdict::offline::eval::EvalArgs),
     /// Run policy test cases; exits non-zero when any fails.
@@ -129,12 +132,13 @@ fn main() -> ExitCode {
     };
     let matches = command
         .mut_subcommand("serve", |_| serve.clone())
+        .mut_subcommand("fleet", verdict::config::fleet_command)
         .get_matches_from(&args);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The offline tools print their results on standard output; only
     // warnings belong beside them.
     let default_level = match cli.command {
-        Command::Serve(_) => "info",
+        Command::Serve(_) | Command::Fleet(_) => "info",
         Command::Eval(_)
         | Command::Test(_)
         | Command::Policy(_)
@@ -171,6 +175,10 @@ fn main() -> ExitCode {
                 },
             )
         }
+        Command::Fleet(args) => args.into_config().and_then(|config| {
+            let runtime = tokio::runtime::Runtime::new().map_err(verdict::Error::AsyncRuntime)?;
+            runtime.block_on(verdict::host::serve_fleet(config))
+        }),
         Command::Eval(args) => verdict::offline::eval::run(&args).map(|out| print!("{out}")),
         Command::Diff(args) => match verdict::offline::diff::run(&args) {
             Ok(diff) => {

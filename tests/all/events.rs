@@ -28,11 +28,16 @@ pub struct Stream {
 
 impl Stream {
     pub fn open(server: &Server, query: &str, last: Option<u64>) -> Self {
+        Self::open_at(&format!("{}/v1/events{query}", server.base), last)
+    }
+
+    /// A stream at a URL (a fleet's, `/v1/fleet/events`).
+    pub fn open_at(url: &str, last: Option<u64>) -> Self {
         let mut request = reqwest::blocking::Client::builder()
             .timeout(None)
             .build()
             .unwrap()
-            .get(format!("{}/v1/events{query}", server.base));
+            .get(url);
         if let Some(last) = last {
             request = request.header("Last-Event-ID", last.to_string());
         }

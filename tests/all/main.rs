@@ -11,6 +11,7 @@ mod delivery;
 mod disk;
 mod events;
 mod failover;
+mod fleet;
 mod history;
 mod kubectl_plugin;
 mod languages;

@@ -108,6 +108,9 @@ verbs:
             — `--keep` leaves the filled cluster up for the next run,
             `--fill` only fills it and leaves it up,
             `--quick` is 2 000 pods in the dev profile, as CI runs it);
+            `bench --fleet [--members N] [--apps N] [--quick]`: verdict
+            fleet following 100 members × 1 000 apps (members served by
+            the benchmark): memory, change latency, a member's loss;
             `bench --delivery [--sets N] [--edits N] [--quick]`: 1 000
             VMReplicaSets × 10 instances delivered on a real control plane
             of its own — the time to deliver, requests at rest, a set's
@@ -288,13 +291,19 @@ fn ensure_schemathesis() -> Result<PathBuf> {
 /// built from its Go module into the target folder when Go is here; `None`
 /// (the test says so loudly) without Go.
 const PROMTOOL: &str = "github.com/prometheus/prometheus/cmd/promtool@v0.316.0";
+/// Without Prometheus' service discovery (the clouds' SDKs, Kubernetes'
+/// client): checking and testing rules needs none of it, and it is most
+/// of promtool's build.
+const PROMTOOL_TAGS: &str = "remove_all_sd";
 
 fn ensure_promtool() -> Result<Option<PathBuf>> {
     if verdict_testcluster::go_available().is_none() {
         return Ok(None);
     }
     let version = PROMTOOL.rsplit('@').next().unwrap_or("latest");
-    let bin = cargo_target_dir().join("tools/promtool").join(version);
+    let bin = cargo_target_dir()
+        .join("tools/promtool")
+        .join(format!("{version}-{PROMTOOL_TAGS}"));
     let promtool = bin.join("promtool");
     if promtool.is_file() {
         return Ok(Some(promtool));
@@ -302,7 +311,7 @@ fn ensure_promtool() -> Result<Option<PathBuf>> {
     eprintln!("xtask: building promtool into {}", bin.display());
     run(
         Command::new("go")
-            .args(["install", PROMTOOL])
+            .args(["install", "-tags", PROMTOOL_TAGS, PROMTOOL])
             .env("GOBIN", &bin),
         BUILD,
     )
@@ -1147,6 +1156,22 @@ fn bench(rest: &[String]) -> Result<()> {
         if rest.iter().any(|a| a == flag) {
             return on_a_control_plane(bench, flag, rest);
         }
+    }
+    // `--fleet`: `verdict fleet` following 100 members × 1 000 apps
+    // (`--quick`: 10 × 100, in the test build's profile).
+    if rest.iter().any(|a| a == "--fleet") {
+        let mut command = cargo();
+        command.args(["bench", "--package", "verdict", "--bench", "fleet"]);
+        if rest.iter().any(|a| a == "--quick") {
+            command.args(["--profile", "dev"]);
+        }
+        return run(
+            command
+                .arg("--")
+                .args(rest.iter().filter(|a| *a != "--fleet"))
+                .current_dir(root()),
+            Duration::from_secs(3600),
+        );
     }
     // `--handover`: leader handovers among three replicas, on the local
     // control plane when `cluster up` runs.

@@ -113,7 +113,7 @@ impl Recorder {
             text,
         };
         let mark = match event.kind {
-            Kind::Verdict => return None,
+            Kind::Verdict | Kind::Cluster => return None,
             Kind::Task => {
                 let id = text(&data["id"])?;
                 let phase = text(&data["phase"]).unwrap_or_default();

@@ -27,6 +27,58 @@ struct EventFilter {
     /// For clients that cannot set the `Last-Event-ID` header.
     #[serde(rename = "last-event-id")]
     last_event_id: Option<u64>,
+    /// A heartbeat this often instead of the server's (a fleet asks for
+    /// one within the time it calls a silent cluster lost).
+    #[serde(rename = "heartbeat-ms")]
+    heartbeat_ms: Option<u64>,
+}
+
+/// The shortest and longest heartbeat a client may ask for.
+const HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 500..=600_000;
+
+/// The heartbeat a client asked for, or the server's.
+pub(super) fn heartbeat(
+    asked: Option<u64>,
+    default: std::time::Duration,
+) -> Result<std::time::Duration, ApiError> {
+    match asked {
+        None => Ok(default),
+        Some(ms) if HEARTBEAT_MS.contains(&ms) => Ok(std::time::Duration::from_millis(ms)),
+        Some(ms) => Err(ApiError::invalid(
+            "heartbeat-ms",
+            format!(
+                "heartbeat-ms: {ms} is not from {} to {}",
+                HEARTBEAT_MS.start(),
+                HEARTBEAT_MS.end()
+            ),
+        )),
+    }
+}
+
+/// Where a client resumes: the `Last-Event-ID` header, else the query's.
+pub(super) fn last_event_id(
+    headers: &axum::http::HeaderMap,
+    query: Option<u64>,
+) -> Result<Option<u64>, ApiError> {
+    match headers.get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    let mut error = ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid-header",
+                        "Last-Event-ID must be an event id (a whole number)",
+                    );
+                    error.field = Some("Last-Event-ID".into());
+                    error
+                }),
+        )
+        .transpose(),
+        None => Ok(query),
+    }
 }
 
 /// One event in Server-Sent Events form: its id, type, and JSON data.
@@ -50,7 +102,7 @@ fn resync(reason: String, next: u64) -> axum::response::sse::Event {
         .data(json!({"type": "resync", "reason": reason, "next-id": next}).to_string())
 }
 
-#[utoipa::path(get, path = "/v1/events", tag = "events", params(("namespace" = Option<String>, Query), ("app" = Option<String>, Query, pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", min_length = 3, max_length = 127, description = "namespace/name"), ("last-event-id" = Option<u64>, Query, description = "Replay after this id (or the Last-Event-ID header)")), responses((status = 200, description = "Server-Sent Events: verdict, task, plugin and resync events", content_type = "text/event-stream")))]
+#[utoipa::path(get, path = "/v1/events", tag = "events", params(("namespace" = Option<String>, Query), ("app" = Option<String>, Query, pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", min_length = 3, max_length = 127, description = "namespace/name"), ("last-event-id" = Option<u64>, Query, description = "Replay after this id (or the Last-Event-ID header)"), ("heartbeat-ms" = Option<u64>, Query, minimum = 500, maximum = 600000, description = "A heartbeat comment this often while idle, instead of the server's")), responses((status = 200, description = "Server-Sent Events: verdict, task, plugin and resync events", content_type = "text/event-stream")))]
 /// `GET /v1/events`: every verdict, task and plugin change as Server-Sent
 /// Events, from after `Last-Event-ID` when the buffer still holds it (else
 /// a `resync` first), filtered by namespace or app, with heartbeats. A
@@ -60,29 +112,8 @@ async fn event_stream(
     Query(filter): Query<EventFilter>,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
-    use axum::response::sse::{KeepAlive, Sse};
-    use futures_util::StreamExt;
-    use tokio_stream::wrappers::BroadcastStream;
-    use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
-
-    let last = match headers.get("last-event-id") {
-        Some(value) => Some(
-            value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or_else(|| {
-                    let mut error = ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "invalid-header",
-                        "Last-Event-ID must be an event id (a whole number)",
-                    );
-                    error.field = Some("Last-Event-ID".into());
-                    error
-                })?,
-        ),
-        None => filter.last_event_id,
-    };
+    let last = last_event_id(&headers, filter.last_event_id)?;
+    let heartbeat = heartbeat(filter.heartbeat_ms, state.heartbeat)?;
     if let Some(app) = &filter.app {
         crate::tasks::model::parse_app(app).map_err(TaskError::from)?;
     }
@@ -91,7 +122,30 @@ async fn event_stream(
         (None, Some(namespace)) => event.namespace() == Some(namespace.as_str()),
         (None, None) => true,
     };
-    let events = Arc::clone(&state.events);
+    Ok(stream(
+        Arc::clone(&state.events),
+        last,
+        wanted,
+        heartbeat,
+        state.stopping.clone(),
+    ))
+}
+
+/// The events after `last` that a client wants, then the live ones, as
+/// Server-Sent Events with heartbeats, ending with a `shutdown` event when
+/// `stopping` turns true.
+pub(super) fn stream(
+    events: Arc<crate::events::Events>,
+    last: Option<u64>,
+    wanted: impl Fn(&crate::events::Event) -> bool + Send + Sync + 'static,
+    heartbeat: std::time::Duration,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> Response {
+    use axum::response::sse::{KeepAlive, Sse};
+    use futures_util::StreamExt;
+    use tokio_stream::wrappers::BroadcastStream;
+    use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
     let (live, replay) = events.subscribe(last);
     let (first, mut after) = match replay {
         Ok(missed) => {
@@ -132,7 +186,7 @@ async fn event_stream(
     });
     // On shutdown the stream ends with a last event that tells the client
     // when to reconnect (to another replica, or this one restarted).
-    let mut stopping = state.stopping.clone();
+    let mut stopping = stopping;
     let stopped = async move {
         let _ = stopping.wait_for(|stop| *stop).await;
     };
@@ -146,7 +200,7 @@ async fn event_stream(
         .chain(live)
         .take_until(stopped)
         .chain(farewell);
-    Ok(Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(state.heartbeat).text("heartbeat"))
-        .into_response())
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(heartbeat).text("heartbeat"))
+        .into_response()
 }

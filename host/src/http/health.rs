@@ -21,7 +21,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 
 #[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "The process serves")))]
 async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+    Json(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200, description = "Ready: the status policy (and, on a replica that carries out VM delivery, the lifecycle policy) is loaded and every watch works"), (status = 503, description = "Not ready; the body says which part is not")))]

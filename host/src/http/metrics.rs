@@ -686,6 +686,145 @@ impl Sources {
     }
 }
 
+/// A fleet's families: its members, and each member's apps with their
+/// cluster (`verdict fleet`).
+#[derive(Debug)]
+pub(crate) struct FleetSources {
+    pub fleet: Arc<crate::fleet::Fleet>,
+    /// Apps given series of their own, across the fleet.
+    pub app_series: usize,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    cluster: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterStatusLabels {
+    cluster: String,
+    status: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterAppStatusLabels {
+    cluster: String,
+    namespace: String,
+    app: String,
+    status: String,
+}
+
+impl Metrics {
+    /// Register the fleet's families once, as [`Metrics::register`] does
+    /// the host's.
+    pub fn register_fleet(&self, sources: FleetSources) {
+        self.registry.get_or_init(|| {
+            let mut registry = prometheus_client::registry::Registry::with_prefix("verdict");
+            registry.register(
+                "http_requests",
+                "Answered requests by route, method and code",
+                self.http.clone(),
+            );
+            registry.register_collector(Box::new(sources));
+            registry
+        });
+    }
+}
+
+impl Collector for FleetSources {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let encoder = &mut encoder;
+        let up: Family<ClusterLabels, Gauge> = Family::default();
+        let seen: Family<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>> =
+            Family::default();
+        let apps: Family<ClusterStatusLabels, Gauge> = Family::default();
+        let syncs: Family<ClusterLabels, Counter> = Family::default();
+        let failures: Family<ClusterLabels, Counter> = Family::default();
+        let events: Family<ClusterLabels, Counter> = Family::default();
+        for cluster in self.fleet.clusters() {
+            let labels = ClusterLabels {
+                cluster: cluster.name.clone(),
+            };
+            up.get_or_create(&labels)
+                .set(i64::from(cluster.reach == "live"));
+            if let Some(age) = cluster.last_seen_age_ms {
+                let at = crate::time::now().saturating_sub(age as i64);
+                seen.get_or_create(&labels).set(at as f64 / 1000.0);
+            }
+            for (status, n) in &cluster.statuses {
+                apps.get_or_create(&ClusterStatusLabels {
+                    cluster: cluster.name.clone(),
+                    status: status.clone(),
+                })
+                .set(*n as i64);
+            }
+            syncs.get_or_create(&labels).inc_by(cluster.syncs);
+            failures.get_or_create(&labels).inc_by(cluster.failures);
+            events.get_or_create(&labels).inc_by(cluster.events);
+        }
+        family(
+            encoder,
+            "fleet_member_up",
+            "1 while a member cluster is live (synced and heard from within the bound)",
+            &up,
+        )?;
+        family(
+            encoder,
+            "fleet_member_last_seen_seconds",
+            "When each member cluster was last heard from (Unix time)",
+            &seen,
+        )?;
+        family(
+            encoder,
+            "fleet_apps",
+            "Each member cluster's apps by the status shown (`unknown` while it is not live)",
+            &apps,
+        )?;
+        family(
+            encoder,
+            "fleet_member_syncs",
+            "Full listings of each member's apps (at the start, after a resync)",
+            &syncs,
+        )?;
+        family(
+            encoder,
+            "fleet_member_failures",
+            "Attempts to follow each member that failed",
+            &failures,
+        )?;
+        family(
+            encoder,
+            "fleet_member_events",
+            "Events taken from each member's stream",
+            &events,
+        )?;
+        let (statuses, omitted) = self.fleet.app_statuses(self.app_series);
+        let status: Family<ClusterAppStatusLabels, Gauge> = Family::default();
+        for (cluster, (namespace, app), shown) in statuses {
+            status
+                .get_or_create(&ClusterAppStatusLabels {
+                    cluster: cluster.to_string(),
+                    namespace: namespace.to_string(),
+                    app: app.to_string(),
+                    status: shown,
+                })
+                .set(1);
+        }
+        family(
+            encoder,
+            "app_status",
+            "1 for the stable status in force of each app, by cluster (`unknown` while its cluster is not live)",
+            &status,
+        )?;
+        family(
+            encoder,
+            "app_series_omitted",
+            "Apps past --app-metrics-max, without series of their own",
+            &ConstGauge::new(omitted as i64),
+        )
+    }
+}
+
 /// The route of this file.
 pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(metrics))

@@ -25,6 +25,7 @@ mod delivery;
 mod error;
 mod events;
 mod failover;
+mod fleet;
 mod health;
 mod history;
 mod json;
@@ -46,6 +47,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 pub use error::ApiError;
+pub(crate) use fleet::{FleetState, fleet_router};
 
 use crate::admission::Admission;
 use crate::events::Events;
@@ -202,18 +204,6 @@ fn page_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
 /// carry, a body limit and a time limit; tokens are checked when
 /// configured.
 pub(crate) fn router(state: AppState) -> Router {
-    use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-    let request_id = axum::http::HeaderName::from_static("x-request-id");
-    let trace = tower_http::trace::TraceLayer::new(middleware::NotReadyIsAnAnswer).make_span_with(
-        |request: &axum::http::Request<axum::body::Body>| {
-            let id = request
-                .headers()
-                .get("x-request-id")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default();
-            tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
-        },
-    );
     let (router, mut api) = utoipa_axum::router::OpenApiRouter::<AppState>::new()
         .merge(health::routes())
         .merge(apps::routes())
@@ -235,53 +225,82 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(delivery::routes())
         .split_for_parts();
     openapi::describe(&mut api);
-    let document = Arc::new(api.to_pretty_json().unwrap_or_default());
-    router
+    let router = router
         .route("/", get(dashboard))
         .route(CHART_JS, get(chart_js))
-        .route(
-            "/openapi.json",
-            get(move || {
-                let document = Arc::clone(&document);
-                async move {
-                    (
-                        [(axum::http::header::CONTENT_TYPE, "application/json")],
-                        document.as_str().to_owned(),
-                    )
-                }
-            }),
-        )
+        .route("/openapi.json", document(&api))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state.metrics),
             middleware::count_request,
         ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state.clone())
-        // Innermost first: the token check, the body limit and the time
-        // limit, JSON for the errors of those, the request's span, its id.
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state.tokens),
-            access::guard,
-        ))
+        .with_state(state.clone());
+    edge(
+        router,
+        Arc::clone(&state.tokens),
+        Arc::clone(&state.hosts),
+        state.body_limit,
+        state.request_timeout,
+    )
+}
+
+/// The layers every request passes, innermost first: the token check,
+/// the origin and host checks, the body limit and the time limit, JSON
+/// for the errors of those, the request's span, its id.
+fn edge(
+    router: Router,
+    tokens: Arc<access::Tokens>,
+    hosts: Arc<access::Hosts>,
+    body_limit: usize,
+    request_timeout: Duration,
+) -> Router {
+    use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+    let request_id = axum::http::HeaderName::from_static("x-request-id");
+    let trace = tower_http::trace::TraceLayer::new(middleware::NotReadyIsAnAnswer).make_span_with(
+        |request: &axum::http::Request<axum::body::Body>| {
+            let id = request
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+        },
+    );
+    router
+        .layer(axum::middleware::from_fn_with_state(tokens, access::guard))
         .layer(axum::middleware::from_fn(access::same_origin))
         .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state.hosts),
+            hosts,
             access::known_host,
         ))
         .layer(axum::middleware::from_fn(middleware::request_size))
         .layer(axum::extract::DefaultBodyLimit::disable())
-        .layer(tower_http::limit::RequestBodyLimitLayer::new(
-            state.body_limit,
-        ))
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(body_limit))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
-            state.request_timeout,
+            request_timeout,
         ))
         .layer(axum::middleware::map_response(error::json_errors))
         .layer(trace)
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+}
+
+/// `GET /openapi.json`: the document, written once.
+fn document<S: Clone + Send + Sync + 'static>(
+    api: &utoipa::openapi::OpenApi,
+) -> axum::routing::MethodRouter<S> {
+    let document = Arc::new(api.to_pretty_json().unwrap_or_default());
+    get(move || {
+        let document = Arc::clone(&document);
+        async move {
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                document.as_str().to_owned(),
+            )
+        }
+    })
 }
 
 /// The dashboard: one page, no build step; it reads the API and the event

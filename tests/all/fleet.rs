@@ -1,0 +1,405 @@
+//! `verdict fleet` following the verdicts of several clusters (each a
+//! host on a simulator): every cluster's apps in one view, changes on the
+//! fleet's stream with their cluster, a lost cluster's apps `unknown`
+//! within the bound while the others go on, its return resynced, tasks
+//! sent to the cluster they name and refused for one that is lost; and
+//! members that answer garbage, trickle or flood cost the others nothing.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::events::Stream;
+use crate::live::{Cluster, PATIENCE, deployment, pod, start_host};
+use crate::serve::Server;
+use crate::support::wait_until;
+
+/// The fleet's bound on silence in these tests.
+const UNKNOWN_AFTER_MS: u64 = 2_000;
+
+/// `verdict fleet` following `members` (`NAME=URL`).
+fn start_fleet(members: &[(&str, &str)], extra: &[&str]) -> Server {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
+    command.args([
+        "fleet",
+        "--listen",
+        "127.0.0.1:0",
+        "--unknown-after-ms",
+        &UNKNOWN_AFTER_MS.to_string(),
+        "--member-backoff-max-ms",
+        "1000",
+    ]);
+    for (name, url) in members {
+        command.arg("--member").arg(format!("{name}={url}"));
+    }
+    command.args(extra);
+    Server::start_command(command)
+}
+
+/// The fleet's view of one app of one cluster.
+fn fleet_app(fleet: &Server, cluster: &str) -> Value {
+    let (code, body) = fleet.get(&format!("/v1/fleet/apps?cluster={cluster}"));
+    assert_eq!(code, 200, "{body}");
+    body["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["namespace"] == "shop" && a["name"] == "web")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Wait until the fleet's view of `cluster`'s `shop/web` satisfies `check`.
+fn until(fleet: &Server, cluster: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    let took = wait_until(PATIENCE, || {
+        last = fleet_app(fleet, cluster);
+        check(&last)
+    });
+    assert!(took.is_some(), "{what}: never; last {last}");
+    last
+}
+
+fn cluster_view(fleet: &Server, name: &str) -> Value {
+    let (_, body) = fleet.get("/v1/fleet/clusters");
+    body["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// A free address on 127.0.0.1, for a host that must come back where it
+/// was.
+fn free_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// A host following `cluster`, listening at `listen`, once it has judged
+/// `shop/web`.
+fn start_host_at(cluster: &Cluster, data: &std::path::Path, listen: &str) -> Server {
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
+    command
+        .args([
+            "serve",
+            "--listen",
+            listen,
+            "--cluster-url",
+            &cluster.sim().url(),
+        ])
+        .arg("--plugins")
+        .arg(plugins)
+        .arg("--data-dir")
+        .arg(data);
+    let server = Server::start_command(command);
+    let judged = wait_until(PATIENCE, || server.get("/v1/apps/shop/web").0 == 200);
+    assert!(judged.is_some(), "shop/web never judged");
+    server
+}
+
+#[test]
+fn a_fleet_shows_every_cluster_and_a_lost_one_as_unknown_until_it_returns() {
+    let east_cluster = Cluster::start();
+    let west_cluster = Cluster::start();
+    let (east_data, west_data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let east_listen = free_address();
+    let mut east = start_host_at(&east_cluster, east_data.path(), &east_listen);
+    let west = start_host(&west_cluster, west_data.path(), &[]);
+    let fleet = start_fleet(&[("east", &east.base), ("west", &west.base)], &[]);
+
+    for cluster in ["east", "west"] {
+        until(&fleet, cluster, "the fleet shows the cluster's app", |a| {
+            a["stable"] == "running" && a["cluster"] == cluster
+        });
+        let view = cluster_view(&fleet, cluster);
+        assert_eq!(view["reach"], "live", "{view}");
+        assert_eq!(view["version"], env!("CARGO_PKG_VERSION"), "{view}");
+    }
+    let events = Stream::open_at(
+        &format!("{}/v1/fleet/events?cluster=west", fleet.base),
+        None,
+    );
+
+    // West's app breaks: the fleet shows it, and its stream says so with
+    // the cluster; east's stays as it was.
+    west_cluster.apply(deployment(1, 0));
+    west_cluster.apply(pod("web-1", Some("CrashLoopBackOff")));
+    until(&fleet, "west", "west's broken app shown", |a| {
+        a["stable"] != "running" && a["stable"] != "unknown"
+    });
+    let event = events.until("west's verdict on the fleet's stream", |m| {
+        m.event == "verdict" && m.data["data"]["stable"] != "running"
+    });
+    assert_eq!(event.data["cluster"], "west", "{}", event.data);
+    assert_eq!(event.data["app"], "shop/web");
+    assert_eq!(fleet_app(&fleet, "east")["stable"], "running");
+
+    // The whole verdict, and its history, through its cluster.
+    let (code, app) = fleet.get("/v1/fleet/apps/west/shop/web");
+    assert_eq!(code, 200, "{app}");
+    assert_eq!(app["cluster"], "west");
+    assert!(app["groups"].is_array(), "{app}");
+    let (code, history) = fleet.get("/v1/fleet/apps/west/shop/web/history?limit=5");
+    assert_eq!(code, 200, "{history}");
+    assert!(history["entries"].is_array(), "{history}");
+    let (code, missing) = fleet.get("/v1/fleet/apps/north/shop/web");
+    assert_eq!(
+        (code, missing["error"]["code"].as_str()),
+        (404, Some("no-such-cluster"))
+    );
+
+    // East is lost: within the bound its app is unknown, with what was
+    // last known and its age; west goes on.
+    east.kill();
+    let lost = until(&fleet, "east", "east's app unknown", |a| {
+        a["stable"] == "unknown"
+    });
+    assert_eq!(lost["last_known"]["stable"], "running", "{lost}");
+    assert!(
+        lost["last_known_age_ms"].as_u64().unwrap() >= UNKNOWN_AFTER_MS,
+        "{lost}"
+    );
+    assert_eq!(lost["display"]["status"], "unknown");
+    assert_eq!(cluster_view(&fleet, "east")["reach"], "lost");
+    let (_, unknown) = fleet.get("/v1/fleet/apps?status=unknown");
+    let clusters: Vec<&Value> = unknown["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["cluster"])
+        .collect();
+    assert_eq!(clusters, [&json!("east")], "{unknown}");
+    west_cluster.apply(deployment(1, 1));
+    west_cluster.apply(pod("web-1", None));
+    until(&fleet, "west", "west's app back while east is lost", |a| {
+        a["stable"] == "running"
+    });
+
+    // A task for the lost cluster is refused, never queued; one for west
+    // runs on west alone.
+    let ask = |body: Value| fleet.send("POST", "/v1/fleet/tasks", Some(&body.to_string()));
+    let (code, refused) =
+        ask(json!({"app": "shop/web", "action": "restart", "cluster_id": "east"}));
+    assert_eq!(code, 503, "{refused}");
+    assert_eq!(refused["error"]["code"], "cluster-unreachable");
+    let (code, task) = ask(json!({"app": "shop/web", "action": "restart", "cluster_id": "west"}));
+    assert_eq!(code, 201, "{task}");
+    assert_eq!(task["cluster"], "west");
+    let id = task["id"].as_str().unwrap();
+    assert_eq!(west.get(&format!("/v1/tasks/{id}")).0, 200);
+    let (code, through) = fleet.get(&format!("/v1/fleet/tasks/west/{id}"));
+    assert_eq!((code, &through["id"]), (200, &json!(id)), "{through}");
+    let (code, unnamed) = ask(json!({"app": "shop/web", "action": "restart"}));
+    assert_eq!(code, 422, "{unnamed}");
+
+    // East returns where it was: resynced, its app known again.
+    let east_again = start_host_at(&east_cluster, east_data.path(), &east_listen);
+    until(&fleet, "east", "east's app known again", |a| {
+        a["stable"] == "running"
+    });
+    let view = cluster_view(&fleet, "east");
+    assert_eq!(view["reach"], "live", "{view}");
+    assert!(view["syncs"].as_u64().unwrap() >= 2, "{view}");
+
+    // Availability per cluster and across the fleet; the metrics by cluster.
+    let (code, availability) = fleet.get("/v1/fleet/availability?window=1h");
+    assert_eq!(code, 200, "{availability}");
+    assert!(
+        availability["clusters"]["west"]["apps"].as_u64().unwrap() >= 1,
+        "{availability}"
+    );
+    assert!(
+        availability["fleet"]["apps"].as_u64().unwrap() >= 2,
+        "{availability}"
+    );
+    let metrics = reqwest::blocking::get(format!("{}/metrics", fleet.base))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"verdict_app_status{cluster="west",namespace="shop",app="web",status="running"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"verdict_fleet_member_up{cluster="east"} 1"#),
+        "{metrics}"
+    );
+    drop(east_again);
+}
+
+/// A member that misbehaves, served on a port of its own.
+mod hostile {
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::response::Response;
+    use axum::routing::get;
+    use futures_util::StreamExt;
+
+    /// What a member does wrong.
+    #[derive(Clone, Copy)]
+    pub enum Kind {
+        /// Answers that are not verdict's.
+        Garbage,
+        /// A stream that sends a byte now and then, never a whole line.
+        Trickle,
+        /// A list of apps of 100 MB.
+        Huge,
+        /// 10 000 apps, and a quiet stream with heartbeats.
+        Many,
+    }
+
+    fn stream(body: Body) -> Response {
+        Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(body)
+            .unwrap()
+    }
+
+    fn apps(kind: Kind) -> Response {
+        match kind {
+            Kind::Garbage => Response::new(Body::from("<html>not verdict</html>")),
+            Kind::Trickle => Response::new(Body::from(r#"{"apps": []}"#)),
+            Kind::Huge => {
+                let chunk = bytes::Bytes::from(vec![b' '; 1024 * 1024]);
+                let chunks = futures_util::stream::iter(
+                    std::iter::once(bytes::Bytes::from_static(b"{\"apps\": ["))
+                        .chain(std::iter::repeat_n(chunk, 100)),
+                )
+                .map(Ok::<_, std::convert::Infallible>);
+                Response::new(Body::from_stream(chunks))
+            }
+            Kind::Many => {
+                let apps: Vec<serde_json::Value> = (0..10_000)
+                    .map(|i| {
+                        serde_json::json!({
+                            "namespace": format!("ns-{}", i % 100), "name": format!("app-{i}"),
+                            "stable": "running", "stable_reason": "every replica is ready",
+                            "transitional": null,
+                            "display": {"status": "running", "text": "running", "severity": "info", "progress": null},
+                            "ready_replicas": 1, "expected_replicas": 1, "groups": []
+                        })
+                    })
+                    .collect();
+                Response::new(Body::from(serde_json::json!({ "apps": apps }).to_string()))
+            }
+        }
+    }
+
+    fn events(kind: Kind) -> Response {
+        let ticks = |every: Duration, text: &'static [u8]| {
+            futures_util::stream::unfold((), move |()| async move {
+                tokio::time::sleep(every).await;
+                Some((
+                    Ok::<_, std::convert::Infallible>(bytes::Bytes::from_static(text)),
+                    (),
+                ))
+            })
+        };
+        match kind {
+            Kind::Garbage => stream(Body::from_stream(ticks(
+                Duration::from_millis(50),
+                b"event: verdict\ndata: {\"data\": 42}\n\n",
+            ))),
+            Kind::Trickle => stream(Body::from_stream(ticks(Duration::from_millis(200), b"x"))),
+            Kind::Huge | Kind::Many => stream(Body::from_stream(ticks(
+                Duration::from_millis(300),
+                b": heartbeat\n\n",
+            ))),
+        }
+    }
+
+    /// Serve a misbehaving member on 127.0.0.1; its base URL. The server
+    /// runs on the runtime given, until it is dropped.
+    pub fn serve(runtime: &tokio::runtime::Runtime, kind: Kind) -> String {
+        let router = Router::new()
+            .route("/v1/apps", get(move || async move { apps(kind) }))
+            .route("/v1/events", get(move || async move { events(kind) }))
+            .route("/healthz", get(|| async { "{\"status\": \"ok\"}" }));
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        runtime.spawn(async move { axum::serve(listener, router).await });
+        base
+    }
+}
+
+#[test]
+fn members_that_answer_garbage_trickle_or_flood_cost_the_others_nothing() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let garbage = hostile::serve(&runtime, hostile::Kind::Garbage);
+    let trickle = hostile::serve(&runtime, hostile::Kind::Trickle);
+    let huge = hostile::serve(&runtime, hostile::Kind::Huge);
+    let many = hostile::serve(&runtime, hostile::Kind::Many);
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let good = start_host(&cluster, data.path(), &[]);
+    let fleet = start_fleet(
+        &[
+            ("garbage", &garbage),
+            ("trickle", &trickle),
+            ("huge", &huge),
+            ("many", &many),
+            ("good", &good.base),
+            ("nowhere", "http://127.0.0.1:9"),
+        ],
+        &["--member-answer-max-mib", "16"],
+    );
+    until(&fleet, "good", "the good member's app", |a| {
+        a["stable"] == "running"
+    });
+    let took = wait_until(PATIENCE, || cluster_view(&fleet, "many")["apps"] == 10_000);
+    assert!(took.is_some(), "{}", cluster_view(&fleet, "many"));
+    assert_eq!(cluster_view(&fleet, "many")["reach"], "live");
+
+    // The good member's changes come through while the others misbehave.
+    cluster.apply(deployment(1, 0));
+    cluster.apply(pod("web-1", Some("CrashLoopBackOff")));
+    until(&fleet, "good", "the good member's change", |a| {
+        a["stable"] != "running"
+    });
+
+    // Each bad member says what is wrong with it, and none is live.
+    for (name, says) in [
+        ("garbage", "not verdict's"),
+        ("huge", "larger than"),
+        ("nowhere", ""),
+    ] {
+        let took = wait_until(PATIENCE, || {
+            let view = cluster_view(&fleet, name);
+            view["reach"] != "live"
+                && view["last_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains(says))
+        });
+        assert!(took.is_some(), "{name}: {}", cluster_view(&fleet, name));
+    }
+    // The trickle is cut off once it has said nothing whole for the bound
+    // (its listing answers, so it is live again after each new start, and
+    // cut off again).
+    let took = wait_until(PATIENCE, || {
+        cluster_view(&fleet, "trickle")["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("said nothing whole"))
+    });
+    assert!(took.is_some(), "{}", cluster_view(&fleet, "trickle"));
+
+    // The fleet kept its memory: the 100 MB answer was refused, not held.
+    let (resident, _) = crate::support::memory(fleet.pid());
+    assert!(resident < 200.0, "the fleet holds {resident} MiB");
+    assert_eq!(fleet.get("/readyz").0, 200);
+    assert_eq!(fleet.get("/v1/fleet/clusters").0, 200);
+    drop(runtime);
+}
