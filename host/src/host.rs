@@ -734,13 +734,7 @@ fn elect(
 /// Run the host until Ctrl-C or SIGTERM: HTTPS when a certificate is
 /// configured, else HTTP.
 pub async fn serve(mut config: Config) -> Result<()> {
-    let listen_error = |source| Error::Listen {
-        addr: config.http.listen,
-        source,
-    };
-    let listener = std::net::TcpListener::bind(config.http.listen).map_err(listen_error)?;
-    listener.set_nonblocking(true).map_err(listen_error)?;
-    let addr = listener.local_addr().map_err(listen_error)?;
+    let (listener, addr) = bind(config.http.listen)?;
     // Listening on one address, a replica is reached there unless it says
     // otherwise.
     if config.leader.advertise_url.is_none() && !addr.ip().is_unspecified() {
@@ -753,8 +747,7 @@ pub async fn serve(mut config: Config) -> Result<()> {
     }
     let mut host = Host::start(&config).await?;
     let router = host.router();
-    let stopped = serve_until_stopped(listener, addr, router, &config.http, config.tls.as_ref());
-    stopped
+    serve_until_stopped(listener, addr, router, &config.http, config.tls.as_ref())
         .run(|| async move {
             // Stop acting and free the Lease for the next leader, end the
             // event streams.
@@ -762,6 +755,15 @@ pub async fn serve(mut config: Config) -> Result<()> {
             host.released().await;
         })
         .await
+}
+
+/// A listener at `addr` (port 0: a free one), and the address it took.
+fn bind(addr: std::net::SocketAddr) -> Result<(std::net::TcpListener, std::net::SocketAddr)> {
+    let listen_error = |source| Error::Listen { addr, source };
+    let listener = std::net::TcpListener::bind(addr).map_err(listen_error)?;
+    listener.set_nonblocking(true).map_err(listen_error)?;
+    let bound = listener.local_addr().map_err(listen_error)?;
+    Ok((listener, bound))
 }
 
 /// A router served on a listener until Ctrl-C or SIGTERM.
@@ -864,13 +866,7 @@ impl Serving<'_> {
 /// `verdict fleet`: follow the member clusters' verdicts and serve the
 /// fleet's view, until Ctrl-C or SIGTERM.
 pub async fn serve_fleet(config: crate::config::FleetConfig) -> Result<()> {
-    let listen_error = |source| Error::Listen {
-        addr: config.http.listen,
-        source,
-    };
-    let listener = std::net::TcpListener::bind(config.http.listen).map_err(listen_error)?;
-    listener.set_nonblocking(true).map_err(listen_error)?;
-    let addr = listener.local_addr().map_err(listen_error)?;
+    let (listener, addr) = bind(config.http.listen)?;
     let events = Arc::new(Events::new(config.events.buffer));
     let fleet = crate::fleet::Fleet::new(config.fleet.clone(), Arc::clone(&events));
     fleet.set_members(

@@ -138,7 +138,10 @@ fn main() -> ExitCode {
     // The offline tools print their results on standard output; only
     // warnings belong beside them.
     let default_level = match cli.command {
-        Command::Serve(_) | Command::Fleet(_) => "info",
+        Command::Serve(_) => "info",
+        // The fleet says once, per member, why it could not be followed;
+        // the client's own line for each failed request would repeat it.
+        Command::Fleet(_) => "info,kube_client::client::builder=off",
         Command::Eval(_)
         | Command::Test(_)
         | Command::Policy(_)

@@ -476,41 +476,14 @@ pub fn follow_profiles(
         .member_token_file
         .as_deref()
         .and_then(|p| token(p).ok());
-    let fleet = Arc::downgrade(fleet);
     let writer = reflector::store::Writer::new(resource);
-    let store = writer.as_reader();
-    let stream = reflector(writer, watcher(api, config).default_backoff());
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        let mut listed = false;
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(watcher::Event::InitDone) => listed = true,
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(%error, "ClusterProfiles could not be watched; members kept as they were");
-                    continue;
-                }
-            }
-            if !listed {
-                continue;
-            }
-            let Some(fleet) = fleet.upgrade() else {
-                return;
-            };
-            let specs = store
-                .state()
-                .iter()
-                .filter_map(|profile| {
-                    from_profile(profile, &providers, &settings, token.as_deref())
-                        .map_err(|e| tracing::warn!(error = %e, "a ClusterProfile is not a member"))
-                        .ok()
-                })
-                .collect();
-            fleet.set_members(Source::ClusterProfiles, specs);
-        }
-    })
+    follow_list(
+        fleet,
+        Source::ClusterProfiles,
+        writer,
+        watcher(api, config),
+        move |profile| from_profile(profile, &providers, &settings, token.as_deref()),
+    )
 }
 
 /// Follow Argo CD's cluster Secrets in `namespace`, as
@@ -523,9 +496,32 @@ pub fn follow_argocd(
     let settings = fleet.settings.clone();
     let api: Api<Secret> = Api::namespaced(client, namespace);
     let config = watcher::Config::default().labels("argocd.argoproj.io/secret-type=cluster");
+    follow_list(
+        fleet,
+        Source::ArgoCd,
+        reflector::store::Writer::default(),
+        watcher(api, config),
+        move |secret| from_argocd_secret(secret, &settings),
+    )
+}
+
+/// Watch a kind into a store; after the first whole list and on each
+/// change, the members its objects make replace the source's. Errors of
+/// the watch (it retries with backoff) change nothing.
+fn follow_list<K>(
+    fleet: &Arc<Fleet>,
+    source: Source,
+    writer: reflector::store::Writer<K>,
+    watch: impl futures_util::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    member_of: impl Fn(&K) -> Result<Spec, String> + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let fleet = Arc::downgrade(fleet);
-    let (store, writer) = reflector::store();
-    let stream = reflector(writer, watcher(api, config).default_backoff());
+    let store = writer.as_reader();
+    let stream = reflector(writer, watch.default_backoff());
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         let mut listed = false;
@@ -535,7 +531,7 @@ pub fn follow_argocd(
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
                 Ok(_) => {}
                 Err(error) => {
-                    tracing::warn!(%error, "Argo CD's cluster Secrets could not be watched; members kept as they were");
+                    tracing::warn!(?source, %error, "members could not be watched; kept as they were");
                     continue;
                 }
             }
@@ -548,13 +544,15 @@ pub fn follow_argocd(
             let specs = store
                 .state()
                 .iter()
-                .filter_map(|secret| {
-                    from_argocd_secret(secret, &settings)
-                        .map_err(|e| tracing::warn!(error = %e, "an Argo CD cluster Secret is not a member"))
+                .filter_map(|object| {
+                    member_of(object)
+                        .map_err(
+                            |error| tracing::warn!(?source, %error, "an object is not a member"),
+                        )
                         .ok()
                 })
                 .collect();
-            fleet.set_members(Source::ArgoCd, specs);
+            fleet.set_members(source, specs);
         }
     })
 }

@@ -150,7 +150,7 @@ impl Metrics {
     /// when the host's parts exist. A second call changes nothing.
     pub fn register(&self, sources: Sources) {
         self.registry.get_or_init(|| {
-            let mut registry = prometheus_client::registry::Registry::with_prefix("verdict");
+            let mut registry = self.with_requests();
             registry.register(
                 "policy_call_seconds",
                 "Time of one plugin call, by policy and version",
@@ -175,11 +175,6 @@ impl Metrics {
                 "plugin_demotions",
                 "Plugin versions demoted for failing too many of their calls",
                 self.demotions.clone(),
-            );
-            registry.register(
-                "http_requests",
-                "Answered requests by route, method and code",
-                self.http.clone(),
             );
             if let Some(live) = &sources.live {
                 registry.register(
@@ -719,15 +714,21 @@ impl Metrics {
     /// the host's.
     pub fn register_fleet(&self, sources: FleetSources) {
         self.registry.get_or_init(|| {
-            let mut registry = prometheus_client::registry::Registry::with_prefix("verdict");
-            registry.register(
-                "http_requests",
-                "Answered requests by route, method and code",
-                self.http.clone(),
-            );
+            let mut registry = self.with_requests();
             registry.register_collector(Box::new(sources));
             registry
         });
+    }
+
+    /// A registry of verdict's families with the answered requests.
+    fn with_requests(&self) -> prometheus_client::registry::Registry {
+        let mut registry = prometheus_client::registry::Registry::with_prefix("verdict");
+        registry.register(
+            "http_requests",
+            "Answered requests by route, method and code",
+            self.http.clone(),
+        );
+        registry
     }
 }
 

@@ -12,7 +12,9 @@ use super::metrics::Metrics;
 
 /// Which answers the request log counts as failures (logged as errors):
 /// server errors, except `/readyz` saying 503 — a host that is not ready
-/// yet (starting, a watch broken) answers so by design.
+/// yet (starting, a watch broken) answers so by design — and a fleet's
+/// 502 and 503 for a member cluster (unreachable, or failing): that
+/// cluster's state, said to the asker, and logged by the fleet once.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct NotReadyIsAnAnswer;
 
@@ -20,7 +22,8 @@ pub(super) struct NotReadyIsAnAnswer;
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Classify {
     ServerErrors,
-    Readiness,
+    /// A 503 or 502 that says how something stands (readiness, a member).
+    Standing,
 }
 
 impl tower_http::classify::MakeClassifier for NotReadyIsAnAnswer {
@@ -30,8 +33,9 @@ impl tower_http::classify::MakeClassifier for NotReadyIsAnAnswer {
         tower_http::classify::NeverClassifyEos<tower_http::classify::ServerErrorsFailureClass>;
 
     fn make_classifier<B>(&self, request: &axum::http::Request<B>) -> Classify {
-        if request.uri().path() == "/readyz" {
-            Classify::Readiness
+        let path = request.uri().path();
+        if path == "/readyz" || path.starts_with("/v1/fleet/") {
+            Classify::Standing
         } else {
             Classify::ServerErrors
         }
@@ -48,9 +52,12 @@ impl tower_http::classify::ClassifyResponse for Classify {
         response: &axum::http::Response<B>,
     ) -> tower_http::classify::ClassifiedResponse<Self::FailureClass, Self::ClassifyEos> {
         use tower_http::classify::ClassifiedResponse;
-        let not_ready = response.status() == StatusCode::SERVICE_UNAVAILABLE;
+        let not_ready = matches!(
+            response.status(),
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::BAD_GATEWAY
+        );
         match self {
-            Classify::Readiness if not_ready => ClassifiedResponse::Ready(Ok(())),
+            Classify::Standing if not_ready => ClassifiedResponse::Ready(Ok(())),
             _ => tower_http::classify::ServerErrorsAsFailures::new().classify_response(response),
         }
     }

@@ -268,19 +268,7 @@ impl Transport {
                     format!("verdict's Service could not be read: {message}"),
                 )
             })?;
-        let port = &service["spec"]["ports"][0];
-        let port_name = port["name"]
-            .as_str()
-            .filter(|n| !n.is_empty())
-            .map_or_else(|| port["port"].to_string(), str::to_string);
-        let https = port_name == "https" || port["port"] == 443;
-        let prefix = format!(
-            "/api/v1/namespaces/{}/services/{}{}:{}/proxy",
-            segment(namespace),
-            if https { "https:" } else { "" },
-            segment(name),
-            segment(&port_name)
-        );
+        let prefix = crate::fleet::members::service_proxy_prefix(namespace, name, &service);
         Ok(Transport::Proxy {
             runtime,
             client,

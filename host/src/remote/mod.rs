@@ -90,17 +90,7 @@ fn get(args: &HistoryArgs, path: &str, query: &[(&str, String)]) -> Result<Value
     Ok(body)
 }
 
-/// Path segments, escaped.
-pub(crate) fn segment(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+pub(crate) use crate::fleet::members::segment;
 
 /// What `verdict history` prints.
 pub fn history(args: &HistoryArgs) -> Result<String> {

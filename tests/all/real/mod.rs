@@ -18,6 +18,7 @@
 mod apps;
 mod chart;
 mod delivery;
+mod fleet;
 mod follow;
 mod image;
 mod kubectl;
