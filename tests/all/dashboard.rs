@@ -641,3 +641,77 @@ fn the_dashboard_draws_an_apps_history_and_the_clusters_statuses_over_time() {
         .join("../target/test-artifacts/dashboard-history-tasks.png");
     browser.screenshot(&artifact);
 }
+
+#[test]
+fn the_fleet_dashboard_shows_every_clusters_apps_a_filter_and_a_lost_cluster() {
+    let (east_cluster, west_cluster) = (Cluster::start(), Cluster::start());
+    let (east_data, west_data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut east = start_host(&east_cluster, east_data.path(), &[]);
+    let west = start_host(&west_cluster, west_data.path(), &[]);
+    let fleet = crate::fleet::start_fleet(&[("east", &east.base), ("west", &west.base)], &[]);
+    let browser = Browser::start();
+    browser.open(&format!("{}/", fleet.base));
+    let row = |cluster: &str| {
+        format!(
+            r#"const row = document.querySelector('#apps tr[data-cluster="{cluster}"][data-app="shop/web"]');"#
+        )
+    };
+    for cluster in ["east", "west"] {
+        browser.until(
+            "each cluster's app, with its cluster",
+            &format!(
+                "{} return !!row && row.cells[0].textContent === '{cluster}' && row.dataset.status === 'running';",
+                row(cluster)
+            ),
+        );
+    }
+    browser.run("window.sentinel = 'same page'; return true;");
+
+    // The filter by cluster.
+    browser.run(
+        "const s = document.getElementById('cluster-filter'); s.value = 'west'; s.dispatchEvent(new Event('change')); return true;",
+    );
+    browser.until(
+        "only west's apps",
+        &format!(
+            "{} const rows = [...document.querySelectorAll('#apps tr.app')]; return !!row && rows.every((r) => r.dataset.cluster === 'west');",
+            row("west")
+        ),
+    );
+
+    // West's app changes, live.
+    west_cluster.apply(deployment(0));
+    west_cluster.apply(crate::live::pod("web-1", Some("CrashLoopBackOff")));
+    browser.until(
+        "west's change without a reload",
+        &format!(
+            "{} return !!row && row.dataset.status !== 'running';",
+            row("west")
+        ),
+    );
+
+    // East is lost: its row in the clusters' table says so, and its app
+    // is unknown.
+    browser.run(
+        "const s = document.getElementById('cluster-filter'); s.value = ''; s.dispatchEvent(new Event('change')); return true;",
+    );
+    east.kill();
+    browser.until(
+        "east lost",
+        r#"const row = document.querySelector('#clusters tr[data-cluster="east"]'); return !!row && row.querySelector('.badge').textContent === 'lost';"#,
+    );
+    browser.until(
+        "east's app unknown",
+        &format!(
+            "{} return !!row && row.dataset.status === 'unknown';",
+            row("east")
+        ),
+    );
+    assert_eq!(
+        browser.run("return window.sentinel;"),
+        "same page",
+        "the page reloaded"
+    );
+    let artifact = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts/fleet.png");
+    browser.screenshot(&artifact);
+}

@@ -15,10 +15,10 @@ use crate::serve::Server;
 use crate::support::wait_until;
 
 /// The fleet's bound on silence in these tests.
-const UNKNOWN_AFTER_MS: u64 = 2_000;
+pub const UNKNOWN_AFTER_MS: u64 = 2_000;
 
 /// `verdict fleet` following `members` (`NAME=URL`).
-fn start_fleet(members: &[(&str, &str)], extra: &[&str]) -> Server {
+pub fn start_fleet(members: &[(&str, &str)], extra: &[&str]) -> Server {
     let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
     command.args([
         "fleet",
