@@ -956,6 +956,66 @@ mod tests {
         path
     }
 
+    fn fleet_args(args: &[&str]) -> FleetArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            fleet: FleetArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("fleet").chain(args.iter().copied()))
+            .unwrap()
+            .fleet
+    }
+
+    #[test]
+    fn a_fleets_file_names_its_members_with_paths_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("east.token"), "secret\n").unwrap();
+        let file = write(
+            dir.path(),
+            "read-tokens = [\"r\"]\n\n[[fleet.members]]\nname = \"east\"\nurl = \"https://east.example/verdict\"\ntoken-file = \"east.token\"\n",
+        );
+        let config = fleet_args(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--member",
+            "west=http://127.0.0.1:9",
+        ])
+        .into_config()
+        .unwrap();
+        let names: Vec<&str> = config.members.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["east", "west"]);
+        assert_eq!(
+            config.members[0].access.describe(),
+            "https://east.example/verdict"
+        );
+        assert_eq!(config.read_tokens.len(), 1);
+        // A key the fleet does not know, a token file that is not there, a
+        // name twice: each refused, named.
+        for (text, says) in [
+            ("[fleet]\nmembrs = []\n", "membrs"),
+            (
+                "[[fleet.members]]\nname = \"e\"\nurl = \"http://x\"\ntoken-file = \"nope\"\n",
+                "nope",
+            ),
+            (
+                "[[fleet.members]]\nname = \"west\"\nurl = \"http://x\"\n",
+                "named twice",
+            ),
+        ] {
+            let file = write(dir.path(), text);
+            let error = fleet_args(&[
+                "--config",
+                file.to_str().unwrap(),
+                "--member",
+                "west=http://127.0.0.1:9",
+            ])
+            .into_config()
+            .unwrap_err();
+            assert!(error.to_string().contains(says), "{text}: {error}");
+        }
+    }
+
     fn parse(args: &[&str]) -> Result<Config> {
         Serve::parse(args).map(|s| s.config)
     }
