@@ -24,6 +24,9 @@ fn get(cluster: &verdict_testcluster::Cluster, args: &[&str]) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// How long a deleted namespace may take to go (see its use).
+const NAMESPACE_GONE: std::time::Duration = std::time::Duration::from_secs(240);
+
 #[test]
 fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back_on_the_real_api_server()
  {
@@ -269,7 +272,11 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back_o
         json!({"app": app, "action": "delete", "params": {"delete_storage": true}}),
     );
     assert_eq!(deleted["phase"], "succeeded", "{deleted}");
-    until(&server, &app, "the app not-existed", |v| {
+    // The app is not-existed once its namespace is gone: after KWOK has
+    // confirmed each pod's deletion, the claims' protection is lifted and
+    // the namespace controller has swept every kind — minutes, not seconds,
+    // while other tests' control planes and builds share the 2 cores.
+    server.app_until(&app, "the app not-existed", NAMESPACE_GONE, |v| {
         v["stable"] == "not-existed"
     });
     let gone = cluster.kubectl_run(&["get", "namespace", &ns], None);

@@ -1,7 +1,8 @@
 //! `verdict fleet` over three real control planes (the shared one and two
 //! of the test's own), each with its own verdict, found through
 //! `ClusterProfile`s — the CRD installed from SIG Multicluster's module —
-//! in the shared one: every cluster's apps in one view; one cluster's API
+//! in one of the test's own (the hub; the shared one, which other tests
+//! use at the same time, gets no CRD): every cluster's apps in one view; one cluster's API
 //! server and verdict stopped, its apps `unknown` within the bound while
 //! another keeps changing; restarted, resynced; a task for one cluster
 //! through the fleet runs there alone; and a profile reached through its
@@ -139,7 +140,7 @@ fn profile(hub: &Cluster, ns: &str, name: &str, status: Value) {
 #[test]
 fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
     let test = "a_fleet_follows_three_real_clusters_found_by_their_profiles";
-    let Some(hub) = shared(test) else {
+    let Some(a) = shared(test) else {
         return;
     };
     let Some(crd) = cluster_profile_crd(test) else {
@@ -156,8 +157,10 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
     let Some(mut c) = private(test, c_dir.path(), one_node) else {
         return;
     };
+    // B is the hub too: the inventory lives there.
+    let hub = &b;
     let ns = unique("fleet");
-    for cluster in [hub, &b, &c] {
+    for cluster in [a, &b, &c] {
         cluster.create_namespace(&ns, &[]).unwrap();
         cluster
             .apply(&deployment(&ns, "web", 1, "0s").to_string())
@@ -165,7 +168,7 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
     }
     let datas: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let addresses: Vec<String> = (0..3).map(|_| free_address()).collect();
-    let a_host = host_at(&hub.kubeconfig(), datas[0].path(), &addresses[0]);
+    let a_host = host_at(&a.kubeconfig(), datas[0].path(), &addresses[0]);
     let b_host = host_at(&b.kubeconfig(), datas[1].path(), &addresses[1]);
     let mut c_host = host_at(&c.kubeconfig(), datas[2].path(), &addresses[2]);
 
@@ -327,5 +330,5 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
         .unwrap();
     let took = wait_until(PATIENCE, || member(&fleet, "cluster-d").is_null());
     assert!(took.is_some(), "{}", fleet.get("/v1/fleet/clusters").1);
-    let _ = hub.kubectl_run(&["delete", "namespace", &ns, "--wait=false"], None);
+    let _ = a.kubectl_run(&["delete", "namespace", &ns, "--wait=false"], None);
 }
