@@ -747,14 +747,19 @@ pub async fn serve(mut config: Config) -> Result<()> {
     }
     let mut host = Host::start(&config).await?;
     let router = host.router();
-    serve_until_stopped(listener, addr, router, &config.http, config.tls.as_ref())
-        .run(|| async move {
+    serve_until_stopped(
+        (listener, addr),
+        router,
+        &config.http,
+        config.tls.as_ref(),
+        || async move {
             // Stop acting and free the Lease for the next leader, end the
             // event streams.
             host.stop();
             host.released().await;
-        })
-        .await
+        },
+    )
+    .await
 }
 
 /// A listener at `addr` (port 0: a free one), and the address it took.
@@ -766,99 +771,72 @@ fn bind(addr: std::net::SocketAddr) -> Result<(std::net::TcpListener, std::net::
     Ok((listener, bound))
 }
 
-/// A router served on a listener until Ctrl-C or SIGTERM.
-struct Serving<'a> {
-    listener: std::net::TcpListener,
-    addr: std::net::SocketAddr,
+/// Serve `router` on `listener` until Ctrl-C or SIGTERM; then stop taking
+/// connections, run `stop`, and let requests in flight finish — for at
+/// most `DRAIN`.
+async fn serve_until_stopped<F: Future<Output = ()>>(
+    (listener, addr): (std::net::TcpListener, std::net::SocketAddr),
     router: axum::Router,
-    http: &'a http::Settings,
-    tls: Option<&'a http::tls::TlsFiles>,
-}
-
-fn serve_until_stopped<'a>(
-    listener: std::net::TcpListener,
-    addr: std::net::SocketAddr,
-    router: axum::Router,
-    http: &'a http::Settings,
-    tls: Option<&'a http::tls::TlsFiles>,
-) -> Serving<'a> {
-    Serving {
-        listener,
-        addr,
-        router,
-        http,
-        tls,
-    }
-}
-
-impl Serving<'_> {
-    /// Serve; on Ctrl-C or SIGTERM, stop taking connections, run `stop`,
-    /// and let requests in flight finish — for at most `DRAIN`.
-    async fn run<F: Future<Output = ()>>(self, stop: impl FnOnce() -> F) -> Result<()> {
-        let Serving {
-            listener,
-            addr,
-            router,
-            http,
-            tls,
-        } = self;
-        let listen_error = |source| Error::Listen {
-            addr: http.listen,
-            source,
-        };
-        let handle = axum_server::Handle::new();
-        let bounded = connections::Bounded::new(http.max_connections, http.header_timeout);
-        let serving = async {
-            let mut reloading = None;
-            // The first line on standard output says where to connect (port 0
-            // picks a free port; tests read it from here).
-            let mut server = match tls {
-                None => {
-                    println!("verdict listening on http://{addr}");
-                    tracing::info!(%addr, "serving HTTP");
-                    axum_server::from_tcp(listener).acceptor(connections::Acceptor::Plain(bounded))
-                }
-                Some(files) => {
-                    let (tls, watcher) = http::tls::serve_config(files).await?;
-                    reloading = Some(watcher);
-                    println!("verdict listening on https://{addr}");
-                    tracing::info!(%addr, "serving HTTPS");
-                    axum_server::from_tcp(listener).acceptor(connections::Acceptor::Tls(
-                        axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(bounded),
-                    ))
-                }
-            };
-            // A request head must arrive in time; this also ends idle
-            // keep-alive connections.
-            server
-                .http_builder()
-                .http1()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(http.header_timeout);
-            let served = server
-                .handle(handle.clone())
-                .serve(router.into_make_service())
-                .await
-                .map_err(listen_error);
-            drop(reloading);
-            served
-        };
-        tokio::pin!(serving);
-        tokio::select! {
-            result = &mut serving => return result,
-            () = shutdown() => {}
-        }
-        handle.graceful_shutdown(Some(DRAIN));
-        stop().await;
-        match tokio::time::timeout(DRAIN, serving).await {
-            Ok(result) => result,
-            Err(_) => {
-                tracing::warn!(
-                    seconds = DRAIN.as_secs(),
-                    "connections still open after the drain period; exiting"
-                );
-                Ok(())
+    http: &http::Settings,
+    tls: Option<&http::tls::TlsFiles>,
+    stop: impl FnOnce() -> F,
+) -> Result<()> {
+    let listen_error = |source| Error::Listen {
+        addr: http.listen,
+        source,
+    };
+    let handle = axum_server::Handle::new();
+    let bounded = connections::Bounded::new(http.max_connections, http.header_timeout);
+    let serving = async {
+        let mut reloading = None;
+        // The first line on standard output says where to connect (port 0
+        // picks a free port; tests read it from here).
+        let mut server = match tls {
+            None => {
+                println!("verdict listening on http://{addr}");
+                tracing::info!(%addr, "serving HTTP");
+                axum_server::from_tcp(listener).acceptor(connections::Acceptor::Plain(bounded))
             }
+            Some(files) => {
+                let (tls, watcher) = http::tls::serve_config(files).await?;
+                reloading = Some(watcher);
+                println!("verdict listening on https://{addr}");
+                tracing::info!(%addr, "serving HTTPS");
+                axum_server::from_tcp(listener).acceptor(connections::Acceptor::Tls(
+                    axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(bounded),
+                ))
+            }
+        };
+        // A request head must arrive in time; this also ends idle
+        // keep-alive connections.
+        server
+            .http_builder()
+            .http1()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(http.header_timeout);
+        let served = server
+            .handle(handle.clone())
+            .serve(router.into_make_service())
+            .await
+            .map_err(listen_error);
+        drop(reloading);
+        served
+    };
+    tokio::pin!(serving);
+    tokio::select! {
+        result = &mut serving => return result,
+        () = shutdown() => {}
+    }
+    handle.graceful_shutdown(Some(DRAIN));
+    stop().await;
+    match tokio::time::timeout(DRAIN, serving).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(
+                seconds = DRAIN.as_secs(),
+                "connections still open after the drain period; exiting"
+            );
+            Ok(())
         }
     }
 }
@@ -926,12 +904,17 @@ pub async fn serve_fleet(config: crate::config::FleetConfig) -> Result<()> {
         heartbeat: config.http.heartbeat,
         stopping: stopping_rx,
     });
-    serve_until_stopped(listener, addr, router, &config.http, config.tls.as_ref())
-        .run(|| async move {
+    serve_until_stopped(
+        (listener, addr),
+        router,
+        &config.http,
+        config.tls.as_ref(),
+        || async move {
             let _ = stopping.send(true);
             drop(discovery);
-        })
-        .await
+        },
+    )
+    .await
 }
 
 /// A task aborted when this is dropped.

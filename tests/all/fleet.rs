@@ -73,7 +73,7 @@ fn cluster_view(fleet: &Server, name: &str) -> Value {
 
 /// A free address on 127.0.0.1, for a host that must come back where it
 /// was.
-fn free_address() -> String {
+pub fn free_address() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -200,6 +200,18 @@ pub struct Kept {
     pub at: Timestamp,
 }
 
+impl Kept {
+    /// The stable status shown: its own while its cluster is live, else
+    /// `unknown`.
+    fn shown(&self, reach: Reach) -> &str {
+        if reach == Reach::Live {
+            &self.summary.stable
+        } else {
+            UNKNOWN
+        }
+    }
+}
+
 /// Where a member stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -430,12 +442,9 @@ impl Fleet {
                 let state = member.lock();
                 let mut statuses = BTreeMap::new();
                 for kept in state.apps.values() {
-                    let shown = if state.reach == Reach::Live {
-                        kept.summary.stable.to_string()
-                    } else {
-                        UNKNOWN.to_string()
-                    };
-                    *statuses.entry(shown).or_default() += 1;
+                    *statuses
+                        .entry(kept.shown(state.reach).to_string())
+                        .or_default() += 1;
                 }
                 ClusterView {
                     name: member.name.to_string(),
@@ -510,12 +519,11 @@ impl Fleet {
                     omitted += 1;
                     continue;
                 }
-                let shown = if state.reach == Reach::Live {
-                    kept.summary.stable.to_string()
-                } else {
-                    UNKNOWN.to_string()
-                };
-                out.push((Arc::clone(&member.name), key.clone(), shown));
+                out.push((
+                    Arc::clone(&member.name),
+                    key.clone(),
+                    kept.shown(state.reach).to_string(),
+                ));
             }
         }
         (out, omitted)

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use verdict_testcluster::{Cluster, Options};
 
 use super::{PATIENCE, deployment, plugins, private, shared, skip, unique, until_kubectl};
+use crate::fleet::free_address;
 use crate::serve::Server;
 use crate::support::wait_until;
 
@@ -44,17 +45,6 @@ fn cluster_profile_crd(test: &str) -> Option<String> {
         )
         .unwrap(),
     )
-}
-
-/// A free address on 127.0.0.1, for a host that must come back where it
-/// was.
-fn free_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
 }
 
 /// `verdict serve` following the cluster of `kubeconfig`, at `listen`.
