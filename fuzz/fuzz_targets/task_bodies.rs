@@ -4,13 +4,13 @@
 //! stays within its bounds and stores and reads back as it was.
 #![no_main]
 
-use arbitrary::Arbitrary;
+use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use verdict::tasks::model::{Admission, Decision, NewTask, Task, TaskPatch, parse_app};
 
 const NOW: i64 = 1_780_000_000_000;
 
-#[derive(Arbitrary, Debug)]
+#[derive(Debug)]
 enum Step<'a> {
     Patch(&'a [u8]),
     Approve(&'a [u8]),
@@ -18,11 +18,36 @@ enum Step<'a> {
     Cancel(&'a [u8]),
 }
 
-#[derive(Arbitrary, Debug)]
+#[derive(Debug)]
 struct Input<'a> {
     new: &'a [u8],
     needs_approval: bool,
     steps: Vec<Step<'a>>,
+}
+
+// By hand rather than derived: `arbitrary`'s derive feature would build it,
+// and what depends on it in the host (wasmtime's compiler), apart from the
+// test build.
+impl<'a> Arbitrary<'a> for Step<'a> {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let bytes = <&[u8]>::arbitrary(u)?;
+        Ok(match u8::arbitrary(u)? % 4 {
+            0 => Step::Patch(bytes),
+            1 => Step::Approve(bytes),
+            2 => Step::Reject(bytes),
+            _ => Step::Cancel(bytes),
+        })
+    }
+}
+
+impl<'a> Arbitrary<'a> for Input<'a> {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(Input {
+            new: Arbitrary::arbitrary(u)?,
+            needs_approval: Arbitrary::arbitrary(u)?,
+            steps: Arbitrary::arbitrary(u)?,
+        })
+    }
 }
 
 fuzz_target!(|input: Input<'_>| {

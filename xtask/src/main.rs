@@ -79,8 +79,8 @@ verbs:
                                      tasks, failover and VM delivery on)
               cluster status         say whether it runs, and where
               cluster down           stop it
-  fuzz      the coverage-guided fuzzers of fuzz/ (cargo-fuzz, installed
-            when missing): object files, task bodies, AdmissionReviews and
+  fuzz      the coverage-guided fuzzers of fuzz/ (libFuzzer; the coverage
+            instrumentation on the workspace's own crates): object files, task bodies, AdmissionReviews and
             status plugins' encoded answers, 5 minutes each by default
             (`fuzz --time SECONDS`, `fuzz TARGET…` for some of them;
             `fuzz --smoke` is the test command's short run); what they
@@ -397,6 +397,9 @@ fn build_other_languages() -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     // The tools `verdict build` uses too: installed once for both.
     let tools = verdict_policy_build::Tools::new(verdict_policy_build::Tools::default_dir());
+    // The same sources give the same component from one run to the next
+    // (what the tests compiled of it before is used again).
+    let cache = verdict_policy_build::BuildCache::user();
     let folders = [
         (root.join("examples"), "example-plugins"),
         (root.join("plugins/testing"), "test-plugins"),
@@ -420,11 +423,22 @@ fn build_other_languages() -> Result<Vec<PathBuf>> {
                 continue;
             }
             let started = Instant::now();
-            let out = verdict_policy_build::build(&dir, &root.join("target").join(output), &tools)?;
+            let built = verdict_policy_build::build(
+                &dir,
+                &root.join("target").join(output),
+                &tools,
+                Some(&cache),
+            )?;
+            let out = built.path;
             eprintln!(
-                "xtask: {} ({} KiB, built in {:.1}s)",
+                "xtask: {} ({} KiB, {} in {:.1}s)",
                 out.strip_prefix(&root).unwrap_or(&out).display(),
                 std::fs::metadata(&out)?.len() / 1024,
+                if built.cached {
+                    "from the build cache"
+                } else {
+                    "built"
+                },
                 started.elapsed().as_secs_f64()
             );
             written.push(out);
@@ -901,60 +915,86 @@ const FUZZ_TARGETS: [(&str, &[&str]); 4] = [
     ("encoded_answers", &[]),
 ];
 
-/// cargo-fuzz, installed under the target folder when `cargo fuzz` is
-/// missing; the folder to put first on the PATH for it, if any.
-fn ensure_cargo_fuzz() -> Result<Option<PathBuf>> {
-    let present = |path: Option<&Path>| {
-        let mut command = cargo();
-        if let Some(dir) = path {
-            command.env("PATH", search_path_with(dir));
-        }
-        command
-            .args(["fuzz", "--version"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if present(None) {
-        return Ok(None);
+/// libFuzzer's coverage instrumentation, given to rustc for the
+/// workspace's own crates only (cargo-fuzz's flags without a sanitizer):
+/// the dependencies are the test build's, compiled once for both.
+const FUZZ_FLAGS: &str = "--cfg fuzzing -Cpasses=sancov-module \
+    -Cllvm-args=-sanitizer-coverage-level=4 \
+    -Cllvm-args=-sanitizer-coverage-inline-8bit-counters \
+    -Cllvm-args=-sanitizer-coverage-pc-table \
+    -Cllvm-args=-sanitizer-coverage-trace-compares";
+
+/// The rustc wrapper (cargo's `RUSTC_WORKSPACE_WRAPPER`) that adds
+/// [`FUZZ_FLAGS`] to each of the workspace's crates but build scripts and
+/// procedural macros, which run in the build and link no fuzzer. Its
+/// folder is named by its text, so that a change of the flags builds
+/// again (cargo keeps the wrapper's path in its fingerprints).
+fn fuzz_wrapper() -> Result<PathBuf> {
+    let script = format!(
+        "#!/bin/sh\n\
+         # rustc for the fuzz targets: the workspace's crates with libFuzzer's coverage\n\
+         rustc=\"$1\"; shift\n\
+         for arg in \"$@\"; do\n\
+         \x20 case \"$arg\" in build_script_build|proc-macro|-vV|--print*) exec \"$rustc\" \"$@\" ;; esac\n\
+         done\n\
+         exec \"$rustc\" \"$@\" {FUZZ_FLAGS}\n"
+    );
+    use sha2::Digest;
+    let digest = hex::encode(sha2::Sha256::digest(script.as_bytes()));
+    let path = cargo_target_dir()
+        .join("fuzz-wrapper")
+        .join(&digest[..16])
+        .join("rustc");
+    if !path.is_file() {
+        std::fs::create_dir_all(path.parent().unwrap_or(&path))?;
+        verdict_policy_build::process::write_atomically(&path, script.as_bytes())?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
     }
-    let root = cargo_target_dir().join("tools");
-    let bin = root.join("bin");
-    if present(Some(&bin)) {
-        return Ok(Some(bin));
-    }
-    eprintln!("xtask: installing cargo-fuzz into {}", root.display());
-    run(
-        cargo()
-            .args([
-                "install",
-                "cargo-fuzz",
-                "--locked",
-                "--version",
-                "0.13.2",
-                "--root",
-            ])
-            .arg(&root),
-        INSTALL,
-    )
-    .context("installing cargo-fuzz from crates.io")?;
-    Ok(Some(bin))
+    Ok(path)
 }
 
-/// The PATH with `dir` first.
-fn search_path_with(dir: &Path) -> std::ffi::OsString {
-    let mut dirs = vec![dir.to_path_buf()];
-    dirs.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
-    std::env::join_paths(dirs).unwrap_or_default()
+/// Build the fuzz targets (`fuzz/`, a member of the workspace) with the
+/// coverage instrumentation of [`fuzz_wrapper`]; each target's program.
+fn build_fuzzers() -> Result<Vec<(String, PathBuf)>> {
+    let messages = cargo_target_dir().join("fuzz-build.json");
+    let mut command = cargo();
+    command
+        .args([
+            "build",
+            "--package",
+            "verdict-fuzz",
+            "--bins",
+            "--message-format=json-render-diagnostics",
+        ])
+        .env("RUSTC_WORKSPACE_WRAPPER", fuzz_wrapper()?)
+        .stdout(std::fs::File::create(&messages)?)
+        .current_dir(root());
+    run(&mut command, BUILD).context("the fuzz targets do not build")?;
+    let mut programs = Vec::new();
+    for line in std::fs::read_to_string(&messages)?.lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if message["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let (Some(name), Some(program)) = (
+            message["target"]["name"].as_str(),
+            message["executable"].as_str(),
+        ) else {
+            continue;
+        };
+        if let Some(target) = name.strip_prefix("fuzz-") {
+            programs.push((target.to_string(), PathBuf::from(program)));
+        }
+    }
+    Ok(programs)
 }
 
 /// Run the fuzz targets (all, or those named) for `--time` seconds each
 /// (`--smoke`: 20), in the dev profile so that overflow checks are on.
-/// Coverage instrumentation takes the compiler's unstable flags, which the
-/// stable toolchain accepts with `RUSTC_BOOTSTRAP`. Each keeps its corpus
+/// Each keeps its corpus
 /// under the target folder between runs; as many run at once as there are
 /// cores.
 fn fuzz(rest: &[String]) -> Result<()> {
@@ -979,39 +1019,20 @@ fn fuzz(rest: &[String]) -> Result<()> {
             }
         }
     }
-    let path = ensure_cargo_fuzz()?;
+    let programs = build_fuzzers()?;
     let target = cargo_target_dir();
-    let fuzz = |verb: &str, name: &str| {
-        let mut command = cargo();
-        if let Some(dir) = &path {
-            command.env("PATH", search_path_with(dir));
-        }
-        command
-            .env("RUSTC_BOOTSTRAP", "1")
-            .env("CARGO_TARGET_DIR", target.join("fuzz"))
-            .args(["fuzz", verb, "--dev", "--sanitizer", "none"])
-            .args((!name.is_empty()).then_some(name))
-            .current_dir(root().join("fuzz"));
-        command
-    };
-    let chosen: Vec<(&str, &[&str])> = FUZZ_TARGETS
+    let chosen: Vec<(&str, &[&str], PathBuf)> = FUZZ_TARGETS
         .into_iter()
         .filter(|(name, _)| wanted.is_empty() || wanted.iter().any(|w| w == name))
-        .collect();
-    // Built first, so that a target that does not compile is told apart
-    // from one that found a failing input; all of them in one cargo run
-    // (`cargo fuzz build` without a name), their links side by side.
-    let builds: Vec<&str> = if chosen.len() == FUZZ_TARGETS.len() {
-        vec![""]
-    } else {
-        chosen.iter().map(|(name, _)| *name).collect()
-    };
-    for name in builds {
-        run(&mut fuzz("build", name), BUILD).with_context(|| match name {
-            "" => "the fuzz targets do not build".to_string(),
-            name => format!("the {name} fuzz target does not build"),
-        })?;
-    }
+        .map(|(name, seeds)| {
+            let program = programs
+                .iter()
+                .find(|(built, _)| built == name)
+                .map(|(_, program)| program.clone())
+                .with_context(|| format!("the build made no program for the {name} fuzz target"))?;
+            Ok((name, seeds, program))
+        })
+        .collect::<Result<_>>()?;
     // A fuzzer keeps one core busy: as many run at once as there are cores,
     // each for its whole time.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1019,19 +1040,17 @@ fn fuzz(rest: &[String]) -> Result<()> {
         let outcomes: Vec<Result<()>> = std::thread::scope(|scope| {
             let running: Vec<_> = batch
                 .iter()
-                .map(|&(name, seeds)| {
-                    let fuzz = &fuzz;
+                .map(|(name, seeds, program)| {
                     let target = &target;
                     scope.spawn(move || -> Result<()> {
                         let corpus = target.join("fuzz-corpus").join(name);
                         let artifacts = target.join("fuzz-artifacts").join(name);
                         std::fs::create_dir_all(&corpus)?;
                         std::fs::create_dir_all(&artifacts)?;
-                        let mut command = fuzz("run", name);
+                        let mut command = Command::new(program);
                         command
                             .arg(&corpus)
                             .args(seeds.iter().map(|s| root().join(s)))
-                            .arg("--")
                             .arg(format!("-max_total_time={seconds}"))
                             .args(["-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1"])
                             .arg(format!("-artifact_prefix={}/", artifacts.display()));
