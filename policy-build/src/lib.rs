@@ -15,6 +15,7 @@
 //! wit = "wit"               # the WIT folder it is written against
 //! ```
 
+pub mod cache;
 pub mod process;
 pub mod rust;
 pub mod scaffold;
@@ -24,6 +25,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
+pub use cache::BuildCache;
 use process::{BUILD, INSTALL, apt_install, probe, run};
 
 /// componentize-js, pinned with its whole dependency tree (package-lock).
@@ -141,6 +143,30 @@ impl Tools {
         }
     }
 
+    /// What makes the tool of `language` what it is, for the build
+    /// cache's key: its version and what installed it (JavaScript: its
+    /// package lock and build script; Python: the interpreter that runs
+    /// it). Installs the tool when missing.
+    pub fn identity(&self, language: Language) -> Result<String> {
+        let (dir, name) = match language {
+            Language::Javascript => (
+                self.componentize_js()?
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default(),
+                format!("componentize-js {COMPONENTIZE_JS}"),
+            ),
+            Language::Python => (
+                self.componentize_py()?,
+                format!("componentize-py {COMPONENTIZE_PY}"),
+            ),
+            Language::Rust => bail!("a Rust policy is built by cargo, which keeps its own"),
+        };
+        let stamp = std::fs::read_to_string(dir.join("installed"))
+            .with_context(|| format!("reading {}", dir.join("installed").display()))?;
+        Ok(format!("{name}\n{stamp}"))
+    }
+
     /// componentize-js installed (`npm ci` from the pinned lock); its build
     /// script.
     pub fn componentize_js(&self) -> Result<PathBuf> {
@@ -231,13 +257,69 @@ pub fn imports(component: &[u8]) -> Result<Vec<String>> {
     }
 }
 
-/// Build the policy project in `dir` into `out_dir/<name>.wasm`; the
-/// component's path.
-pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
+/// A component built.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub path: PathBuf,
+    /// Given by the build cache: the same bytes as the last build of the
+    /// same sources.
+    pub cached: bool,
+}
+
+/// Build the policy project in `dir` into `out_dir/<name>.wasm`. A
+/// JavaScript or Python policy whose sources, WIT, world and tool are
+/// those of a build `cache` holds is that build again.
+pub fn build(
+    dir: &Path,
+    out_dir: &Path,
+    tools: &Tools,
+    cache: Option<&BuildCache>,
+) -> Result<Built> {
     let manifest = Manifest::read(dir)?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let out = std::fs::canonicalize(out_dir)?.join(format!("{}.wasm", manifest.name));
     let dir = std::fs::canonicalize(dir)?;
+    let cache = match (manifest.language, cache) {
+        (Language::Rust, _) | (_, None) => None,
+        (language, Some(cache)) => {
+            let tool = tools.identity(language)?;
+            let wit = dir.join(&manifest.wit);
+            match cache::key(&dir, &wit, &manifest.world, &tool) {
+                Ok(key) => Some((cache, key)),
+                Err(error) => {
+                    eprintln!("not using the build cache: {error:#}");
+                    None
+                }
+            }
+        }
+    };
+    if let Some((cache, key)) = &cache {
+        match cache.give(key, &out) {
+            Ok(true) => {
+                return Ok(Built {
+                    path: out,
+                    cached: true,
+                });
+            }
+            Ok(false) => {}
+            Err(error) => eprintln!("the build cache could not give its build: {error:#}"),
+        }
+    }
+    build_anew(&manifest, &dir, &out, tools)?;
+    if let Some((cache, key)) = &cache
+        && let Err(error) = cache.keep(key, &out)
+    {
+        eprintln!("the build cache could not keep this build: {error:#}");
+    }
+    Ok(Built {
+        path: out,
+        cached: false,
+    })
+}
+
+/// Build with the language's tool, whatever the cache holds.
+fn build_anew(manifest: &Manifest, dir: &Path, out: &Path, tools: &Tools) -> Result<()> {
+    let dir = dir.to_path_buf();
     match manifest.language {
         Language::Rust => {
             let toolchain = rust::Toolchain::choose()?;
@@ -251,7 +333,7 @@ pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
                 .into_iter()
                 .find(|c| c.dir == dir)
                 .context("the project's Cargo.toml builds no cdylib")?;
-            rust::encode(&modules, &krate.lib, &out)?;
+            rust::encode(&modules, &krate.lib, out)?;
         }
         Language::Javascript => {
             let script = tools.componentize_js()?;
@@ -263,7 +345,7 @@ pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
                     .arg(dir.join(source))
                     .arg(dir.join(&manifest.wit))
                     .arg(&manifest.world)
-                    .arg(&out)
+                    .arg(out)
                     .current_dir(&dir),
                 BUILD,
             )
@@ -294,10 +376,16 @@ pub fn build(dir: &Path, out_dir: &Path, tools: &Tools) -> Result<PathBuf> {
                 BUILD,
             )
             .with_context(|| format!("building {source} with componentize-py"))?;
-            std::fs::rename(&partial, &out)?;
+            std::fs::rename(&partial, out)?;
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// What a build does not read: hidden files, what builds write (`dist/`,
+/// `target/`) and Python's `__pycache__`.
+fn skipped(name: &str) -> bool {
+    name.starts_with('.') || name == "dist" || name == "target" || name == "__pycache__"
 }
 
 /// A project's sources copied into `to` (not its `dist/`, `target/`, or
@@ -306,8 +394,7 @@ fn copy_sources(from: &Path, to: &Path) -> Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let name = entry.file_name();
-        let text = name.to_string_lossy();
-        if text.starts_with('.') || text == "dist" || text == "target" || text == "__pycache__" {
+        if skipped(&name.to_string_lossy()) {
             continue;
         }
         let (source, target) = (entry.path(), to.join(&name));

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use verdict_policy_build::scaffold::{self, Kind};
-use verdict_policy_build::{Language, Tools};
+use verdict_policy_build::{BuildCache, Language, Tools};
 
 use crate::error::{Error, Result};
 
@@ -61,6 +61,11 @@ pub struct BuildArgs {
     /// [default: ~/.cache/verdict/tools].
     #[arg(long, value_name = "DIR", env = "VERDICT_TOOLS")]
     pub tools: Option<PathBuf>,
+    /// Build with the tool even when the build cache holds a build of the
+    /// same sources (JavaScript and Python; the cache is `builds` in the
+    /// user's cache folder).
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
 /// The SDK beside this build of verdict.
@@ -111,13 +116,21 @@ pub fn build(args: &BuildArgs) -> Result<String> {
     let out = args.out.clone().unwrap_or_else(|| args.dir.join("dist"));
     let tools = Tools::new(args.tools.clone().unwrap_or_else(Tools::default_dir));
     let failed = |e: anyhow::Error| Error::Invalid(format!("{e:#}"));
-    let component = verdict_policy_build::build(&args.dir, &out, &tools).map_err(failed)?;
-    let bytes = std::fs::read(&component).map_err(Error::io(&component))?;
+    let cache = (!args.no_cache).then(BuildCache::user);
+    let built =
+        verdict_policy_build::build(&args.dir, &out, &tools, cache.as_ref()).map_err(failed)?;
+    let component = &built.path;
+    let bytes = std::fs::read(component).map_err(Error::io(component))?;
     let imports = verdict_policy_build::imports(&bytes).map_err(failed)?;
     Ok(format!(
-        "{} ({} KiB)\nimports: {}\n",
+        "{} ({} KiB{})\nimports: {}\n",
         component.display(),
         bytes.len() / 1024,
+        if built.cached {
+            "; the build cache's, for the same sources"
+        } else {
+            ""
+        },
         imports.join(", ")
     ))
 }
