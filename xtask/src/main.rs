@@ -287,35 +287,59 @@ fn ensure_schemathesis() -> Result<PathBuf> {
     Ok(st)
 }
 
-/// Prometheus' `promtool` (checks and unit-tests the chart's alert rules),
-/// built from its Go module into the target folder when Go is here; `None`
-/// (the test says so loudly) without Go.
-const PROMTOOL: &str = "github.com/prometheus/prometheus/cmd/promtool@v0.316.0";
-/// Without Prometheus' service discovery (the clouds' SDKs, Kubernetes'
-/// client): checking and testing rules needs none of it, and it is most
-/// of promtool's build.
-const PROMTOOL_TAGS: &str = "remove_all_sd";
-
+/// Prometheus' `promtool` (checks and unit-tests the chart's alert rules
+/// and the Grafana dashboard's queries): Debian's, taken out of its
+/// `prometheus` package into the target folder without installing the
+/// package (no service, no user made); `None` where there is no apt-get
+/// (the tests that need it say so loudly).
 fn ensure_promtool() -> Result<Option<PathBuf>> {
-    if verdict_testcluster::go_available().is_none() {
-        return Ok(None);
-    }
-    let version = PROMTOOL.rsplit('@').next().unwrap_or("latest");
-    let bin = cargo_target_dir()
-        .join("tools/promtool")
-        .join(format!("{version}-{PROMTOOL_TAGS}"));
-    let promtool = bin.join("promtool");
+    let dir = cargo_target_dir().join("tools/promtool/debian");
+    let promtool = dir.join("usr/bin/promtool");
     if promtool.is_file() {
         return Ok(Some(promtool));
     }
-    eprintln!("xtask: building promtool into {}", bin.display());
+    if probe("apt-get", &["--version"]).is_none() {
+        return Ok(None);
+    }
+    eprintln!("xtask: taking promtool out of Debian's prometheus package");
+    let download = tempfile::tempdir()?;
+    let fetch = || {
+        run(
+            Command::new("apt-get")
+                .args(["download", "-qq", "prometheus"])
+                .stdin(Stdio::null())
+                .current_dir(download.path()),
+            INSTALL,
+        )
+    };
+    if fetch().is_err() {
+        // A fresh machine's package lists may be missing or stale.
+        run(
+            Command::new("apt-get")
+                .args(["update", "-qq"])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdin(Stdio::null()),
+            INSTALL,
+        )?;
+        fetch().context("downloading Debian's prometheus package")?;
+    }
+    let package = std::fs::read_dir(download.path())?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .context("apt-get download left no package")?;
+    let unpacked = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&unpacked);
     run(
-        Command::new("go")
-            .args(["install", "-tags", PROMTOOL_TAGS, PROMTOOL])
-            .env("GOBIN", &bin),
-        BUILD,
+        Command::new("dpkg-deb").arg("-x").arg(&package).arg(&unpacked),
+        INSTALL,
     )
-    .context("building promtool from its Go module")?;
+    .context("unpacking Debian's prometheus package")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&unpacked, &dir)?;
+    if !promtool.is_file() {
+        bail!("Debian's prometheus package holds no usr/bin/promtool");
+    }
     Ok(Some(promtool))
 }
 
@@ -747,34 +771,29 @@ fn lint() -> Result<()> {
 /// the target folder; `None` each where Go is missing.
 struct GoTools {
     control_plane: Option<verdict_testcluster::Binaries>,
-    promtool: Option<PathBuf>,
 }
 
 fn go_tools() -> Result<GoTools> {
     if verdict_testcluster::go_available().is_none() {
         return Ok(GoTools {
             control_plane: None,
-            promtool: None,
         });
     }
     let control_plane = verdict_testcluster::Binaries::build(&cargo_target_dir())?;
-    let promtool = ensure_promtool()?;
     krew::krew(&cargo_target_dir().join("tools").join("krew"))?;
     Ok(GoTools {
         control_plane: Some(control_plane),
-        promtool,
     })
 }
 
 fn test(go: std::thread::JoinHandle<Result<GoTools>>) -> Result<()> {
-    let schemathesis = phases::timed("tools", || -> Result<_> {
+    let (schemathesis, promtool) = phases::timed("tools", || -> Result<_> {
         ensure_browser()?;
         ensure_registry()?;
-        ensure_schemathesis()
+        Ok((ensure_schemathesis()?, ensure_promtool()?))
     })?;
     let go = phases::timed("waiting for the Go tools", || go.join())
         .map_err(|_| anyhow::anyhow!("building the Go tools panicked"))??;
-    let promtool = go.promtool;
     // The real-server suite's control plane: started once for the whole
     // run, stopped when the run ends.
     let real = phases::timed("control plane", || real_cluster(go.control_plane))?;

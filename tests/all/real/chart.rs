@@ -762,7 +762,7 @@ fn the_charts_alerts_are_valid_rules_that_fire_when_they_should() {
         std::env::var_os("VERDICT_TESTCLUSTER_BIN"),
         std::env::var_os("VERDICT_PROMTOOL"),
     ) else {
-        // helm and promtool come with Go (`cargo xtask test`).
+        // helm comes with Go, promtool from Debian (`cargo xtask test`).
         super::skip::<()>(test);
         return;
     };
