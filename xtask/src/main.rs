@@ -331,7 +331,10 @@ fn ensure_promtool() -> Result<Option<PathBuf>> {
     let unpacked = dir.with_extension("partial");
     let _ = std::fs::remove_dir_all(&unpacked);
     run(
-        Command::new("dpkg-deb").arg("-x").arg(&package).arg(&unpacked),
+        Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(&package)
+            .arg(&unpacked),
         INSTALL,
     )
     .context("unpacking Debian's prometheus package")?;
