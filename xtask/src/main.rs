@@ -330,6 +330,7 @@ fn ensure_promtool() -> Result<Option<PathBuf>> {
         .context("apt-get download left no package")?;
     let unpacked = dir.with_extension("partial");
     let _ = std::fs::remove_dir_all(&unpacked);
+    std::fs::create_dir_all(&unpacked)?;
     run(
         Command::new("dpkg-deb")
             .arg("-x")
