@@ -29,7 +29,7 @@ use futures_util::StreamExt;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use verdict_testcluster::{Binaries, Cluster, Options};
 
@@ -120,10 +120,16 @@ async fn play_kubevirt(client: Client, nodes: usize) {
     );
     let started = Arc::new(Mutex::new(std::collections::BTreeSet::<String>::new()));
     let room = Arc::new(tokio::sync::Semaphore::new(32));
-    let mut events = std::pin::pin!(watcher(
-        Api::<DynamicObject>::all_with(client.clone(), &vms),
-        watcher::Config::default()
-    ));
+    // With backoff, as a controller watches: once the control plane is gone
+    // at the end, a watch that fails at once would otherwise be polled again
+    // without end, and the runtime could never stop it.
+    let mut events = std::pin::pin!(
+        watcher(
+            Api::<DynamicObject>::all_with(client.clone(), &vms),
+            watcher::Config::default()
+        )
+        .default_backoff()
+    );
     let mut placed = 0usize;
     while let Some(event) = events.next().await {
         let Ok(watcher::Event::Apply(vm) | watcher::Event::InitApply(vm)) = event else {
@@ -322,7 +328,7 @@ fn main() {
     let calls = Arc::new(Calls::default());
     let hang = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let url = runtime.block_on(hook_server(Arc::clone(&calls), Arc::clone(&hang)));
-    runtime.spawn(play_kubevirt(kube.clone(), nodes));
+    let kubevirt = runtime.spawn(play_kubevirt(kube.clone(), nodes));
 
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("verdict.toml");
@@ -528,6 +534,7 @@ fn main() {
     println!(
         "| one set's rollout of {PER_SET} instances alone / while another set's hook hangs | {alone:.1} s / {beside:.1} s |"
     );
+    kubevirt.abort();
     drop(host);
     drop(cluster);
 }
