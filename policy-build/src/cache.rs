@@ -10,7 +10,6 @@
 //! is built anew and said so. Entries are written whole and renamed into
 //! place; the least recently used go beyond the cache's size.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -34,7 +33,7 @@ pub struct BuildCache {
 }
 
 impl BuildCache {
-    /// `builds` in the user's cache folder, up to 2 GiB.
+    /// `builds` in the user's cache folder.
     pub fn default_dir() -> PathBuf {
         crate::cache_home().join("builds")
     }
@@ -78,9 +77,8 @@ impl BuildCache {
     pub fn keep(&self, key: &str, built: &Path) -> Result<()> {
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
-        let bytes = std::fs::read(built)?;
-        let mut partial = tempfile::NamedTempFile::new_in(&self.dir)?;
-        partial.write_all(&bytes)?;
+        let partial = tempfile::NamedTempFile::new_in(&self.dir)?;
+        std::fs::copy(built, partial.path())?;
         partial
             .persist(self.entry(key))
             .map_err(|e| e.error)
@@ -135,7 +133,7 @@ pub fn key(project: &Path, wit: &Path, world: &str, tool: &str) -> Result<String
             hash.update(&bytes);
         }
     }
-    Ok(hex(&hash.finalize()))
+    Ok(hex::encode(hash.finalize()))
 }
 
 /// The files under `dir` a build reads, relative to `root`.
@@ -153,10 +151,6 @@ fn collect(root: &Path, dir: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

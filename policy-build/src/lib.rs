@@ -319,7 +319,6 @@ pub fn build(
 
 /// Build with the language's tool, whatever the cache holds.
 fn build_anew(manifest: &Manifest, dir: &Path, out: &Path, tools: &Tools) -> Result<()> {
-    let dir = dir.to_path_buf();
     match manifest.language {
         Language::Rust => {
             let toolchain = rust::Toolchain::choose()?;
@@ -328,8 +327,8 @@ fn build_anew(manifest: &Manifest, dir: &Path, out: &Path, tools: &Tools) -> Res
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| dir.join("target"));
-            let modules = toolchain.build(&dir, &target)?;
-            let krate = rust::cdylibs(&dir)?
+            let modules = toolchain.build(dir, &target)?;
+            let krate = rust::cdylibs(dir)?
                 .into_iter()
                 .find(|c| c.dir == dir)
                 .context("the project's Cargo.toml builds no cdylib")?;
@@ -338,7 +337,7 @@ fn build_anew(manifest: &Manifest, dir: &Path, out: &Path, tools: &Tools) -> Res
         Language::Javascript => {
             let script = tools.componentize_js()?;
             let source = manifest.source.as_deref().unwrap_or_default();
-            check_syntax(Language::Javascript, &dir, source)?;
+            check_syntax(Language::Javascript, dir, source)?;
             run(
                 Command::new("node")
                     .arg(&script)
@@ -346,7 +345,7 @@ fn build_anew(manifest: &Manifest, dir: &Path, out: &Path, tools: &Tools) -> Res
                     .arg(dir.join(&manifest.wit))
                     .arg(&manifest.world)
                     .arg(out)
-                    .current_dir(&dir),
+                    .current_dir(dir),
                 BUILD,
             )
             .with_context(|| format!("building {source} with componentize-js"))?;
@@ -354,7 +353,7 @@ fn build_anew(manifest: &Manifest, dir: &Path, out: &Path, tools: &Tools) -> Res
         Language::Python => {
             let site = tools.componentize_py()?;
             let source = manifest.source.as_deref().unwrap_or_default();
-            check_syntax(Language::Python, &dir, source)?;
+            check_syntax(Language::Python, dir, source)?;
             let module = source.strip_suffix(".py").unwrap_or(source);
             // componentize-py writes its output in place: written beside
             // and renamed, a host watching the folder never reads half. It
@@ -362,7 +361,7 @@ fn build_anew(manifest: &Manifest, dir: &Path, out: &Path, tools: &Tools) -> Res
             // where the module is: nothing is written into the project.
             let partial = out.with_file_name(format!(".{}.wasm.partial", manifest.name));
             let work = tempfile::tempdir()?;
-            copy_sources(&dir, work.path())?;
+            copy_sources(dir, work.path())?;
             run(
                 Command::new("python3")
                     .args(["-c", "import sys; from componentize_py import script; sys.argv[0] = 'componentize-py'; script()"])

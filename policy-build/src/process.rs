@@ -54,6 +54,22 @@ pub fn probe(program: &str, args: &[&str]) -> Option<String> {
     status.success().then_some(out)
 }
 
+/// `apt-get` with `args`, unattended.
+fn apt_get(args: &[&str]) -> Result<()> {
+    run(
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null()),
+        INSTALL,
+    )
+}
+
+/// Refresh Debian's package lists.
+pub fn apt_update() -> Result<()> {
+    apt_get(&["update", "-qq"])
+}
+
 /// Install Debian packages (after refreshing the package lists).
 pub fn apt_install(packages: &[&str]) -> Result<()> {
     if probe("apt-get", &["--version"]).is_none() {
@@ -62,20 +78,10 @@ pub fn apt_install(packages: &[&str]) -> Result<()> {
             packages.join(", ")
         );
     }
-    let quiet = |c: &mut Command| {
-        c.env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null());
-    };
-    let mut update = Command::new("apt-get");
-    update.args(["update", "-qq"]);
-    quiet(&mut update);
-    run(&mut update, INSTALL)?;
-    let mut install = Command::new("apt-get");
-    install
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(packages);
-    quiet(&mut install);
-    run(&mut install, INSTALL)
+    apt_update()?;
+    let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
+    args.extend_from_slice(packages);
+    apt_get(&args)
 }
 
 /// Write `bytes` to `path` through a file beside it and a rename, so that a

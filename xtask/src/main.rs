@@ -79,9 +79,10 @@ verbs:
                                      tasks, failover and VM delivery on)
               cluster status         say whether it runs, and where
               cluster down           stop it
-  fuzz      the coverage-guided fuzzers of fuzz/ (libFuzzer; the coverage
-            instrumentation on the workspace's own crates): object files, task bodies, AdmissionReviews and
-            status plugins' encoded answers, 5 minutes each by default
+  fuzz      the coverage-guided fuzzers of fuzz/ (libFuzzer, the coverage
+            on the workspace's own crates): object files, task bodies,
+            AdmissionReviews and status plugins' encoded answers, 5 minutes
+            each by default
             (`fuzz --time SECONDS`, `fuzz TARGET…` for some of them;
             `fuzz --smoke` is the test command's short run); what they
             find is saved under target/fuzz-artifacts/
@@ -314,13 +315,7 @@ fn ensure_promtool() -> Result<Option<PathBuf>> {
     };
     if fetch().is_err() {
         // A fresh machine's package lists may be missing or stale.
-        run(
-            Command::new("apt-get")
-                .args(["update", "-qq"])
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .stdin(Stdio::null()),
-            INSTALL,
-        )?;
+        verdict_policy_build::process::apt_update()?;
         fetch().context("downloading Debian's prometheus package")?;
     }
     let package = std::fs::read_dir(download.path())?
@@ -1017,9 +1012,8 @@ fn build_fuzzers() -> Result<Vec<(String, PathBuf)>> {
 
 /// Run the fuzz targets (all, or those named) for `--time` seconds each
 /// (`--smoke`: 20), in the dev profile so that overflow checks are on.
-/// Each keeps its corpus
-/// under the target folder between runs; as many run at once as there are
-/// cores.
+/// Each keeps its corpus under the target folder between runs; as many run
+/// at once as there are cores.
 fn fuzz(rest: &[String]) -> Result<()> {
     let mut seconds = 300;
     let mut wanted = Vec::new();
