@@ -83,7 +83,10 @@ impl Toolchain {
     }
 
     /// Build every crate of `workspace` for wasm32 in release into
-    /// `target_dir`; the folder of the core modules built.
+    /// `target_dir`; the folder of the core modules built. Workspaces may
+    /// share `target_dir` (and so their dependencies' builds and the
+    /// standard library's) when each one's modules are read before the next
+    /// builds.
     pub fn build(&self, workspace: &Path, target_dir: &Path) -> Result<PathBuf> {
         let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         build
@@ -104,6 +107,14 @@ impl Toolchain {
         build
             .env_remove("RUSTUP_TOOLCHAIN")
             .env_remove("RUSTC_WRAPPER");
+        // A path package's cdylib is otherwise written to `deps/` without a
+        // hash in its name, so two workspaces sharing `target_dir` (a policy
+        // that builds on the default rules as a library, without their
+        // export) overwrite each other's and each build then compiles both
+        // again. This is cargo's switch for the same problem in the standard
+        // library's build: every file hashed; the final `<lib>.wasm` keeps
+        // its plain name.
+        build.env("__CARGO_DEFAULT_LIB_METADATA", "verdict");
         let started = Instant::now();
         run(&mut build, BUILD)
             .with_context(|| format!("building the crates of {}", workspace.display()))?;

@@ -12,10 +12,12 @@ fn verdict(dir: &Path, args: &[&str]) -> Output {
         // The tools and the code cache where `cargo xtask` and `verdict
         // build` keep them (the user's cache folder, or $VERDICT_TOOLS):
         // nothing is written into the project.
-        // The Rust projects share one build of the wasm32 standard library.
+        // The Rust projects build where `cargo xtask plugins` builds the
+        // plugins (its `wasm_target_dir`): the crates they have in common,
+        // the SDK's macros among them, are built once.
         .env(
             "CARGO_TARGET_DIR",
-            crate::support::target_dir().join("projects-wasm"),
+            crate::support::target_dir().join("wasm32"),
         )
         .output()
         .unwrap()

@@ -191,6 +191,12 @@ fn cargo_target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
+/// Where the guest crates are built for wasm32: the plugins', the
+/// examples' and the projects tests' (`tests/all/projects.rs`) alike.
+fn wasm_target_dir() -> PathBuf {
+    cargo_target_dir().join("wasm32")
+}
+
 fn cargo() -> Command {
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     // `cargo run` gives this program its package's variables. A build
@@ -381,19 +387,14 @@ fn build_plugins() -> Result<Vec<PathBuf>> {
 /// component.
 fn build_rust_plugins() -> Result<Vec<PathBuf>> {
     let root = root();
-    let wasm_target_dir = cargo_target_dir().join("wasm");
+    let wasm_target_dir = wasm_target_dir();
     let toolchain = rust::Toolchain::choose()?;
     let mut written = Vec::new();
-    // Two workspaces: the plugins, and the examples that build on them.
+    // Two workspaces: the plugins, and the examples that build on them. One
+    // folder for both (the standard library and the common crates built
+    // once); each one's modules are encoded before the next builds.
     for workspace in [root.join("plugins"), root.join("examples")] {
-        // Each workspace builds into its own folder: the examples build the
-        // default status crate as a library without its export, and the
-        // artifact would otherwise overwrite the plugin's.
-        let name = workspace
-            .file_name()
-            .and_then(OsStr::to_str)
-            .unwrap_or("plugins");
-        let modules = toolchain.build(&workspace, &wasm_target_dir.join(name))?;
+        let modules = toolchain.build(&workspace, &wasm_target_dir)?;
         for krate in rust::cdylibs(&workspace)? {
             let file = krate
                 .dir
