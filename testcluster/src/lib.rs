@@ -170,6 +170,8 @@ impl Binaries {
         let status = Command::new("go")
             .arg("build")
             .arg(ldflags())
+            .arg(GCFLAGS)
+            .env("CGO_ENABLED", CGO_ENABLED)
             .arg("-o")
             .arg(format!("{}/", dir.display()))
             .args(PROGRAMS.iter().map(|(_, package)| *package))
@@ -187,6 +189,14 @@ impl Binaries {
         Binaries::at(&dir)
     }
 }
+
+/// No debug information compiled in (the link below leaves it out anyway:
+/// less to compile and to link).
+const GCFLAGS: &str = "-gcflags=all=-dwarf=false";
+
+/// Static programs, as Kubernetes, etcd and helm release theirs: no C
+/// compiled for the resolver and the user lookup.
+const CGO_ENABLED: &str = "0";
 
 /// Without symbol tables and debug information (a third of the size, and
 /// links sooner), and with the release's version where `kubectl version`
@@ -218,6 +228,8 @@ fn source_stamp(go: &str) -> Result<String> {
     let mut hash = Sha256::new();
     hash.update(go.as_bytes());
     hash.update(ldflags().as_bytes());
+    hash.update(GCFLAGS.as_bytes());
+    hash.update(CGO_ENABLED.as_bytes());
     for file in files {
         hash.update(
             file.strip_prefix(&root)
