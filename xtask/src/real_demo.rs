@@ -84,11 +84,10 @@ fn chaos(cluster: &Cluster, selector: &str, kind: Option<&str>) -> Result<String
 
 fn ask(verdict: &str, app: &str, action: &str) -> Result<String> {
     let body = json!({"app": app, "action": action, "requested-by": "demo"});
-    let answer: Value = reqwest::blocking::Client::new()
-        .post(format!("{verdict}/v1/tasks"))
-        .json(&body)
-        .send()?
-        .json()?;
+    let answer: Value = ureq::post(format!("{verdict}/v1/tasks"))
+        .send_json(&body)?
+        .body_mut()
+        .read_json()?;
     Ok(answer.to_string())
 }
 
@@ -195,7 +194,8 @@ pub fn run(cluster: &Cluster, plugins: &std::path::Path, mut serve: Command) -> 
     let mut verdict_process = Verdict(serve.spawn().context("could not start verdict")?);
     // verdict may be built first; the story starts once it serves.
     let started = Instant::now();
-    while !reqwest::blocking::get(format!("{verdict}/readyz"))
+    while !ureq::get(format!("{verdict}/readyz"))
+        .call()
         .is_ok_and(|r| r.status().is_success())
     {
         if let Some(status) = verdict_process.0.try_wait()? {
