@@ -157,18 +157,30 @@ pub fn app_input(name: &str) -> status::AppInput {
     }
 }
 
-/// Wait until `condition` holds, checking often, for at most `limit`.
-/// Returns how long it took, or `None` when it never held.
+/// The longest pause between two checks of [`wait_until`].
+const LONGEST_PAUSE: Duration = Duration::from_millis(25);
+
+/// Wait until `condition` holds, for at most `limit`. Returns how long it
+/// took, or `None` when it never held.
+///
+/// It checks again after 2 ms, then after pauses half as long again each
+/// time, up to [`LONGEST_PAUSE`]: what follows soon is seen soon, and a
+/// long wait does not spend the cores the hosts and the other tests run
+/// on (most conditions are an HTTP request to a host, or a `kubectl`).
 pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> Option<Duration> {
     let started = Instant::now();
+    let mut pause = Duration::from_millis(2);
     loop {
         if condition() {
             return Some(started.elapsed());
         }
-        if started.elapsed() > limit {
+        let waited = started.elapsed();
+        if waited > limit {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(2));
+        // The last check falls at the limit, not a pause after it.
+        std::thread::sleep(pause.min(limit - waited + Duration::from_millis(1)));
+        pause = (pause * 3 / 2).min(LONGEST_PAUSE);
     }
 }
 
