@@ -22,6 +22,9 @@ struct Browser {
     session: String,
     http: reqwest::blocking::Client,
     _driver: KillOnDrop,
+    /// The browser's profile, removed after the session has ended and the
+    /// driver is gone (fields drop in order).
+    _profile: tempfile::TempDir,
 }
 
 impl Browser {
@@ -51,13 +54,13 @@ impl Browser {
             .is_some(),
             "chromedriver did not start"
         );
-        let profile = tempfile::tempdir().unwrap().keep();
+        let profile = tempfile::tempdir().unwrap();
         let capabilities = json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
             "binary": "/usr/bin/chromium",
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      "--disable-quic", "--no-first-run", "--disable-background-networking",
                      "--disable-component-update", "--disable-sync", "--window-size=1280,900",
-                     format!("--user-data-dir={}", profile.display())],
+                     format!("--user-data-dir={}", profile.path().display())],
         }}}});
         let created: Value = http
             .post(format!("{base}/session"))
@@ -75,6 +78,7 @@ impl Browser {
             session,
             http,
             _driver: driver,
+            _profile: profile,
         }
     }
 
