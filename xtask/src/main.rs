@@ -388,6 +388,7 @@ fn build_plugins() -> Result<Vec<PathBuf>> {
 fn build_rust_plugins() -> Result<Vec<PathBuf>> {
     let root = root();
     let wasm_target_dir = wasm_target_dir();
+    remove_earlier_wasm_folders(&cargo_target_dir());
     let toolchain = rust::Toolchain::choose()?;
     let mut written = Vec::new();
     // Two workspaces: the plugins, and the examples that build on them. One
@@ -411,6 +412,23 @@ fn build_rust_plugins() -> Result<Vec<PathBuf>> {
         }
     }
     Ok(written)
+}
+
+/// The folders the guest crates were built in before they shared
+/// [`wasm_target_dir`] (about a gigabyte in a warm target folder): nothing
+/// reads them any more.
+fn remove_earlier_wasm_folders(target: &Path) {
+    for earlier in [target.join("wasm"), target.join("projects-wasm")] {
+        if earlier.is_dir() {
+            match std::fs::remove_dir_all(&earlier) {
+                Ok(()) => eprintln!("xtask: removed {}, no longer used", earlier.display()),
+                Err(error) => eprintln!(
+                    "xtask: could not remove {}, no longer used: {error}",
+                    earlier.display()
+                ),
+            }
+        }
+    }
 }
 
 /// Build the JavaScript and Python policies of `examples/` and
