@@ -194,6 +194,18 @@ pub fn encode(modules: &Path, lib: &str, out: &Path) -> Result<()> {
         return Ok(());
     }
     write_atomically(out, &component)?;
+    // It takes the time of the module it is made from, so that the same
+    // module encoded again where the component was removed (a clean
+    // checkout) is not newer than what was built from it before.
+    let made = std::fs::metadata(&module_path).and_then(|m| m.modified());
+    if let Err(error) = made.and_then(|time| {
+        std::fs::File::options()
+            .write(true)
+            .open(out)?
+            .set_modified(time)
+    }) {
+        eprintln!("{}: its time is left as written: {error}", out.display());
+    }
     eprintln!(
         "{} ({} KiB, encoded in {:.1} ms)",
         out.display(),
@@ -201,4 +213,48 @@ pub fn encode(modules: &Path, lib: &str, out: &Path) -> Result<()> {
         started.elapsed().as_secs_f64() * 1e3
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    /// The time of a file.
+    fn time_of(path: &Path) -> SystemTime {
+        std::fs::metadata(path).unwrap().modified().unwrap()
+    }
+
+    #[test]
+    fn a_component_takes_the_time_of_its_module_and_is_left_alone_when_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let (module, out) = (dir.path().join("m.wasm"), dir.path().join("out/m.wasm"));
+        // The smallest module: no imports, no exports.
+        std::fs::write(&module, b"\0asm\x01\0\0\0").unwrap();
+        let built = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(&module)
+            .unwrap()
+            .set_modified(built)
+            .unwrap();
+        encode(dir.path(), "m", &out).unwrap();
+        assert!(std::fs::read(&out).unwrap().starts_with(b"\0asm"));
+        assert_eq!(time_of(&out), built);
+        // Removed and encoded again (a clean checkout): the same time, so
+        // nothing built from it counts it as changed.
+        std::fs::remove_file(&out).unwrap();
+        encode(dir.path(), "m", &out).unwrap();
+        assert_eq!(time_of(&out), built);
+        // The same bytes already there are not written again.
+        let touched = SystemTime::UNIX_EPOCH + Duration::from_secs(1_500_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(&out)
+            .unwrap()
+            .set_modified(touched)
+            .unwrap();
+        encode(dir.path(), "m", &out).unwrap();
+        assert_eq!(time_of(&out), touched);
+    }
 }
