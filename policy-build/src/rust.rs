@@ -225,19 +225,21 @@ mod tests {
         std::fs::metadata(path).unwrap().modified().unwrap()
     }
 
+    /// A file's time set to `seconds` after the epoch; that time.
+    fn set_time(path: &Path, seconds: u64) -> SystemTime {
+        let time = SystemTime::UNIX_EPOCH + Duration::from_secs(seconds);
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(time).unwrap();
+        time
+    }
+
     #[test]
     fn a_component_takes_the_time_of_its_module_and_is_left_alone_when_the_same() {
         let dir = tempfile::tempdir().unwrap();
         let (module, out) = (dir.path().join("m.wasm"), dir.path().join("out/m.wasm"));
         // The smallest module: no imports, no exports.
         std::fs::write(&module, b"\0asm\x01\0\0\0").unwrap();
-        let built = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
-        std::fs::File::options()
-            .write(true)
-            .open(&module)
-            .unwrap()
-            .set_modified(built)
-            .unwrap();
+        let built = set_time(&module, 1_000_000_000);
         encode(dir.path(), "m", &out).unwrap();
         assert!(std::fs::read(&out).unwrap().starts_with(b"\0asm"));
         assert_eq!(time_of(&out), built);
@@ -247,13 +249,7 @@ mod tests {
         encode(dir.path(), "m", &out).unwrap();
         assert_eq!(time_of(&out), built);
         // The same bytes already there are not written again.
-        let touched = SystemTime::UNIX_EPOCH + Duration::from_secs(1_500_000_000);
-        std::fs::File::options()
-            .write(true)
-            .open(&out)
-            .unwrap()
-            .set_modified(touched)
-            .unwrap();
+        let touched = set_time(&out, 1_500_000_000);
         encode(dir.path(), "m", &out).unwrap();
         assert_eq!(time_of(&out), touched);
     }
