@@ -752,12 +752,18 @@ impl Executor {
         if !ours {
             return Ok(Some("deleted".into()));
         }
-        let others = self.others_in(namespace).await?;
+        let (others, leaving) = self.others_in(namespace).await?;
         if !others.is_empty() {
             return Ok(Some(format!(
                 "deleted; namespace {namespace} (made for the app) is kept: it holds {}",
                 others.join(", ")
             )));
+        }
+        // What is already being deleted (the claims, until their protection
+        // is lifted once no pod uses them) is waited for, not taken for
+        // something the namespace holds.
+        if leaving > 0 {
+            return Ok(None);
         }
         match namespaces
             .delete(namespace, &DeleteParams::background())
@@ -771,8 +777,9 @@ impl Executor {
         Ok(None)
     }
 
-    /// What lives in a namespace besides what Kubernetes puts in every one.
-    async fn others_in(&self, namespace: &str) -> Result<Vec<String>, String> {
+    /// What lives in a namespace besides what Kubernetes puts in every one,
+    /// and how many more are already being deleted.
+    async fn others_in(&self, namespace: &str) -> Result<(Vec<String>, usize), String> {
         use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
         let kinds = [
             ApiResource::erase::<Pod>(&()),
@@ -783,7 +790,7 @@ impl Executor {
             ApiResource::erase::<ConfigMap>(&()),
             ApiResource::erase::<Secret>(&()),
         ];
-        let mut others = Vec::new();
+        let (mut others, mut leaving) = (Vec::new(), 0);
         for kind in &kinds {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(self.client.clone(), namespace, kind);
@@ -801,15 +808,15 @@ impl Executor {
                 o.metadata.name.as_deref() == Some("kube-root-ca.crt")
                     || o.data["type"] == "kubernetes.io/service-account-token"
             };
-            others.extend(
-                list.items
-                    .iter()
-                    .filter(|o| !kubernetes(o))
-                    .filter_map(|o| o.metadata.name.as_ref())
-                    .map(|n| format!("{} {n}", kind.kind)),
-            );
+            for object in list.items.iter().filter(|o| !kubernetes(o)) {
+                if object.metadata.deletion_timestamp.is_some() {
+                    leaving += 1;
+                } else if let Some(name) = &object.metadata.name {
+                    others.push(format!("{} {name}", kind.kind));
+                }
+            }
         }
-        Ok(others)
+        Ok((others, leaving))
     }
 
     /// Whether the workload has rolled out as applied: its controller saw
