@@ -157,8 +157,12 @@ pub fn app_input(name: &str) -> status::AppInput {
     }
 }
 
-/// The longest pause between two checks of [`wait_until`].
+/// The longest pause between two checks of [`wait_until`], but after a
+/// check that itself took longer.
 const LONGEST_PAUSE: Duration = Duration::from_millis(25);
+
+/// The longest pause after a slow check ([`wait_until`]).
+const LONGEST_PAUSE_AFTER_A_SLOW_CHECK: Duration = Duration::from_millis(250);
 
 /// Wait until `condition` holds, for at most `limit`. Returns how long it
 /// took, or `None` when it never held.
@@ -167,19 +171,26 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(25);
 /// time, up to [`LONGEST_PAUSE`]: what follows soon is seen soon, and a
 /// long wait does not spend the cores the hosts and the other tests run
 /// on (most conditions are an HTTP request to a host, or a `kubectl`).
+/// A check that takes longer than that (a `kubectl` run is a tenth of a
+/// second of CPU) is followed by a pause as long as itself, up to
+/// [`LONGEST_PAUSE_AFTER_A_SLOW_CHECK`]: a waiting test spends at most
+/// half of a core on its checks.
 pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> Option<Duration> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(2);
     loop {
+        let checked = Instant::now();
         if condition() {
             return Some(started.elapsed());
         }
+        let check = checked.elapsed();
         let waited = started.elapsed();
         if waited > limit {
             return None;
         }
+        let this_pause = pause.max(check.min(LONGEST_PAUSE_AFTER_A_SLOW_CHECK));
         // The last check falls at the limit, not a pause after it.
-        std::thread::sleep(pause.min(limit - waited + Duration::from_millis(1)));
+        std::thread::sleep(this_pause.min(limit - waited + Duration::from_millis(1)));
         pause = (pause * 3 / 2).min(LONGEST_PAUSE);
     }
 }
