@@ -103,10 +103,12 @@ impl Toolchain {
                 .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", wasm_ld);
         }
         // A rustup toolchain file or override must not pick another compiler
-        // for the guest build than the one chosen above.
+        // for the guest build than the one chosen above, nor a wrapper made
+        // for the host's compiler (clippy's driver is rustup's rustc) wrap it.
         build
             .env_remove("RUSTUP_TOOLCHAIN")
-            .env_remove("RUSTC_WRAPPER");
+            .env_remove("RUSTC_WRAPPER")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER");
         // A path package's cdylib is otherwise written to `deps/` without a
         // hash in its name, so two workspaces sharing `target_dir` (a policy
         // that builds on the default rules as a library, without their

@@ -16,6 +16,7 @@ mod features;
 mod image;
 mod krew;
 mod layers;
+mod linted;
 mod phases;
 mod real_demo;
 
@@ -39,6 +40,11 @@ verbs:
   demo      build the plugins and run `verdict serve --demo` with them: the
             host on the built-in demo cluster; `demo --real` plays the demo
             on the real control plane (`cluster up`), KWOK running the pods
+  build     the default policies and the verdict binary in the dev profile
+            — the test build's, so after the tests it compiles nothing —
+            and its path (`build --release`: the release profile)
+  run       `run -- ARGS`: the verdict binary of `build`, run with ARGS
+            (`cargo xtask run -- serve --kubeconfig FILE`)
   image     verdict's OCI image, without a container daemon: the release
             binary (stripped) and the default policies on an empty base
             with only the libraries it loads and the CA certificates (from
@@ -60,10 +66,11 @@ verbs:
   lint      cargo fmt --check, the host's layer order (a module uses only
             those above it in host/src/lib.rs's list), the build without
             the demo cluster, and clippy with warnings denied
-  test      plugins, lint, the example policies' and the settings
-            check's unit tests, then every
-            test of the workspace and a short
-            run of each fuzzer (what CI runs;
+  test      plugins, formatting and the layer order, the example policies'
+            and the settings check's unit tests, then every target of the
+            workspace built through clippy's driver (a warning fails it),
+            every test of the workspace, and a short run of each fuzzer
+            (on the build without the demo cluster) (what CI runs;
             installs Debian's chromium and chromium-driver for the
             dashboard test when missing; builds the control plane with Go
             and runs the real-server suite against it, or says loudly that
@@ -129,6 +136,10 @@ fn main() -> ExitCode {
         "plugins" if rest.iter().any(|a| a == "--rust") => build_rust_plugins().map(|_| ()),
         "plugins" => build_plugins().map(|_| ()),
         "demo" => build_rust_plugins().and_then(|_| demo(rest)),
+        "build" => build_verdict(!rest.iter().any(|a| a == "--release")).map(|binary| {
+            println!("{}", binary.display());
+        }),
+        "run" => build_rust_plugins().and_then(|_| run_verdict(rest)),
         "lint" => lint(),
         "crds" => crds(),
         "test" => {
@@ -138,7 +149,7 @@ fn main() -> ExitCode {
             // cores busy all the time.
             let go = std::thread::spawn(|| phases::timed("Go tools (beside)", go_tools));
             let outcome = phases::timed("plugins", build_plugins)
-                .and_then(|_| phases::timed("lint", lint))
+                .and_then(|_| phases::timed("lint", lint_sources))
                 .and_then(|()| test(go))
                 .and_then(|()| phases::timed("fuzz smoke", || fuzz(&["--smoke".to_string()])));
             eprintln!(
@@ -523,13 +534,13 @@ fn demo(rest: &[String]) -> Result<()> {
             cluster(&["up".to_string()])?;
         }
         let cluster = verdict_testcluster::Cluster::attach(&up)?;
-        let mut serve = cargo();
+        let mut serve = linted::cargo();
         serve
             .args(["run", "--package", "verdict", "--"])
             .current_dir(root());
         return real_demo::run(&cluster, &root().join("target").join("plugins"), serve);
     }
-    let mut serve = cargo();
+    let mut serve = linted::cargo();
     serve
         .args(["run", "--package", "verdict", "--", "serve", "--demo"])
         .args(rest)
@@ -541,11 +552,30 @@ fn demo(rest: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask run -- ARGS`: verdict in the dev profile (the test
+/// build's), run with ARGS.
+fn run_verdict(rest: &[String]) -> Result<()> {
+    let args = match rest.first().map(String::as_str) {
+        Some("--") => &rest[1..],
+        _ => rest,
+    };
+    let status = linted::cargo()
+        .args(["run", "--package", "verdict", "--"])
+        .args(args)
+        .current_dir(root())
+        .status()?;
+    if !status.success() {
+        bail!("verdict exited with {status}");
+    }
+    Ok(())
+}
+
 /// The default policies (Rust) and the verdict binary, in the release
 /// profile or (`dev`) the dev one; the binary's path.
 fn build_verdict(dev: bool) -> Result<PathBuf> {
     build_rust_plugins()?;
-    let mut build = cargo();
+    // The dev profile's is the test build's (and lints as it compiles).
+    let mut build = if dev { linted::cargo() } else { cargo() };
     build
         .args(["build", "--locked", "--package", "verdict"])
         .current_dir(root());
@@ -708,7 +738,7 @@ fn ensure_lint_tools() -> Result<()> {
 fn crds() -> Result<()> {
     let folder = root().join("deploy/chart/verdict/crds");
     run(
-        cargo()
+        linted::cargo()
             .args(["run", "--quiet", "-p", "verdict", "--", "crds", "--out"])
             .arg(&folder)
             .current_dir(root()),
@@ -716,7 +746,11 @@ fn crds() -> Result<()> {
     )
 }
 
-fn lint() -> Result<()> {
+/// Everything the test command checks of the sources but the compiler's
+/// lints: formatting, the host's layer order, and the features the demo
+/// shares with the test build. (The test command's build lints, through
+/// clippy's driver: [`linted`].)
+fn lint_sources() -> Result<()> {
     ensure_lint_tools()?;
     let root = root();
     for dir in [
@@ -752,7 +786,16 @@ fn lint() -> Result<()> {
             violations.len()
         );
     }
-    features::check(&root)?;
+    features::check(&root)
+}
+
+/// `cargo xtask lint`: the sources' checks, the build without the demo
+/// cluster, and `cargo clippy` with warnings denied — on their own, in
+/// check mode, quicker than the test command's build that lints as it
+/// compiles.
+fn lint() -> Result<()> {
+    lint_sources()?;
+    let root = root();
     // The production build without the demo cluster must keep compiling.
     run(
         cargo()
@@ -842,19 +885,22 @@ fn test(go: std::thread::JoinHandle<Result<GoTools>>) -> Result<()> {
     })
     .context("the settings check's unit tests")?;
     // The build first: the image test runs the image of the binary the
-    // tests use.
+    // tests use. Every target of the workspace, the benchmarks and the fuzz
+    // targets among them, is compiled and linted by clippy's driver here
+    // (the tests' run below needs only some of them).
     phases::timed("test build", || {
-        run(
-            cargo()
-                .args(["test", "--workspace", "--no-run"])
+        linted::build(
+            linted::cargo()
+                .args(["test", "--workspace", "--all-targets", "--no-run"])
                 .current_dir(root()),
+            &cargo_target_dir().join("test-build.json"),
             BUILD * 3 / 2,
         )
     })
     .context("building the tests")?;
     let image = phases::timed("image", test_image)?;
     phases::timed("krew", test_krew)?;
-    let mut command = cargo();
+    let mut command = linted::cargo();
     command
         .args(["test", "--workspace", "--no-fail-fast"])
         .env("VERDICT_SCHEMATHESIS", schemathesis)
@@ -993,40 +1039,28 @@ fn fuzz_wrapper() -> Result<PathBuf> {
 
 /// Build the fuzz targets (`fuzz/`, a member of the workspace) with the
 /// coverage instrumentation of [`fuzz_wrapper`]; each target's program.
+/// They link the host without the demo cluster (`fuzz/Cargo.toml`): this
+/// build is also the test command's check that the production build
+/// without it compiles, without a warning.
 fn build_fuzzers() -> Result<Vec<(String, PathBuf)>> {
-    let messages = cargo_target_dir().join("fuzz-build.json");
     let mut command = cargo();
     command
-        .args([
-            "build",
-            "--package",
-            "verdict-fuzz",
-            "--bins",
-            "--message-format=json-render-diagnostics",
-        ])
+        .args(["build", "--package", "verdict-fuzz", "--bins"])
         .env("RUSTC_WORKSPACE_WRAPPER", fuzz_wrapper()?)
-        .stdout(std::fs::File::create(&messages)?)
         .current_dir(root());
-    run(&mut command, BUILD).context("the fuzz targets do not build")?;
-    let mut programs = Vec::new();
-    for line in std::fs::read_to_string(&messages)?.lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if message["reason"] != "compiler-artifact" {
-            continue;
-        }
-        let (Some(name), Some(program)) = (
-            message["target"]["name"].as_str(),
-            message["executable"].as_str(),
-        ) else {
-            continue;
-        };
-        if let Some(target) = name.strip_prefix("fuzz-") {
-            programs.push((target.to_string(), PathBuf::from(program)));
-        }
-    }
-    Ok(programs)
+    let programs = linted::build(
+        &mut command,
+        &cargo_target_dir().join("fuzz-build.json"),
+        BUILD,
+    )
+    .context("the fuzz targets do not build")?;
+    Ok(programs
+        .into_iter()
+        .filter_map(|(name, program)| {
+            name.strip_prefix("fuzz-")
+                .map(|target| (target.to_string(), program))
+        })
+        .collect())
 }
 
 /// Run the fuzz targets (all, or those named) for `--time` seconds each
@@ -1120,9 +1154,10 @@ fn fuzz(rest: &[String]) -> Result<()> {
 fn on_a_control_plane(bench: &str, flag: &str, rest: &[String]) -> Result<()> {
     build_plugins()?;
     verdict_testcluster::Binaries::build(&cargo_target_dir())?;
-    let mut command = cargo();
+    let quick = rest.iter().any(|a| a == "--quick");
+    let mut command = if quick { linted::cargo() } else { cargo() };
     command.args(["bench", "--package", "verdict", "--bench", bench]);
-    if rest.iter().any(|a| a == "--quick") {
+    if quick {
         command.args(["--profile", "dev"]);
     }
     command
@@ -1144,7 +1179,7 @@ fn bench(rest: &[String]) -> Result<()> {
     if rest.iter().any(|a| a == "--smoke") {
         for bench in ["policies", "failover"] {
             run(
-                cargo()
+                linted::cargo()
                     .args([
                         "bench",
                         "--profile",
@@ -1215,9 +1250,10 @@ fn bench(rest: &[String]) -> Result<()> {
     // `--fleet`: `verdict fleet` following 100 members × 1 000 apps
     // (`--quick`: 10 × 100, in the test build's profile).
     if rest.iter().any(|a| a == "--fleet") {
-        let mut command = cargo();
+        let quick = rest.iter().any(|a| a == "--quick");
+        let mut command = if quick { linted::cargo() } else { cargo() };
         command.args(["bench", "--package", "verdict", "--bench", "fleet"]);
-        if rest.iter().any(|a| a == "--quick") {
+        if quick {
             command.args(["--profile", "dev"]);
         }
         return run(
