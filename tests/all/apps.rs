@@ -249,11 +249,57 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back()
     run(&server, json!({"app": "newshop/web", "action": "start"}));
     assert_eq!(list(&cluster, "persistentvolumeclaims", "newshop").len(), 2);
 
-    // Delete: everything made goes, the namespace with it.
-    let deleted = run(
+    // Delete: everything made goes, the namespace with it — after what is
+    // still being deleted there. A claim held by a finalizer (as the API
+    // server's pvc-protection holds one while a pod uses it) is waited
+    // for, not taken for something else the namespace holds.
+    let claims = cluster
+        .sim()
+        .store()
+        .find("", "v1", "persistentvolumeclaims")
+        .unwrap();
+    let held = list(&cluster, "persistentvolumeclaims", "newshop")[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hold = |finalizers: Value| {
+        cluster
+            .sim()
+            .store()
+            .patch(
+                claims,
+                "newshop",
+                &held,
+                &json!({"metadata": {"finalizers": finalizers}}),
+            )
+            .unwrap();
+    };
+    hold(json!(["example.com/hold"]));
+    let (code, task) = ask(
         &server,
         json!({"app": "newshop/web", "action": "delete", "params": {"delete_storage": true}}),
     );
+    assert_eq!(code, 201, "{task}");
+    let id = task["id"].as_str().unwrap();
+    let mut seen = Value::Null;
+    let waiting = wait_until(PATIENCE, || {
+        seen = server.get(&format!("/v1/tasks/{id}")).1;
+        seen["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("waiting for 1 object of namespace newshop being deleted"))
+    });
+    assert!(
+        waiting.is_some(),
+        "the delete never said what it waits for: {seen}"
+    );
+    assert_eq!(seen["phase"], "running", "{seen}");
+    assert!(
+        get(&cluster, "", "namespaces", "", "newshop").is_some(),
+        "the namespace is kept while the claim is going"
+    );
+    hold(Value::Null);
+    let deleted = finished(&server, &task);
+    assert_eq!(deleted["phase"], "succeeded", "{deleted}");
     assert!(
         deleted["message"]
             .as_str()

@@ -97,6 +97,9 @@ pub(super) struct AppJob {
     workload: Option<types::Workload>,
     /// The namespace is being deleted (delete).
     removing_namespace: bool,
+    /// How many objects of the namespace were already being deleted at
+    /// the last look, waited for before it is (delete).
+    leaving: usize,
 }
 
 /// The API server's reason for refusing, without the client's wrapping.
@@ -224,6 +227,7 @@ impl Executor {
             waiting_since: None,
             workload: observed,
             removing_namespace: false,
+            leaving: 0,
         }))
     }
 
@@ -762,6 +766,7 @@ impl Executor {
         // What is already being deleted (the claims, until their protection
         // is lifted once no pod uses them) is waited for, not taken for
         // something the namespace holds.
+        job.leaving = leaving;
         if leaving > 0 {
             return Ok(None);
         }
@@ -842,21 +847,22 @@ impl Executor {
                     .inputs_for([&key], now())
                     .pop()
                     .map_or(0, |i| i.app.pods.len());
-                let progress = if job.removing_namespace {
-                    90
-                } else if left == 0 {
-                    50
+                if job.removing_namespace {
+                    (90, format!("waiting for namespace {namespace} to go"))
+                } else if left > 0 {
+                    (0, format!("{left} pods left"))
+                } else if job.leaving > 0 {
+                    (
+                        70,
+                        format!(
+                            "0 pods left; waiting for {} object{} of namespace {namespace} being deleted",
+                            job.leaving,
+                            if job.leaving == 1 { "" } else { "s" }
+                        ),
+                    )
                 } else {
-                    0
-                };
-                (
-                    progress,
-                    if job.removing_namespace {
-                        format!("waiting for namespace {namespace} to go")
-                    } else {
-                        format!("{left} pods left")
-                    },
-                )
+                    (50, "0 pods left".to_string())
+                }
             }
             _ => {
                 let (_, progress, status) = self.rollout(namespace, name, job);
