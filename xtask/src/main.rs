@@ -853,11 +853,6 @@ fn test(go: std::thread::JoinHandle<Result<GoTools>>) -> Result<()> {
         ensure_registry()?;
         Ok((ensure_schemathesis()?, ensure_promtool()?))
     })?;
-    let go = phases::timed("waiting for the Go tools", || go.join())
-        .map_err(|_| anyhow::anyhow!("building the Go tools panicked"))??;
-    // The real-server suite's control plane: started once for the whole
-    // run, stopped when the run ends.
-    let real = phases::timed("control plane", || real_cluster(go.control_plane))?;
     // The example policies' own unit tests, natively (the Rust SDK's
     // builders and the default rules as a library).
     phases::timed("examples' unit tests", || {
@@ -888,6 +883,9 @@ fn test(go: std::thread::JoinHandle<Result<GoTools>>) -> Result<()> {
     // tests use. Every target of the workspace, the benchmarks and the fuzz
     // targets among them, is compiled and linted by clippy's driver here
     // (the tests' run below needs only some of them).
+    linted::clippy_driver().context(
+        "clippy's driver is missing, and the test build lints through it (rustup component add clippy)",
+    )?;
     phases::timed("test build", || {
         linted::build(
             linted::cargo()
@@ -899,6 +897,13 @@ fn test(go: std::thread::JoinHandle<Result<GoTools>>) -> Result<()> {
     })
     .context("building the tests")?;
     let image = phases::timed("image", test_image)?;
+    // The Go programs are waited for only now: on a cold machine they build
+    // beside the plugins and the test build.
+    let go = phases::timed("waiting for the Go tools", || go.join())
+        .map_err(|_| anyhow::anyhow!("building the Go tools panicked"))??;
+    // The real-server suite's control plane: started once for the whole
+    // run, stopped when the run ends.
+    let real = phases::timed("control plane", || real_cluster(go.control_plane))?;
     phases::timed("krew", test_krew)?;
     let mut command = linted::cargo();
     command
