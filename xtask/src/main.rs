@@ -305,6 +305,47 @@ fn ensure_schemathesis() -> Result<PathBuf> {
     Ok(st)
 }
 
+/// Grafana's dashboard schema (`@grafana/schema`, its TypeScript types)
+/// and the TypeScript compiler, at the versions `tests/grafana/package-lock.json`
+/// pins, installed by `npm ci` under the target folder (again only when the
+/// pins change): the chart's dashboard test compiles the dashboard as a
+/// typed `Dashboard` with them. The folder holding `node_modules`.
+fn ensure_grafana_schema() -> Result<PathBuf> {
+    let pins = root().join("tests/grafana");
+    let read = |name: &str| {
+        std::fs::read_to_string(pins.join(name))
+            .with_context(|| format!("reading tests/grafana/{name}"))
+    };
+    let wanted = format!("{}{}", read("package.json")?, read("package-lock.json")?);
+    let dir = cargo_target_dir().join("tools/grafana-schema");
+    let stamp = dir.join("installed");
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(dir);
+    }
+    if probe("npm", &["--version"]).is_none() {
+        eprintln!("xtask: installing Debian's nodejs and npm for the dashboard's schema check");
+        apt_install(&["nodejs", "npm"])?;
+    }
+    eprintln!(
+        "xtask: installing Grafana's dashboard schema into {}",
+        dir.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    for name in ["package.json", "package-lock.json"] {
+        std::fs::copy(pins.join(name), dir.join(name))?;
+    }
+    run(
+        Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&dir),
+        INSTALL,
+    )
+    .context("installing Grafana's dashboard schema from npm")?;
+    std::fs::write(&stamp, wanted)?;
+    Ok(dir)
+}
+
 /// Prometheus' `promtool` (checks and unit-tests the chart's alert rules
 /// and the Grafana dashboard's queries): Debian's, taken out of its
 /// `prometheus` package into the target folder without installing the
@@ -848,10 +889,14 @@ fn go_tools() -> Result<GoTools> {
 }
 
 fn test(go: std::thread::JoinHandle<Result<GoTools>>) -> Result<()> {
-    let (schemathesis, promtool) = phases::timed("tools", || -> Result<_> {
+    let (schemathesis, promtool, grafana_schema) = phases::timed("tools", || -> Result<_> {
         ensure_browser()?;
         ensure_registry()?;
-        Ok((ensure_schemathesis()?, ensure_promtool()?))
+        Ok((
+            ensure_schemathesis()?,
+            ensure_promtool()?,
+            ensure_grafana_schema()?,
+        ))
     })?;
     // The example policies' own unit tests, natively (the Rust SDK's
     // builders and the default rules as a library).
@@ -909,6 +954,7 @@ fn test(go: std::thread::JoinHandle<Result<GoTools>>) -> Result<()> {
     command
         .args(["test", "--workspace", "--no-fail-fast"])
         .env("VERDICT_SCHEMATHESIS", schemathesis)
+        .env("VERDICT_GRAFANA_SCHEMA", grafana_schema)
         .current_dir(root());
     // The suite waits on processes, the control plane and the browser more
     // than it computes: one test more than there are cores keeps them busy

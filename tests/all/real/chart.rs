@@ -1046,3 +1046,71 @@ fn the_charts_grafana_dashboard_queries_what_verdict_serves() {
         }
     }
 }
+
+/// The chart's Grafana dashboard is a dashboard by Grafana's own schema:
+/// compiled as a typed `Dashboard` of `@grafana/schema` (the types Grafana
+/// generates from it) by the TypeScript compiler, which refuses a field the
+/// schema does not know, one it requires missing, or a value of the wrong
+/// type. A panel with a misspelt field is refused, so the check can fail.
+/// Needs no control plane: `cargo xtask test` installs the pinned schema
+/// (`tests/grafana`) and names it in `VERDICT_GRAFANA_SCHEMA`.
+#[test]
+fn the_charts_grafana_dashboard_is_a_dashboard_by_grafanas_schema() {
+    let Some(schema) = std::env::var_os("VERDICT_GRAFANA_SCHEMA") else {
+        eprintln!(
+            "GRAFANA'S DASHBOARD SCHEMA IS NOT INSTALLED (VERDICT_GRAFANA_SCHEMA is unset): the \
+             dashboard's schema check is skipped; `cargo xtask test` installs it and runs it"
+        );
+        return;
+    };
+    let schema = Path::new(&schema);
+    let check = |dashboard: &Value| -> Result<(), String> {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(schema.join("node_modules"), dir.path().join("node_modules"))
+            .unwrap();
+        std::fs::write(
+            dir.path().join("dashboard.ts"),
+            format!(
+                "import type {{ Dashboard }} from \"@grafana/schema\";\n\
+                 export const dashboard: Dashboard = {dashboard:#};\n"
+            ),
+        )
+        .unwrap();
+        let config = json!({
+            "compilerOptions": {"strict": true, "noEmit": true, "module": "nodenext",
+                "moduleResolution": "nodenext", "target": "es2022", "skipLibCheck": true},
+            "files": ["dashboard.ts"],
+        });
+        std::fs::write(dir.path().join("tsconfig.json"), config.to_string()).unwrap();
+        let out = std::process::Command::new(schema.join("node_modules/.bin/tsc"))
+            .args(["-p", "."])
+            .current_dir(dir.path())
+            .output()
+            .expect("the TypeScript compiler runs");
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/chart/verdict/dashboards/verdict.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    if let Err(errors) = check(&dashboard) {
+        panic!(
+            "{} is not a dashboard by Grafana's schema:\n{errors}",
+            file.display()
+        );
+    }
+
+    let mut misspelt = dashboard.clone();
+    let panel = misspelt["panels"][1].as_object_mut().unwrap();
+    let title = panel.remove("title").expect("the second panel has a title");
+    panel.insert("titel".into(), title);
+    let refused = check(&misspelt).expect_err("a panel's misspelt field is refused");
+    assert!(refused.contains("titel"), "{refused}");
+}
