@@ -594,16 +594,19 @@ fn demo(rest: &[String]) -> Result<()> {
 }
 
 /// `cargo xtask run -- ARGS`: verdict in the dev profile (the test
-/// build's), run with ARGS.
+/// build's), run with ARGS in the folder it was asked from (its paths are
+/// the caller's).
 fn run_verdict(rest: &[String]) -> Result<()> {
     let args = match rest.first().map(String::as_str) {
         Some("--") => &rest[1..],
         _ => rest,
     };
     let status = linted::cargo()
-        .args(["run", "--package", "verdict", "--"])
+        .arg("run")
+        .arg("--manifest-path")
+        .arg(root().join("Cargo.toml"))
+        .args(["--package", "verdict", "--"])
         .args(args)
-        .current_dir(root())
         .status()?;
     if !status.success() {
         bail!("verdict exited with {status}");
