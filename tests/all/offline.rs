@@ -73,6 +73,57 @@ fn the_default_status_cases_pass() {
     assert!(passed >= 60, "only {passed} cases ran");
 }
 
+/// Away from the repository, with no plugin folder named, `verdict eval`
+/// and `verdict test` use the default policies the binary carries, as
+/// `verdict serve` does: an installed binary judges alone. A folder named
+/// that does not exist is still an error naming it.
+#[test]
+fn away_from_a_plugin_folder_the_offline_commands_use_the_built_in_policies() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args(args)
+            .env(support::CACHE_VARIABLE, support::shared_cache())
+            .env_remove("VERDICT_PLUGINS")
+            .current_dir(elsewhere.path())
+            .output()
+            .unwrap()
+    };
+    let objects = workspace().join("examples/objects/cluster.yaml");
+    let objects = objects.to_str().unwrap();
+    let eval = run(&["eval", "--objects", objects, "-o", "json"]);
+    assert!(
+        eval.status.success(),
+        "{}",
+        String::from_utf8_lossy(&eval.stderr)
+    );
+    let judged: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+    let apps = judged["apps"].as_array().expect("apps judged");
+    assert!(!apps.is_empty(), "{judged}");
+
+    let cases = workspace().join("plugins/status/tests");
+    let test = run(&["test", cases.to_str().unwrap()]);
+    let (passed, failed) = tally(&test);
+    assert!(test.status.success(), "{}", stdout(&test));
+    assert_eq!(failed, 0);
+    assert!(passed >= 60, "only {passed} cases ran");
+
+    let missing = elsewhere.path().join("no-such-folder");
+    let refused = run(&[
+        "eval",
+        "--plugins",
+        missing.to_str().unwrap(),
+        "--objects",
+        objects,
+    ]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("no-such-folder") && said.contains("does not exist"),
+        "{said}"
+    );
+}
+
 /// Without `--policy`, each case file is run by the policy of its world —
 /// told by its `world:` or by its cases — so that the repository's own
 /// cases pass together; a world no plugin serves fails that file's cases,

@@ -19,19 +19,15 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::plugins::Limits;
-use crate::plugins::{CallError, Registry, Runtime, Slot, Version, World};
+use crate::plugins::{CallError, Registry, Runtime, Slot, Version, World, builtin};
 
 /// Which status plugin to use.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PolicyArgs {
-    /// Folder of plugin components.
-    #[arg(
-        long,
-        env = "VERDICT_PLUGINS",
-        value_name = "DIR",
-        default_value = "target/plugins"
-    )]
-    pub plugins: PathBuf,
+    /// Folder of plugin components [default: `target/plugins` where it
+    /// exists, else the default policies built into this binary].
+    #[arg(long, env = "VERDICT_PLUGINS", value_name = "DIR")]
+    pub plugins: Option<PathBuf>,
 
     /// The plugin to use, by file name without `.wasm` [default: the one
     /// serving the status world].
@@ -92,20 +88,30 @@ impl PolicyArgs {
         self.load()?.pick(self.policy.as_deref(), world)
     }
 
-    /// Load the plugin folder.
+    /// Load the plugin folder: the one named, else `target/plugins` where
+    /// it exists, else the default policies the binary carries (as `verdict
+    /// serve` does, so that an installed binary judges alone).
     pub fn load(&self) -> Result<PluginFolder> {
-        if !self.plugins.is_dir() {
-            return Err(Error::Invalid(format!(
-                "plugin folder {} does not exist (build it with `cargo xtask plugins`)",
-                self.plugins.display()
-            )));
+        let dir = match &self.plugins {
+            Some(dir) if !dir.is_dir() => {
+                return Err(Error::Invalid(format!(
+                    "plugin folder {} does not exist (build it with `cargo xtask plugins`)",
+                    dir.display()
+                )));
+            }
+            Some(dir) => Some(dir.clone()),
+            None => Some(PathBuf::from("target/plugins")).filter(|d| d.is_dir()),
+        };
+        if dir.is_none() && builtin::files().is_empty() {
+            return Err(Error::Invalid(
+                "no plugin folder (--plugins DIR), and this binary carries no default \
+                 policies (build them with `cargo xtask plugins` before the binary)"
+                    .into(),
+            ));
         }
         let runtime = Runtime::new(&code_cache(self.cache_dir.as_deref()), self.limits)?;
-        let registry = Registry::new(
-            Arc::new(runtime),
-            Some(self.plugins.clone()),
-            Default::default(),
-        );
+        let registry = Registry::new(Arc::new(runtime), dir.clone(), Default::default())
+            .with_builtin(dir.is_none());
         let rejected = registry
             .reload()
             .rejected
@@ -115,7 +121,7 @@ impl PolicyArgs {
         Ok(PluginFolder {
             registry,
             rejected,
-            folder: self.plugins.clone(),
+            folder: dir.unwrap_or_else(|| PathBuf::from(builtin::FOLDER)),
         })
     }
 }
