@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use tokio_util::task::AbortOnDropHandle;
+
 use crate::admission::Admission;
 use crate::config::{ClusterSource, Config};
 use crate::delivery::Cache;
@@ -526,7 +528,7 @@ impl Host {
                     false => controller.with_events(),
                 });
                 counts = Some(Arc::clone(&controller.counts));
-                loops.push(tokio::spawn(controller.run()));
+                loops.push(tokio::spawn(controller.run(stopping.subscribe())));
             }
             delivery = Some(Arc::new(crate::lifecycle::service::Service::new(
                 client.clone(),
@@ -644,10 +646,20 @@ impl Host {
     }
 
     /// Wait (a little) until the election loop has freed the Lease and
-    /// the heartbeat is taken away.
+    /// the heartbeat is taken away; then end the host's loops and wait
+    /// until they have ended. An aborted task ends at its next await, and
+    /// one still at work when the runtime shuts down may start a task the
+    /// closed runtime refuses (kube-runtime's controllers panic on that as
+    /// they spawn a reconcile), so none is left running past this.
     pub async fn released(&mut self) {
+        let patience = std::time::Duration::from_secs(3);
         let ending = futures_util::future::join_all(self.elector.drain(..));
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(3), ending).await;
+        let _ = tokio::time::timeout(patience, ending).await;
+        for task in &self.loops {
+            task.abort();
+        }
+        let ended = futures_util::future::join_all(self.loops.drain(..));
+        let _ = tokio::time::timeout(patience, ended).await;
     }
 }
 
@@ -851,7 +863,7 @@ pub async fn serve_fleet(config: crate::config::FleetConfig) -> Result<()> {
         crate::fleet::members::Source::Static,
         config.members.clone(),
     );
-    let _silence = AbortOnDrop(fleet.watch_silence());
+    let _silence = AbortOnDropHandle::new(fleet.watch_silence());
     let mut discovery = Vec::new();
     if config.fleet.cluster_profiles || config.fleet.argocd_namespace.is_some() {
         let mut demo = None;
@@ -871,18 +883,14 @@ pub async fn serve_fleet(config: crate::config::FleetConfig) -> Result<()> {
                 })?,
                 None => crate::fleet::members::Providers::default(),
             };
-            discovery.push(AbortOnDrop(crate::fleet::members::follow_profiles(
-                &fleet,
-                client.clone(),
-                providers,
-            )));
+            discovery.push(AbortOnDropHandle::new(
+                crate::fleet::members::follow_profiles(&fleet, client.clone(), providers),
+            ));
         }
         if let Some(namespace) = &config.fleet.argocd_namespace {
-            discovery.push(AbortOnDrop(crate::fleet::members::follow_argocd(
-                &fleet,
-                client.clone(),
-                namespace,
-            )));
+            discovery.push(AbortOnDropHandle::new(
+                crate::fleet::members::follow_argocd(&fleet, client.clone(), namespace),
+            ));
         }
     }
     let metrics = Arc::new(http::metrics::Metrics::default());
@@ -915,15 +923,6 @@ pub async fn serve_fleet(config: crate::config::FleetConfig) -> Result<()> {
         },
     )
     .await
-}
-
-/// A task aborted when this is dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// How long a shutdown waits for requests in flight.

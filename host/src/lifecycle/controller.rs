@@ -279,7 +279,7 @@ impl Controller {
     /// namespaces carried out, and reconcile each as it changes, while this
     /// replica leads, until the process ends. Every replica keeps the
     /// stores warm; only the leader acts.
-    pub async fn run(self: Arc<Self>) {
+    pub async fn run(self: Arc<Self>, mut stopping: tokio::sync::watch::Receiver<bool>) {
         tracing::info!(
             every_ms = self.every.as_millis() as u64,
             hooks = ?self.calls.hooks().names().collect::<Vec<_>>(),
@@ -289,16 +289,26 @@ impl Controller {
             true => vec![None],
             false => self.namespaces.iter().cloned().map(Some).collect(),
         };
-        let mut running = Vec::new();
+        let mut running = tokio::task::JoinSet::new();
         for namespace in scopes {
-            running.push(tokio::spawn(Arc::clone(&self).run_scope(namespace)));
+            running.spawn(Arc::clone(&self).run_scope(namespace));
         }
-        tokio::spawn(Arc::clone(&self).say_missing_policy());
-        for scope in running {
-            if let Err(error) = scope.await {
-                tracing::error!(%error, "VM delivery: a namespace's controllers ended");
-            }
+        running.spawn(Arc::clone(&self).say_missing_policy());
+        tokio::select! {
+            () = async {
+                while let Some(ended) = running.join_next().await {
+                    if let Err(error) = ended {
+                        tracing::error!(%error, "VM delivery: a namespace's controllers ended");
+                    }
+                }
+            } => {}
+            _ = stopping.wait_for(|stop| *stop) => {}
         }
+        // The host stops: the controllers end here, and are waited for, so
+        // that none is still starting a reconcile when the runtime shuts
+        // down (a task the closed runtime refuses is a panic in
+        // kube-runtime).
+        running.shutdown().await;
     }
 
     /// Say when no lifecycle policy is loaded, and when one is again.
@@ -364,7 +374,9 @@ impl Controller {
             servers: to_servers,
             machines: to_machines,
         };
-        tokio::spawn(async move {
+        // Both helpers end with this scope (they hold its watches).
+        let mut helpers = tokio::task::JoinSet::new();
+        helpers.spawn(async move {
             while let Some((which, object)) = changes.recv().await {
                 route.changed(&routed, which, object.as_ref());
             }
@@ -372,7 +384,7 @@ impl Controller {
         // A hook's answer is taken as soon as it comes.
         let mut answered = self.calls.answered();
         let answers = Arc::clone(&scope);
-        tokio::spawn(async move {
+        helpers.spawn(async move {
             loop {
                 match answered.recv().await {
                     Ok(instance) => {

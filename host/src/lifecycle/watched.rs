@@ -16,6 +16,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event};
+use tokio_util::task::AbortOnDropHandle;
 
 /// The longest wait between two tries of a failed list or watch.
 const RETRY_AT_MOST: Duration = Duration::from_secs(4);
@@ -58,12 +59,14 @@ pub struct Watched {
     pub resource: ApiResource,
     what: &'static str,
     reading: Arc<Mutex<Reading>>,
+    /// The watch: it ends when the last copy of this is dropped.
+    _watching: Arc<AbortOnDropHandle<()>>,
 }
 
 impl Watched {
     /// Watch `api`'s objects of `resource` (`what` names them in errors)
-    /// for as long as the process runs, telling `on_change` of each change
-    /// once the store has it.
+    /// for as long as this (or a copy) is kept, telling `on_change` of each
+    /// change once the store has it.
     pub fn start(
         api: Api<DynamicObject>,
         resource: &ApiResource,
@@ -73,21 +76,16 @@ impl Watched {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let reading = Arc::new(Mutex::new(Reading::Starting));
-        let watched = Self {
-            store,
-            resource: resource.clone(),
-            what,
-            reading: Arc::clone(&reading),
-        };
         let events = reflector::reflector(
             writer,
             watcher::watcher(api, watcher::Config::default()).backoff(Retry::new()),
         );
-        tokio::spawn(async move {
+        let told = Arc::clone(&reading);
+        let watching = tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             while let Some(event) = events.next().await {
                 let set = |now: Reading| {
-                    *reading.lock().unwrap_or_else(|p| p.into_inner()) = now;
+                    *told.lock().unwrap_or_else(|p| p.into_inner()) = now;
                 };
                 match event {
                     Ok(Event::Apply(object) | Event::Delete(object)) => {
@@ -116,7 +114,13 @@ impl Watched {
                 }
             }
         });
-        watched
+        Self {
+            store,
+            resource: resource.clone(),
+            what,
+            reading,
+            _watching: Arc::new(AbortOnDropHandle::new(watching)),
+        }
     }
 
     /// Whether the store can be trusted, and why not.
