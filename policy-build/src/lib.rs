@@ -177,11 +177,6 @@ impl Tools {
         if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
             return Ok(script);
         }
-        if probe("npm", &["--version"]).is_none() {
-            eprintln!("building a JavaScript policy needs Node.js and npm; installing Debian's");
-            apt_install(&["nodejs", "npm"])
-                .context("building a JavaScript policy needs Node.js and npm on the PATH")?;
-        }
         eprintln!(
             "installing componentize-js {COMPONENTIZE_JS} into {}",
             dir.display()
@@ -190,13 +185,8 @@ impl Tools {
         std::fs::write(dir.join("package.json"), JS_PACKAGE)?;
         std::fs::write(dir.join("package-lock.json"), JS_LOCK)?;
         std::fs::write(&script, JS_BUILD)?;
-        run(
-            Command::new("npm")
-                .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-                .current_dir(&dir),
-            INSTALL,
-        )
-        .context("installing componentize-js from npm")?;
+        process::npm_ci(&dir, "building a JavaScript policy")
+            .context("installing componentize-js from npm")?;
         std::fs::write(&stamp, wanted)?;
         Ok(script)
     }

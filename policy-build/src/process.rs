@@ -84,6 +84,24 @@ pub fn apt_install(packages: &[&str]) -> Result<()> {
     apt_get(&args)
 }
 
+/// `npm ci` in `dir` (its `package.json` and `package-lock.json` written
+/// there), for `what` — Node.js and npm installed from Debian first when
+/// missing.
+pub fn npm_ci(dir: &std::path::Path, what: &str) -> Result<()> {
+    if probe("npm", &["--version"]).is_none() {
+        eprintln!("{what} needs Node.js and npm; installing Debian's");
+        apt_install(&["nodejs", "npm"])
+            .with_context(|| format!("{what} needs Node.js and npm on the PATH"))?;
+    }
+    run(
+        Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(dir),
+        INSTALL,
+    )
+    .with_context(|| format!("{what}: npm ci in {}", dir.display()))
+}
+
 /// Write `bytes` to `path` through a file beside it and a rename, so that a
 /// host watching the folder never reads half a file.
 pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<()> {

@@ -322,10 +322,6 @@ fn ensure_grafana_schema() -> Result<PathBuf> {
     if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
         return Ok(dir);
     }
-    if probe("npm", &["--version"]).is_none() {
-        eprintln!("xtask: installing Debian's nodejs and npm for the dashboard's schema check");
-        apt_install(&["nodejs", "npm"])?;
-    }
     eprintln!(
         "xtask: installing Grafana's dashboard schema into {}",
         dir.display()
@@ -335,13 +331,8 @@ fn ensure_grafana_schema() -> Result<PathBuf> {
     for name in ["package.json", "package-lock.json"] {
         std::fs::copy(pins.join(name), dir.join(name))?;
     }
-    run(
-        Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&dir),
-        INSTALL,
-    )
-    .context("installing Grafana's dashboard schema from npm")?;
+    verdict_policy_build::process::npm_ci(&dir, "the dashboard's schema check")
+        .context("installing Grafana's dashboard schema from npm")?;
     std::fs::write(&stamp, wanted)?;
     Ok(dir)
 }
