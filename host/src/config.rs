@@ -632,7 +632,7 @@ impl ServeArgs {
                 });
             }
             Some(dir) => Some(dir),
-            None => Some(PathBuf::from("target/plugins")).filter(|d| d.is_dir()),
+            None => plugins::builtin::default_folder(),
         };
         let ClusterArgs {
             kubeconfig,

@@ -171,24 +171,16 @@ impl Tools {
     /// script.
     pub fn componentize_js(&self) -> Result<PathBuf> {
         let dir = self.dir.join(format!("componentize-js-{COMPONENTIZE_JS}"));
-        let script = dir.join("build.mjs");
-        let stamp = dir.join("installed");
-        let wanted = format!("{JS_PACKAGE}{JS_LOCK}{JS_BUILD}");
-        if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
-            return Ok(script);
-        }
-        eprintln!(
-            "installing componentize-js {COMPONENTIZE_JS} into {}",
-            dir.display()
-        );
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("package.json"), JS_PACKAGE)?;
-        std::fs::write(dir.join("package-lock.json"), JS_LOCK)?;
-        std::fs::write(&script, JS_BUILD)?;
-        process::npm_ci(&dir, "building a JavaScript policy")
-            .context("installing componentize-js from npm")?;
-        std::fs::write(&stamp, wanted)?;
-        Ok(script)
+        process::npm_install(
+            &dir,
+            &[
+                ("package.json", JS_PACKAGE),
+                ("package-lock.json", JS_LOCK),
+                ("build.mjs", JS_BUILD),
+            ],
+            &format!("componentize-js {COMPONENTIZE_JS}"),
+        )?;
+        Ok(dir.join("build.mjs"))
     }
 
     /// componentize-py installed with pip into a folder of its own; that

@@ -84,14 +84,25 @@ pub fn apt_install(packages: &[&str]) -> Result<()> {
     apt_get(&args)
 }
 
-/// `npm ci` in `dir` (its `package.json` and `package-lock.json` written
-/// there), for `what` — Node.js and npm installed from Debian first when
-/// missing.
-pub fn npm_ci(dir: &std::path::Path, what: &str) -> Result<()> {
+/// `files` (name and contents: a `package.json`, its `package-lock.json`
+/// …) written into `dir` and `npm ci` run there, for `what` — unless the
+/// same files were installed there before (a stamp of their contents).
+/// Node.js and npm are installed from Debian first when missing.
+pub fn npm_install(dir: &std::path::Path, files: &[(&str, &str)], what: &str) -> Result<()> {
+    let stamp = dir.join("installed");
+    let wanted: String = files.iter().map(|(_, contents)| *contents).collect();
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(());
+    }
     if probe("npm", &["--version"]).is_none() {
         eprintln!("{what} needs Node.js and npm; installing Debian's");
         apt_install(&["nodejs", "npm"])
             .with_context(|| format!("{what} needs Node.js and npm on the PATH"))?;
+    }
+    eprintln!("installing {what} into {}", dir.display());
+    std::fs::create_dir_all(dir)?;
+    for (name, contents) in files {
+        std::fs::write(dir.join(name), contents)?;
     }
     run(
         Command::new("npm")
@@ -99,7 +110,9 @@ pub fn npm_ci(dir: &std::path::Path, what: &str) -> Result<()> {
             .current_dir(dir),
         INSTALL,
     )
-    .with_context(|| format!("{what}: npm ci in {}", dir.display()))
+    .with_context(|| format!("installing {what} from npm (npm ci in {})", dir.display()))?;
+    std::fs::write(&stamp, wanted)?;
+    Ok(())
 }
 
 /// Write `bytes` to `path` through a file beside it and a rename, so that a

@@ -21,10 +21,16 @@ fn workspace() -> PathBuf {
 }
 
 fn verdict(args: &[&str]) -> Output {
+    verdict_in(&workspace(), args)
+}
+
+/// `verdict ARGS` run in `dir` (no plugin folder named by the environment).
+fn verdict_in(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(args)
         .env(support::CACHE_VARIABLE, support::shared_cache())
-        .current_dir(workspace())
+        .env_remove("VERDICT_PLUGINS")
+        .current_dir(dir)
         .output()
         .unwrap()
 }
@@ -80,15 +86,7 @@ fn the_default_status_cases_pass() {
 #[test]
 fn away_from_a_plugin_folder_the_offline_commands_use_the_built_in_policies() {
     let elsewhere = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_verdict"))
-            .args(args)
-            .env(support::CACHE_VARIABLE, support::shared_cache())
-            .env_remove("VERDICT_PLUGINS")
-            .current_dir(elsewhere.path())
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| verdict_in(elsewhere.path(), args);
     let objects = workspace().join("examples/objects/cluster.yaml");
     let objects = objects.to_str().unwrap();
     let eval = run(&["eval", "--objects", objects, "-o", "json"]);

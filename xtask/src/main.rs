@@ -316,24 +316,13 @@ fn ensure_grafana_schema() -> Result<PathBuf> {
         std::fs::read_to_string(pins.join(name))
             .with_context(|| format!("reading tests/grafana/{name}"))
     };
-    let wanted = format!("{}{}", read("package.json")?, read("package-lock.json")?);
+    let (package, lock) = (read("package.json")?, read("package-lock.json")?);
     let dir = cargo_target_dir().join("tools/grafana-schema");
-    let stamp = dir.join("installed");
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
-        return Ok(dir);
-    }
-    eprintln!(
-        "xtask: installing Grafana's dashboard schema into {}",
-        dir.display()
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    for name in ["package.json", "package-lock.json"] {
-        std::fs::copy(pins.join(name), dir.join(name))?;
-    }
-    verdict_policy_build::process::npm_ci(&dir, "the dashboard's schema check")
-        .context("installing Grafana's dashboard schema from npm")?;
-    std::fs::write(&stamp, wanted)?;
+    verdict_policy_build::process::npm_install(
+        &dir,
+        &[("package.json", &package), ("package-lock.json", &lock)],
+        "Grafana's dashboard schema",
+    )?;
     Ok(dir)
 }
 

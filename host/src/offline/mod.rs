@@ -100,7 +100,7 @@ impl PolicyArgs {
                 )));
             }
             Some(dir) => Some(dir.clone()),
-            None => Some(PathBuf::from("target/plugins")).filter(|d| d.is_dir()),
+            None => builtin::default_folder(),
         };
         if dir.is_none() && builtin::files().is_empty() {
             return Err(Error::Invalid(

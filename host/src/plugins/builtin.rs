@@ -42,6 +42,13 @@ pub fn files() -> BTreeMap<String, PathBuf> {
         .collect()
 }
 
+/// The plugin folder used when none is named: `target/plugins` (the
+/// folder `cargo xtask plugins` builds) where it exists; else the built-in
+/// policies serve.
+pub fn default_folder() -> Option<PathBuf> {
+    Some(PathBuf::from("target/plugins")).filter(|d| d.is_dir())
+}
+
 /// A built-in policy's component.
 pub fn bytes(name: &str) -> Option<&'static [u8]> {
     EMBEDDED
