@@ -9,7 +9,7 @@
 // WIT values in JavaScript: records are objects with camelCase fields, enums
 // are their WIT names as strings, options are a value or undefined, and
 // 64-bit integers (timestamps) are BigInts.
-import { status as defaultStatus } from 'verdict:policy/defaults@0.3.0';
+import { status as defaultStatus } from 'verdict:policy/defaults@0.4.0';
 
 const MAINTENANCE_LABEL = 'example.dev/maintenance';
 

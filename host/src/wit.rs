@@ -16,9 +16,9 @@ mod generated {
             inline: "
                 package verdict:host;
                 world status-policy {
-                    import verdict:policy/host@0.3.0;
-                    import verdict:policy/defaults@0.3.0;
-                    export verdict:policy/status@0.3.0;
+                    import verdict:policy/host@0.4.0;
+                    import verdict:policy/defaults@0.4.0;
+                    export verdict:policy/status@0.4.0;
                 }
             ",
             world: "verdict:host/status-policy",
@@ -34,8 +34,8 @@ mod generated {
             inline: "
                 package verdict:host;
                 world failover-policy {
-                    import verdict:policy/host@0.3.0;
-                    export verdict:policy/failover@0.3.0;
+                    import verdict:policy/host@0.4.0;
+                    export verdict:policy/failover@0.4.0;
                 }
             ",
             world: "verdict:host/failover-policy",
@@ -55,8 +55,8 @@ mod generated {
             inline: "
                 package verdict:host;
                 world admission-policy {
-                    import verdict:policy/host@0.3.0;
-                    export verdict:policy/admission@0.3.0;
+                    import verdict:policy/host@0.4.0;
+                    export verdict:policy/admission@0.4.0;
                 }
             ",
             world: "verdict:host/admission-policy",
@@ -74,8 +74,8 @@ mod generated {
             inline: "
                 package verdict:host;
                 world lifecycle-policy {
-                    import verdict:policy/host@0.3.0;
-                    export verdict:policy/lifecycle@0.3.0;
+                    import verdict:policy/host@0.4.0;
+                    export verdict:policy/lifecycle@0.4.0;
                 }
             ",
             world: "verdict:host/lifecycle-policy",
@@ -204,6 +204,7 @@ wit_names! {
     types::TaskAction {
         Create => "create", Start => "start", Stop => "stop", Restart => "restart",
         Update => "update", Scale => "scale", Delete => "delete", Migrate => "migrate",
+        Adopt => "adopt",
     }
     types::Severity {
         Ok => "ok", Progressing => "progressing", Warning => "warning", Error => "error",

@@ -226,7 +226,7 @@ impl Tools {
     }
 }
 
-/// The interfaces a component imports, by name (`verdict:policy/host@0.3.0`,
+/// The interfaces a component imports, by name (`verdict:policy/host@0.4.0`,
 /// `wasi:filesystem/preopens@0.2.9`, …).
 pub fn imports(component: &[u8]) -> Result<Vec<String>> {
     match wit_component::decode(component).context("reading the component's world")? {

@@ -6,7 +6,7 @@
 //! `…created`), its world (`dev.verdict.policy.world`: `status-policy`,
 //! `failover-policy`, `admission-policy`, `lifecycle-policy`) and the WIT
 //! package it was built against (`dev.verdict.policy.wit`:
-//! `verdict:policy@0.3.0`).
+//! `verdict:policy@0.4.0`).
 //!
 //! A pull checks the manifest's digest against the reference's (when it
 //! names one) and the layer's against the manifest's; nothing is handed on

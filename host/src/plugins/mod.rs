@@ -138,10 +138,10 @@ impl World {
     /// The interface a component of this world exports.
     pub(crate) fn export_name(self) -> &'static str {
         match self {
-            World::Status => "verdict:policy/status@0.3.0",
-            World::Failover => "verdict:policy/failover@0.3.0",
-            World::Admission => "verdict:policy/admission@0.3.0",
-            World::Lifecycle => "verdict:policy/lifecycle@0.3.0",
+            World::Status => "verdict:policy/status@0.4.0",
+            World::Failover => "verdict:policy/failover@0.4.0",
+            World::Admission => "verdict:policy/admission@0.4.0",
+            World::Lifecycle => "verdict:policy/lifecycle@0.4.0",
         }
     }
 

@@ -104,16 +104,16 @@ fn with_encoded<T: Serialize + ?Sized, R>(
 }
 
 /// The interface of the encoded status batches.
-const STATUS_ENCODED: &str = "verdict:policy/status-encoded@0.3.0";
+const STATUS_ENCODED: &str = "verdict:policy/status-encoded@0.4.0";
 
 /// The interface of the encoded failover input.
-const FAILOVER_ENCODED: &str = "verdict:policy/failover-encoded@0.3.0";
+const FAILOVER_ENCODED: &str = "verdict:policy/failover-encoded@0.4.0";
 
 /// `settings.validate`, for the plugins that export it.
 type ValidateSettings = wasmtime::component::TypedFunc<(String,), (Result<(), String>,)>;
 
 /// The interface of the settings check.
-const SETTINGS: &str = "verdict:policy/settings@0.3.0";
+const SETTINGS: &str = "verdict:policy/settings@0.4.0";
 
 enum Bound {
     Status(StatusPolicy, Option<EncodedCall>),
@@ -300,7 +300,7 @@ fn world_of_exports(exports: &[String]) -> Result<World, LoadError> {
 }
 
 /// The version of the WIT package `verdict:policy` this host speaks.
-pub const PACKAGE_VERSION: &str = "0.3.0";
+pub const PACKAGE_VERSION: &str = "0.4.0";
 
 impl Version {
     /// The settings this version was loaded with (JSON text).
@@ -821,7 +821,7 @@ mod tests {
         assert_eq!(error.kind(), "other-version");
         let text = error.to_string();
         assert!(
-            text.contains("failover-policy") && text.contains("@0.1.0") && text.contains("@0.3.0"),
+            text.contains("failover-policy") && text.contains("@0.1.0") && text.contains("@0.4.0"),
             "{text}"
         );
         let alien = exports(&["example:alien/greeter@1.0.0"]);

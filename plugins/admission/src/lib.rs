@@ -301,6 +301,7 @@ fn action_name(action: TaskAction) -> &'static str {
         TaskAction::Scale => "scale",
         TaskAction::Delete => "delete",
         TaskAction::Migrate => "migrate",
+        TaskAction::Adopt => "adopt",
     }
 }
 

@@ -87,15 +87,15 @@ pub mod bindings_failover {
         inline: "
             package verdict:sdk;
             world failover-policy {
-                import verdict:policy/host@0.3.0;
-                export verdict:policy/failover@0.3.0;
+                import verdict:policy/host@0.4.0;
+                export verdict:policy/failover@0.4.0;
             }
         ",
         path: "../../wit",
         world: "verdict:sdk/failover-policy",
         with: {
-            "verdict:policy/types@0.3.0": verdict_status::verdict::policy::types,
-            "verdict:policy/host@0.3.0": verdict_status::verdict::policy::host,
+            "verdict:policy/types@0.4.0": verdict_status::verdict::policy::types,
+            "verdict:policy/host@0.4.0": verdict_status::verdict::policy::host,
         },
         pub_export_macro: true,
         export_macro_name: "export_failover",
@@ -109,15 +109,15 @@ pub mod bindings_admission {
         inline: "
             package verdict:sdk;
             world admission-policy {
-                import verdict:policy/host@0.3.0;
-                export verdict:policy/admission@0.3.0;
+                import verdict:policy/host@0.4.0;
+                export verdict:policy/admission@0.4.0;
             }
         ",
         path: "../../wit",
         world: "verdict:sdk/admission-policy",
         with: {
-            "verdict:policy/types@0.3.0": verdict_status::verdict::policy::types,
-            "verdict:policy/host@0.3.0": verdict_status::verdict::policy::host,
+            "verdict:policy/types@0.4.0": verdict_status::verdict::policy::types,
+            "verdict:policy/host@0.4.0": verdict_status::verdict::policy::host,
         },
         pub_export_macro: true,
         export_macro_name: "export_admission",
@@ -131,15 +131,15 @@ pub mod bindings_lifecycle {
         inline: "
             package verdict:sdk;
             world lifecycle-policy {
-                import verdict:policy/host@0.3.0;
-                export verdict:policy/lifecycle@0.3.0;
+                import verdict:policy/host@0.4.0;
+                export verdict:policy/lifecycle@0.4.0;
             }
         ",
         path: "../../wit",
         world: "verdict:sdk/lifecycle-policy",
         with: {
-            "verdict:policy/types@0.3.0": verdict_status::verdict::policy::types,
-            "verdict:policy/host@0.3.0": verdict_status::verdict::policy::host,
+            "verdict:policy/types@0.4.0": verdict_status::verdict::policy::types,
+            "verdict:policy/host@0.4.0": verdict_status::verdict::policy::host,
         },
         pub_export_macro: true,
         additional_derives: [PartialEq],
@@ -154,7 +154,7 @@ pub mod bindings_settings {
         inline: "
             package verdict:sdk;
             world settings {
-                export verdict:policy/settings@0.3.0;
+                export verdict:policy/settings@0.4.0;
             }
         ",
         path: "../../wit",

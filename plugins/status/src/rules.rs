@@ -480,6 +480,8 @@ fn transition_of(action: TaskAction) -> Transition {
         TaskAction::Scale => Transition::Scaling,
         TaskAction::Delete => Transition::Deleting,
         TaskAction::Migrate => Transition::Migrating,
+        // The app's objects are only marked as handed over.
+        TaskAction::Adopt => Transition::Updating,
     }
 }
 
@@ -506,6 +508,7 @@ fn action_word(action: TaskAction) -> &'static str {
         TaskAction::Scale => "scale",
         TaskAction::Delete => "delete",
         TaskAction::Migrate => "migrate",
+        TaskAction::Adopt => "adopt",
     }
 }
 

@@ -8,8 +8,8 @@
 // BigInts. An exception that escapes a call traps it (the host keeps the
 // app's last verdict): `evaluateBatch` catches one per app and answers it
 // as that app's error.
-import { status as defaultStatus } from 'verdict:policy/defaults@0.3.0';
-import { log } from 'verdict:policy/host@0.3.0';
+import { status as defaultStatus } from 'verdict:policy/defaults@0.4.0';
+import { log } from 'verdict:policy/host@0.4.0';
 
 // The settings this policy takes, each with a check of its value.
 const SETTINGS = {

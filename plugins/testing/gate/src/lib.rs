@@ -1,5 +1,5 @@
 //! Test plugin `gate`: an admission policy that allows everything, and
-//! misbehaves when asked: a task whose params hold `"misbehave": "trap"` or
+//! misbehaves when asked: a task whose params hold `"x-misbehave": "trap"` or
 //! `"spin"`, or a reviewed object annotated `verdict.dev/misbehave`, makes
 //! the call trap or spin until the host's deadline stops it.
 
@@ -10,8 +10,8 @@ wit_bindgen::generate!({
     inline: "
         package verdict:gate;
         world admission-policy {
-            import verdict:policy/host@0.3.0;
-            export verdict:policy/admission@0.3.0;
+            import verdict:policy/host@0.4.0;
+            export verdict:policy/admission@0.4.0;
         }
     ",
     path: "../../../wit",
@@ -49,7 +49,7 @@ impl Guest for Gate {
 
     fn admit_task(_ctx: Context, input: AdmissionInput) -> Result<TaskAdmission, String> {
         let params: Value = serde_json::from_str(&input.request.params).unwrap_or_default();
-        misbehave(params.get("misbehave").and_then(Value::as_str));
+        misbehave(params.get("x-misbehave").and_then(Value::as_str));
         Ok(TaskAdmission {
             decision: Decision::Allow,
             defaults: "{}".into(),
