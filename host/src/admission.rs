@@ -52,6 +52,20 @@ pub struct Settings {
     /// UID of the cluster's `kube-system` namespace.
     #[arg(long = "cluster-id", value_name = "ID")]
     pub cluster_id: Option<String>,
+    /// Namespaces no task makes an app in, besides verdict's own
+    /// (`--tasks-namespace`); day-2 actions on apps there are still taken.
+    #[arg(
+        long = "protected-namespaces",
+        value_name = "NS,…",
+        value_delimiter = ',',
+        default_value = "kube-system,kube-public,kube-node-lease"
+    )]
+    pub protected_namespaces: Vec<String>,
+    /// Hosts an app's `health-url` may name besides the app's own Service
+    /// and pods (a stand-in for the app, in tests): loopback, link-local
+    /// and other namespaces' names are refused unless named here.
+    #[arg(long = "health-url-allow", value_name = "HOST,…", value_delimiter = ',')]
+    pub health_url_allow: Vec<String>,
 }
 
 impl Default for Settings {
@@ -59,6 +73,10 @@ impl Default for Settings {
         crate::settings::defaults()
     }
 }
+
+/// The fields a day-2 update of any watched app may give: its image and
+/// replicas (and which cluster and namespace it is of).
+pub(crate) const DAY_TWO: [&str; 4] = ["image", "replicas", "namespace", "cluster-id"];
 
 /// The admission side of the host.
 #[derive(Debug, Clone)]
@@ -73,15 +91,35 @@ pub struct Admission {
     /// The cluster a task's fields are checked against (its id, its
     /// storage classes), when there is one.
     pub cluster: Option<Arc<Cluster>>,
+    /// `--health-url-allow`.
+    pub health_url_allow: Arc<[String]>,
 }
+
+/// Which cluster a host serves, and how it knows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct Identity {
+    /// The cluster's id, as tasks name it (seed 000's `cluster_id`).
+    pub id: String,
+    /// `flag` (`--cluster-id`), `kube-system-uid` or `cluster-property`
+    /// (SIG Multicluster's `cluster.clusterset.k8s.io`).
+    pub source: &'static str,
+}
+
+/// The `ClusterProperty` that names a cluster within its clusterset
+/// (KEP-2149).
+const CLUSTER_PROPERTY: &str = "cluster.clusterset.k8s.io";
 
 /// What a task's fields are checked against in the cluster before it is
 /// stored: which cluster this is, the storage classes, what the app's
 /// workload was made from.
 pub struct Cluster {
     client: kube::Client,
-    /// `--cluster-id`, else the `kube-system` namespace's UID, read once.
-    id: tokio::sync::OnceCell<String>,
+    /// `--cluster-id`, else the `kube-system` namespace's UID, else SIG
+    /// Multicluster's `ClusterProperty` `cluster.clusterset.k8s.io`, read
+    /// once.
+    id: tokio::sync::OnceCell<Identity>,
+    /// Where no app is made: `--protected-namespaces` and verdict's own.
+    protected: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -93,29 +131,71 @@ impl std::fmt::Debug for Cluster {
 }
 
 impl Cluster {
-    pub fn new(client: kube::Client, configured: Option<String>) -> Arc<Self> {
+    /// The cluster `client` reaches, as `settings` describe it; `own` is
+    /// verdict's own namespace, protected with the configured ones.
+    pub fn new(client: kube::Client, settings: &Settings, own: &str) -> Arc<Self> {
+        let mut protected: std::collections::BTreeSet<String> = settings
+            .protected_namespaces
+            .iter()
+            .map(|ns| ns.trim().to_string())
+            .filter(|ns| !ns.is_empty())
+            .collect();
+        protected.insert(own.to_string());
         Arc::new(Self {
             client,
-            id: match configured {
-                Some(id) => tokio::sync::OnceCell::new_with(Some(id)),
+            id: match settings.cluster_id.clone() {
+                Some(id) => tokio::sync::OnceCell::new_with(Some(Identity {
+                    id,
+                    source: "flag",
+                })),
                 None => tokio::sync::OnceCell::new(),
             },
+            protected,
         })
     }
 
     /// This cluster's id.
     pub async fn id(&self) -> Result<String, String> {
+        self.identity().await.map(|i| i.id)
+    }
+
+    /// This cluster's id and where it comes from: `--cluster-id`, else the
+    /// `kube-system` namespace's UID, else the `ClusterProperty`
+    /// `cluster.clusterset.k8s.io` where that kind is served.
+    pub async fn identity(&self) -> Result<Identity, String> {
         self.id
             .get_or_try_init(|| async {
                 let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
                     kube::Api::all(self.client.clone());
-                let system = namespaces.get("kube-system").await.map_err(|e| {
-                    format!("which cluster this is could not be read (the kube-system namespace's UID; or set --cluster-id): {e}")
-                })?;
-                system
-                    .metadata
-                    .uid
-                    .ok_or_else(|| "the kube-system namespace has no UID; set --cluster-id".to_string())
+                let uid_error = match namespaces.get("kube-system").await {
+                    Ok(system) => match system.metadata.uid {
+                        Some(id) => {
+                            return Ok(Identity {
+                                id,
+                                source: "kube-system-uid",
+                            });
+                        }
+                        None => "the kube-system namespace has no UID".to_string(),
+                    },
+                    Err(e) => e.to_string(),
+                };
+                let gvk = kube::core::GroupVersionKind::gvk("about.k8s.io", "v1alpha1", "ClusterProperty");
+                let resource = kube::core::ApiResource::from_gvk(&gvk);
+                let properties: kube::Api<DynamicObject> =
+                    kube::Api::all_with(self.client.clone(), &resource);
+                match properties.get_opt(CLUSTER_PROPERTY).await {
+                    Ok(Some(property)) => property.data["spec"]["value"]
+                        .as_str()
+                        .filter(|v| !v.is_empty())
+                        .map(|id| Identity {
+                            id: id.to_string(),
+                            source: "cluster-property",
+                        })
+                        .ok_or_else(|| format!("the ClusterProperty {CLUSTER_PROPERTY} has no value")),
+                    _ => Err(format!(
+                        "which cluster this is could not be read (the kube-system namespace's UID: {uid_error}; no ClusterProperty {CLUSTER_PROPERTY}); set --cluster-id"
+                    )),
+                }
             })
             .await
             .cloned()
@@ -152,6 +232,13 @@ impl Cluster {
         }
         if !matches!(request.action, Action::Create | Action::Update) {
             return Ok(());
+        }
+        let namespace = request.app.split_once('/').map_or("", |(ns, _)| ns);
+        if request.action == Action::Create && self.protected.contains(namespace) {
+            return Err(TaskError::Refused(Refusal::Protected(format!(
+                "namespace {namespace} is protected: verdict makes no app there (--protected-namespaces: {})",
+                self.protected.iter().cloned().collect::<Vec<_>>().join(", ")
+            ))));
         }
         if spec
             .certificate
@@ -405,14 +492,92 @@ impl Admission {
     /// requests, the demo's scripted ones and failover's all come here.
     pub(crate) async fn ask(&self, tasks: &Tasks, mut request: NewTask) -> Result<Task, TaskError> {
         let spec = request.read_spec()?;
+        if let Some(app) = crate::tasks::parse_app(&request.app).ok() {
+            spec.check_health_url(&app.namespace, &app.name, &self.health_url_allow)?;
+        }
         if let Some(cluster) = &self.cluster {
             let kept = self.kept_spec(&request.app);
             cluster.check(&request, &spec, kept).await?;
         }
         let asked = &request.clone();
+        // The policy's word first (who may do what), then whether verdict
+        // may touch what the task names.
         tasks
-            .create(request, |app_tasks| self.admit_task(asked, app_tasks))
+            .create(request, |app_tasks| async move {
+                let admitted = self.admit_task(asked, app_tasks).await?;
+                self.check_ownership(asked).map_err(|e| Denial::NotVerdicts(e.to_string()))?;
+                Ok(admitted)
+            })
             .await
+    }
+
+    /// Refuse a delete, or an update beyond image and replicas, of an app
+    /// whose objects verdict neither made nor was handed, naming each and
+    /// how to hand it over (the executor checks again, on the objects as
+    /// they are then, before it changes anything).
+    fn check_ownership(&self, request: &NewTask) -> Result<(), crate::tasks::Refusal> {
+        use crate::observe::resources::kubevirt::{SETS, VM};
+        use crate::tasks::ownership::{Owner, not_verdicts};
+        use crate::wit::types::TaskAction as Action;
+        let beyond_day_two = match request.action {
+            Action::Delete => true,
+            Action::Update => {
+                !request.params.contains_key("failover")
+                    && request
+                        .params
+                        .keys()
+                        .any(|k| crate::tasks::spec::FIELDS.contains(&k.as_str()) && !DAY_TWO.contains(&k.as_str()))
+            }
+            _ => false,
+        };
+        let (Some(live), true) = (&self.live, beyond_day_two) else {
+            return Ok(());
+        };
+        let Some((namespace, name)) = request.app.split_once('/') else {
+            return Ok(());
+        };
+        let key = (namespace.to_string(), name.to_string());
+        let snapshot = live.observed.read();
+        let mut refused = Vec::new();
+        if let Some(input) = snapshot.inputs_for([&key], crate::time::now()).pop() {
+            for w in &input.app.workloads {
+                let owner = Owner::of_observed(name, &w.labels, &w.annotations);
+                let what = format!("{} {namespace}/{}", crate::observe::workload_kind(w.kind), w.name);
+                // An update beyond image and replicas re-renders the app
+                // from what it was made from: only what verdict made has it.
+                let allowed = match request.action {
+                    Action::Update => owner == Owner::Made,
+                    _ => owner.is_verdicts(),
+                };
+                if !allowed && request.action == Action::Update && owner.is_verdicts() {
+                    refused.push(format!(
+                        "{what} was handed to verdict, not made by it: an update of it sets its image and replicas only"
+                    ));
+                } else if !allowed {
+                    refused.push(not_verdicts(&what, &owner, &request.app));
+                }
+            }
+        }
+        if request.action == Action::Delete {
+            for object in snapshot.objects_of(&key) {
+                let deleted = SETS.contains(&object.kind.as_str())
+                    || (object.kind == VM
+                        && object
+                            .owner
+                            .as_ref()
+                            .is_none_or(|(kind, _)| !SETS.contains(&kind.as_str())));
+                let owner = Owner::of_observed(name, &object.labels, &object.annotations);
+                if deleted && !owner.is_verdicts() {
+                    let what = format!("{} {namespace}/{}", object.kind, object.name);
+                    refused.push(not_verdicts(&what, &owner, &request.app));
+                }
+            }
+        }
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(crate::tasks::Refusal::NotVerdicts(refused.join("; ")))
+        }
     }
 
     /// What the app's workload was made from, when verdict made it.
@@ -444,12 +609,14 @@ impl Admission {
             policy: None,
         })?;
         let (app, verdict) = self.app(&id).await;
-        let spec =
+        let mut spec =
             crate::tasks::spec::AppSpec::of(&request.params).map_err(|e| Denial::Denied {
                 reason: e.to_string(),
                 warnings: Vec::new(),
                 policy: None,
             })?;
+        // The policy sees the material's size, from the material itself.
+        crate::tasks::sealed::SealedFields::unseal(&mut spec, &request.material);
         let input = admission::AdmissionInput {
             request: admission::TaskRequest {
                 app: id,

@@ -427,7 +427,7 @@ impl Host {
         let data_lock = lock_data_dir(&config.data_dir)?;
         let mut demo = None;
         let client = client(&config.cluster, &mut demo).await?;
-        let events = Arc::new(Events::new(config.events.buffer));
+        let events = Arc::new(Events::new(config.events.buffer).bounded_to(config.events.buffer_bytes));
         // Tapped before anything publishes, so that the history sees the
         // first plugin loads.
         let history = Arc::new(crate::history::History::open(
@@ -468,8 +468,13 @@ impl Host {
             failure: config.admission.failure,
             live: live.clone(),
             gate: crate::admission::Gate::new(&config.admission),
+            health_url_allow: config.admission.health_url_allow.clone().into(),
             cluster: client.as_ref().map(|client| {
-                crate::admission::Cluster::new(client.clone(), config.admission.cluster_id.clone())
+                crate::admission::Cluster::new(
+                    client.clone(),
+                    &config.admission,
+                    &config.tasks.namespace,
+                )
             }),
         };
         let stopping = tokio::sync::watch::Sender::new(false);
@@ -857,7 +862,7 @@ async fn serve_until_stopped<F: Future<Output = ()>>(
 /// fleet's view, until Ctrl-C or SIGTERM.
 pub async fn serve_fleet(config: crate::config::FleetConfig) -> Result<()> {
     let (listener, addr) = bind(config.http.listen)?;
-    let events = Arc::new(Events::new(config.events.buffer));
+    let events = Arc::new(Events::new(config.events.buffer).bounded_to(config.events.buffer_bytes));
     let fleet = crate::fleet::Fleet::new(config.fleet.clone(), Arc::clone(&events));
     fleet.set_members(
         crate::fleet::members::Source::Static,

@@ -92,6 +92,12 @@ fn kubectl(cli: &verdict::remote::kubectl::PluginCli) -> ExitCode {
     }
 }
 
+/// Every file a serving host writes (its task store, history, journals,
+/// cached policies) is its own to read: made 0600, folders 0700.
+fn private_files() {
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+}
+
 fn main() -> ExitCode {
     #[cfg(feature = "jemalloc")]
     verdict::memory::allocator_is_jemalloc();
@@ -172,6 +178,7 @@ fn main() -> ExitCode {
                         print!("{}", served.effective);
                         return Ok(());
                     }
+                    private_files();
                     let runtime =
                         tokio::runtime::Runtime::new().map_err(verdict::Error::AsyncRuntime)?;
                     runtime.block_on(verdict::host::serve(served.config))
@@ -179,6 +186,7 @@ fn main() -> ExitCode {
             )
         }
         Command::Fleet(args) => args.into_config().and_then(|config| {
+            private_files();
             let runtime = tokio::runtime::Runtime::new().map_err(verdict::Error::AsyncRuntime)?;
             runtime.block_on(verdict::host::serve_fleet(config))
         }),

@@ -103,6 +103,23 @@ pub fn persist(mut file: tempfile::NamedTempFile, path: &Path) -> std::io::Resul
 /// Open (creating when missing) a database of the host's and migrate it:
 /// `migrations[n]` takes it from schema version `n` to `n + 1`. `what` names
 /// it in messages.
+/// A database and its journals readable by the host's user alone (0600),
+/// also when an earlier version made them readable by others.
+fn private(path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut files = vec![path.to_path_buf()];
+    for suffix in ["-wal", "-shm"] {
+        let mut name = path.as_os_str().to_os_string();
+        name.push(suffix);
+        files.push(name.into());
+    }
+    for file in files.iter().filter(|f| f.exists()) {
+        if let Err(error) = std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)) {
+            tracing::warn!(file = %file.display(), %error, "a database file could not be made private");
+        }
+    }
+}
+
 pub fn open(
     path: &Path,
     what: &'static str,
@@ -128,6 +145,7 @@ pub fn open(
             mode,
         });
     }
+    private(path);
     connection
         .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
         .map_err(&fail)?;

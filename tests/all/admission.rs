@@ -142,7 +142,7 @@ fn a_failing_policy_answers_by_the_failure_mode() {
     let (open, _p2, _d2) = gated(&cluster, "open");
     let mut pod: Value = serde_json::from_str(&review("pod-create.json", "shop")).unwrap();
     for way in ["trap", "spin"] {
-        let task = json!({"app": "shop/web", "action": "restart", "params": {"misbehave": way}});
+        let task = json!({"app": "shop/web", "action": "restart", "params": {"x-misbehave": way}});
         let started = Instant::now();
         let (code, error) = closed.send("POST", "/v1/tasks", Some(&task.to_string()));
         assert!(

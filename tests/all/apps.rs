@@ -97,7 +97,14 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back()
     let server = start_host(
         &cluster,
         data.path(),
-        &["--execute-tasks", "--probe-interval-ms", "200"],
+        // The simulator stands in for the app's health endpoint.
+        &[
+            "--execute-tasks",
+            "--probe-interval-ms",
+            "200",
+            "--health-url-allow",
+            "127.0.0.1",
+        ],
     );
     let (code, verdict) = server.get("/v1/apps/newshop/web");
     assert!(
@@ -227,8 +234,8 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back()
         "what the update does not give is kept"
     );
     assert_eq!(
-        set["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"], "10Gi",
-        "templates cannot change"
+        set["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"], "20Gi",
+        "the StatefulSet is made again with the new size: replicas added later claim it"
     );
     let pods = list(&cluster, "pods", "newshop");
     assert!(
@@ -243,11 +250,22 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back()
         );
     }
 
+    // A replica added after the expansion claims the new size too.
+    run(
+        &server,
+        json!({"app": "newshop/web", "action": "scale", "params": {"replicas": 3}}),
+    );
+    let claims = list(&cluster, "persistentvolumeclaims", "newshop");
+    assert_eq!(claims.len(), 3);
+    for claim in &claims {
+        assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "20Gi", "{claim}");
+    }
+
     // Stop and start keep the claims.
     run(&server, json!({"app": "newshop/web", "action": "stop"}));
-    assert_eq!(list(&cluster, "persistentvolumeclaims", "newshop").len(), 2);
+    assert_eq!(list(&cluster, "persistentvolumeclaims", "newshop").len(), 3);
     run(&server, json!({"app": "newshop/web", "action": "start"}));
-    assert_eq!(list(&cluster, "persistentvolumeclaims", "newshop").len(), 2);
+    assert_eq!(list(&cluster, "persistentvolumeclaims", "newshop").len(), 3);
 
     // Delete: everything made goes, the namespace with it — after what is
     // still being deleted there. A claim held by a finalizer (as the API
@@ -424,20 +442,17 @@ fn bad_fields_are_refused_naming_them_before_anything_is_made() {
     );
 
     // An app verdict did not make keeps no record of what it was made from:
-    // an update of more than its image fails saying so, changing nothing.
-    let (code, task) = ask(
+    // an update of more than its image and replicas is refused, naming the
+    // workload and how to hand it over, and changes nothing.
+    let (code, refused) = ask(
         &server,
         json!({"app": "shop/web", "action": "update", "params": {"image": "web:2", "env": {"A": "1"}}}),
     );
-    assert_eq!(code, 201, "{task}");
-    let failed = finished(&server, &task);
-    assert_eq!(failed["phase"], "failed", "{failed}");
+    assert_eq!((code, refused["error"]["code"].as_str()), (409, Some("not-verdicts")), "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
     assert!(
-        failed["message"]
-            .as_str()
-            .unwrap()
-            .contains("shop/web was not made by verdict: an update sets its image only, not env"),
-        "{failed}"
+        message.starts_with("Deployment shop/web was not made by verdict") && message.contains("adopt"),
+        "{message}"
     );
     let web = get(&cluster, "apps", "deployments", "shop", "web").unwrap();
     assert!(web["spec"].get("template").is_none(), "unchanged: {web}");

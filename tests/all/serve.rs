@@ -42,6 +42,16 @@ impl Server {
         }
     }
 
+    /// Start as `command` says, logging at `log` into the file `to`.
+    pub fn start_logging(command: Command, log: &str, to: &Path) -> Self {
+        let file = std::fs::File::create(to).unwrap();
+        let (child, base) = crate::support::spawn_serving_to(command, log, file.into());
+        Self {
+            process: KillOnDrop(child),
+            base,
+        }
+    }
+
     /// Start with more flags.
     pub fn start_with(plugins: &Path, data: &Path, extra: &[&str]) -> Self {
         let (child, base) = crate::support::spawn_verdict(

@@ -221,7 +221,12 @@ pub fn spawn_verdict(plugins: &Path, data: &Path, extra: &[&str], log: &str) -> 
 
 /// Start `verdict serve` as `command` says; the process and the base URL
 /// it says it listens on (its first line).
-pub fn spawn_serving(mut command: Command, log: &str) -> (Child, String) {
+pub fn spawn_serving(command: Command, log: &str) -> (Child, String) {
+    spawn_serving_to(command, log, Stdio::inherit())
+}
+
+/// [`spawn_serving`], its log written to `stderr`.
+pub fn spawn_serving_to(mut command: Command, log: &str, stderr: Stdio) -> (Child, String) {
     // The shared code cache, unless the test names one (or removes the
     // setting, to use the data folder's).
     if !command.get_envs().any(|(key, _)| key == CACHE_VARIABLE) {
@@ -230,7 +235,7 @@ pub fn spawn_serving(mut command: Command, log: &str) -> (Child, String) {
     let mut child = command
         .env("VERDICT_LOG", log)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -305,4 +310,20 @@ pub async fn kube_client(path: &Path) -> kube::Client {
         .await
         .unwrap();
     kube::Client::try_from(config).unwrap()
+}
+
+/// Say that a suite did not run, in one loud line written to the test
+/// process's own standard error — outside the test's captured output, so
+/// that it shows in every run, passing or not — and fail instead where CI
+/// asks every suite to run: `VERDICT_REQUIRE_ALL`, or the suite's own
+/// `require` variable (`VERDICT_REQUIRE_REAL_CLUSTER`, …).
+pub fn skipped(notice: &str, require: Option<&str>) {
+    use std::io::Write as _;
+    for variable in std::iter::once("VERDICT_REQUIRE_ALL").chain(require) {
+        if std::env::var_os(variable).is_some() {
+            panic!("{notice}, and {variable} is set");
+        }
+    }
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "{notice}");
 }

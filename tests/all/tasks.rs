@@ -220,7 +220,7 @@ fn life_cycle(server: &Server) -> Vec<String> {
     assert_eq!(cancelled["message"], "cancelled by carl: not tonight");
 
     // Rejected.
-    let (code, delete) = create(server, json!({"app": "prod/db", "action": "delete"}));
+    let (code, delete) = create(server, json!({"app": "prod/db", "action": "stop"}));
     assert_eq!(code, 202, "{delete}");
     let (code, rejected) = act(
         server,
@@ -689,7 +689,7 @@ fn task_fields_are_bounded() {
             "requested-by",
         ),
         (
-            json!({"app": "shop/web", "action": "update", "params": {"image": "web:2", "notes": "x".repeat(900 * 1024)}}),
+            json!({"app": "shop/web", "action": "update", "params": {"image": "web:2", "x-notes": "x".repeat(900 * 1024)}}),
             "params",
         ),
     ] {

@@ -29,6 +29,8 @@ use super::render::{self, MADE_FOR, Object, Served};
 use super::{Executor, millis};
 use crate::tasks::Task;
 use crate::tasks::model::{StepReport, TaskPatch};
+use crate::tasks::ownership::{Owner, not_verdicts};
+use crate::tasks::sealed::SealedFields as _;
 use crate::tasks::spec::{AppSpec, INSTANCE, MANAGED_BY};
 use crate::time::now;
 use crate::wit::types::{self, TaskAction as Action, TaskPhase as Phase};
@@ -100,6 +102,81 @@ pub(super) struct AppJob {
     /// How many objects of the namespace were already being deleted at
     /// the last look, waited for before it is (delete).
     leaving: usize,
+}
+
+/// Whether a StatefulSet's claim templates ask less storage than the spec.
+fn template_smaller(templates: Option<&Value>, spec: &AppSpec) -> bool {
+    let Some(wanted) = spec
+        .storage_class_size
+        .as_deref()
+        .and_then(|s| ParsedQuantity::try_from(s).ok())
+    else {
+        return false;
+    };
+    templates
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.pointer("/spec/resources/requests/storage")?.as_str())
+        .filter_map(|s| ParsedQuantity::try_from(s).ok())
+        .any(|now| now < wanted)
+}
+
+/// The fields a server-side apply conflicted on, and whose they are.
+#[derive(Debug, Default)]
+struct Conflicts {
+    /// Field manager → the fields (`.spec.replicas`).
+    by_manager: std::collections::BTreeMap<String, Vec<String>>,
+    /// The API server's message, when it named no cause.
+    message: String,
+}
+
+impl Conflicts {
+    fn of(status: &kube::core::Status) -> Self {
+        let mut conflicts = Conflicts {
+            message: status.message.clone(),
+            ..Conflicts::default()
+        };
+        let causes = status.details.iter().flat_map(|d| d.causes.iter());
+        for cause in causes.filter(|c| c.reason == "FieldManagerConflict") {
+            // `conflict with "kubectl-edit" using apps/v1`
+            let manager = cause
+                .message
+                .split('"')
+                .nth(1)
+                .unwrap_or(&cause.message)
+                .to_string();
+            conflicts
+                .by_manager
+                .entry(manager)
+                .or_default()
+                .push(cause.field.clone());
+        }
+        conflicts
+    }
+
+    /// Whether every conflicting field is one verdict itself set.
+    fn only_verdicts(&self) -> bool {
+        !self.by_manager.is_empty() && self.by_manager.keys().all(|m| m == FIELD_MANAGER)
+    }
+}
+
+impl std::fmt::Display for Conflicts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.by_manager.is_empty() {
+            return write!(f, "{}", self.message);
+        }
+        let each: Vec<String> = self
+            .by_manager
+            .iter()
+            .map(|(manager, fields)| format!("field manager `{manager}` set {}", fields.join(", ")))
+            .collect();
+        write!(
+            f,
+            "conflicts with what others set: {}; verdict does not take fields over (change them back, or ask for the values they have)",
+            each.join("; ")
+        )
+    }
 }
 
 /// The API server's reason for refusing, without the client's wrapping.
@@ -174,13 +251,26 @@ impl Executor {
 
     /// A task on a whole app, when it is one: a create; an update of an app
     /// verdict made (its workload keeps what it was made from); a delete.
-    pub(super) fn app_job(
+    pub(super) async fn app_job(
         &self,
         task: &Task,
         namespace: &str,
         name: &str,
     ) -> Result<Option<AppJob>, String> {
-        let given = AppSpec::of(&task.params).map_err(|e| e.to_string())?;
+        let mut given = AppSpec::of(&task.params).map_err(|e| e.to_string())?;
+        // The secret material the task gives, from where it is kept.
+        let material = self
+            .tasks
+            .material(&task.id)
+            .await
+            .map_err(|e| format!("the task's secret material could not be read: {e}"))?;
+        let missing = given.unseal(&material);
+        if !missing.is_empty() {
+            return Err(format!(
+                "the secret material of params.{} is not kept any more (the host that took the task restarted before it was used); ask again",
+                missing.join(", params.")
+            ));
+        }
         let observed = self.workload(namespace, name).map(|(w, _)| w);
         let kept = match &observed {
             Some(w) => AppSpec::kept(&w.annotations)?,
@@ -189,11 +279,12 @@ impl Executor {
         let (spec, replicas) = match task.action {
             Action::Create => {
                 let replicas = given.replicas.unwrap_or(1);
-                (given, replicas)
+                (given.clone(), replicas)
             }
             Action::Update => {
                 let Some(kept) = kept else { return Ok(None) };
-                let spec = kept.merged(&task.params).map_err(|e| e.to_string())?;
+                let mut spec = kept.merged(&task.params).map_err(|e| e.to_string())?;
+                spec.unseal(&material);
                 // What it runs now, unless the task says otherwise (a
                 // scale since it was made is kept).
                 let replicas = given
@@ -359,18 +450,89 @@ impl Executor {
         render::render((namespace, name), &job.spec, job.replicas, claims, &served)
     }
 
-    async fn apply(&self, object: &Object) -> Result<Value, String> {
-        let api: Api<DynamicObject> = match object.namespace() {
+    fn api_of(&self, object: &Object) -> Api<DynamicObject> {
+        match object.namespace() {
             Some(ns) if object.namespaced => {
                 Api::namespaced_with(self.client.clone(), ns, &object.resource)
             }
             _ => Api::all_with(self.client.clone(), &object.resource),
+        }
+    }
+
+    /// Apply an object server-side under verdict's field manager, without
+    /// taking fields from anyone else: a conflict with another manager
+    /// fails, naming it and the fields. Fields verdict's own day-2 patches
+    /// set (a scale, a restart's stamp) are verdict's to apply again.
+    async fn apply(&self, object: &Object) -> Result<Value, String> {
+        let api = self.api_of(object);
+        let applied = |params: PatchParams| {
+            let api = api.clone();
+            async move {
+                api.patch(object.name(), &params, &Patch::Apply(&object.body))
+                    .await
+                    .map(|o| serde_json::to_value(o).unwrap_or_default())
+            }
         };
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(object.name(), &params, &Patch::Apply(&object.body))
-            .await
-            .map(|o| serde_json::to_value(o).unwrap_or_default())
-            .map_err(|e| format!("{}: {}", object.what(), reason(&e)))
+        match applied(PatchParams::apply(FIELD_MANAGER)).await {
+            Ok(value) => Ok(value),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let conflicts = Conflicts::of(&status);
+                if conflicts.only_verdicts() {
+                    return applied(PatchParams::apply(FIELD_MANAGER).force())
+                        .await
+                        .map_err(|e| format!("{}: {}", object.what(), reason(&e)));
+                }
+                Err(format!("{}: {conflicts}", object.what()))
+            }
+            Err(e) => Err(format!("{}: {}", object.what(), reason(&e))),
+        }
+    }
+
+    /// Refuse to make or change an app over objects that exist already and
+    /// are not verdict's: every one of the rendered objects is read, and
+    /// each that someone else made is named; nothing is changed.
+    async fn check_ours(&self, name: &str, rendered: &render::Rendered) -> Result<(), String> {
+        let objects = rendered
+            .environment
+            .iter()
+            .chain(std::iter::once(&rendered.workload))
+            .chain(&rendered.traffic);
+        let mut theirs = Vec::new();
+        for object in objects {
+            let found = match self.api_of(object).get_opt(object.name()).await {
+                Ok(found) => found,
+                // A kind the cluster stopped serving: nothing of it exists.
+                Err(e) if not_found(&e) => None,
+                Err(e) => return Err(format!("{} could not be read: {}", object.what(), reason(&e))),
+            };
+            let Some(found) = found else { continue };
+            let meta = &found.metadata;
+            let owner = Owner::of_meta(name, meta.labels.as_ref(), meta.annotations.as_ref());
+            if !owner.is_verdicts() {
+                let managers: Vec<String> = meta
+                    .managed_fields
+                    .iter()
+                    .flatten()
+                    .filter_map(|m| m.manager.clone())
+                    .filter(|m| m != FIELD_MANAGER)
+                    .collect();
+                let by = match (&owner, managers.is_empty()) {
+                    (Owner::Other { manager: Some(label) }, _) => format!(" (managed by `{label}`)"),
+                    (_, false) => format!(" (field managers: {})", managers.join(", ")),
+                    _ => String::new(),
+                };
+                theirs.push(format!("{}{by}", object.what()));
+            }
+        }
+        if theirs.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{} exist{} already and {} not verdict's; verdict makes an app only over what it made or was handed (adopt it, rename it, or remove it first)",
+            theirs.join(", "),
+            if theirs.len() == 1 { "s" } else { "" },
+            if theirs.len() == 1 { "is" } else { "are" },
+        ))
     }
 
     async fn prepare(
@@ -380,6 +542,7 @@ impl Executor {
         job: &mut AppJob,
     ) -> Result<String, String> {
         let rendered = self.rendered((namespace, name), job, None).await?;
+        self.check_ours(name, &rendered).await?;
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let mut said = Vec::new();
         match namespaces.get(namespace).await {
@@ -426,18 +589,30 @@ impl Executor {
         }
         .map_err(|e| format!("the workload {namespace}/{name}: {}", reason(&e)))?;
         // A StatefulSet's claim templates cannot change: an existing one's
-        // are applied as they are, and its claims are expanded instead.
-        let claims = existing
+        // are applied as they are, and its claims are expanded instead;
+        // when they grow, the StatefulSet is made again with the new size
+        // (deleted orphaning its pods and claims, as `kubectl` users do),
+        // so that replicas added later claim the new size too.
+        let mut claims = existing
             .as_ref()
             .and_then(|s| s.pointer("/spec/volumeClaimTemplates"))
             .cloned();
-        let rendered = self.rendered((namespace, name), job, claims).await?;
         let mut said = Vec::new();
+        if let Some(set) = existing.as_ref().filter(|_| job.spec.has_storage()) {
+            said.extend(self.expand_claims(namespace, name, &job.spec).await?);
+            if template_smaller(claims.as_ref(), &job.spec) {
+                self.replace_orphaning(namespace, name, set).await?;
+                claims = None;
+                said.push(format!(
+                    "made StatefulSet {namespace}/{name} again with claims of {}",
+                    job.spec.storage_class_size.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+        let rendered = self.rendered((namespace, name), job, claims).await?;
         if existing.is_none() {
             self.check_quotas(namespace, &rendered.workload, job.replicas)
                 .await?;
-        } else if job.spec.has_storage() {
-            said.extend(self.expand_claims(namespace, name, &job.spec).await?);
         }
         let applied = self.apply(&rendered.workload).await?;
         job.generation = applied
@@ -446,6 +621,44 @@ impl Executor {
         job.made.push(rendered.workload.what());
         said.insert(0, format!("applied {}", rendered.workload.what()));
         Ok(said.join("; "))
+    }
+
+    /// Delete the app's StatefulSet leaving its pods and claims, as read
+    /// (`set`: preconditions on its UID and version), and wait for it to
+    /// go, so that it can be made again with other claim templates.
+    async fn replace_orphaning(&self, namespace: &str, name: &str, set: &Value) -> Result<(), String> {
+        let api = self.statefulsets(namespace);
+        let what = format!("StatefulSet {namespace}/{name}");
+        let mut params = DeleteParams::orphan();
+        params.preconditions = Some(kube::api::Preconditions {
+            uid: set.pointer("/metadata/uid").and_then(Value::as_str).map(String::from),
+            resource_version: set
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(String::from),
+        });
+        match api.delete(name, &params).await {
+            Ok(_) => {}
+            Err(e) if not_found(&e) => {}
+            Err(e) => return Err(format!("{what} could not be made again: {}", reason(&e))),
+        }
+        // The garbage collector lets go of its pods first: a moment.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut pause = std::time::Duration::from_millis(20);
+        loop {
+            match api.get_opt(name).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(_)) if tokio::time::Instant::now() < deadline => {}
+                Ok(Some(_)) => {
+                    return Err(format!(
+                        "{what} is still being deleted after 30 s (orphaning its pods); asked again, the task goes on"
+                    ));
+                }
+                Err(e) => return Err(format!("{what}: {}", reason(&e))),
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
+        }
     }
 
     /// Whether the namespace's ResourceQuotas leave room for the app's
@@ -581,7 +794,7 @@ impl Executor {
             claims
                 .patch(
                     &claim_name,
-                    &PatchParams::default(),
+                    &super::day_two(),
                     &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": size}}}})),
                 )
                 .await
@@ -674,7 +887,11 @@ impl Executor {
     ) -> Result<String, String> {
         let mut said = Vec::new();
         if let Some(workload) = &job.workload {
-            let params = DeleteParams::background();
+            // Read again, now: deleted only if it is verdict's, and only as
+            // it was read (a change meanwhile fails the precondition).
+            let Some(params) = self.deletable_workload(namespace, name, workload).await? else {
+                return Ok(summary("deleted", &said, "nothing to delete"));
+            };
             let deleted = match workload.kind {
                 types::WorkloadKind::StatefulSet => self
                     .statefulsets(namespace)
@@ -689,12 +906,16 @@ impl Executor {
                 other => return Err(format!("a {other:?} cannot be deleted by tasks")),
             };
             match deleted {
-                Ok(()) => said.push(format!("{:?} {namespace}/{}", workload.kind, workload.name)),
+                Ok(()) => said.push(format!(
+                    "{} {namespace}/{}",
+                    crate::observe::workload_kind(workload.kind),
+                    workload.name
+                )),
                 Err(e) if not_found(&e) => {}
                 Err(e) => {
                     return Err(format!(
-                        "{:?} {namespace}/{}: {}",
-                        workload.kind,
+                        "{} {namespace}/{}: {}",
+                        crate::observe::workload_kind(workload.kind),
                         workload.name,
                         reason(&e)
                     ));
@@ -716,6 +937,45 @@ impl Executor {
             said.extend(self.delete_made(namespace, name, kind).await?);
         }
         Ok(summary("deleted", &said, "nothing to delete"))
+    }
+
+    /// How to delete the app's workload, when it is verdict's (made or
+    /// handed to it), read as it is now: with preconditions on its UID and
+    /// resource version, so that an object changed or replaced since is
+    /// not deleted. `None`: it is gone already. Someone else's is an error
+    /// naming it.
+    async fn deletable_workload(
+        &self,
+        namespace: &str,
+        name: &str,
+        workload: &types::Workload,
+    ) -> Result<Option<DeleteParams>, String> {
+        let what = format!("{} {namespace}/{}", crate::observe::workload_kind(workload.kind), workload.name);
+        let meta = match workload.kind {
+            types::WorkloadKind::StatefulSet => self
+                .statefulsets(namespace)
+                .get_opt(&workload.name)
+                .await
+                .map(|o| o.map(|o| o.metadata)),
+            types::WorkloadKind::Deployment => self
+                .deployments(namespace)
+                .get_opt(&workload.name)
+                .await
+                .map(|o| o.map(|o| o.metadata)),
+            other => return Err(format!("a {other:?} cannot be deleted by tasks")),
+        }
+        .map_err(|e| format!("{what}: {}", reason(&e)))?;
+        let Some(meta) = meta else { return Ok(None) };
+        let owner = Owner::of_meta(name, meta.labels.as_ref(), meta.annotations.as_ref());
+        if !owner.is_verdicts() {
+            return Err(not_verdicts(&what, &owner, &format!("{namespace}/{name}")));
+        }
+        let mut params = DeleteParams::background();
+        params.preconditions = Some(kube::api::Preconditions {
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+        });
+        Ok(Some(params))
     }
 
     /// Whether the app is gone: its pods and workload, then the namespace
@@ -913,5 +1173,56 @@ impl Executor {
         };
         let done = rolled && healthy;
         (done, if done { 100 } else { percent.min(99) }, status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conflict(causes: &[(&str, &str)]) -> kube::core::Status {
+        serde_json::from_value(json!({
+            "code": 409, "message": "Apply failed with conflicts",
+            "details": {"causes": causes.iter().map(|(manager, field)| json!({
+                "reason": "FieldManagerConflict",
+                "message": format!("conflict with \"{manager}\" using apps/v1"),
+                "field": field,
+            })).collect::<Vec<_>>()},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_conflict_names_each_manager_and_its_fields() {
+        let conflicts = Conflicts::of(&conflict(&[
+            ("kubectl-edit", ".spec.template.spec.containers[name=\"web\"].env"),
+            ("kubectl-edit", ".spec.replicas"),
+            ("helm", ".metadata.labels.team"),
+        ]));
+        assert!(!conflicts.only_verdicts());
+        let text = conflicts.to_string();
+        assert!(
+            text.contains("field manager `kubectl-edit` set .spec.template")
+                && text.contains(".spec.replicas")
+                && text.contains("field manager `helm` set .metadata.labels.team"),
+            "{text}"
+        );
+        assert!(Conflicts::of(&conflict(&[(FIELD_MANAGER, ".spec.replicas")])).only_verdicts());
+        let without_causes = Conflicts::of(&conflict(&[]));
+        assert!(!without_causes.only_verdicts(), "an unexplained conflict is not taken over");
+        assert_eq!(without_causes.to_string(), "Apply failed with conflicts");
+    }
+
+    #[test]
+    fn claims_that_grow_make_the_set_again() {
+        let spec = AppSpec {
+            storage_class_size: Some("20Gi".into()),
+            ..AppSpec::default()
+        };
+        let templates =
+            |size: &str| json!([{"spec": {"resources": {"requests": {"storage": size}}}}]);
+        assert!(template_smaller(Some(&templates("10Gi")), &spec));
+        assert!(!template_smaller(Some(&templates("20Gi")), &spec));
+        assert!(!template_smaller(None, &spec));
     }
 }

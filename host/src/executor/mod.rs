@@ -84,6 +84,8 @@ struct Job {
     machines: Option<vms::Wait>,
     /// A task on a whole app (create, update, delete), step by step.
     app: Option<apps::AppJob>,
+    /// What an adoption recorded (it is done once made).
+    adopted: Option<String>,
 }
 
 /// Whether users' tasks are carried out.
@@ -391,13 +393,18 @@ impl Executor {
             moving: None,
             machines: None,
             app: None,
+            adopted: None,
         };
+        if task.action == Action::Adopt {
+            job.adopted = Some(self.adopt(task, namespace, name).await?);
+            return Ok(job);
+        }
         if let Some(moving) = Move::of(task) {
             return self.begin_move(moving, job).await;
         }
         let fail = |e: kube::Error| format!("the Kubernetes API refused the change: {e}");
         if task.action == Action::Create {
-            job.app = self.app_job(task, namespace, name)?;
+            job.app = self.app_job(task, namespace, name).await?;
             return Ok(job);
         }
         let key = (namespace.to_string(), name.to_string());
@@ -414,7 +421,7 @@ impl Executor {
             }
         }
         if matches!(task.action, Action::Update | Action::Delete)
-            && let Some(app) = self.app_job(task, namespace, name)?
+            && let Some(app) = self.app_job(task, namespace, name).await?
             && (task.action == Action::Delete || !task.params.contains_key("failover"))
         {
             job.app = Some(app);
@@ -470,35 +477,56 @@ impl Executor {
             }
             Action::Update => {
                 // An app verdict did not make has no record of what it was
-                // made from: only its image is changed, and a task asking
-                // more is refused rather than half done.
+                // made from: only its image and replicas are changed (the
+                // day-2 update), and a task asking more is refused rather
+                // than half done.
                 let more: Vec<&str> = crate::tasks::spec::FIELDS
                     .iter()
                     .copied()
-                    .filter(|f| !["image", "namespace", "cluster-id"].contains(f))
+                    .filter(|f| !crate::admission::DAY_TWO.contains(f))
                     .filter(|f| task.params.contains_key(*f))
                     .collect();
                 if !more.is_empty() {
                     return Err(format!(
-                        "{namespace}/{name} was not made by verdict: an update sets its image only, not {}",
+                        "{namespace}/{name} was not made by verdict: an update sets its image and replicas only, not {}",
                         more.join(", ")
                     ));
                 }
-                let image = param("image")
-                    .and_then(Value::as_str)
-                    .ok_or("params.image is required: an app verdict did not make is updated by its image only")?;
-                job.image = Some(image.to_string());
-                let object = self.get(&workload).await.map_err(fail)?;
-                let mut containers = object
-                    .pointer("/spec/template/spec/containers")
-                    .cloned()
-                    .ok_or("the workload has no container template")?;
-                containers[0]["image"] = json!(image);
-                json!({"spec": {"template": {"spec": {"containers": containers}}}})
+                let image = param("image").and_then(Value::as_str);
+                if image.is_none() && replicas_param.is_none() {
+                    return Err("params.image or params.replicas is required: an app verdict did not make is updated by its image and replicas only".into());
+                }
+                let mut patch = json!({});
+                if let Some(replicas) = replicas_param {
+                    job.replicas = replicas;
+                    patch["spec"]["replicas"] = json!(replicas);
+                }
+                if let Some(image) = image {
+                    job.image = Some(image.to_string());
+                    let object = self.get(&workload).await.map_err(fail)?;
+                    // The first container's image; the others as they are
+                    // (a merge patch replaces the list whole).
+                    let mut containers = object
+                        .pointer("/spec/template/spec/containers")
+                        .cloned()
+                        .unwrap_or_default();
+                    let Some(first) = containers.get_mut(0) else {
+                        return Err(format!(
+                            "{} {namespace}/{} has no container to set the image of",
+                            crate::observe::workload_kind(workload.kind),
+                            workload.name
+                        ));
+                    };
+                    first["image"] = json!(image);
+                    patch["spec"]["template"]["spec"]["containers"] = containers;
+                }
+                patch
             }
-            Action::Create | Action::Migrate | Action::Delete => unreachable!("handled above"),
+            Action::Create | Action::Migrate | Action::Delete | Action::Adopt => {
+                unreachable!("handled above")
+            }
         };
-        let params = PatchParams::default();
+        let params = day_two();
         let patched = match workload.kind {
             types::WorkloadKind::StatefulSet => self
                 .statefulsets(namespace)
@@ -514,6 +542,72 @@ impl Executor {
         };
         patched.map_err(fail)?;
         Ok(job)
+    }
+
+    /// Record on the app's workloads (or its virtual machines and their
+    /// sets) that a person handed them to verdict: who, and when. What
+    /// verdict made needs no adoption and is left as it is.
+    async fn adopt(&self, task: &Task, namespace: &str, name: &str) -> Result<String, String> {
+        use crate::tasks::ownership::{ADOPTED_AT, ADOPTED_BY, Owner};
+        let key = (namespace.to_string(), name.to_string());
+        let by = task
+            .requested_by
+            .clone()
+            .filter(|by| crate::tasks::model::names_someone(by))
+            .unwrap_or_else(|| "anonymous".into());
+        let mut objects: Vec<(String, String, Owner)> = Vec::new();
+        {
+            let snapshot = self.observed.read();
+            if let Some(input) = snapshot.inputs_for([&key], now()).pop() {
+                for w in &input.app.workloads {
+                    let owner = Owner::of_observed(name, &w.labels, &w.annotations);
+                    objects.push((crate::observe::workload_kind(w.kind).to_string(), w.name.clone(), owner));
+                }
+            }
+            let machines = vms::Machines::of(&snapshot, &key);
+            for (kind, object) in machines.adoptable() {
+                if let Some(o) = snapshot.object_named(&kind, namespace, &object) {
+                    let owner = Owner::of_observed(name, &o.labels, &o.annotations);
+                    objects.push((kind, object, owner));
+                }
+            }
+        }
+        if objects.is_empty() {
+            return Err(format!(
+                "{namespace}/{name} has no Deployment, StatefulSet or virtual machine to adopt"
+            ));
+        }
+        let at = crate::time::rfc3339(task.created_at);
+        let patch = json!({"metadata": {"annotations": {ADOPTED_BY: by, ADOPTED_AT: at}}});
+        let mut said = Vec::new();
+        for (kind, object, owner) in objects {
+            if owner == Owner::Made {
+                continue;
+            }
+            let fail = |e: kube::Error| format!("{kind} {namespace}/{object}: the Kubernetes API refused the adoption: {e}");
+            match kind.as_str() {
+                "Deployment" => self
+                    .deployments(namespace)
+                    .patch(&object, &day_two(), &Patch::Merge(&patch))
+                    .await
+                    .map(drop)
+                    .map_err(fail)?,
+                "StatefulSet" => self
+                    .statefulsets(namespace)
+                    .patch(&object, &day_two(), &Patch::Merge(&patch))
+                    .await
+                    .map(drop)
+                    .map_err(fail)?,
+                "DaemonSet" => continue,
+                _ => self.merge_object(namespace, &kind, &object, &patch).await?,
+            }
+            said.push(format!("{kind} {namespace}/{object}"));
+        }
+        Ok(if said.is_empty() {
+            "verdict made the app: nothing to adopt".into()
+        } else {
+            format!("adopted by {by}: {}", said.join(", "))
+        })
     }
 
     /// The pods of a move's workload still on its node.
@@ -636,6 +730,9 @@ impl Executor {
                 .checked_div(whole)
                 .map_or(100, |p| p as u8)
         };
+        if let Some(said) = &job.adopted {
+            return (true, 100, said.clone());
+        }
         if let Some(wait) = &job.machines {
             let key = (namespace.to_string(), name.to_string());
             return wait.progress(&self.observed.read(), &key);
@@ -690,6 +787,16 @@ impl Executor {
                 )
             }
         }
+    }
+}
+
+/// A day-2 change's patch parameters: under verdict's field manager, so
+/// that what verdict set itself (replicas, a restart's stamp) is told from
+/// what others set when the app is applied again.
+pub(crate) fn day_two() -> PatchParams {
+    PatchParams {
+        field_manager: Some(apps::FIELD_MANAGER.into()),
+        ..PatchParams::default()
     }
 }
 

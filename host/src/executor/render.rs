@@ -148,8 +148,9 @@ pub(crate) fn render(
     };
     if let Some(license) = &spec.license {
         let secret = format!("{name}-license");
-        // An empty license is one kept in its Secret already (an update).
-        if !license.is_empty() {
+        // One without its material is kept in its Secret already (an
+        // update).
+        if let Some(license) = license.material() {
             environment.push(Object::of::<Secret>(json!({
                 "apiVersion": "v1", "kind": "Secret", "metadata": meta(namespace, &secret, name),
                 "type": "Opaque", "data": {"license": license},
@@ -186,7 +187,8 @@ pub(crate) fn render(
                     }),
                 });
             }
-            (None, Some(cert), Some(key)) if !cert.is_empty() && !key.is_empty() => {
+            (None, Some(cert), Some(key)) if !cert.is_empty() && key.material().is_some() => {
+                let key = key.material().unwrap_or_default();
                 let mut data = json!({"tls.crt": b64(cert), "tls.key": b64(key)});
                 if let Some(ca) = certificate.ca.as_ref().filter(|ca| !ca.is_empty()) {
                     data["ca.crt"] = json!(b64(ca));
@@ -205,21 +207,21 @@ pub(crate) fn render(
     let mut pull_secrets = Vec::new();
     for (i, pull) in spec.image_pull_secrets.iter().enumerate() {
         let secret = pull_secret_name(name, i, pull.name.as_ref());
-        let fresh = pull.password.as_ref().is_some_and(|p| !p.is_empty())
-            || pull.auth.as_ref().is_some_and(|a| !a.is_empty());
-        if pull.has_credentials() && fresh {
+        let password = pull.password.as_ref().and_then(|p| p.material());
+        let auth = pull.auth.as_ref().and_then(|a| a.material());
+        if pull.has_credentials() && (password.is_some() || auth.is_some()) {
             let registry = pull.registry.clone().unwrap_or_default();
-            let auth = pull.auth.clone().unwrap_or_else(|| {
+            let auth = auth.map(String::from).unwrap_or_else(|| {
                 b64(format!(
                     "{}:{}",
                     pull.username.as_deref().unwrap_or_default(),
-                    pull.password.as_deref().unwrap_or_default()
+                    password.unwrap_or_default()
                 ))
             });
             let mut entry = json!({"auth": auth});
             for (key, value) in [
                 ("username", &pull.username),
-                ("password", &pull.password),
+                ("password", &password.map(String::from)),
                 ("email", &pull.email),
             ] {
                 if let Some(value) = value {

@@ -17,7 +17,7 @@
 //! `params.failover.set` names.
 //! Progress is read from what the host observes of them.
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
@@ -25,6 +25,7 @@ use super::{Executor, Job, REPLICAS_BEFORE_STOP};
 use crate::observe::resources::Generic;
 use crate::observe::{AppKey, Snapshot};
 use crate::tasks::Task;
+use crate::tasks::ownership::{Owner, not_verdicts};
 use crate::wit::types::{self, ConditionStatus, TaskAction as Action};
 
 use crate::observe::resources::kubevirt::{LOST, MIGRATION, SETS, VM, VM_REPLICA_SET, VMI};
@@ -111,6 +112,16 @@ impl Machines {
             vms,
             instances,
         }
+    }
+
+    /// The sets and the virtual machines outside them, by kind and name:
+    /// what a delete deletes and an adoption hands over.
+    pub fn adoptable(&self) -> Vec<(String, String)> {
+        self.sets
+            .iter()
+            .map(|set| (set.kind.clone(), set.name.clone()))
+            .chain(self.vms.iter().map(|vm| (VM.to_string(), vm.clone())))
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -296,6 +307,17 @@ impl Executor {
         Api::namespaced_with(self.client.clone(), namespace, &resource(kind))
     }
 
+    /// A merge patch of one object of a watched kind of the app's.
+    pub(super) async fn merge_object(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<(), String> {
+        self.merge(namespace, kind, name, patch.clone()).await
+    }
+
     async fn merge(
         &self,
         namespace: &str,
@@ -304,7 +326,7 @@ impl Executor {
         patch: Value,
     ) -> Result<(), String> {
         self.dynamic(namespace, kind)
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &super::day_two(), &Patch::Merge(&patch))
             .await
             .map(drop)
             .map_err(|e| format!("the Kubernetes API refused the change of {kind} {name}: {e}"))
@@ -327,6 +349,40 @@ impl Executor {
                 "the Kubernetes API refused to delete {kind} {name}: {e}"
             )),
         }
+    }
+
+    /// How to delete one of the app's machines or sets, when it is
+    /// verdict's (made or handed to it), read as it is now: preconditions
+    /// on its UID and resource version. `None`: gone already; someone
+    /// else's is an error naming it.
+    async fn deletable(
+        &self,
+        app: &AppKey,
+        kind: &str,
+        name: &str,
+    ) -> Result<Option<DeleteParams>, String> {
+        let namespace = app.0.as_str();
+        let object = self
+            .dynamic(namespace, kind)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("{kind} {namespace}/{name} could not be read: {e}"))?;
+        let Some(object) = object else { return Ok(None) };
+        let meta = object.metadata;
+        let owner = Owner::of_meta(&app.1, meta.labels.as_ref(), meta.annotations.as_ref());
+        if !owner.is_verdicts() {
+            return Err(not_verdicts(
+                &format!("{kind} {namespace}/{name}"),
+                &owner,
+                &format!("{namespace}/{}", app.1),
+            ));
+        }
+        let mut params = DeleteParams::background();
+        params.preconditions = Some(kube::api::Preconditions {
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+        });
+        Ok(Some(params))
     }
 
     /// Make the change a task asks of an app's virtual machines.
@@ -443,15 +499,27 @@ impl Executor {
                 Wait::Migrated(name)
             }
             Action::Delete => {
-                for set in &machines.sets {
-                    self.remove(namespace, &set.kind, &set.name).await?;
+                // Each checked before any is deleted: all or nothing.
+                let mut deletions = Vec::new();
+                for (kind, name) in machines.adoptable() {
+                    if let Some(params) = self.deletable(app, &kind, &name).await? {
+                        deletions.push((kind, name, params));
+                    }
                 }
-                for vm in &machines.vms {
-                    self.remove(namespace, VM, vm).await?;
+                for (kind, name, params) in deletions {
+                    match self.dynamic(namespace, &kind).delete(&name, &params).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(status)) if status.code == 404 => {}
+                        Err(e) => {
+                            return Err(format!(
+                                "the Kubernetes API refused to delete {kind} {name}: {e}"
+                            ));
+                        }
+                    }
                 }
                 Wait::Gone
             }
-            Action::Create | Action::Update => {
+            Action::Create | Action::Update | Action::Adopt => {
                 return Err(format!(
                     "{} of virtual machines is not something this executor does; change them with their own tools",
                     task.action_name()

@@ -133,6 +133,7 @@ impl Failover {
                 _ => serde_json::Map::new(),
             },
             requested_by: Some(REQUESTER.into()),
+            material: Default::default(),
         };
         self.admission
             .ask(&self.tasks, request)

@@ -124,6 +124,13 @@ impl From<TaskError> for ApiError {
             TaskError::Refused(Refusal::Conflict(message)) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message)
             }
+            TaskError::Refused(Refusal::NotVerdicts(message))
+            | TaskError::Denied(Denial::NotVerdicts(message)) => {
+                ApiError::new(StatusCode::CONFLICT, "not-verdicts", message)
+            }
+            TaskError::Refused(Refusal::Protected(message)) => {
+                ApiError::new(StatusCode::FORBIDDEN, "protected-namespace", message)
+            }
             TaskError::Denied(Denial::Denied {
                 reason,
                 warnings,

@@ -44,6 +44,11 @@ pub struct KubeStore {
     names: Arc<Mutex<HashMap<String, String>>>,
 }
 
+/// The Secret that keeps the secret material of the task stored as `name`.
+fn material_name(task_object: &str) -> String {
+    format!("{task_object}-material")
+}
+
 /// The object name of a task: by its app and sequence, or (a task stored
 /// before sequences) its id.
 pub fn object_name(task: &Task) -> String {
@@ -166,6 +171,95 @@ impl KubeStore {
                     task.sequence, task.app
                 )))
             }
+            Err(error) => Err(failed(error)),
+        }
+    }
+
+    /// Keep a task's secret material in a Secret beside its `Task` object,
+    /// owned by it (the garbage collector deletes it with the task), so
+    /// that whichever replica leads can carry the task out.
+    pub async fn keep_material(
+        &self,
+        task: &Task,
+        material: &super::sealed::Material,
+    ) -> Result<(), StoreError> {
+        use k8s_openapi::api::core::v1::Secret;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let name = self.name_of(&task.id);
+        let owner = self
+            .api
+            .get_opt(&name)
+            .await
+            .map_err(failed)?
+            .ok_or_else(|| StoreError::NotFound(task.id.clone()))?;
+        let secrets: Api<Secret> = Api::namespaced(self.api.clone().into_client(), &self.namespace);
+        let resource = resource();
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(material_name(&name)),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(
+                    [(
+                        crate::tasks::spec::MANAGED_BY.to_string(),
+                        "verdict".to_string(),
+                    )]
+                    .into(),
+                ),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: resource.api_version.clone(),
+                    kind: resource.kind.clone(),
+                    name: name.clone(),
+                    uid: owner.metadata.uid.unwrap_or_default(),
+                    ..OwnerReference::default()
+                }]),
+                ..Default::default()
+            },
+            data: Some(
+                material
+                    .to_data()
+                    .into_iter()
+                    .map(|(k, v)| (k, k8s_openapi::ByteString(v)))
+                    .collect(),
+            ),
+            type_: Some("Opaque".into()),
+            ..Secret::default()
+        };
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .map(drop)
+            .map_err(failed)
+    }
+
+    /// A task's secret material, when it has some kept.
+    pub async fn material(&self, id: &str) -> Result<Option<super::sealed::Material>, StoreError> {
+        use k8s_openapi::api::core::v1::Secret;
+        let secrets: Api<Secret> = Api::namespaced(self.api.clone().into_client(), &self.namespace);
+        let found = secrets
+            .get_opt(&material_name(&self.name_of(id)))
+            .await
+            .map_err(failed)?;
+        Ok(found.map(|s| {
+            let data = s
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            super::sealed::Material::from_data(&data)
+        }))
+    }
+
+    /// Forget a task's secret material (it is done with).
+    pub async fn drop_material(&self, id: &str) -> Result<(), StoreError> {
+        use k8s_openapi::api::core::v1::Secret;
+        let secrets: Api<Secret> = Api::namespaced(self.api.clone().into_client(), &self.namespace);
+        match secrets
+            .delete(&material_name(&self.name_of(id)), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(error) => Err(failed(error)),
         }
     }

@@ -5,12 +5,16 @@
 //! - [`model`]: the record and its life cycle rules;
 //! - [`store`]: the storage backends ([`sqlite`], [`kube`]);
 //! - [`record`]: the file form `verdict eval` and policy tests read;
+//! - [`ownership`]: whose an object is — verdict's own, handed to it,
+//!   or someone else's;
 //! - [`spec`]: what a task that makes or changes a whole app asks for
 //!   (seed 000's `Task`), checked field by field.
 
 pub mod kube;
 pub mod model;
+pub mod ownership;
 pub mod record;
+pub mod sealed;
 pub mod spec;
 pub mod sqlite;
 pub mod store;
@@ -95,12 +99,15 @@ pub enum Denial {
     /// The policy could not decide (why is the source) and the failure
     /// mode is closed.
     Unavailable(Arc<dyn std::error::Error + Send + Sync>),
+    /// The policy allowed it, but it would change or delete what verdict
+    /// neither made nor was handed: names each object and how to adopt.
+    NotVerdicts(String),
 }
 
 impl std::fmt::Display for Denial {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Denial::Denied { reason, .. } => f.write_str(reason),
+            Denial::Denied { reason, .. } | Denial::NotVerdicts(reason) => f.write_str(reason),
             Denial::Unavailable(why) => write!(
                 f,
                 "the admission policy could not decide ({why}); tasks are refused until it can"
@@ -138,6 +145,18 @@ impl From<StoreError> for TaskError {
     }
 }
 
+/// Whether a task's params name secret material (in its redacted form).
+fn task_has_material(task: &Task) -> bool {
+    fn has(value: &Value) -> bool {
+        match value {
+            Value::Object(map) => map.contains_key("redacted") || map.values().any(has),
+            Value::Array(items) => items.iter().any(has),
+            _ => false,
+        }
+    }
+    task.params.values().any(has)
+}
+
 /// How many times a task is admitted again after another replica stored
 /// one for the same app meanwhile.
 const ADMISSION_ROUNDS: usize = 8;
@@ -169,6 +188,10 @@ pub struct Tasks {
     /// The applications other records keep (overrides in force), counted
     /// against the same bound as those kept by their tasks.
     kept_elsewhere: std::sync::OnceLock<KeptElsewhere>,
+    /// Tasks' secret material with the SQLite store (one replica), by task
+    /// id, until the task finishes; the Kubernetes store keeps it in a
+    /// Secret beside the task. Never in a record.
+    material: std::sync::Mutex<BTreeMap<String, sealed::Material>>,
 }
 
 /// The applications another record keeps known, whether or not they exist.
@@ -203,6 +226,7 @@ impl Tasks {
             observed,
             events: None,
             kept_elsewhere: std::sync::OnceLock::new(),
+            material: std::sync::Mutex::default(),
         };
         let loaded = tasks.store.load().await?;
         tracing::info!(
@@ -390,10 +414,24 @@ impl Tasks {
                 policy: admitted.policy,
                 failure: admitted.failure,
             };
+            let material = std::mem::take(&mut request.material);
             let mut task = Task::new(request, admission, admitted.plan, now());
             task.sequence = sequence;
             match self.store.insert(&task).await {
                 Ok(()) => {
+                    if let Err(error) = self.keep_material(&task, material).await {
+                        // Nothing to carry the task out with: it fails now,
+                        // saying why, rather than later without its secrets.
+                        tracing::warn!(task = %task.id, %error, "a task's secret material could not be kept");
+                        let failed = TaskPatch {
+                            phase: Some(types::TaskPhase::Failed),
+                            message: Some(format!("its secret material could not be kept: {error}")),
+                            ..TaskPatch::default()
+                        };
+                        drop(_write);
+                        let task = self.change(&task.id, |t| t.apply(&failed, now())).await?;
+                        return Ok(task);
+                    }
                     self.remember(task.clone());
                     return Ok(task);
                 }
@@ -556,11 +594,59 @@ impl Tasks {
         patch: &TaskPatch,
         actor: &crate::leader::Term,
     ) -> Result<Task, TaskError> {
-        self.change(id, |task| {
-            task.act_as(actor)?;
-            task.apply(patch, now())
-        })
-        .await
+        let task = self
+            .change(id, |task| {
+                task.act_as(actor)?;
+                task.apply(patch, now())
+            })
+            .await?;
+        self.drop_material(&task).await;
+        Ok(task)
+    }
+
+    async fn keep_material(&self, task: &Task, material: sealed::Material) -> Result<(), StoreError> {
+        if material.is_empty() {
+            return Ok(());
+        }
+        match &self.store {
+            Store::Kube(store) => store.keep_material(task, &material).await,
+            Store::Sqlite(_) => {
+                self.materials().insert(task.id.clone(), material);
+                Ok(())
+            }
+        }
+    }
+
+    fn materials(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, sealed::Material>> {
+        self.material
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A task's secret material, where it is kept: for the executor only,
+    /// on its way into the app's Secrets.
+    pub(crate) async fn material(&self, id: &str) -> Result<sealed::Material, StoreError> {
+        match &self.store {
+            Store::Kube(store) => Ok(store.material(id).await?.unwrap_or_default()),
+            Store::Sqlite(_) => Ok(self.materials().get(id).cloned().unwrap_or_default()),
+        }
+    }
+
+    /// Forget a finished task's secret material.
+    async fn drop_material(&self, task: &Task) {
+        if !model::finished(task.phase) || !task_has_material(task) {
+            return;
+        }
+        match &self.store {
+            Store::Kube(store) => {
+                if let Err(error) = store.drop_material(&task.id).await {
+                    tracing::warn!(task = %task.id, %error, "a finished task's secret material could not be deleted (its Task object owns it)");
+                }
+            }
+            Store::Sqlite(_) => {
+                self.materials().remove(&task.id);
+            }
+        }
     }
 
     /// Take a task over for a new term before acting on it: from then on

@@ -204,6 +204,7 @@ pub enum ActionName {
     Scale,
     Delete,
     Migrate,
+    Adopt,
 }
 
 /// The phases of a task, as the OpenAPI document lists them (the WIT
@@ -245,6 +246,10 @@ pub struct NewTask {
     #[serde(default)]
     #[schema(max_length = 256)]
     pub requested_by: Option<String>,
+    /// The secret material of `params`, taken out of them (which keep its
+    /// redacted form) on its way to a Secret.
+    #[serde(skip)]
+    pub material: super::sealed::Material,
 }
 
 /// An executor's report on one step.
@@ -385,10 +390,16 @@ impl NewTask {
     /// written in the API's spelling (the seed's snake_case names become
     /// kebab-case) and checked field by field, the first bad one named.
     pub fn read_spec(&mut self) -> Result<super::spec::AppSpec, Refusal> {
+        use super::sealed::SealedFields as _;
         let app = parse_app(&self.app)?;
         super::spec::normalize(&mut self.params)?;
-        let spec = super::spec::AppSpec::of(&self.params)?;
+        super::spec::known_params(&self.params)?;
+        let mut spec = super::spec::AppSpec::of(&self.params)?;
         spec.check(&app.namespace)?;
+        // The material goes beside the task; the record keeps its redacted
+        // form.
+        self.material = spec.material();
+        super::spec::redact_params(&mut self.params, &spec);
         Ok(spec)
     }
 }
@@ -424,6 +435,14 @@ pub enum Refusal {
     /// The request does not fit the task's state.
     #[error("{0}")]
     Conflict(String),
+    /// The task would change or delete objects verdict neither made nor
+    /// was handed (an `adopt` task hands them over); names them.
+    #[error("{0}")]
+    NotVerdicts(String),
+    /// The task would make an app in a protected namespace
+    /// (`--protected-namespaces`).
+    #[error("{0}")]
+    Protected(String),
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> Refusal {

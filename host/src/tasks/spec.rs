@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::model::Refusal;
+use super::sealed::{self, Sealed, SealedFields, SealedRef};
 
 /// The fields of seed 000's `Task` (and verdict's own) that `params` may
 /// carry, in the API's spelling.
@@ -39,6 +40,58 @@ pub const FIELDS: &[&str] = &[
     "health-url",
     "delete-storage",
 ];
+
+/// The parameters of other actions: the instance a migrate moves, the
+/// pods or instance failover's own tasks move.
+pub const OTHER_PARAMS: &[&str] = &["instance", "failover"];
+
+/// Refuse a parameter no action reads, naming it and the nearest known
+/// name (a typo such as `storage_clas_size` would otherwise make an app
+/// without what it asked). Parameters for policies alone begin with `x-`.
+pub fn known_params(params: &Map<String, Value>) -> Result<(), Refusal> {
+    for key in params.keys() {
+        if key.starts_with("x-") || FIELDS.contains(&key.as_str()) || OTHER_PARAMS.contains(&key.as_str()) {
+            continue;
+        }
+        let kebab_key = kebab(key);
+        let nearest = FIELDS
+            .iter()
+            .chain(OTHER_PARAMS)
+            .min_by_key(|known| distance(&kebab_key, known))
+            .filter(|known| distance(&kebab_key, known) <= known.len() / 3 + 1);
+        let hint = match nearest {
+            Some(known) => format!("; did you mean `{known}`?"),
+            None => String::new(),
+        };
+        return Err(invalid(
+            format!("params.{key}"),
+            format!(
+                "is not a parameter of any action{hint} (parameters only for policies begin with `x-`)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The edit distance of two names (Levenshtein).
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            let next = (row[j + 1] + 1).min(row[j] + 1).min(previous + cost);
+            previous = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// Label prefixes kept for Kubernetes and verdict (and their subdomains).
+pub const RESERVED_PREFIXES: &[&str] = &["kubernetes.io", "k8s.io", "verdict.dev"];
 
 /// The label on everything verdict makes for an app (`verdict`).
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -95,9 +148,10 @@ pub struct AppSpec {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// The license file, base64 (seed 000's `[]byte`): a Secret mounted at
-    /// `/etc/verdict/license`.
-    #[schema(max_length = 65536)]
-    pub license: Option<String>,
+    /// `/etc/verdict/license`. Secret material: shown everywhere else in
+    /// its redacted form (`{redacted, bytes, sha256}`).
+    #[schema(value_type = Option<String>, max_length = 65536)]
+    pub license: Option<Sealed<sealed::License>>,
     pub certificate: Option<Certificate>,
     /// How the app logs (`stdout`, `file`, …): kept in the app's logging
     /// ConfigMap and the `verdict.dev/log-type` annotation of its pods.
@@ -134,8 +188,9 @@ pub struct AppSpec {
 pub struct Certificate {
     #[schema(max_length = 16384)]
     pub cert: Option<String>,
-    #[schema(max_length = 16384)]
-    pub key: Option<String>,
+    /// The private key (secret material, shown redacted).
+    #[schema(value_type = Option<String>, max_length = 16384)]
+    pub key: Option<Sealed<sealed::TlsKey>>,
     #[schema(max_length = 16384)]
     pub ca: Option<String>,
     /// The cert-manager issuer that issues it.
@@ -249,11 +304,14 @@ pub struct ImagePullSecret {
     pub registry: Option<String>,
     #[schema(max_length = 256)]
     pub username: Option<String>,
-    #[schema(max_length = 4096)]
-    pub password: Option<String>,
-    /// `username:password`, base64, as Docker's configuration keeps it.
-    #[schema(max_length = 8192)]
-    pub auth: Option<String>,
+    /// Secret material, shown redacted: at most 4096 characters, no
+    /// control characters.
+    #[schema(value_type = Option<String>, max_length = 4096)]
+    pub password: Option<Sealed<sealed::Password>>,
+    /// `username:password`, base64, as Docker's configuration keeps it
+    /// (secret material, shown redacted).
+    #[schema(value_type = Option<String>, max_length = 8192)]
+    pub auth: Option<Sealed<sealed::Auth>>,
     #[schema(max_length = 256)]
     pub email: Option<String>,
 }
@@ -433,13 +491,29 @@ impl AppSpec {
                     "is set by verdict (the app it belongs to, who made it)",
                 ));
             }
+            // `app.kubernetes.io/` is Kubernetes' recommended labels', for
+            // apps to set.
+            if let Some((prefix, _)) = key.split_once('/')
+                && prefix != "app.kubernetes.io"
+                && RESERVED_PREFIXES
+                    .iter()
+                    .any(|r| prefix == *r || prefix.ends_with(&format!(".{r}")))
+            {
+                return Err(invalid(
+                    format!("params.labels.{key}"),
+                    format!(
+                        "has a reserved prefix ({}): those labels are Kubernetes' and verdict's own",
+                        RESERVED_PREFIXES.join(", ")
+                    ),
+                ));
+            }
             label_value(&format!("params.labels.{key}"), value)?;
         }
         entries("params.env", &self.env)?;
         for name in self.env.keys() {
             env_name(&format!("params.env.{name}"), name)?;
         }
-        if let Some(license) = &self.license {
+        if let Some(license) = self.license.as_ref().and_then(Sealed::material) {
             base64::engine::general_purpose::STANDARD
                 .decode(license)
                 .map_err(|e| {
@@ -514,6 +588,69 @@ impl AppSpec {
         Ok(())
     }
 
+    /// The app's own health check reaches the app only: its Service by
+    /// name (`NAME`, `NAME.NAMESPACE`, `NAME.NAMESPACE.svc…`) or a pod's
+    /// address — never loopback, link-local (cloud metadata), unspecified
+    /// or multicast addresses, and no other namespace's names, which the
+    /// host would otherwise request for whoever asks.
+    /// `allowed`: hosts it may name besides (`--health-url-allow`).
+    pub fn check_health_url(
+        &self,
+        namespace: &str,
+        name: &str,
+        allowed: &[String],
+    ) -> Result<(), Refusal> {
+        let Some(url) = &self.health_url else {
+            return Ok(());
+        };
+        let field = "params.health-url";
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| invalid(field, format!("`{url}` is not a URL: {e}")))?;
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(invalid(field, "holds credentials; the health check takes none"));
+        }
+        if parsed
+            .host_str()
+            .is_some_and(|host| allowed.iter().any(|a| a.eq_ignore_ascii_case(host)))
+        {
+            return Ok(());
+        }
+        let refused = |why: &str| {
+            invalid(
+                field,
+                format!("reaches {why}; it may reach the app's own Service ({name}.{namespace}.svc) or its pods only"),
+            )
+        };
+        match parsed.host() {
+            Some(url::Host::Ipv4(ip)) => {
+                if ip.is_loopback() || ip.is_link_local() || ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast() {
+                    return Err(refused(&format!("{ip}, a loopback, link-local or unspecified address")));
+                }
+            }
+            Some(url::Host::Ipv6(ip)) => {
+                let link_local = (ip.segments()[0] & 0xffc0) == 0xfe80;
+                let mapped = ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback() || v4.is_link_local());
+                if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || link_local || mapped {
+                    return Err(refused(&format!("{ip}, a loopback, link-local or unspecified address")));
+                }
+            }
+            Some(url::Host::Domain(host)) => {
+                let host = host.trim_end_matches('.').to_ascii_lowercase();
+                let parts: Vec<&str> = host.split('.').collect();
+                let own = parts.first() == Some(&name)
+                    && match parts.get(1) {
+                        None => true,
+                        Some(ns) => *ns == namespace && parts.get(2).is_none_or(|svc| *svc == "svc"),
+                    };
+                if !own {
+                    return Err(refused(&format!("`{host}`, which is not the app's Service")));
+                }
+            }
+            None => return Err(invalid(field, format!("`{url}` has no host"))),
+        }
+        Ok(())
+    }
+
     /// This spec with the fields of `change` that it gives in their place
     /// (a field given replaces that field, maps included).
     pub fn merged(&self, change: &Map<String, Value>) -> Result<Self, Refusal> {
@@ -529,23 +666,15 @@ impl AppSpec {
         Self::of(&base)
     }
 
-    /// The spec without its secret material (license, certificate and key,
-    /// registry passwords), as the workload's annotation keeps it: each
-    /// secret given is kept as an empty text, meaning "in its Secret".
+    /// The spec as the workload's annotation keeps it: without secret
+    /// material (the licence, the certificate, its key and CA, registry
+    /// credentials are in their Secrets; a certificate's PEM is kept as an
+    /// empty text, meaning "in its Secret").
     pub fn redacted(&self) -> Self {
         let mut spec = self.clone();
-        if spec.license.is_some() {
-            spec.license = Some(String::new());
-        }
+        spec.seal();
         if let Some(c) = &mut spec.certificate {
-            for field in [&mut c.cert, &mut c.key, &mut c.ca] {
-                if field.is_some() {
-                    *field = Some(String::new());
-                }
-            }
-        }
-        for secret in &mut spec.image_pull_secrets {
-            for field in [&mut secret.password, &mut secret.auth] {
+            for field in [&mut c.cert, &mut c.ca] {
                 if field.is_some() {
                     *field = Some(String::new());
                 }
@@ -553,6 +682,60 @@ impl AppSpec {
         }
         spec.delete_storage = false;
         spec
+    }
+}
+
+impl SealedFields for AppSpec {
+    fn each_sealed(&mut self, visit: &mut dyn FnMut(&str, SealedRef<'_>)) {
+        if let Some(license) = &mut self.license {
+            visit("license", SealedRef::License(license));
+        }
+        if let Some(key) = self.certificate.as_mut().and_then(|c| c.key.as_mut()) {
+            visit("certificate.key", SealedRef::TlsKey(key));
+        }
+        for (i, pull) in self.image_pull_secrets.iter_mut().enumerate() {
+            if let Some(password) = &mut pull.password {
+                visit(
+                    &format!("image-pull-secrets.{i}.password"),
+                    SealedRef::Password(password),
+                );
+            }
+            if let Some(auth) = &mut pull.auth {
+                visit(
+                    &format!("image-pull-secrets.{i}.auth"),
+                    SealedRef::Auth(auth),
+                );
+            }
+        }
+    }
+}
+
+/// Put the redacted form of every sealed field of `spec` in its place in
+/// `params` (the request's own JSON), so that the task record keeps no
+/// secret material.
+pub fn redact_params(params: &mut Map<String, Value>, spec: &AppSpec) {
+    fn value<K: sealed::Kind>(sealed: &Sealed<K>) -> Value {
+        serde_json::to_value(sealed).unwrap_or_default()
+    }
+    if let Some(license) = &spec.license {
+        params.insert("license".into(), value(license));
+    }
+    if let (Some(key), Some(Value::Object(c))) = (
+        spec.certificate.as_ref().and_then(|c| c.key.as_ref()),
+        params.get_mut("certificate"),
+    ) {
+        c.insert("key".into(), value(key));
+    }
+    if let Some(Value::Array(pulls)) = params.get_mut("image-pull-secrets") {
+        for (given, pull) in pulls.iter_mut().zip(&spec.image_pull_secrets) {
+            let Value::Object(given) = given else { continue };
+            if let Some(password) = &pull.password {
+                given.insert("password".into(), value(password));
+            }
+            if let Some(auth) = &pull.auth {
+                given.insert("auth".into(), value(auth));
+            }
+        }
     }
 }
 
@@ -584,10 +767,11 @@ impl AppSpec {
             storage_class_size: self.storage_class_size.clone(),
             labels: pairs(&self.labels),
             env: pairs(&self.env),
-            license_bytes: self.license.as_ref().map(|l| {
-                base64::engine::general_purpose::STANDARD
-                    .decode(l)
-                    .map_or(0, |bytes| bytes.len() as u32)
+            license_bytes: self.license.as_ref().map(|l| match l.material() {
+                Some(text) => base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_or(0, |bytes| bytes.len() as u32),
+                None => 0,
             }),
             certificate: self.certificate.as_ref().map(|c| w::CertificateSpec {
                 given: c.cert.is_some() || c.key.is_some(),
@@ -652,9 +836,13 @@ impl Certificate {
             _ => {}
         }
         if given {
+            let key = self
+                .key
+                .as_ref()
+                .map(|k| k.material().unwrap_or_default().to_string());
             for (field, value, marker) in [
                 ("cert", &self.cert, "CERTIFICATE"),
-                ("key", &self.key, "PRIVATE KEY"),
+                ("key", &key, "PRIVATE KEY"),
             ] {
                 match value {
                     // An empty text is one kept in its Secret already.
@@ -851,10 +1039,43 @@ impl ImagePullSecret {
                         format!("`{registry}` is not a registry host"),
                     ));
                 }
+                // Credentials belong in `username` and `password`: a
+                // registry written with them would show them wherever the
+                // registry is shown.
+                Some(registry) if registry_has_credentials(registry) => {
+                    return Err(invalid(
+                        format!("{field}.registry"),
+                        "holds credentials (`user:password@`); give them as `username` and `password`",
+                    ));
+                }
                 Some(_) => {}
             }
             if self.auth.is_none() && (self.username.is_none() || self.password.is_none()) {
                 return Err(invalid(field, "gives `username` and `password`, or `auth`"));
+            }
+            if let Some(username) = &self.username {
+                bounded_text(&format!("{field}.username"), username, 256)?;
+            }
+            if let Some(password) = self.password.as_ref().and_then(Sealed::material) {
+                credential(&format!("{field}.password"), password, 4096)?;
+            }
+            if let Some(auth) = self.auth.as_ref().and_then(Sealed::material) {
+                let at = format!("{field}.auth");
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(auth)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| invalid(&at, "is not base64 of `user:password` text"))?;
+                let Some((user, password)) = decoded.split_once(':') else {
+                    return Err(invalid(&at, "does not decode to `user:password`"));
+                };
+                if user.is_empty() {
+                    return Err(invalid(&at, "decodes to a password without a user"));
+                }
+                credential(&at, password, 4096)?;
+                if auth.len() > 8192 {
+                    return Err(invalid(&at, "is longer than 8192 characters"));
+                }
             }
         } else if self.name.is_none() {
             return Err(invalid(
@@ -869,6 +1090,25 @@ impl ImagePullSecret {
         }
         Ok(())
     }
+}
+
+/// Whether a registry's text carries credentials (`user:password@host`,
+/// `https://user@host`).
+fn registry_has_credentials(registry: &str) -> bool {
+    let host_part = registry.split_once("://").map_or(registry, |(_, rest)| rest);
+    host_part.split('/').next().unwrap_or_default().contains('@')
+}
+
+/// A password: 1 to `max` characters, none a control character (a NUL, a
+/// newline, an escape). Never echoed: the refusal says what is wrong only.
+fn credential(field: &str, text: &str, max: usize) -> Result<(), Refusal> {
+    if text.is_empty() || text.chars().count() > max {
+        return Err(invalid(field, format!("is 1 to {max} characters")));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(invalid(field, "has a control character"));
+    }
+    Ok(())
 }
 
 /// A Kubernetes quantity, or the field refused naming it.
@@ -1202,6 +1442,34 @@ mod tests {
             ),
             (json!({"labels": {"team": "a b"}}), "params.labels.team"),
             (
+                json!({"labels": {"kubernetes.io/hostname": "x"}}),
+                "params.labels.kubernetes.io/hostname",
+            ),
+            (
+                json!({"labels": {"node.k8s.io/pool": "x"}}),
+                "params.labels.node.k8s.io/pool",
+            ),
+            (
+                json!({"labels": {"verdict.dev/adopted-by": "x"}}),
+                "params.labels.verdict.dev/adopted-by",
+            ),
+            (
+                json!({"image-pull-secrets": [{"registry": "u:p@r.example", "username": "u", "password": "p"}]}),
+                "params.image-pull-secrets[0].registry",
+            ),
+            (
+                json!({"image-pull-secrets": [{"registry": "r.example", "auth": "bm90LWEtcGFpcg=="}]}),
+                "params.image-pull-secrets[0].auth",
+            ),
+            (
+                json!({"image-pull-secrets": [{"registry": "r.example", "auth": "not base64!"}]}),
+                "params.image-pull-secrets[0].auth",
+            ),
+            (
+                json!({"image-pull-secrets": [{"registry": "r.example", "username": "u", "password": "a\u{0}b"}]}),
+                "params.image-pull-secrets[0].password",
+            ),
+            (
                 json!({"network-config": {"type": "Ingress"}}),
                 "params.network-config.type",
             ),
@@ -1230,6 +1498,73 @@ mod tests {
         for (params, field) in cases {
             assert_eq!(refused_field(params.clone()), field, "{params}");
         }
+    }
+
+    #[test]
+    fn an_unknown_parameter_is_named_with_the_nearest_known_one() {
+        let Value::Object(mut params) =
+            json!({"image": "a:1", "storage_clas_size": "1Gi", "x-team-note": "kept"})
+        else {
+            unreachable!()
+        };
+        normalize(&mut params).unwrap();
+        match known_params(&params) {
+            Err(Refusal::Invalid { field, message }) => {
+                assert_eq!(field, "params.storage_clas_size");
+                assert!(message.contains("`storage-class-size`"), "{message}");
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+        params.remove("storage_clas_size");
+        assert!(known_params(&params).is_ok(), "x- parameters are the policies'");
+        let Value::Object(params) = json!({"hostNetwork": true}) else {
+            unreachable!()
+        };
+        assert!(known_params(&params).is_err());
+    }
+
+    #[test]
+    fn a_long_password_is_refused_without_echoing_it() {
+        let long = "p".repeat(20_000);
+        let refused = spec(json!({"image-pull-secrets": [{"registry": "r", "username": "u", "password": long}]}));
+        let Err(Refusal::Invalid { message, .. }) = refused else {
+            panic!("not refused")
+        };
+        assert!(!message.contains("ppp"), "{message}");
+        assert!(spec(json!({"labels": {"app.kubernetes.io/part-of": "shop"}})).is_ok());
+    }
+
+    #[test]
+    fn a_health_check_reaches_the_app_only() {
+        let check = |url: &str, allowed: &[String]| {
+            AppSpec {
+                health_url: Some(url.into()),
+                ..AppSpec::default()
+            }
+            .check_health_url("shop", "web", allowed)
+        };
+        for good in [
+            "http://web:8080/healthz",
+            "http://web.shop/healthz",
+            "https://web.shop.svc.cluster.local/healthz",
+            "http://10.1.2.3:8080/ready",
+        ] {
+            assert!(check(good, &[]).is_ok(), "{good}");
+        }
+        for bad in [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://127.0.0.1:8080/",
+            "http://localhost/",
+            "http://[::1]/",
+            "http://[fe80::1]/",
+            "http://0.0.0.0/",
+            "http://db.other/healthz",
+            "http://web.other.svc/healthz",
+            "http://user:pw@web/healthz",
+        ] {
+            assert!(check(bad, &[]).is_err(), "{bad}");
+        }
+        assert!(check("http://127.0.0.1:8080/", &["127.0.0.1".into()]).is_ok());
     }
 
     #[test]
@@ -1266,8 +1601,13 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("\"license\":\"\""),
+            text.contains("\"license\":{\"redacted\":\"license\""),
             "a license is known to be kept: {text}"
+        );
+        let text = serde_json::to_string(&full).unwrap();
+        assert!(
+            !text.contains("hunter2") && !text.contains("TElDRU5TRQ"),
+            "the spec itself serialises redacted: {text}"
         );
     }
 }
