@@ -8,6 +8,7 @@
 //!
 //! Small helpers:
 //! - [`time`]: the present, and times as milliseconds and RFC 3339 text;
+//! - [`text`]: text from elsewhere made safe to print (controls escaped);
 //! - [`wit`]: the WIT contract's bindings, and its enumerations' names;
 //! - [`schema`]: JSON schemas of custom resources' fields their types
 //!   cannot say (any object, an enumeration by WIT name);
@@ -91,6 +92,7 @@ pub mod shadow;
 pub mod shared;
 pub mod storage;
 pub mod tasks;
+pub mod text;
 pub mod time;
 pub mod verdicts;
 pub mod watch;

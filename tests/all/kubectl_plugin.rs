@@ -90,3 +90,75 @@ fn the_kubectl_plugin_shows_apps_an_app_and_a_rollout_tree() {
     assert!(!ok);
     assert!(err.contains("vms/nothing"), "{err}");
 }
+
+/// A server that answers every request with `answer` (status line, headers
+/// and as much of the body as it writes), on 127.0.0.1.
+fn hostile(answer: impl Fn(&mut std::net::TcpStream) + Send + 'static) -> String {
+    use std::io::Read as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 8192];
+            let _ = stream.read(&mut request);
+            answer(&mut stream);
+        }
+    });
+    format!("http://{address}")
+}
+
+#[test]
+fn the_kubectl_plugin_prints_a_hostile_servers_words_escaped_and_bounds_its_answers() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    // Names, reasons and statuses with a window title, a screen clear, a
+    // cursor move back over the rows printed and a bell.
+    let escapes = "\u{1b}]0;owned\u{7}\u{1b}[2J\u{1b}[1A\rforged";
+    let apps = serde_json::json!({"apps": [{
+        "namespace": "shop", "name": format!("web{escapes}"),
+        "display": {"status": format!("running{escapes}")},
+        "stable": "running", "stable_reason": format!("fine{escapes}\nNAMESPACE forged row"),
+        "pods": [],
+    }]})
+    .to_string();
+    let url = hostile(move |stream| {
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{apps}",
+            apps.len()
+        );
+    });
+    let (ok, out, err) = plugin(dir.path(), &url, &["apps", "-A"]);
+    assert!(ok, "{err}");
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\r'), "{out:?}");
+    assert!(out.contains("\\u{1b}]0;owned"), "the escape is shown, not obeyed: {out}");
+    assert!(
+        out.lines().filter(|l| l.contains("forged row")).all(|l| !l.starts_with("NAMESPACE")),
+        "no line is forged: {out}"
+    );
+    // An error text with escapes and a newline is one escaped line.
+    let url = hostile(|stream| {
+        let body = "{\"error\": {\"message\": \"no\\u001b[2J\\nkubectl verdict: all good\"}}";
+        let _ = write!(
+            stream,
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let (ok, _, err) = plugin(dir.path(), &url, &["apps", "-A"]);
+    assert!(!ok);
+    assert!(!err.contains('\u{1b}') && err.trim_end().lines().count() == 1, "{err:?}");
+    // An endless answer is cut off at the bound, with a clear error.
+    let url = hostile(|stream| {
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{{\"apps\": [\""
+        );
+        let chunk = vec![b'a'; 1 << 20];
+        while stream.write_all(&chunk).is_ok() {}
+    });
+    let (ok, _, err) = plugin(dir.path(), &url, &["apps", "-A"]);
+    assert!(!ok);
+    assert!(err.contains("over 64 MiB"), "{err}");
+}

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::{cause, columns, lasted, segment};
 use crate::error::{Error, Result};
+use crate::text::printable;
 
 /// `kubectl verdict`.
 #[derive(Debug, clap::Parser)]
@@ -163,6 +164,8 @@ enum Transport {
         base: String,
         token: Option<String>,
         client: reqwest::blocking::Client,
+        /// The kubeconfig's user, when there is one.
+        user: Option<String>,
     },
     /// Through the API server's service proxy, as the kubeconfig's user.
     Proxy {
@@ -200,6 +203,7 @@ impl Transport {
                 base: url.trim_end_matches('/').to_string(),
                 token: target.token.clone(),
                 client,
+                user: kubeconfig_user(target),
             });
         }
         let (namespace, name) = target
@@ -294,11 +298,10 @@ impl Transport {
         }
     }
 
-    /// Who asks, by default.
+    /// Who asks, by default: the kubeconfig's user.
     fn user(&self) -> Option<String> {
         match self {
-            Transport::Proxy { user, .. } => user.clone(),
-            Transport::Direct { .. } => None,
+            Transport::Proxy { user, .. } | Transport::Direct { user, .. } => user.clone(),
         }
     }
 
@@ -309,6 +312,7 @@ impl Transport {
                 base,
                 token,
                 client,
+                ..
             } => {
                 let method = reqwest::Method::from_bytes(method.as_bytes())
                     .expect("a method of this module");
@@ -323,10 +327,16 @@ impl Transport {
                     .send()
                     .map_err(|e| remote(base, format!("cannot be reached: {e}")))?;
                 let code = response.status().as_u16();
-                let bytes = response
-                    .bytes()
+                let mut bytes = Vec::new();
+                use std::io::Read as _;
+                response
+                    .take(MAX_ANSWER as u64 + 1)
+                    .read_to_end(&mut bytes)
                     .map_err(|e| remote(base, format!("answer cut off: {e}")))?;
-                (code, bytes.to_vec())
+                if bytes.len() > MAX_ANSWER {
+                    return Err(remote(base, too_long()));
+                }
+                (code, bytes)
             }
             Transport::Proxy {
                 runtime,
@@ -346,18 +356,25 @@ impl Transport {
                         .map_err(|e| e.to_string())?;
                     let response = client.send(request).await.map_err(|e| e.to_string())?;
                     let code = response.status().as_u16();
-                    let bytes = response
-                        .into_body()
-                        .collect_bytes()
+                    use http_body_util::BodyExt as _;
+                    let bytes = http_body_util::Limited::new(response.into_body(), MAX_ANSWER)
+                        .collect()
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| {
+                            if e.is::<http_body_util::LengthLimitError>() {
+                                too_long()
+                            } else {
+                                e.to_string()
+                            }
+                        })?
+                        .to_bytes();
                     Ok::<_, String>((code, bytes.to_vec()))
                 })
                 .map_err(|message| remote(service, format!("cannot be reached: {message}")))?,
         };
         if !(200..300).contains(&code) {
             let mut message = message_of(&bytes);
-            if code == 403 && matches!(self, Transport::Proxy { .. }) {
+            if code == 403 && self.lacks_proxy_access(method) {
                 message.push_str(
                     " (the plugin reaches verdict through services/proxy: your role needs `get` and `create` on it)",
                 );
@@ -371,12 +388,80 @@ impl Transport {
     fn get(&self, path: &str) -> Result<Value> {
         self.call("GET", path, None)
     }
+
+    /// Whether the API server says the user may not reach verdict's
+    /// Service through its proxy with `method` (a SelfSubjectAccessReview):
+    /// only then is a 403 blamed on RBAC. A review that cannot be made
+    /// says nothing.
+    fn lacks_proxy_access(&self, method: &str) -> bool {
+        let Transport::Proxy {
+            runtime,
+            client,
+            service,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let Some((namespace, name)) = service.split_once('/') else {
+            return false;
+        };
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(namespace.to_string()),
+                    verb: Some(if method == "GET" { "get" } else { "create" }.into()),
+                    resource: Some("services".into()),
+                    subresource: Some("proxy".into()),
+                    name: Some(name.to_string()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+        runtime
+            .block_on(api.create(&kube::api::PostParams::default(), &review))
+            .ok()
+            .and_then(|r| r.status)
+            .is_some_and(|s| !s.allowed)
+    }
+}
+
+/// The largest answer the plugin reads: past it, an error, not a
+/// terminal (or memory) filled by a server that never stops.
+const MAX_ANSWER: usize = 64 << 20;
+
+fn too_long() -> String {
+    format!("the answer is over {} MiB: not read", MAX_ANSWER >> 20)
+}
+
+/// Who is asking when `--by` does not say: the kubeconfig's user, else the
+/// login name (`USER`, `LOGNAME`, else the password file's name of this
+/// process's user).
+fn login_name() -> Option<String> {
+    std::env::var("USER")
+        .ok()
+        .or_else(|| std::env::var("LOGNAME").ok())
+        .filter(|n| !n.trim().is_empty())
+        .or_else(|| {
+            let uid = rustix::process::getuid().as_raw().to_string();
+            let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+            passwd.lines().find_map(|line| {
+                let fields: Vec<&str> = line.split(':').collect();
+                (fields.get(2) == Some(&uid.as_str())).then(|| fields[0].to_string())
+            })
+        })
 }
 
 fn remote(url: &str, message: String) -> Error {
     Error::Remote {
-        url: url.to_string(),
-        message,
+        url: printable(url),
+        message: printable(&message),
     }
 }
 
@@ -409,11 +494,12 @@ fn namespaced<'a>(what: &'static str, text: &'a str) -> Result<(&'a str, &'a str
         })
 }
 
+/// A value from a server as it is printed ([`printable`]).
 fn text(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => printable(s),
         Value::Null => String::new(),
-        other => other.to_string(),
+        other => printable(&other.to_string()),
     }
 }
 
@@ -711,8 +797,15 @@ fn rollout_tree(set: &Value) -> String {
     out
 }
 
-/// Print `text` now (a watch prints as it goes).
+/// Print `text` now (a watch prints as it goes). Its own line breaks
+/// stay; any other control character that reached it from a server is
+/// escaped here too, whichever path it took.
 fn write(out: &mut dyn std::io::Write, text: &str) -> Result<()> {
+    let text: String = text
+        .split('\n')
+        .map(printable)
+        .collect::<Vec<_>>()
+        .join("\n");
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(|e| Error::Remote {
@@ -730,7 +823,7 @@ pub fn run(cli: &PluginCli, out: &mut dyn std::io::Write) -> Result<()> {
             .by
             .clone()
             .or_else(|| transport.user())
-            .or_else(|| std::env::var("USER").ok())
+            .or_else(login_name)
             .filter(|b| !b.trim().is_empty())
             .ok_or_else(|| Error::Config {
                 key: "by",
@@ -985,6 +1078,17 @@ mod tests {
         );
         assert!(tree.contains("copying"), "{tree}");
         assert!(tree.contains("web-2  code v1  ⏸ awaits approval"), "{tree}");
+    }
+
+    #[test]
+    fn a_page_is_printed_with_its_own_line_breaks_only() {
+        let mut out = Vec::new();
+        // Whatever reached a page unescaped is escaped as it is printed;
+        // the page's own line breaks stay.
+        write(&mut out, "row one \u{1b}[2J\u{7}\nrow two\n").unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out.lines().count(), 2, "{out:?}");
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'));
     }
 
     #[test]

@@ -1,0 +1,42 @@
+//! Text from elsewhere — a member cluster's verdict, a server the kubectl
+//! plugin asked — made safe to print: every control character (an escape
+//! sequence that moves the cursor or retitles a window, a bell, a carriage
+//! return that rewrites a row, a newline that forges one) and every
+//! bidirectional control is written as its escape instead, so that what
+//! another party says is shown, never obeyed, in a terminal or a log.
+
+/// `text` with every control and bidirectional character escaped.
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(needs_escape) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if needs_escape(c) {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Control characters, and the invisible ones that reorder text
+/// (U+202A–U+202E, U+2066–U+2069).
+fn needs_escape(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_are_shown_as_escapes() {
+        let hostile = "web\u{1b}]0;title\u{7}\u{1b}[2J\r\nforged\u{202e}";
+        let shown = printable(hostile);
+        assert!(!shown.chars().any(needs_escape), "{shown:?}");
+        assert!(shown.contains("\\u{1b}]0;title") && shown.contains("\\n"), "{shown}");
+        assert_eq!(printable("plain text: ✓"), "plain text: ✓");
+    }
+}
