@@ -44,6 +44,11 @@ pub struct Settings {
     /// `Last-Event-ID`.
     #[arg(long = "event-buffer", value_name = "N", default_value = "10000", value_parser = crate::settings::positive)]
     pub buffer: usize,
+    /// The most memory the kept events may take, in MiB: the oldest go
+    /// first when they would take more (a fleet's members' events are
+    /// bounded in bytes, not only in number).
+    #[arg(long = "event-buffer-mib", value_name = "MIB", default_value = "64", value_parser = crate::settings::mib)]
+    pub buffer_bytes: usize,
 }
 
 impl Default for Settings {
@@ -149,16 +154,23 @@ struct Inner {
     first: u64,
     next: u64,
     buffer: VecDeque<Arc<Event>>,
+    /// The text the buffer holds, in bytes.
+    bytes: usize,
     /// Consumers that must see every event (the history, the Kubernetes
     /// Events), each with a bounded queue and a count of drops of its own.
     taps: Vec<(mpsc::Sender<Arc<Event>>, Arc<AtomicU64>)>,
 }
+
+/// The text kept for replay unless told otherwise ([`Events::bounded_to`]).
+const DEFAULT_MAX_BYTES: usize = 64 << 20;
 
 /// The host's events.
 #[derive(Debug)]
 pub struct Events {
     inner: Mutex<Inner>,
     capacity: usize,
+    /// The most text the buffer holds, in bytes.
+    max_bytes: usize,
     live: broadcast::Sender<Arc<Event>>,
 }
 
@@ -180,11 +192,19 @@ impl Events {
                 first,
                 next: first,
                 buffer: VecDeque::with_capacity(capacity.min(4096)),
+                bytes: 0,
                 taps: Vec::new(),
             }),
             capacity: capacity.max(1),
+            max_bytes: DEFAULT_MAX_BYTES,
             live,
         }
+    }
+
+    /// Keep at most `bytes` of events' text for replay.
+    pub fn bounded_to(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes.max(1);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -226,10 +246,17 @@ impl Events {
             json,
         });
         inner.next = inner.next.saturating_add(1);
-        if inner.buffer.len() == self.capacity {
-            inner.buffer.pop_front();
-        }
+        inner.bytes += event.json.len();
         inner.buffer.push_back(Arc::clone(&event));
+        // The oldest go first, past either bound (the newest is always
+        // kept: it is bounded by its source).
+        while inner.buffer.len() > 1
+            && (inner.buffer.len() > self.capacity || inner.bytes > self.max_bytes)
+        {
+            if let Some(old) = inner.buffer.pop_front() {
+                inner.bytes -= old.json.len();
+            }
+        }
         // Under the lock, so that the live order is the id order. No
         // subscriber is not an error.
         let _ = self.live.send(Arc::clone(&event));
@@ -324,6 +351,19 @@ mod tests {
         let ok = events.subscribe(Some(events.next_id() - 2)).1.unwrap();
         assert_eq!(ok.len(), 1);
         assert_eq!(events.published(), 3);
+    }
+
+    #[test]
+    fn the_buffer_is_bounded_in_bytes_too() {
+        let events = Events::starting_at(1, 1000).bounded_to(4096);
+        let big = serde_json::json!({"text": "x".repeat(1000)});
+        for _ in 0..20 {
+            events.publish(Kind::Verdict, None, big.clone());
+        }
+        let inner = events.lock();
+        assert!(inner.bytes <= 4096, "{} bytes kept", inner.bytes);
+        assert!(inner.buffer.len() >= 3 && inner.buffer.len() < 5, "{}", inner.buffer.len());
+        assert_eq!(inner.buffer.back().map(|e| e.id), Some(20));
     }
 
     #[test]

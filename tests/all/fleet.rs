@@ -258,6 +258,15 @@ mod hostile {
         Huge,
         /// 10 000 apps, and a quiet stream with heartbeats.
         Many,
+        /// No apps listed, then a new app's verdict on its stream every
+        /// millisecond, without end.
+        Flood,
+        /// Events that say they are another member's (`"cluster":
+        /// "good"`), and events of a megabyte each.
+        Spoof,
+        /// An error answer whose text moves the terminal and forges a log
+        /// line.
+        Escapes,
     }
 
     fn stream(body: Body) -> Response {
@@ -267,8 +276,26 @@ mod hostile {
             .unwrap()
     }
 
+    fn verdict_of(namespace: &str, name: &str) -> serde_json::Value {
+        serde_json::json!({
+            "namespace": namespace, "name": name,
+            "stable": "running", "stable_reason": "every replica is ready",
+            "transitional": null,
+            "display": {"status": "running", "text": "running", "severity": "info", "progress": null},
+            "ready_replicas": 1, "expected_replicas": 1, "groups": []
+        })
+    }
+
     fn apps(kind: Kind) -> Response {
         match kind {
+            Kind::Flood | Kind::Spoof => Response::new(Body::from(r#"{"apps": []}"#)),
+            Kind::Escapes => Response::builder()
+                .status(500)
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    "{\"error\": {\"message\": \"broken\\u001b[2J\\u001b]0;owned\\u0007\\n2026-01-01T00:00:00Z  INFO verdict: FORGED LOG LINE\"}}",
+                ))
+                .unwrap(),
             Kind::Garbage => Response::new(Body::from("<html>not verdict</html>")),
             Kind::Trickle => Response::new(Body::from(r#"{"apps": []}"#)),
             Kind::Huge => {
@@ -313,10 +340,38 @@ mod hostile {
                 b"event: verdict\ndata: {\"data\": 42}\n\n",
             ))),
             Kind::Trickle => stream(Body::from_stream(ticks(Duration::from_millis(200), b"x"))),
-            Kind::Huge | Kind::Many => stream(Body::from_stream(ticks(
+            Kind::Huge | Kind::Many | Kind::Escapes => stream(Body::from_stream(ticks(
                 Duration::from_millis(300),
                 b": heartbeat\n\n",
             ))),
+            Kind::Flood => {
+                let apps = futures_util::stream::iter(0u64..).then(|i| async move {
+                    if i % 64 == 0 {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    let data = serde_json::json!({"app": format!("flood/app-{i}"),
+                        "data": verdict_of("flood", &format!("app-{i}"))});
+                    Ok::<_, std::convert::Infallible>(bytes::Bytes::from(format!(
+                        "event: verdict\nid: {}\ndata: {data}\n\n",
+                        i + 1
+                    )))
+                });
+                stream(Body::from_stream(apps))
+            }
+            Kind::Spoof => {
+                let events = futures_util::stream::iter(0u64..).then(|i| async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let mut verdict = verdict_of("shop", "spoofed");
+                    verdict["cluster"] = "good".into();
+                    verdict["padding"] = "x".repeat(if i % 2 == 0 { 1000 } else { 1_000_000 }).into();
+                    let data = serde_json::json!({"app": "shop/spoofed", "cluster": "good", "data": verdict});
+                    Ok::<_, std::convert::Infallible>(bytes::Bytes::from(format!(
+                        "event: verdict\nid: {}\ndata: {data}\n\n",
+                        i + 1
+                    )))
+                });
+                stream(Body::from_stream(events))
+            }
         }
     }
 
@@ -401,5 +456,81 @@ fn members_that_answer_garbage_trickle_or_flood_cost_the_others_nothing() {
     assert!(resident < 200.0, "the fleet holds {resident} MiB");
     assert_eq!(fleet.get("/readyz").0, 200);
     assert_eq!(fleet.get("/v1/fleet/clusters").0, 200);
+    drop(runtime);
+}
+
+#[test]
+fn members_that_flood_spoof_or_escape_are_cut_off_or_escaped_and_the_others_are_served() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let flood = hostile::serve(&runtime, hostile::Kind::Flood);
+    let spoof = hostile::serve(&runtime, hostile::Kind::Spoof);
+    let escapes = hostile::serve(&runtime, hostile::Kind::Escapes);
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let good = start_host(&cluster, data.path(), &[]);
+    let log = data.path().join("fleet.log");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
+    command.args([
+        "fleet",
+        "--listen",
+        "127.0.0.1:0",
+        "--unknown-after-ms",
+        &UNKNOWN_AFTER_MS.to_string(),
+        "--member-backoff-max-ms",
+        "1000",
+        "--member-apps-max",
+        "2000",
+        "--event-buffer-mib",
+        "8",
+        "--member-event-max-kib",
+        "2048",
+    ]);
+    for (name, url) in [("flood", &flood), ("spoof", &spoof), ("escapes", &escapes), ("good", &good.base)] {
+        command.arg("--member").arg(format!("{name}={url}"));
+    }
+    let fleet = Server::start_logging(command, "info", &log);
+    until(&fleet, "good", "the good member's app", |a| a["stable"] == "running");
+
+    // The flood is cut off at its bound, saying why; it never holds more.
+    let took = wait_until(PATIENCE, || {
+        cluster_view(&fleet, "flood")["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cut off") && e.contains("--member-apps-max"))
+    });
+    assert!(took.is_some(), "{}", cluster_view(&fleet, "flood"));
+    assert!(cluster_view(&fleet, "flood")["apps"].as_u64().unwrap() <= 2000);
+
+    // The spoofer's events are its own: nothing appears in good's row.
+    let took = wait_until(PATIENCE, || cluster_view(&fleet, "spoof")["events"].as_u64().unwrap_or(0) >= 20);
+    assert!(took.is_some(), "{}", cluster_view(&fleet, "spoof"));
+    let (_, good_apps) = fleet.get("/v1/fleet/apps?cluster=good");
+    assert!(
+        good_apps["apps"].as_array().unwrap().iter().all(|a| a["name"] != "spoofed"),
+        "{good_apps}"
+    );
+    let (_, spoofed) = fleet.get("/v1/fleet/apps?cluster=spoof");
+    assert!(
+        spoofed["apps"].as_array().unwrap().iter().any(|a| a["name"] == "spoofed" && a["cluster"] == "spoof"),
+        "{spoofed}"
+    );
+
+    // The escaping member's words are in the log escaped, on its own line.
+    let took = wait_until(PATIENCE, || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("FORGED LOG LINE")
+    });
+    assert!(took.is_some());
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(!logged.contains('\u{1b}') && !logged.contains('\u{7}'), "a raw escape in the log");
+    assert!(
+        logged.lines().all(|l| !l.contains("INFO verdict: FORGED")),
+        "a forged line: {logged}"
+    );
+
+    // Within its bounds: the flood's apps, the megabyte events' replay.
+    let (resident, _) = crate::support::memory(fleet.pid());
+    assert!(resident < 200.0, "the fleet holds {resident} MiB");
+    cluster.apply(deployment(1, 0));
+    cluster.apply(pod("web-1", Some("CrashLoopBackOff")));
+    until(&fleet, "good", "the good member's change", |a| a["stable"] != "running");
     drop(runtime);
 }

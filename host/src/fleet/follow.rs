@@ -207,6 +207,12 @@ impl Member {
         let state = self.lock();
         match (&state.conn, state.reach) {
             (Some(conn), Reach::Live) => Ok(conn.clone()),
+            (_, Reach::Mismatch) => Err(unreachable(
+                state
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| "its verdict serves another cluster".into()),
+            )),
             (_, Reach::Connecting) => Err(unreachable(
                 state
                     .last_error
@@ -297,10 +303,14 @@ pub async fn follow(fleet: Weak<Fleet>, member: Arc<Member>) {
             state.conn = None;
             match &outcome {
                 Ok(ended) => {
+                    let ended = crate::text::printable(ended);
                     tracing::info!(cluster = %member.name, %ended, "member's stream ended; reconnecting");
                 }
                 Err(error) => {
                     state.failures += 1;
+                    // What a member said, escaped: it may not forge a log
+                    // line or move a terminal's cursor.
+                    let error = &crate::text::printable(error);
                     tracing::warn!(cluster = %member.name, %error, "member cluster could not be followed");
                     let changed = state.last_error.as_deref() != Some(error.as_str());
                     state.last_error = Some(error.clone());
@@ -457,15 +467,35 @@ fn seen(fleet: &Fleet, member: &Member) {
 /// One event of the member's: a verdict is kept; every event is passed on
 /// to the fleet's stream with its cluster.
 fn apply(fleet: &Fleet, member: &Member, kind: &str, data: &str) -> Result<(), String> {
-    let wire: Wire = serde_json::from_str(data)
+    let mut wire: Wire = serde_json::from_str(data)
         .map_err(|e| format!("its {kind} event is not verdict's: {e}"))?;
+    // Which cluster an event is of is the fleet's to say: a member's own
+    // word would put its events in another member's row.
+    if let Value::Object(data) = &mut wire.data {
+        data.remove("cluster");
+    }
     let kind = match kind {
         "verdict" => {
             let summary = Summary::deserialize(&wire.data)
                 .map_err(|e| format!("its verdict event is not an app's verdict: {e}"))?;
             let key = (summary.namespace.clone(), summary.name.clone());
+            let weight = summary.weight();
             let mut state = member.lock();
             state.events += 1;
+            let was = state.apps.get(&key).map_or(0, |k| k.summary.weight());
+            let apps = state.apps.len() + usize::from(was == 0);
+            let bytes = state.apps_bytes - was + weight;
+            let settings = &fleet.settings;
+            if apps > settings.apps_max || bytes > settings.apps_max_mib << 20 {
+                // Cut off: what it sent is let go, and it is tried again
+                // later from a fresh listing (bounded too).
+                state.apps.clear();
+                state.apps_bytes = 0;
+                state.synced_at = None;
+                state.last_event_id = None;
+                return Err(over_bounds(apps, bytes, settings));
+            }
+            state.apps_bytes = bytes;
             state.apps.insert(key, Kept { summary, at: now() });
             Kind::Verdict
         }
@@ -480,6 +510,16 @@ fn apply(fleet: &Fleet, member: &Member, kind: &str, data: &str) -> Result<(), S
     }
     fleet.announce(&member.name, kind, wire.app, &wire.data);
     Ok(())
+}
+
+/// Why a member is cut off: more apps, or more of them, than the bounds.
+fn over_bounds(apps: usize, bytes: usize, settings: &super::Settings) -> String {
+    format!(
+        "cut off: it sent {apps} apps ({} MiB kept), over the bounds of {} apps and {} MiB (--member-apps-max, --member-apps-max-mib)",
+        bytes >> 20,
+        settings.apps_max,
+        settings.apps_max_mib
+    )
 }
 
 /// verdict's list of apps.
@@ -507,16 +547,54 @@ async fn sync(
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("its apps are not verdict's list: {e}"))?;
-    let version = match conn
+    let health = match conn
         .send(Method::GET, "/healthz", None, ERROR_MAX, &[])
+        .await
+    {
+        Ok(answer) if answer.status.is_success() => {
+            serde_json::from_slice::<Value>(&answer.body).unwrap_or_default()
+        }
+        _ => Value::Null,
+    };
+    let version = health["version"].as_str().map(str::to_string);
+    // Which cluster its verdict serves: its own word, checked against its
+    // source's. A member that serves another is shown `mismatch`, and
+    // nothing of it is shown or sent to it.
+    let cluster_id = match conn
+        .send(Method::GET, "/v1/cluster", None, ERROR_MAX, &[])
         .await
     {
         Ok(answer) if answer.status.is_success() => serde_json::from_slice::<Value>(&answer.body)
             .ok()
-            .and_then(|v| v["version"].as_str().map(str::to_string)),
-        _ => None,
+            .and_then(|v| v["id"].as_str().map(str::to_string)),
+        _ => health["cluster_id"].as_str().map(str::to_string),
     };
+    if let (Some(expected), Some(said)) = (&member.expected_id, &cluster_id)
+        && expected != said
+    {
+        let why = format!(
+            "identity mismatch: its verdict serves cluster `{}`, not `{}` as its source ({}) says; nothing is shown of it or sent to it",
+            crate::text::printable(said),
+            expected,
+            member.origin
+        );
+        let mut state = member.lock();
+        state.apps.clear();
+        state.apps_bytes = 0;
+        state.cluster_id = cluster_id;
+        if state.reach != Reach::Mismatch {
+            state.reach = Reach::Mismatch;
+            state.since = now();
+            state.last_error = Some(why.clone());
+            fleet.announce_reach(member, &state);
+        }
+        return Err(why);
+    }
     let at = now();
+    let bytes: usize = listing.apps.iter().map(Summary::weight).sum();
+    if listing.apps.len() > settings.apps_max || bytes > settings.apps_max_mib << 20 {
+        return Err(over_bounds(listing.apps.len(), bytes, settings));
+    }
     let apps = listing
         .apps
         .into_iter()
@@ -529,10 +607,12 @@ async fn sync(
         .collect();
     let mut state = member.lock();
     state.apps = apps;
+    state.apps_bytes = bytes;
     state.synced_at = Some(at);
     state.last_seen = Some(at);
     state.syncs += 1;
     state.version = version.or(state.version.take());
+    state.cluster_id = cluster_id.or(state.cluster_id.take());
     state.last_error = None;
     if state.reach != Reach::Live {
         state.reach = Reach::Live;

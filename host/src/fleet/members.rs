@@ -43,6 +43,8 @@ pub struct Spec {
     pub name: String,
     pub origin: String,
     pub(crate) access: Access,
+    /// The cluster id the source says the member has.
+    pub expected_id: Option<String>,
 }
 
 /// How a member's verdict is reached.
@@ -196,6 +198,7 @@ pub fn configured(members: &[StaticMember], settings: &Settings) -> Result<Vec<S
                 name: member.name.clone(),
                 origin: "static".into(),
                 access: Access::kubeconfig(cluster, user, None),
+                expected_id: member.cluster_id.clone(),
             })
         })
         .collect()
@@ -244,6 +247,12 @@ impl Providers {
 
 /// The property of a profile that names the cluster.
 pub const CLUSTER_ID: &str = "clusterset.k8s.io/cluster-id";
+/// SIG Multicluster's property of a cluster's id in its clusterset
+/// (KEP-2149), as a profile may carry it.
+pub const CLUSTER_PROPERTY: &str = "cluster.clusterset.k8s.io";
+/// An Argo CD cluster Secret's annotation of the cluster's id, as its
+/// verdict says it (`/v1/cluster`).
+pub const VERDICT_CLUSTER_ID: &str = "verdict.dev/cluster-id";
 /// A profile's property with its verdict's URL.
 pub const VERDICT_URL: &str = "verdict.dev/url";
 /// A profile's property (or an Argo CD Secret's annotation) naming its
@@ -325,6 +334,7 @@ pub fn from_profile(
         name: cluster,
         origin,
         access,
+        expected_id: property(CLUSTER_ID).or_else(|| property(CLUSTER_PROPERTY)),
     })
 }
 
@@ -355,11 +365,18 @@ pub fn from_argocd_secret(secret: &Secret, settings: &Settings) -> Result<Spec, 
         .and_then(|a| a.get(VERDICT_SERVICE))
         .cloned()
         .unwrap_or_else(|| settings.member_service.clone());
+    let expected_id = secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(VERDICT_CLUSTER_ID))
+        .cloned();
     let Some(service) = service(&service_text) else {
         return Ok(Spec {
             name,
             origin,
             access: Access::unreachable(format!("`{service_text}` is not NAMESPACE/NAME")),
+            expected_id,
         });
     };
     let config: Value = match text("config").filter(|c| !c.is_empty()) {
@@ -370,6 +387,7 @@ pub fn from_argocd_secret(secret: &Secret, settings: &Settings) -> Result<Spec, 
                     name,
                     origin,
                     access: Access::unreachable(format!("its `config` is not JSON: {e}")),
+                    expected_id,
                 });
             }
         },
@@ -380,6 +398,7 @@ pub fn from_argocd_secret(secret: &Secret, settings: &Settings) -> Result<Spec, 
         name,
         origin,
         access,
+        expected_id,
     })
 }
 
@@ -758,6 +777,7 @@ mod tests {
             url: url.into(),
             token_file: None,
             ca_file: None,
+            cluster_id: None,
         };
         let specs = configured(&[member("east", "http://127.0.0.1:1/")], &settings).unwrap();
         assert_eq!(specs[0].access.describe(), "http://127.0.0.1:1");

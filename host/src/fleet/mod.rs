@@ -51,6 +51,14 @@ pub struct Settings {
     /// The largest event taken from a member's stream, in KiB.
     #[arg(long = "member-event-max-kib", value_name = "KIB", default_value = "1024", value_parser = crate::settings::positive)]
     pub event_max_kib: usize,
+    /// The most apps kept of one member: one that sends more is cut off
+    /// (shown with why) and tried again later, the others untouched.
+    #[arg(long = "member-apps-max", value_name = "N", default_value = "200000", value_parser = crate::settings::positive)]
+    pub apps_max: usize,
+    /// The most memory one member's apps may take in the fleet, in MiB
+    /// (their text, counted as kept): past it the member is cut off.
+    #[arg(long = "member-apps-max-mib", value_name = "MIB", default_value = "128", value_parser = crate::settings::positive)]
+    pub apps_max_mib: usize,
     /// A file holding the bearer token the fleet presents to its members'
     /// verdicts (a static member may name its own).
     #[arg(long = "member-token-file", value_name = "FILE")]
@@ -115,6 +123,11 @@ pub struct StaticMember {
     /// against (else the system's).
     #[serde(default)]
     pub ca_file: Option<std::path::PathBuf>,
+    /// The id of the cluster its verdict should serve (its `--cluster-id`,
+    /// or its `kube-system` UID): a verdict that says another is shown
+    /// `mismatch` and sent nothing.
+    #[serde(default)]
+    pub cluster_id: Option<String>,
 }
 
 fn static_member(text: &str) -> Result<StaticMember, String> {
@@ -127,6 +140,7 @@ fn static_member(text: &str) -> Result<StaticMember, String> {
         url: url.to_string(),
         token_file: None,
         ca_file: None,
+        cluster_id: None,
     })
 }
 
@@ -173,6 +187,12 @@ pub struct Transitional {
     pub progress: u8,
 }
 
+impl Transitional {
+    fn weight(&self) -> usize {
+        self.status.len() + self.task.len() + self.phase.len() + 48
+    }
+}
+
 /// The part of an app's verdict the fleet keeps (the whole verdict is a
 /// request to its cluster away).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,6 +220,25 @@ pub struct Kept {
     pub at: Timestamp,
 }
 
+impl Summary {
+    /// What keeping it costs, in bytes: its texts and the record around
+    /// them (and the map's entry, its key's texts again).
+    pub fn weight(&self) -> usize {
+        let display = &self.display;
+        let texts = 2 * (self.namespace.len() + self.name.len())
+            + self.stable.len()
+            + self.stable_reason.len()
+            + display.status.len()
+            + display.text.len()
+            + display.severity.len()
+            + self
+                .transitional
+                .as_ref()
+                .map_or(0, Transitional::weight);
+        texts + 192
+    }
+}
+
 impl Kept {
     /// The stable status shown: its own while its cluster is live, else
     /// `unknown`.
@@ -222,12 +261,17 @@ pub enum Reach {
     Live,
     /// Not heard from within the bound: its apps are shown `unknown`.
     Lost,
+    /// Its verdict serves another cluster than its source says: nothing
+    /// is shown of it or sent to it.
+    Mismatch,
 }
 
 /// One member's state, behind its own lock.
 #[derive(Debug)]
 pub struct MemberState {
     pub apps: BTreeMap<AppKey, Kept>,
+    /// What `apps` weigh ([`Summary::weight`]), against the bound.
+    pub apps_bytes: usize,
     pub reach: Reach,
     /// When `reach` last changed.
     pub since: Timestamp,
@@ -238,6 +282,8 @@ pub struct MemberState {
     pub synced_at: Option<Timestamp>,
     /// Its verdict's version, from its `/healthz`.
     pub version: Option<String>,
+    /// The cluster its verdict says it serves (`/v1/cluster`).
+    pub cluster_id: Option<String>,
     /// Why the last attempt to follow it failed.
     pub last_error: Option<String>,
     /// The last event id of its stream, where a reconnection resumes.
@@ -262,6 +308,10 @@ pub struct Member {
     /// How its verdict is reached, said for people (a URL or a Service
     /// through an API server).
     pub target: String,
+    /// The cluster id its source says it has (a static member's
+    /// `cluster-id`, a ClusterProfile's property, an Argo CD Secret's
+    /// annotation), checked against what its verdict says.
+    pub expected_id: Option<String>,
     pub state: Mutex<MemberState>,
     /// Its follower; dropped with the member.
     follower: Mutex<Option<tokio::task::AbortHandle>>,
@@ -278,6 +328,14 @@ impl Drop for Member {
 }
 
 impl Member {
+    /// The cluster id a task for it is sent with, for its verdict to check:
+    /// what its source says, else what its verdict said.
+    pub fn task_cluster_id(&self) -> Option<String> {
+        self.expected_id
+            .clone()
+            .or_else(|| self.lock().cluster_id.clone())
+    }
+
     pub fn lock(&self) -> std::sync::MutexGuard<'_, MemberState> {
         self.state
             .lock()
@@ -302,7 +360,8 @@ pub struct ClusterView {
     pub name: String,
     pub origin: String,
     pub target: String,
-    /// `connecting`, `live` or `lost`.
+    /// `connecting`, `live`, `lost` or `mismatch` (its verdict serves
+    /// another cluster than its source says).
     pub reach: &'static str,
     /// Since when (RFC 3339).
     pub since: String,
@@ -311,6 +370,10 @@ pub struct ClusterView {
     pub last_seen_age_ms: Option<u64>,
     pub synced_at: Option<String>,
     pub version: Option<String>,
+    /// The cluster its verdict says it serves, and what its source says
+    /// it should.
+    pub cluster_id: Option<String>,
+    pub expected_cluster_id: Option<String>,
     pub last_error: Option<String>,
     pub apps: usize,
     /// Its apps by the status shown (`unknown` for all of them while it is
@@ -454,6 +517,7 @@ impl Fleet {
                         Reach::Connecting => "connecting",
                         Reach::Live => "live",
                         Reach::Lost => "lost",
+                        Reach::Mismatch => "mismatch",
                     },
                     since: rfc3339(state.since),
                     last_seen: state.last_seen.map(rfc3339),
@@ -462,6 +526,8 @@ impl Fleet {
                         .map(|t| u64::try_from(at.saturating_sub(t)).unwrap_or(0)),
                     synced_at: state.synced_at.map(rfc3339),
                     version: state.version.clone(),
+                    cluster_id: state.cluster_id.clone(),
+                    expected_cluster_id: member.expected_id.clone(),
                     last_error: state.last_error.clone(),
                     apps: state.apps.len(),
                     statuses,
@@ -632,7 +698,11 @@ impl Fleet {
         for (name, spec) in wanted {
             let unchanged = members
                 .get(&name)
-                .is_some_and(|m| m.access.same_as(&spec.access) && m.origin == spec.origin);
+                .is_some_and(|m| {
+                    m.access.same_as(&spec.access)
+                        && m.origin == spec.origin
+                        && m.expected_id == spec.expected_id
+                });
             if unchanged {
                 continue;
             }
@@ -641,13 +711,16 @@ impl Fleet {
                 name: Arc::clone(&name),
                 origin: spec.origin.clone(),
                 target: spec.access.describe(),
+                expected_id: spec.expected_id.clone(),
                 state: Mutex::new(MemberState {
                     apps: BTreeMap::new(),
+                    apps_bytes: 0,
                     reach: Reach::Connecting,
                     since: at,
                     last_seen: None,
                     synced_at: None,
                     version: None,
+                    cluster_id: None,
                     last_error: None,
                     last_event_id: None,
                     syncs: 0,

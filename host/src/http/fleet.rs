@@ -391,7 +391,19 @@ async fn post_task(
     State(state): State<FleetState>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    let (cluster, task) = routed(body)?;
+    let (cluster, mut task) = routed(body)?;
+    // The cluster's id goes with the task, for its verdict to check as it
+    // checks a task sent to it directly: a member reached at another
+    // cluster's verdict refuses it.
+    let id = member(&state, &cluster)?.task_cluster_id();
+    if let (Some(id), Value::Object(task)) = (id, &mut task) {
+        let params = task
+            .entry("params")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(params) = params {
+            params.insert("cluster-id".into(), Value::String(id));
+        }
+    }
     let bytes = serde_json::to_vec(&task).unwrap_or_default();
     ask(
         &state,

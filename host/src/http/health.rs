@@ -17,11 +17,53 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(healthz))
         .routes(routes!(readyz))
+        .routes(routes!(cluster))
 }
 
-#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "The process serves")))]
-async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+/// How long `/healthz` waits to learn which cluster this is (once: then it
+/// is kept) before it answers without.
+const IDENTITY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Which cluster this host serves, when it has one and can tell.
+async fn identity(state: &AppState) -> Option<Result<crate::admission::Identity, String>> {
+    let cluster = state.admission.cluster.as_ref()?;
+    Some(
+        tokio::time::timeout(IDENTITY_WITHIN, cluster.identity())
+            .await
+            .unwrap_or_else(|_| Err("the API server did not say in time".into())),
+    )
+}
+
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "The process serves; `cluster_id` says which cluster it serves, when it can tell")))]
+async fn healthz(State(state): State<AppState>) -> Json<Value> {
+    let mut answer = json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") });
+    if let Some(Ok(identity)) = identity(&state).await {
+        answer["cluster_id"] = json!(identity.id);
+    }
+    Json(answer)
+}
+
+#[utoipa::path(get, path = "/v1/cluster", tag = "health", responses((status = 200, description = "Which cluster this host serves (its id, as tasks name it) and how it knows", body = crate::admission::Identity), (status = 404, description = "This host follows no cluster"), (status = 503, description = "Which cluster this is could not be read")))]
+/// Which cluster this host serves: `--cluster-id`, else the `kube-system`
+/// namespace's UID, else SIG Multicluster's `ClusterProperty`
+/// `cluster.clusterset.k8s.io`. A fleet checks it against what its source
+/// says of the member, and routes nothing to a member that differs.
+async fn cluster(State(state): State<AppState>) -> Response {
+    match identity(&state).await {
+        Some(Ok(identity)) => Json(identity).into_response(),
+        Some(Err(why)) => super::error::ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster-unavailable",
+            why,
+        )
+        .into_response(),
+        None => super::error::ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no-cluster",
+            "this host follows no cluster",
+        )
+        .into_response(),
+    }
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200, description = "Ready: the status policy (and, on a replica that carries out VM delivery, the lifecycle policy) is loaded and every watch works"), (status = 503, description = "Not ready; the body says which part is not")))]

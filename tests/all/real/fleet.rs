@@ -48,7 +48,9 @@ fn cluster_profile_crd(test: &str) -> Option<String> {
 }
 
 /// `verdict serve` following the cluster of `kubeconfig`, at `listen`.
-fn host_at(kubeconfig: &Path, data: &Path, listen: &str) -> Server {
+/// verdict serving the cluster of `kubeconfig`, which it says is
+/// `cluster_id`.
+fn host_at(kubeconfig: &Path, data: &Path, listen: &str, cluster_id: &str) -> Server {
     let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
     command
         .args(["serve", "--listen", listen, "--kubeconfig"])
@@ -56,7 +58,8 @@ fn host_at(kubeconfig: &Path, data: &Path, listen: &str) -> Server {
         .arg("--plugins")
         .arg(plugins())
         .arg("--data-dir")
-        .arg(data);
+        .arg(data)
+        .args(["--cluster-id", cluster_id, "--execute-tasks"]);
     Server::start_command(command)
 }
 
@@ -158,9 +161,9 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
     }
     let datas: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let addresses: Vec<String> = (0..3).map(|_| free_address()).collect();
-    let a_host = host_at(&a.kubeconfig(), datas[0].path(), &addresses[0]);
-    let b_host = host_at(&b.kubeconfig(), datas[1].path(), &addresses[1]);
-    let mut c_host = host_at(&c.kubeconfig(), datas[2].path(), &addresses[2]);
+    let a_host = host_at(&a.kubeconfig(), datas[0].path(), &addresses[0], "cluster-a");
+    let b_host = host_at(&b.kubeconfig(), datas[1].path(), &addresses[1], "cluster-b");
+    let mut c_host = host_at(&c.kubeconfig(), datas[2].path(), &addresses[2], "cluster-c");
 
     // The inventory: the CRD from SIG Multicluster's module, a profile per
     // cluster naming it and where its verdict is.
@@ -188,6 +191,18 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
             ]}),
         );
     }
+    // A profile that names cluster E but points at A's verdict (a mistake,
+    // or a spoof): A says it serves cluster-a, so E is shown `mismatch`
+    // and nothing is sent to it.
+    profile(
+        hub,
+        &ns,
+        "e",
+        json!({"properties": [
+            {"name": "clusterset.k8s.io/cluster-id", "value": "cluster-e"},
+            {"name": "verdict.dev/url", "value": a_host.base},
+        ]}),
+    );
     // A fourth profile of cluster B, reached as its access provider says:
     // the credential plugin's token, B's API server, verdict's Service
     // there (which has no endpoints: a host outside the cluster on
@@ -243,11 +258,25 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
         }),
     );
 
+    // An Argo CD cluster Secret of B on the hub: B's API server with the
+    // fleet's token, verdict behind its Service there (with no endpoints,
+    // as for D), its id as its annotation says.
+    hub.apply(
+        &json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "cluster-f", "namespace": ns,
+                "labels": {"argocd.argoproj.io/secret-type": "cluster"},
+                "annotations": {"verdict.dev/service": format!("{ns}/verdict"), "verdict.dev/cluster-id": "cluster-f"}},
+            "stringData": {"name": "cluster-f", "server": b.server(),
+                "config": json!({"bearerToken": token.trim(), "tlsClientConfig": {"caData": ca}}).to_string()}})
+        .to_string(),
+    )
+    .unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
     command
         .args(["fleet", "--listen", "127.0.0.1:0", "--kubeconfig"])
         .arg(hub.kubeconfig())
         .args(["--cluster-profiles", "--cluster-profile-namespace", &ns])
+        .args(["--argocd-namespace", &ns])
         .arg("--clusterprofile-provider-file")
         .arg(&providers)
         .args([
@@ -276,6 +305,26 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
             .is_some_and(|e| e.contains(r#"no endpoints available for service "verdict""#))
     });
     assert!(took.is_some(), "{}", member(&fleet, "cluster-d"));
+    // The Argo CD Secret's member, reached with its credentials the same
+    // way: B's API server answered for the Service.
+    let took = wait_until(PATIENCE, || {
+        member(&fleet, "cluster-f")["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(r#"no endpoints available for service "verdict""#))
+    });
+    let f = member(&fleet, "cluster-f");
+    assert!(took.is_some(), "{f}");
+    assert_eq!(f["expected_cluster_id"], "cluster-f", "{f}");
+    assert!(f["origin"].as_str().unwrap().starts_with("Argo CD Secret"), "{f}");
+    let took = wait_until(PATIENCE, || member(&fleet, "cluster-e")["reach"] == "mismatch");
+    let e = member(&fleet, "cluster-e");
+    assert!(took.is_some(), "{e}");
+    assert_eq!((e["cluster_id"].as_str(), e["apps"].as_u64()), (Some("cluster-a"), Some(0)), "{e}");
+    assert!(e["last_error"].as_str().unwrap().contains("serves cluster `cluster-a`, not `cluster-e`"), "{e}");
+    let restart_e = json!({"app": format!("{ns}/web"), "action": "restart", "cluster_id": "cluster-e"});
+    let (code, refused) = fleet.send("POST", "/v1/fleet/tasks", Some(&restart_e.to_string()));
+    assert_eq!(code, 503, "{refused}");
+    assert_eq!(a_host.get("/v1/tasks").1["tasks"].as_array().unwrap().len(), 0, "nothing reached A");
 
     // C's API server and verdict stop: its app is unknown within the
     // bound, while B's goes on changing.
@@ -307,10 +356,37 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
     let id = task["id"].as_str().unwrap();
     assert_eq!(b_host.get(&format!("/v1/tasks/{id}")).0, 200);
     assert_eq!(a_host.get(&format!("/v1/tasks/{id}")).0, 404);
+    // A create through the fleet is carried out on its cluster: the app
+    // made and running on B, and on no other.
+    let create = json!({"app": format!("{ns}/made"), "action": "create", "cluster_id": "cluster-b",
+        "params": {"image": "made:1"}});
+    let (code, task) = fleet.send("POST", "/v1/fleet/tasks", Some(&create.to_string()));
+    assert_eq!(code, 201, "{task}");
+    assert_eq!(task["params"]["cluster-id"], "cluster-b", "{task}");
+    let id = task["id"].as_str().unwrap().to_string();
+    let mut last = Value::Null;
+    let done = wait_until(PATIENCE, || {
+        last = fleet.get(&format!("/v1/fleet/tasks/cluster-b/{id}")).1;
+        last["phase"] == "succeeded"
+    });
+    assert!(done.is_some(), "{last}");
+    let running = wait_until(PATIENCE, || {
+        fleet.get(&format!("/v1/fleet/apps?cluster=cluster-b&namespace={ns}")).1["apps"]
+            .as_array()
+            .is_some_and(|apps| apps.iter().any(|a| a["name"] == "made" && a["stable"] == "running"))
+    });
+    assert!(running.is_some(), "the made app never ran on B");
+    let made = |cluster: &verdict_testcluster::Cluster| {
+        cluster
+            .kubectl_run(&["get", "deployments", "-n", &ns, "-o", "name"], None)
+            .unwrap()
+    };
+    assert!(made(&b).contains("deployment.apps/made"), "{}", made(&b));
+    assert!(!made(a).contains("made"), "{}", made(a));
 
     // C returns: resynced.
     c.start_apiserver().unwrap();
-    let _c_again = host_at(&c.kubeconfig(), datas[2].path(), &addresses[2]);
+    let _c_again = host_at(&c.kubeconfig(), datas[2].path(), &addresses[2], "cluster-c");
     until_web(&fleet, "cluster-c", &ns, "C's app known again", |a| {
         a["stable"] == "running"
     });
