@@ -29,7 +29,10 @@ impl Tmpfs {
             .status()
             .is_ok_and(|s| s.success());
         if !mounted {
-            eprintln!("FULL-DISK TEST SKIPPED: mounting a tmpfs needs root, and this user may not");
+            crate::support::skipped(
+                "FULL-DISK TEST SKIPPED: mounting a tmpfs needs root, and this user may not",
+                None,
+            );
             return None;
         }
         Some(Self { dir })

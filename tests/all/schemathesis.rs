@@ -26,9 +26,10 @@ const RUN_LIMIT: Duration = Duration::from_secs(20 * 60);
 #[test]
 fn schemathesis_finds_nothing_wrong_with_the_http_api() {
     let Some(st) = std::env::var_os("VERDICT_SCHEMATHESIS") else {
-        eprintln!(
+        crate::support::skipped(
             "SCHEMATHESIS IS NOT INSTALLED (VERDICT_SCHEMATHESIS is unset): the OpenAPI fuzzing \
-             test is skipped; `cargo xtask test` installs it and runs it"
+             test is skipped; `cargo xtask test` installs it and runs it",
+            None,
         );
         return;
     };
