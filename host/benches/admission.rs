@@ -95,6 +95,7 @@ fn main() {
         live: None,
         gate: verdict::admission::Gate::new(&Default::default()),
         cluster: None,
+        health_url_allow: Vec::new().into(),
     };
     let tokio = tokio::runtime::Runtime::new().unwrap();
     for (kind, body) in &bodies {

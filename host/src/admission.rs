@@ -64,7 +64,11 @@ pub struct Settings {
     /// Hosts an app's `health-url` may name besides the app's own Service
     /// and pods (a stand-in for the app, in tests): loopback, link-local
     /// and other namespaces' names are refused unless named here.
-    #[arg(long = "health-url-allow", value_name = "HOST,…", value_delimiter = ',')]
+    #[arg(
+        long = "health-url-allow",
+        value_name = "HOST,…",
+        value_delimiter = ','
+    )]
     pub health_url_allow: Vec<String>,
 }
 
@@ -144,10 +148,7 @@ impl Cluster {
         Arc::new(Self {
             client,
             id: match settings.cluster_id.clone() {
-                Some(id) => tokio::sync::OnceCell::new_with(Some(Identity {
-                    id,
-                    source: "flag",
-                })),
+                Some(id) => tokio::sync::OnceCell::new_with(Some(Identity { id, source: "flag" })),
                 None => tokio::sync::OnceCell::new(),
             },
             protected,
@@ -237,7 +238,11 @@ impl Cluster {
         if request.action == Action::Create && self.protected.contains(namespace) {
             return Err(TaskError::Refused(Refusal::Protected(format!(
                 "namespace {namespace} is protected: verdict makes no app there (--protected-namespaces: {})",
-                self.protected.iter().cloned().collect::<Vec<_>>().join(", ")
+                self.protected
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))));
         }
         if spec
@@ -492,7 +497,7 @@ impl Admission {
     /// requests, the demo's scripted ones and failover's all come here.
     pub(crate) async fn ask(&self, tasks: &Tasks, mut request: NewTask) -> Result<Task, TaskError> {
         let spec = request.read_spec()?;
-        if let Some(app) = crate::tasks::parse_app(&request.app).ok() {
+        if let Ok(app) = crate::tasks::parse_app(&request.app) {
             spec.check_health_url(&app.namespace, &app.name, &self.health_url_allow)?;
         }
         if let Some(cluster) = &self.cluster {
@@ -505,7 +510,8 @@ impl Admission {
         tasks
             .create(request, |app_tasks| async move {
                 let admitted = self.admit_task(asked, app_tasks).await?;
-                self.check_ownership(asked).map_err(|e| Denial::NotVerdicts(e.to_string()))?;
+                self.check_ownership(asked)
+                    .map_err(|e| Denial::NotVerdicts(e.to_string()))?;
                 Ok(admitted)
             })
             .await
@@ -523,10 +529,10 @@ impl Admission {
             Action::Delete => true,
             Action::Update => {
                 !request.params.contains_key("failover")
-                    && request
-                        .params
-                        .keys()
-                        .any(|k| crate::tasks::spec::FIELDS.contains(&k.as_str()) && !DAY_TWO.contains(&k.as_str()))
+                    && request.params.keys().any(|k| {
+                        crate::tasks::spec::FIELDS.contains(&k.as_str())
+                            && !DAY_TWO.contains(&k.as_str())
+                    })
             }
             _ => false,
         };
@@ -542,7 +548,11 @@ impl Admission {
         if let Some(input) = snapshot.inputs_for([&key], crate::time::now()).pop() {
             for w in &input.app.workloads {
                 let owner = Owner::of_observed(name, &w.labels, &w.annotations);
-                let what = format!("{} {namespace}/{}", crate::observe::workload_kind(w.kind), w.name);
+                let what = format!(
+                    "{} {namespace}/{}",
+                    crate::observe::workload_kind(w.kind),
+                    w.name
+                );
                 // An update beyond image and replicas re-renders the app
                 // from what it was made from: only what verdict made has it.
                 let allowed = match request.action {

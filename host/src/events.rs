@@ -362,7 +362,11 @@ mod tests {
         }
         let inner = events.lock();
         assert!(inner.bytes <= 4096, "{} bytes kept", inner.bytes);
-        assert!(inner.buffer.len() >= 3 && inner.buffer.len() < 5, "{}", inner.buffer.len());
+        assert!(
+            inner.buffer.len() >= 3 && inner.buffer.len() < 5,
+            "{}",
+            inner.buffer.len()
+        );
         assert_eq!(inner.buffer.back().map(|e| e.id), Some(20));
     }
 

@@ -427,7 +427,8 @@ impl Host {
         let data_lock = lock_data_dir(&config.data_dir)?;
         let mut demo = None;
         let client = client(&config.cluster, &mut demo).await?;
-        let events = Arc::new(Events::new(config.events.buffer).bounded_to(config.events.buffer_bytes));
+        let events =
+            Arc::new(Events::new(config.events.buffer).bounded_to(config.events.buffer_bytes));
         // Tapped before anything publishes, so that the history sees the
         // first plugin loads.
         let history = Arc::new(crate::history::History::open(

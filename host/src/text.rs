@@ -36,7 +36,10 @@ mod tests {
         let hostile = "web\u{1b}]0;title\u{7}\u{1b}[2J\r\nforged\u{202e}";
         let shown = printable(hostile);
         assert!(!shown.chars().any(needs_escape), "{shown:?}");
-        assert!(shown.contains("\\u{1b}]0;title") && shown.contains("\\n"), "{shown}");
+        assert!(
+            shown.contains("\\u{1b}]0;title") && shown.contains("\\n"),
+            "{shown}"
+        );
         assert_eq!(printable("plain text: ✓"), "plain text: ✓");
     }
 }

@@ -258,7 +258,10 @@ fn a_create_from_the_seeds_task_makes_the_whole_app_and_a_delete_takes_it_back()
     let claims = list(&cluster, "persistentvolumeclaims", "newshop");
     assert_eq!(claims.len(), 3);
     for claim in &claims {
-        assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "20Gi", "{claim}");
+        assert_eq!(
+            claim["spec"]["resources"]["requests"]["storage"], "20Gi",
+            "{claim}"
+        );
     }
 
     // Stop and start keep the claims.
@@ -448,10 +451,15 @@ fn bad_fields_are_refused_naming_them_before_anything_is_made() {
         &server,
         json!({"app": "shop/web", "action": "update", "params": {"image": "web:2", "env": {"A": "1"}}}),
     );
-    assert_eq!((code, refused["error"]["code"].as_str()), (409, Some("not-verdicts")), "{refused}");
+    assert_eq!(
+        (code, refused["error"]["code"].as_str()),
+        (409, Some("not-verdicts")),
+        "{refused}"
+    );
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(
-        message.starts_with("Deployment shop/web was not made by verdict") && message.contains("adopt"),
+        message.starts_with("Deployment shop/web was not made by verdict")
+            && message.contains("adopt"),
         "{message}"
     );
     let web = get(&cluster, "apps", "deployments", "shop", "web").unwrap();

@@ -19,6 +19,11 @@ pub const UNKNOWN_AFTER_MS: u64 = 2_000;
 
 /// `verdict fleet` following `members` (`NAME=URL`).
 pub fn start_fleet(members: &[(&str, &str)], extra: &[&str]) -> Server {
+    Server::start_command(fleet_command(members, extra))
+}
+
+/// `verdict fleet` following `members`, with more flags.
+fn fleet_command(members: &[(&str, &str)], extra: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
     command.args([
         "fleet",
@@ -33,7 +38,7 @@ pub fn start_fleet(members: &[(&str, &str)], extra: &[&str]) -> Server {
         command.arg("--member").arg(format!("{name}={url}"));
     }
     command.args(extra);
-    Server::start_command(command)
+    command
 }
 
 /// The fleet's view of one app of one cluster.
@@ -469,27 +474,26 @@ fn members_that_flood_spoof_or_escape_are_cut_off_or_escaped_and_the_others_are_
     let data = tempfile::tempdir().unwrap();
     let good = start_host(&cluster, data.path(), &[]);
     let log = data.path().join("fleet.log");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
-    command.args([
-        "fleet",
-        "--listen",
-        "127.0.0.1:0",
-        "--unknown-after-ms",
-        &UNKNOWN_AFTER_MS.to_string(),
-        "--member-backoff-max-ms",
-        "1000",
-        "--member-apps-max",
-        "2000",
-        "--event-buffer-mib",
-        "8",
-        "--member-event-max-kib",
-        "2048",
-    ]);
-    for (name, url) in [("flood", &flood), ("spoof", &spoof), ("escapes", &escapes), ("good", &good.base)] {
-        command.arg("--member").arg(format!("{name}={url}"));
-    }
+    let command = fleet_command(
+        &[
+            ("flood", &flood),
+            ("spoof", &spoof),
+            ("escapes", &escapes),
+            ("good", &good.base),
+        ],
+        &[
+            "--member-apps-max",
+            "2000",
+            "--event-buffer-mib",
+            "8",
+            "--member-event-max-kib",
+            "2048",
+        ],
+    );
     let fleet = Server::start_logging(command, "info", &log);
-    until(&fleet, "good", "the good member's app", |a| a["stable"] == "running");
+    until(&fleet, "good", "the good member's app", |a| {
+        a["stable"] == "running"
+    });
 
     // The flood is cut off at its bound, saying why; it never holds more.
     let took = wait_until(PATIENCE, || {
@@ -501,29 +505,53 @@ fn members_that_flood_spoof_or_escape_are_cut_off_or_escaped_and_the_others_are_
     assert!(cluster_view(&fleet, "flood")["apps"].as_u64().unwrap() <= 2000);
 
     // The spoofer's events are its own: nothing appears in good's row.
-    let took = wait_until(PATIENCE, || cluster_view(&fleet, "spoof")["events"].as_u64().unwrap_or(0) >= 20);
+    let took = wait_until(PATIENCE, || {
+        cluster_view(&fleet, "spoof")["events"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 20
+    });
     assert!(took.is_some(), "{}", cluster_view(&fleet, "spoof"));
     let (_, good_apps) = fleet.get("/v1/fleet/apps?cluster=good");
     assert!(
-        good_apps["apps"].as_array().unwrap().iter().all(|a| a["name"] != "spoofed"),
+        good_apps["apps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["name"] != "spoofed"),
         "{good_apps}"
     );
     let (_, spoofed) = fleet.get("/v1/fleet/apps?cluster=spoof");
     assert!(
-        spoofed["apps"].as_array().unwrap().iter().any(|a| a["name"] == "spoofed" && a["cluster"] == "spoof"),
+        spoofed["apps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == "spoofed" && a["cluster"] == "spoof"),
         "{spoofed}"
     );
 
     // The escaping member's words are in the log escaped, on its own line.
     let took = wait_until(PATIENCE, || {
-        std::fs::read_to_string(&log).unwrap_or_default().contains("FORGED LOG LINE")
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("FORGED LOG LINE")
     });
     assert!(took.is_some());
     let logged = std::fs::read_to_string(&log).unwrap();
-    assert!(!logged.contains('\u{1b}') && !logged.contains('\u{7}'), "a raw escape in the log");
     assert!(
-        logged.lines().all(|l| !l.contains("INFO verdict: FORGED")),
+        !logged.contains('\u{1b}') && !logged.contains('\u{7}'),
+        "a raw escape in the log"
+    );
+    assert!(
+        logged
+            .lines()
+            .all(|l| !l.starts_with("2026-01-01T00:00:00Z")),
         "a forged line: {logged}"
+    );
+    assert!(
+        logged.contains("\\u{1b}[2J") && logged.contains("\\n2026-01-01T00:00:00Z"),
+        "{logged}"
     );
 
     // Within its bounds: the flood's apps, the megabyte events' replay.
@@ -531,6 +559,74 @@ fn members_that_flood_spoof_or_escape_are_cut_off_or_escaped_and_the_others_are_
     assert!(resident < 200.0, "the fleet holds {resident} MiB");
     cluster.apply(deployment(1, 0));
     cluster.apply(pod("web-1", Some("CrashLoopBackOff")));
-    until(&fleet, "good", "the good member's change", |a| a["stable"] != "running");
+    until(&fleet, "good", "the good member's change", |a| {
+        a["stable"] != "running"
+    });
     drop(runtime);
+}
+
+#[test]
+fn a_member_whose_verdict_serves_another_cluster_is_a_mismatch_and_is_sent_nothing() {
+    let (east_cluster, west_cluster) = (Cluster::start(), Cluster::start());
+    let (east_data, west_data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let east = start_host(&east_cluster, east_data.path(), &["--cluster-id", "east"]);
+    let west = start_host(&west_cluster, west_data.path(), &["--cluster-id", "west"]);
+    assert_eq!(
+        west.get("/v1/cluster").1,
+        json!({"id": "west", "source": "flag"})
+    );
+    assert_eq!(west.get("/healthz").1["cluster_id"], "west");
+    // `east` configured at west's URL (a mistake, or a spoof): its source
+    // says it is cluster `east`; west's verdict says it serves `west`.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[fleet.members]]\nname = \"east\"\nurl = \"{}\"\ncluster-id = \"east\"\n\n\
+             [[fleet.members]]\nname = \"west\"\nurl = \"{}\"\ncluster-id = \"west\"\n",
+            west.base, west.base
+        ),
+    )
+    .unwrap();
+    let fleet = start_fleet(&[], &["--config", config.to_str().unwrap()]);
+    let took = wait_until(PATIENCE, || {
+        cluster_view(&fleet, "east")["reach"] == "mismatch"
+    });
+    let view = cluster_view(&fleet, "east");
+    assert!(took.is_some(), "{view}");
+    assert_eq!(
+        (view["cluster_id"].as_str(), view["apps"].as_u64()),
+        (Some("west"), Some(0)),
+        "{view}"
+    );
+    until(&fleet, "west", "west's app", |a| a["stable"] == "running");
+    // A task for east is refused by the fleet, and never reaches west.
+    let restart = |cluster: &str| {
+        json!({"app": "shop/web", "action": "restart", "cluster_id": cluster}).to_string()
+    };
+    let (code, refused) = fleet.send("POST", "/v1/fleet/tasks", Some(&restart("east")));
+    assert_eq!(code, 503, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("serves cluster `west`"),
+        "{refused}"
+    );
+    assert!(
+        west.get("/v1/tasks").1["tasks"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // One for west goes with west's id, which west's verdict checks.
+    let (code, task) = fleet.send("POST", "/v1/fleet/tasks", Some(&restart("west")));
+    assert_eq!(code, 201, "{task}");
+    assert_eq!(task["params"]["cluster-id"], "west", "{task}");
+    // Sent directly, a task for another cluster is refused by the member.
+    let direct = json!({"app": "shop/web", "action": "restart", "params": {"cluster_id": "east"}});
+    let (code, refused) = west.send("POST", "/v1/tasks", Some(&direct.to_string()));
+    assert_eq!(code, 422, "{refused}");
+    drop(east);
 }

@@ -131,10 +131,18 @@ fn the_kubectl_plugin_prints_a_hostile_servers_words_escaped_and_bounds_its_answ
     });
     let (ok, out, err) = plugin(dir.path(), &url, &["apps", "-A"]);
     assert!(ok, "{err}");
-    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\r'), "{out:?}");
-    assert!(out.contains("\\u{1b}]0;owned"), "the escape is shown, not obeyed: {out}");
     assert!(
-        out.lines().filter(|l| l.contains("forged row")).all(|l| !l.starts_with("NAMESPACE")),
+        !out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\r'),
+        "{out:?}"
+    );
+    assert!(
+        out.contains("\\u{1b}]0;owned"),
+        "the escape is shown, not obeyed: {out}"
+    );
+    assert!(
+        out.lines()
+            .filter(|l| l.contains("forged row"))
+            .all(|l| !l.starts_with("NAMESPACE")),
         "no line is forged: {out}"
     );
     // An error text with escapes and a newline is one escaped line.
@@ -148,7 +156,10 @@ fn the_kubectl_plugin_prints_a_hostile_servers_words_escaped_and_bounds_its_answ
     });
     let (ok, _, err) = plugin(dir.path(), &url, &["apps", "-A"]);
     assert!(!ok);
-    assert!(!err.contains('\u{1b}') && err.trim_end().lines().count() == 1, "{err:?}");
+    assert!(
+        !err.contains('\u{1b}') && err.trim_end().lines().count() == 1,
+        "{err:?}"
+    );
     // An endless answer is cut off at the bound, with a clear error.
     let url = hostile(|stream| {
         let _ = write!(

@@ -7,9 +7,10 @@ use serde_json::Value;
 use crate::serve::Server;
 
 /// Every operation of the HTTP API.
-const OPERATIONS: [(&str, &str); 45] = [
+const OPERATIONS: [(&str, &str); 46] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
+    ("get", "/v1/cluster"),
     ("get", "/metrics"),
     ("get", "/v1/apps"),
     ("get", "/v1/apps/{namespace}/{name}"),

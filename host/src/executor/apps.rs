@@ -503,7 +503,13 @@ impl Executor {
                 Ok(found) => found,
                 // A kind the cluster stopped serving: nothing of it exists.
                 Err(e) if not_found(&e) => None,
-                Err(e) => return Err(format!("{} could not be read: {}", object.what(), reason(&e))),
+                Err(e) => {
+                    return Err(format!(
+                        "{} could not be read: {}",
+                        object.what(),
+                        reason(&e)
+                    ));
+                }
             };
             let Some(found) = found else { continue };
             let meta = &found.metadata;
@@ -517,7 +523,12 @@ impl Executor {
                     .filter(|m| m != FIELD_MANAGER)
                     .collect();
                 let by = match (&owner, managers.is_empty()) {
-                    (Owner::Other { manager: Some(label) }, _) => format!(" (managed by `{label}`)"),
+                    (
+                        Owner::Other {
+                            manager: Some(label),
+                        },
+                        _,
+                    ) => format!(" (managed by `{label}`)"),
                     (_, false) => format!(" (field managers: {})", managers.join(", ")),
                     _ => String::new(),
                 };
@@ -626,12 +637,20 @@ impl Executor {
     /// Delete the app's StatefulSet leaving its pods and claims, as read
     /// (`set`: preconditions on its UID and version), and wait for it to
     /// go, so that it can be made again with other claim templates.
-    async fn replace_orphaning(&self, namespace: &str, name: &str, set: &Value) -> Result<(), String> {
+    async fn replace_orphaning(
+        &self,
+        namespace: &str,
+        name: &str,
+        set: &Value,
+    ) -> Result<(), String> {
         let api = self.statefulsets(namespace);
         let what = format!("StatefulSet {namespace}/{name}");
         let mut params = DeleteParams::orphan();
         params.preconditions = Some(kube::api::Preconditions {
-            uid: set.pointer("/metadata/uid").and_then(Value::as_str).map(String::from),
+            uid: set
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(String::from),
             resource_version: set
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
@@ -950,7 +969,11 @@ impl Executor {
         name: &str,
         workload: &types::Workload,
     ) -> Result<Option<DeleteParams>, String> {
-        let what = format!("{} {namespace}/{}", crate::observe::workload_kind(workload.kind), workload.name);
+        let what = format!(
+            "{} {namespace}/{}",
+            crate::observe::workload_kind(workload.kind),
+            workload.name
+        );
         let meta = match workload.kind {
             types::WorkloadKind::StatefulSet => self
                 .statefulsets(namespace)
@@ -1195,7 +1218,10 @@ mod tests {
     #[test]
     fn a_conflict_names_each_manager_and_its_fields() {
         let conflicts = Conflicts::of(&conflict(&[
-            ("kubectl-edit", ".spec.template.spec.containers[name=\"web\"].env"),
+            (
+                "kubectl-edit",
+                ".spec.template.spec.containers[name=\"web\"].env",
+            ),
             ("kubectl-edit", ".spec.replicas"),
             ("helm", ".metadata.labels.team"),
         ]));
@@ -1209,7 +1235,10 @@ mod tests {
         );
         assert!(Conflicts::of(&conflict(&[(FIELD_MANAGER, ".spec.replicas")])).only_verdicts());
         let without_causes = Conflicts::of(&conflict(&[]));
-        assert!(!without_causes.only_verdicts(), "an unexplained conflict is not taken over");
+        assert!(
+            !without_causes.only_verdicts(),
+            "an unexplained conflict is not taken over"
+        );
         assert_eq!(without_causes.to_string(), "Apply failed with conflicts");
     }
 

@@ -561,7 +561,11 @@ impl Executor {
             if let Some(input) = snapshot.inputs_for([&key], now()).pop() {
                 for w in &input.app.workloads {
                     let owner = Owner::of_observed(name, &w.labels, &w.annotations);
-                    objects.push((crate::observe::workload_kind(w.kind).to_string(), w.name.clone(), owner));
+                    objects.push((
+                        crate::observe::workload_kind(w.kind).to_string(),
+                        w.name.clone(),
+                        owner,
+                    ));
                 }
             }
             let machines = vms::Machines::of(&snapshot, &key);
@@ -584,7 +588,9 @@ impl Executor {
             if owner == Owner::Made {
                 continue;
             }
-            let fail = |e: kube::Error| format!("{kind} {namespace}/{object}: the Kubernetes API refused the adoption: {e}");
+            let fail = |e: kube::Error| {
+                format!("{kind} {namespace}/{object}: the Kubernetes API refused the adoption: {e}")
+            };
             match kind.as_str() {
                 "Deployment" => self
                     .deployments(namespace)

@@ -367,7 +367,9 @@ impl Executor {
             .get_opt(name)
             .await
             .map_err(|e| format!("{kind} {namespace}/{name} could not be read: {e}"))?;
-        let Some(object) = object else { return Ok(None) };
+        let Some(object) = object else {
+            return Ok(None);
+        };
         let meta = object.metadata;
         let owner = Owner::of_meta(&app.1, meta.labels.as_ref(), meta.annotations.as_ref());
         if !owner.is_verdicts() {

@@ -207,12 +207,11 @@ impl Member {
         let state = self.lock();
         match (&state.conn, state.reach) {
             (Some(conn), Reach::Live) => Ok(conn.clone()),
-            (_, Reach::Mismatch) => Err(unreachable(
-                state
-                    .last_error
-                    .clone()
-                    .unwrap_or_else(|| "its verdict serves another cluster".into()),
-            )),
+            (_, Reach::Mismatch) => {
+                Err(unreachable(state.last_error.clone().unwrap_or_else(|| {
+                    "its verdict serves another cluster".into()
+                })))
+            }
             (_, Reach::Connecting) => Err(unreachable(
                 state
                     .last_error

@@ -231,10 +231,7 @@ impl Summary {
             + display.status.len()
             + display.text.len()
             + display.severity.len()
-            + self
-                .transitional
-                .as_ref()
-                .map_or(0, Transitional::weight);
+            + self.transitional.as_ref().map_or(0, Transitional::weight);
         texts + 192
     }
 }
@@ -696,13 +693,11 @@ impl Fleet {
             }
         }
         for (name, spec) in wanted {
-            let unchanged = members
-                .get(&name)
-                .is_some_and(|m| {
-                    m.access.same_as(&spec.access)
-                        && m.origin == spec.origin
-                        && m.expected_id == spec.expected_id
-                });
+            let unchanged = members.get(&name).is_some_and(|m| {
+                m.access.same_as(&spec.access)
+                    && m.origin == spec.origin
+                    && m.expected_id == spec.expected_id
+            });
             if unchanged {
                 continue;
             }

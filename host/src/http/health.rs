@@ -51,12 +51,10 @@ async fn healthz(State(state): State<AppState>) -> Json<Value> {
 async fn cluster(State(state): State<AppState>) -> Response {
     match identity(&state).await {
         Some(Ok(identity)) => Json(identity).into_response(),
-        Some(Err(why)) => super::error::ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "cluster-unavailable",
-            why,
-        )
-        .into_response(),
+        Some(Err(why)) => {
+            super::error::ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cluster-unavailable", why)
+                .into_response()
+        }
         None => super::error::ApiError::new(
             StatusCode::NOT_FOUND,
             "no-cluster",

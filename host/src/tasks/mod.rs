@@ -425,7 +425,9 @@ impl Tasks {
                         tracing::warn!(task = %task.id, %error, "a task's secret material could not be kept");
                         let failed = TaskPatch {
                             phase: Some(types::TaskPhase::Failed),
-                            message: Some(format!("its secret material could not be kept: {error}")),
+                            message: Some(format!(
+                                "its secret material could not be kept: {error}"
+                            )),
                             ..TaskPatch::default()
                         };
                         drop(_write);
@@ -604,7 +606,11 @@ impl Tasks {
         Ok(task)
     }
 
-    async fn keep_material(&self, task: &Task, material: sealed::Material) -> Result<(), StoreError> {
+    async fn keep_material(
+        &self,
+        task: &Task,
+        material: sealed::Material,
+    ) -> Result<(), StoreError> {
         if material.is_empty() {
             return Ok(());
         }

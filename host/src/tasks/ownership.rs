@@ -70,11 +70,7 @@ impl Owner {
                 .find(|kv| kv.key == key)
                 .map(|kv| kv.value.clone())
         };
-        Self::of(
-            app,
-            |key| find(labels, key),
-            |key| find(annotations, key),
-        )
+        Self::of(app, |key| find(labels, key), |key| find(annotations, key))
     }
 }
 
@@ -141,7 +137,10 @@ mod tests {
             Owner::Adopted("ana".into())
         );
         assert!(!owner(&[], &[(ADOPTED_BY, "")]).is_verdicts());
-        assert!(!owner(&[(ADOPTED_BY, "ana")], &[]).is_verdicts(), "a label is not an adoption");
+        assert!(
+            !owner(&[(ADOPTED_BY, "ana")], &[]).is_verdicts(),
+            "a label is not an adoption"
+        );
     }
 
     #[test]

@@ -342,7 +342,11 @@ mod tests {
         assert_eq!(back.material(), Some("hunter2"));
         let mut other: Sealed<Password> = Sealed::new("other").sealed();
         other.unseal("p", &material);
-        assert_eq!(other.material(), None, "another value's material is not taken");
+        assert_eq!(
+            other.material(),
+            None,
+            "another value's material is not taken"
+        );
     }
 
     #[test]

@@ -50,7 +50,10 @@ pub const OTHER_PARAMS: &[&str] = &["instance", "failover"];
 /// without what it asked). Parameters for policies alone begin with `x-`.
 pub fn known_params(params: &Map<String, Value>) -> Result<(), Refusal> {
     for key in params.keys() {
-        if key.starts_with("x-") || FIELDS.contains(&key.as_str()) || OTHER_PARAMS.contains(&key.as_str()) {
+        if key.starts_with("x-")
+            || FIELDS.contains(&key.as_str())
+            || OTHER_PARAMS.contains(&key.as_str())
+        {
             continue;
         }
         let kebab_key = kebab(key);
@@ -607,7 +610,10 @@ impl AppSpec {
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| invalid(field, format!("`{url}` is not a URL: {e}")))?;
         if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(invalid(field, "holds credentials; the health check takes none"));
+            return Err(invalid(
+                field,
+                "holds credentials; the health check takes none",
+            ));
         }
         if parsed
             .host_str()
@@ -618,20 +624,38 @@ impl AppSpec {
         let refused = |why: &str| {
             invalid(
                 field,
-                format!("reaches {why}; it may reach the app's own Service ({name}.{namespace}.svc) or its pods only"),
+                format!(
+                    "reaches {why}; it may reach the app's own Service ({name}.{namespace}.svc) or its pods only"
+                ),
             )
         };
         match parsed.host() {
             Some(url::Host::Ipv4(ip)) => {
-                if ip.is_loopback() || ip.is_link_local() || ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast() {
-                    return Err(refused(&format!("{ip}, a loopback, link-local or unspecified address")));
+                if ip.is_loopback()
+                    || ip.is_link_local()
+                    || ip.is_unspecified()
+                    || ip.is_multicast()
+                    || ip.is_broadcast()
+                {
+                    return Err(refused(&format!(
+                        "{ip}, a loopback, link-local or unspecified address"
+                    )));
                 }
             }
             Some(url::Host::Ipv6(ip)) => {
                 let link_local = (ip.segments()[0] & 0xffc0) == 0xfe80;
-                let mapped = ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback() || v4.is_link_local());
-                if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || link_local || mapped {
-                    return Err(refused(&format!("{ip}, a loopback, link-local or unspecified address")));
+                let mapped = ip
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_loopback() || v4.is_link_local());
+                if ip.is_loopback()
+                    || ip.is_unspecified()
+                    || ip.is_multicast()
+                    || link_local
+                    || mapped
+                {
+                    return Err(refused(&format!(
+                        "{ip}, a loopback, link-local or unspecified address"
+                    )));
                 }
             }
             Some(url::Host::Domain(host)) => {
@@ -640,10 +664,14 @@ impl AppSpec {
                 let own = parts.first() == Some(&name)
                     && match parts.get(1) {
                         None => true,
-                        Some(ns) => *ns == namespace && parts.get(2).is_none_or(|svc| *svc == "svc"),
+                        Some(ns) => {
+                            *ns == namespace && parts.get(2).is_none_or(|svc| *svc == "svc")
+                        }
                     };
                 if !own {
-                    return Err(refused(&format!("`{host}`, which is not the app's Service")));
+                    return Err(refused(&format!(
+                        "`{host}`, which is not the app's Service"
+                    )));
                 }
             }
             None => return Err(invalid(field, format!("`{url}` has no host"))),
@@ -728,7 +756,9 @@ pub fn redact_params(params: &mut Map<String, Value>, spec: &AppSpec) {
     }
     if let Some(Value::Array(pulls)) = params.get_mut("image-pull-secrets") {
         for (given, pull) in pulls.iter_mut().zip(&spec.image_pull_secrets) {
-            let Value::Object(given) = given else { continue };
+            let Value::Object(given) = given else {
+                continue;
+            };
             if let Some(password) = &pull.password {
                 given.insert("password".into(), value(password));
             }
@@ -1095,8 +1125,14 @@ impl ImagePullSecret {
 /// Whether a registry's text carries credentials (`user:password@host`,
 /// `https://user@host`).
 fn registry_has_credentials(registry: &str) -> bool {
-    let host_part = registry.split_once("://").map_or(registry, |(_, rest)| rest);
-    host_part.split('/').next().unwrap_or_default().contains('@')
+    let host_part = registry
+        .split_once("://")
+        .map_or(registry, |(_, rest)| rest);
+    host_part
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .contains('@')
 }
 
 /// A password: 1 to `max` characters, none a control character (a NUL, a
@@ -1516,7 +1552,10 @@ mod tests {
             other => panic!("not refused: {other:?}"),
         }
         params.remove("storage_clas_size");
-        assert!(known_params(&params).is_ok(), "x- parameters are the policies'");
+        assert!(
+            known_params(&params).is_ok(),
+            "x- parameters are the policies'"
+        );
         let Value::Object(params) = json!({"hostNetwork": true}) else {
             unreachable!()
         };
@@ -1526,7 +1565,9 @@ mod tests {
     #[test]
     fn a_long_password_is_refused_without_echoing_it() {
         let long = "p".repeat(20_000);
-        let refused = spec(json!({"image-pull-secrets": [{"registry": "r", "username": "u", "password": long}]}));
+        let refused = spec(
+            json!({"image-pull-secrets": [{"registry": "r", "username": "u", "password": long}]}),
+        );
         let Err(Refusal::Invalid { message, .. }) = refused else {
             panic!("not refused")
         };

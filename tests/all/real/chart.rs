@@ -322,7 +322,10 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
         json!({"app": "apps/cache", "action": "update", "params": {"image": "cache:2"}}),
     );
     // Not made by verdict: handed to it first.
-    task(&server, json!({"app": "apps/cache", "action": "adopt", "requested-by": "ops"}));
+    task(
+        &server,
+        json!({"app": "apps/cache", "action": "adopt", "requested-by": "ops"}),
+    );
     task(&server, json!({"app": "apps/cache", "action": "delete"}));
     // A whole app from seed 000's Task in a namespace verdict makes, with
     // storage (a volume of the test's class), a license, configuration and

@@ -315,16 +315,36 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
     let f = member(&fleet, "cluster-f");
     assert!(took.is_some(), "{f}");
     assert_eq!(f["expected_cluster_id"], "cluster-f", "{f}");
-    assert!(f["origin"].as_str().unwrap().starts_with("Argo CD Secret"), "{f}");
-    let took = wait_until(PATIENCE, || member(&fleet, "cluster-e")["reach"] == "mismatch");
+    assert!(
+        f["origin"].as_str().unwrap().starts_with("Argo CD Secret"),
+        "{f}"
+    );
+    let took = wait_until(PATIENCE, || {
+        member(&fleet, "cluster-e")["reach"] == "mismatch"
+    });
     let e = member(&fleet, "cluster-e");
     assert!(took.is_some(), "{e}");
-    assert_eq!((e["cluster_id"].as_str(), e["apps"].as_u64()), (Some("cluster-a"), Some(0)), "{e}");
-    assert!(e["last_error"].as_str().unwrap().contains("serves cluster `cluster-a`, not `cluster-e`"), "{e}");
-    let restart_e = json!({"app": format!("{ns}/web"), "action": "restart", "cluster_id": "cluster-e"});
+    assert_eq!(
+        (e["cluster_id"].as_str(), e["apps"].as_u64()),
+        (Some("cluster-a"), Some(0)),
+        "{e}"
+    );
+    assert!(
+        e["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("serves cluster `cluster-a`, not `cluster-e`"),
+        "{e}"
+    );
+    let restart_e =
+        json!({"app": format!("{ns}/web"), "action": "restart", "cluster_id": "cluster-e"});
     let (code, refused) = fleet.send("POST", "/v1/fleet/tasks", Some(&restart_e.to_string()));
     assert_eq!(code, 503, "{refused}");
-    assert_eq!(a_host.get("/v1/tasks").1["tasks"].as_array().unwrap().len(), 0, "nothing reached A");
+    assert_eq!(
+        a_host.get("/v1/tasks").1["tasks"].as_array().unwrap().len(),
+        0,
+        "nothing reached A"
+    );
 
     // C's API server and verdict stop: its app is unknown within the
     // bound, while B's goes on changing.
@@ -371,12 +391,17 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
     });
     assert!(done.is_some(), "{last}");
     let running = wait_until(PATIENCE, || {
-        fleet.get(&format!("/v1/fleet/apps?cluster=cluster-b&namespace={ns}")).1["apps"]
+        fleet
+            .get(&format!("/v1/fleet/apps?cluster=cluster-b&namespace={ns}"))
+            .1["apps"]
             .as_array()
-            .is_some_and(|apps| apps.iter().any(|a| a["name"] == "made" && a["stable"] == "running"))
+            .is_some_and(|apps| {
+                apps.iter()
+                    .any(|a| a["name"] == "made" && a["stable"] == "running")
+            })
     });
     assert!(running.is_some(), "the made app never ran on B");
-    let made = |cluster: &verdict_testcluster::Cluster| {
+    let made = |cluster: &Cluster| {
         cluster
             .kubectl_run(&["get", "deployments", "-n", &ns, "-o", "name"], None)
             .unwrap()

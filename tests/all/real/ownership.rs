@@ -27,21 +27,38 @@ fn a_delete_of_a_persons_deployment_is_refused_until_it_is_adopted_on_the_real_a
     cluster.create_namespace(&ns, &[]).unwrap();
     cluster
         .kubectl_run(
-            &["create", "deployment", "web", "--image=web:1", "--replicas=1", "-n", &ns],
+            &[
+                "create",
+                "deployment",
+                "web",
+                "--image=web:1",
+                "--replicas=1",
+                "-n",
+                &ns,
+            ],
             None,
         )
         .unwrap();
     let data = tempfile::tempdir().unwrap();
     let server = super::follow(&cluster.kubeconfig(), data.path(), &["--execute-tasks"]);
     let app = format!("{ns}/web");
-    super::until(&server, &app, "the app observed", |v| v["stable"].is_string());
+    super::until(&server, &app, "the app observed", |v| {
+        v["stable"].is_string()
+    });
 
     // Refused, naming the workload and how to adopt it; nothing deleted.
     let delete = json!({"app": app, "action": "delete", "params": {}});
     let (code, refused) = server.send("POST", "/v1/tasks", Some(&delete.to_string()));
-    assert_eq!((code, refused["error"]["code"].as_str()), (409, Some("not-verdicts")), "{refused}");
+    assert_eq!(
+        (code, refused["error"]["code"].as_str()),
+        (409, Some("not-verdicts")),
+        "{refused}"
+    );
     let message = refused["error"]["message"].as_str().unwrap();
-    assert!(message.contains(&format!("Deployment {ns}/web was not made by verdict")), "{message}");
+    assert!(
+        message.contains(&format!("Deployment {ns}/web was not made by verdict")),
+        "{message}"
+    );
     assert!(message.contains("\"action\": \"adopt\""), "{message}");
     // An update beyond image and replicas likewise.
     let update = json!({"app": app, "action": "update", "params": {"env": {"A": "1"}}});
@@ -55,7 +72,15 @@ fn a_delete_of_a_persons_deployment_is_refused_until_it_is_adopted_on_the_real_a
     assert_eq!(day_two["phase"], "succeeded", "{day_two}");
     let image = cluster
         .kubectl_run(
-            &["get", "deployment", "web", "-n", &ns, "-o", "jsonpath={.spec.template.spec.containers[0].image} {.spec.replicas}"],
+            &[
+                "get",
+                "deployment",
+                "web",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].image} {.spec.replicas}",
+            ],
             None,
         )
         .unwrap();
@@ -69,7 +94,15 @@ fn a_delete_of_a_persons_deployment_is_refused_until_it_is_adopted_on_the_real_a
     assert_eq!(adopted["phase"], "succeeded", "{adopted}");
     let by = cluster
         .kubectl_run(
-            &["get", "deployment", "web", "-n", &ns, "-o", "jsonpath={.metadata.annotations.verdict\\.dev/adopted-by}"],
+            &[
+                "get",
+                "deployment",
+                "web",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.metadata.annotations.verdict\\.dev/adopted-by}",
+            ],
             None,
         )
         .unwrap();
@@ -109,18 +142,33 @@ fn a_create_over_a_persons_objects_changes_nothing_and_names_them_on_the_real_ap
     );
     assert_eq!(failed["phase"], "failed", "{failed}");
     let message = failed["message"].as_str().unwrap();
-    assert!(message.starts_with("step `prepare-environment` failed"), "{message}");
-    for named in [format!("Secret {ns}/web-license"), format!("ConfigMap {ns}/web-logging")] {
+    assert!(
+        message.starts_with("step `prepare-environment` failed"),
+        "{message}"
+    );
+    for named in [
+        format!("Secret {ns}/web-license"),
+        format!("ConfigMap {ns}/web-logging"),
+    ] {
         assert!(message.contains(&named), "{named}: {message}");
     }
     let secret = cluster
-        .kubectl_run(&["get", "secret", "web-license", "-n", &ns, "-o", "json"], None)
+        .kubectl_run(
+            &["get", "secret", "web-license", "-n", &ns, "-o", "json"],
+            None,
+        )
         .unwrap();
     let secret: Value = serde_json::from_str(&secret).unwrap();
-    assert_eq!(secret["data"]["license"], "bWluZQ==", "the person's data is as it was");
+    assert_eq!(
+        secret["data"]["license"], "bWluZQ==",
+        "the person's data is as it was"
+    );
     assert!(secret["metadata"]["labels"].is_null(), "{secret}");
     let map = cluster
-        .kubectl_run(&["get", "configmap", "web-logging", "-n", &ns, "-o", "json"], None)
+        .kubectl_run(
+            &["get", "configmap", "web-logging", "-n", &ns, "-o", "json"],
+            None,
+        )
         .unwrap();
     let map: Value = serde_json::from_str(&map).unwrap();
     assert_eq!(map["data"], json!({"level": "debug"}));
@@ -133,9 +181,16 @@ fn a_create_over_a_persons_objects_changes_nothing_and_names_them_on_the_real_ap
     let (code, refused) = server.send(
         "POST",
         "/v1/tasks",
-        Some(&json!({"app": "kube-system/web", "action": "create", "params": {"image": "web:1"}}).to_string()),
+        Some(
+            &json!({"app": "kube-system/web", "action": "create", "params": {"image": "web:1"}})
+                .to_string(),
+        ),
     );
-    assert_eq!((code, refused["error"]["code"].as_str()), (403, Some("protected-namespace")), "{refused}");
+    assert_eq!(
+        (code, refused["error"]["code"].as_str()),
+        (403, Some("protected-namespace")),
+        "{refused}"
+    );
 }
 
 #[test]
@@ -221,35 +276,66 @@ fn a_tasks_secret_material_is_in_the_apps_secrets_and_nowhere_else_on_the_real_a
         .collect();
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("DEBUG"), "the log is at debug level");
-    for secret in [&license, &format!("KEY-{canary}"), &password, &auth, &canary] {
+    for secret in [
+        &license,
+        &format!("KEY-{canary}"),
+        &password,
+        &auth,
+        &canary,
+    ] {
         for (surface, text) in [
             ("the POST answer", answer.to_string()),
             ("the finished task", done.to_string()),
             ("the task list", list.to_string()),
             ("the event stream", streamed.clone()),
-            ("the task store's files", String::from_utf8_lossy(&store).into_owned()),
+            (
+                "the task store's files",
+                String::from_utf8_lossy(&store).into_owned(),
+            ),
             ("the log", logged.clone()),
         ] {
             assert!(!text.contains(secret.as_str()), "{secret} in {surface}");
         }
     }
     let id = answer["id"].as_str().unwrap();
-    assert!(streamed.contains(id), "the stream carried the task: {streamed:.500}");
+    assert!(
+        streamed.contains(id),
+        "the stream carried the task: {streamed:.500}"
+    );
     // The task store is the host's alone.
     use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(data.path().join("tasks.db")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(data.path().join("tasks.db"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o077, 0, "tasks.db is {mode:o}");
     // The material is in the app's Secrets.
     let secret = |name: &str, key: &str| -> String {
         let value = cluster
             .kubectl_run(
-                &["get", "secret", name, "-n", &ns, "-o", &format!("jsonpath={{.data.{key}}}")],
+                &[
+                    "get",
+                    "secret",
+                    name,
+                    "-n",
+                    &ns,
+                    "-o",
+                    &format!("jsonpath={{.data.{key}}}"),
+                ],
                 None,
             )
             .unwrap();
-        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(value).unwrap()).unwrap()
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(value)
+                .unwrap(),
+        )
+        .unwrap()
     };
-    assert_eq!(secret("web-license", "license"), format!("LICENSE-{canary}"));
+    assert_eq!(
+        secret("web-license", "license"),
+        format!("LICENSE-{canary}")
+    );
     assert!(secret("web-tls", "tls\\.key").contains(&format!("KEY-{canary}")));
     assert!(secret("web-pull-0", "\\.dockerconfigjson").contains(&password));
     assert!(secret("web-pull-1", "\\.dockerconfigjson").contains(&auth));
@@ -263,7 +349,13 @@ fn a_tasks_secret_material_is_in_the_apps_secrets_and_nowhere_else_on_the_real_a
     let server = super::follow(
         &cluster.kubeconfig(),
         kept.path(),
-        &["--execute-tasks", "--task-store", "kubernetes", "--tasks-namespace", &store],
+        &[
+            "--execute-tasks",
+            "--task-store",
+            "kubernetes",
+            "--tasks-namespace",
+            &store,
+        ],
     );
     let mut body = body;
     body["app"] = json!(format!("{ns}/api"));
@@ -272,10 +364,29 @@ fn a_tasks_secret_material_is_in_the_apps_secrets_and_nowhere_else_on_the_real_a
     let done = finished(&server, &answer);
     assert_eq!(done["phase"], "succeeded", "{done}");
     let objects = cluster
-        .kubectl_run(&["get", "tasks.verdict.dev,secrets", "-n", &store, "-o", "json"], None)
+        .kubectl_run(
+            &[
+                "get",
+                "tasks.verdict.dev,secrets",
+                "-n",
+                &store,
+                "-o",
+                "json",
+            ],
+            None,
+        )
         .unwrap();
-    for secret in [&license, &format!("KEY-{canary}"), &password, &auth, &canary] {
-        assert!(!objects.contains(secret.as_str()), "{secret} in the Task objects");
+    for secret in [
+        &license,
+        &format!("KEY-{canary}"),
+        &password,
+        &auth,
+        &canary,
+    ] {
+        assert!(
+            !objects.contains(secret.as_str()),
+            "{secret} in the Task objects"
+        );
     }
     let objects: Value = serde_json::from_str(&objects).unwrap();
     let kinds: Vec<&str> = objects["items"]
@@ -291,16 +402,32 @@ fn a_tasks_secret_material_is_in_the_apps_secrets_and_nowhere_else_on_the_real_a
         "the task's material deleted once it finished",
         |out| !out.contains("-material"),
     );
-    assert_eq!(secret_in(cluster, &ns, "api-license", "license"), format!("LICENSE-{canary}"));
+    assert_eq!(
+        secret_in(cluster, &ns, "api-license", "license"),
+        format!("LICENSE-{canary}")
+    );
 }
 
 fn secret_in(cluster: &verdict_testcluster::Cluster, ns: &str, name: &str, key: &str) -> String {
     use base64::Engine as _;
     let value = cluster
         .kubectl_run(
-            &["get", "secret", name, "-n", ns, "-o", &format!("jsonpath={{.data.{key}}}")],
+            &[
+                "get",
+                "secret",
+                name,
+                "-n",
+                ns,
+                "-o",
+                &format!("jsonpath={{.data.{key}}}"),
+            ],
             None,
         )
         .unwrap();
-    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(value).unwrap()).unwrap()
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(value)
+            .unwrap(),
+    )
+    .unwrap()
 }
