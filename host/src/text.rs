@@ -5,6 +5,25 @@
 //! bidirectional control is written as its escape instead, so that what
 //! another party says is shown, never obeyed, in a terminal or a log.
 
+/// The message of an error answer, as whoever refused said it: verdict's
+/// (`error.message`), the API server's (a `Status`), or the start of the
+/// text (its first 200 bytes). Not yet escaped: [`printable`] is for where
+/// it is shown.
+pub fn error_text(body: &[u8]) -> String {
+    let message = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v) if v["error"]["message"].is_string() => {
+            v["error"]["message"].as_str().map(str::to_string)
+        }
+        Ok(v) if v["kind"] == "Status" => v["message"].as_str().map(str::to_string),
+        _ => None,
+    };
+    message.unwrap_or_else(|| {
+        String::from_utf8_lossy(&body[..body.len().min(200)])
+            .trim()
+            .to_string()
+    })
+}
+
 /// `text` with every control and bidirectional character escaped.
 pub fn printable(text: &str) -> String {
     if !text.chars().any(needs_escape) {
@@ -30,6 +49,20 @@ fn needs_escape(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_say_whose_message_they_are() {
+        assert_eq!(
+            error_text(br#"{"error": {"code": "not-found", "message": "no set shop/web"}}"#),
+            "no set shop/web"
+        );
+        assert_eq!(
+            error_text(br#"{"kind": "Status", "message": "services \"verdict\" not found"}"#),
+            r#"services "verdict" not found"#
+        );
+        assert_eq!(error_text(b"plain words\n"), "plain words");
+        assert_eq!(error_text(&[b'x'; 1000]).len(), 200);
+    }
 
     #[test]
     fn controls_are_shown_as_escapes() {

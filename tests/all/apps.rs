@@ -373,6 +373,25 @@ fn bad_fields_are_refused_naming_them_before_anything_is_made() {
             json!({"certificate": {"issuer": "letsencrypt"}}),
             "params.certificate.issuer",
         ),
+        // A typo is named, never dropped: an app without storage would be
+        // made otherwise.
+        (
+            json!({"storage_clas_size": "10Gi"}),
+            "params.storage_clas_size",
+        ),
+        (json!({"hostNetwork": true}), "params.hostNetwork"),
+        (
+            json!({"labels": {"kubernetes.io/hostname": "n1"}}),
+            "params.labels.kubernetes.io/hostname",
+        ),
+        (
+            json!({"health_url": "http://169.254.169.254/latest/meta-data/"}),
+            "params.health-url",
+        ),
+        (
+            json!({"image_pull_secrets": [{"registry": "r.example", "auth": "bm9jb2xvbg=="}]}),
+            "params.image-pull-secrets[0].auth",
+        ),
     ];
     for (params, field) in cases {
         let (code, body) = ask(&server, with(params.clone()));
@@ -464,6 +483,40 @@ fn bad_fields_are_refused_naming_them_before_anything_is_made() {
     );
     let web = get(&cluster, "apps", "deployments", "shop", "web").unwrap();
     assert!(web["spec"].get("template").is_none(), "unchanged: {web}");
+
+    // A workload whose template has no container: its image update fails,
+    // saying so.
+    cluster.apply(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "empty", "namespace": "shop", "labels": {"app.kubernetes.io/instance": "empty"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/instance": "empty"}},
+                 "template": {"metadata": {"labels": {"app.kubernetes.io/instance": "empty"}}, "spec": {"containers": []}}}}));
+    server.app_until("shop/empty", "the empty app observed", PATIENCE, |v| {
+        v["stable"].is_string()
+    });
+    let (code, task) = ask(
+        &server,
+        json!({"app": "shop/empty", "action": "update", "params": {"image": "web:2"}}),
+    );
+    assert_eq!(code, 201, "{task}");
+    let failed = finished(&server, &task);
+    assert_eq!(failed["phase"], "failed", "{failed}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("Deployment shop/empty has no container to set the image of"),
+        "{failed}"
+    );
+    // No app is made in a protected namespace.
+    let (code, refused) = ask(
+        &server,
+        json!({"app": "kube-system/web", "action": "create", "params": {"image": "web:1"}}),
+    );
+    assert_eq!(
+        (code, refused["error"]["code"].as_str()),
+        (403, Some("protected-namespace")),
+        "{refused}"
+    );
 }
 
 #[test]

@@ -89,6 +89,23 @@ fn the_kubectl_plugin_shows_apps_an_app_and_a_rollout_tree() {
     let (ok, _, err) = run(&["promote", "vms/nothing", "--by", "ana"]);
     assert!(!ok);
     assert!(err.contains("vms/nothing"), "{err}");
+    // With --server and no --by, no kubeconfig and no USER or LOGNAME, who
+    // asks is the login name of the process's user: the action is asked
+    // (and refused by verdict), not refused for want of a name.
+    let output = Command::new(dir.path().join("kubectl-verdict"))
+        .args(["--server", &server.base, "promote", "vms/nothing"])
+        .env_remove("KUBECONFIG")
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        !err.contains("--by") && err.contains("vms/nothing"),
+        "{err}"
+    );
 }
 
 /// A server that answers every request with `answer` (status line, headers

@@ -120,19 +120,11 @@ async fn connect(member: &Member) -> Result<Conn, String> {
 /// What an error answer says: verdict's message, the API server's, or
 /// the start of the text.
 fn said(answer: &Answer) -> String {
-    let message = match serde_json::from_slice::<Value>(&answer.body) {
-        Ok(v) if v["error"]["message"].is_string() => {
-            v["error"]["message"].as_str().map(str::to_string)
-        }
-        Ok(v) if v["kind"] == "Status" => v["message"].as_str().map(str::to_string),
-        _ => None,
-    }
-    .unwrap_or_else(|| {
-        String::from_utf8_lossy(&answer.body[..answer.body.len().min(200)])
-            .trim()
-            .to_string()
-    });
-    format!("answered {}: {message}", answer.status)
+    format!(
+        "answered {}: {}",
+        answer.status,
+        crate::text::error_text(&answer.body)
+    )
 }
 
 impl Conn {

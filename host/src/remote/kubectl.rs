@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::client::Client;
 use super::{cause, columns, lasted, segment};
 use crate::error::{Error, Result};
 use crate::text::printable;
@@ -155,333 +156,6 @@ pub enum PluginCommand {
         #[command(flatten)]
         asking: Asking,
     },
-}
-
-/// How requests reach verdict.
-enum Transport {
-    /// Over HTTP(S) to a URL.
-    Direct {
-        base: String,
-        token: Option<String>,
-        client: reqwest::blocking::Client,
-        /// The kubeconfig's user, when there is one.
-        user: Option<String>,
-    },
-    /// Through the API server's service proxy, as the kubeconfig's user.
-    Proxy {
-        runtime: tokio::runtime::Runtime,
-        client: kube::Client,
-        /// `/api/v1/namespaces/NS/services/[https:]NAME:PORT/proxy`.
-        prefix: String,
-        service: String,
-        user: Option<String>,
-        namespace: String,
-    },
-}
-
-/// The message of an error answer: verdict's (`error.message`), the API
-/// server's (a `Status`), or the text.
-fn message_of(body: &[u8]) -> String {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(v) if v["error"]["message"].is_string() => v["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        Ok(v) if v["kind"] == "Status" => v["message"].as_str().unwrap_or_default().to_string(),
-        _ => String::from_utf8_lossy(body).trim().to_string(),
-    }
-}
-
-impl Transport {
-    fn new(target: &Target) -> Result<Self> {
-        if let Some(url) = &target.server {
-            let client = reqwest::blocking::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .map_err(|e| remote(url, e.to_string()))?;
-            return Ok(Transport::Direct {
-                base: url.trim_end_matches('/').to_string(),
-                token: target.token.clone(),
-                client,
-                user: kubeconfig_user(target),
-            });
-        }
-        let (namespace, name) = target
-            .service
-            .split_once('/')
-            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
-            .ok_or_else(|| Error::Config {
-                key: "service",
-                message: format!("`{}` is not `namespace/name`", target.service),
-            })?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(Error::AsyncRuntime)?;
-        let options = kube::config::KubeConfigOptions {
-            context: target.context.clone(),
-            ..Default::default()
-        };
-        let (client, user, context_namespace) = runtime
-            .block_on(async {
-                let config = match &target.kubeconfig {
-                    Some(path) => {
-                        let file = kube::config::Kubeconfig::read_from(path)
-                            .map_err(|e| format!("{}: {e}", path.display()))?;
-                        kube::Config::from_custom_kubeconfig(file, &options)
-                            .await
-                            .map_err(|e| e.to_string())?
-                    }
-                    None if target.context.is_some() => kube::Config::from_kubeconfig(&options)
-                        .await
-                        .map_err(|e| e.to_string())?,
-                    None => kube::Config::infer().await.map_err(|e| e.to_string())?,
-                };
-                let mut config = config;
-                // A person waits at the terminal: an answer at once, not
-                // the client's retries of a 503 for minutes.
-                config.default_retry = false;
-                let user = kubeconfig_user(target);
-                let context_namespace = config.default_namespace.clone();
-                let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-                Ok::<_, String>((client, user, context_namespace))
-            })
-            .map_err(|message| Error::Config {
-                key: "kubeconfig",
-                message,
-            })?;
-        // The Service's port, and whether verdict serves HTTPS behind it.
-        let path = format!(
-            "/api/v1/namespaces/{}/services/{}",
-            segment(namespace),
-            segment(name)
-        );
-        let service: Value = runtime
-            .block_on(async {
-                let request = axum::http::Request::get(&path)
-                    .body(Vec::new())
-                    .map_err(|e| e.to_string())?;
-                client.request::<Value>(request).await.map_err(|e| match e {
-                    kube::Error::Api(status) => status.message.clone(),
-                    other => other.to_string(),
-                })
-            })
-            .map_err(|message| {
-                remote(
-                    &target.service,
-                    format!("verdict's Service could not be read: {message}"),
-                )
-            })?;
-        let prefix = crate::fleet::members::service_proxy_prefix(namespace, name, &service);
-        Ok(Transport::Proxy {
-            runtime,
-            client,
-            prefix,
-            service: target.service.clone(),
-            user,
-            namespace: context_namespace,
-        })
-    }
-
-    fn label(&self) -> &str {
-        match self {
-            Transport::Direct { base, .. } => base,
-            Transport::Proxy { service, .. } => service,
-        }
-    }
-
-    /// The namespace commands default to: the kubeconfig context's.
-    fn namespace(&self) -> &str {
-        match self {
-            Transport::Direct { .. } => "default",
-            Transport::Proxy { namespace, .. } => namespace,
-        }
-    }
-
-    /// Who asks, by default: the kubeconfig's user.
-    fn user(&self) -> Option<String> {
-        match self {
-            Transport::Proxy { user, .. } | Transport::Direct { user, .. } => user.clone(),
-        }
-    }
-
-    /// A request to verdict: its JSON answer, or the error it answered.
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
-        let (code, bytes) = match self {
-            Transport::Direct {
-                base,
-                token,
-                client,
-                ..
-            } => {
-                let method = reqwest::Method::from_bytes(method.as_bytes())
-                    .expect("a method of this module");
-                let mut request = client.request(method, format!("{base}{path}"));
-                if let Some(token) = token {
-                    request = request.bearer_auth(token);
-                }
-                if let Some(body) = body {
-                    request = request.json(body);
-                }
-                let response = request
-                    .send()
-                    .map_err(|e| remote(base, format!("cannot be reached: {e}")))?;
-                let code = response.status().as_u16();
-                let mut bytes = Vec::new();
-                use std::io::Read as _;
-                response
-                    .take(MAX_ANSWER as u64 + 1)
-                    .read_to_end(&mut bytes)
-                    .map_err(|e| remote(base, format!("answer cut off: {e}")))?;
-                if bytes.len() > MAX_ANSWER {
-                    return Err(remote(base, too_long()));
-                }
-                (code, bytes)
-            }
-            Transport::Proxy {
-                runtime,
-                client,
-                prefix,
-                service,
-                ..
-            } => runtime
-                .block_on(async {
-                    let request = axum::http::Request::builder()
-                        .method(method)
-                        .uri(format!("{prefix}{path}"))
-                        .header("content-type", "application/json")
-                        .body(kube::client::Body::from(
-                            body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-                        ))
-                        .map_err(|e| e.to_string())?;
-                    let response = client.send(request).await.map_err(|e| e.to_string())?;
-                    let code = response.status().as_u16();
-                    use http_body_util::BodyExt as _;
-                    let bytes = http_body_util::Limited::new(response.into_body(), MAX_ANSWER)
-                        .collect()
-                        .await
-                        .map_err(|e| {
-                            if e.is::<http_body_util::LengthLimitError>() {
-                                too_long()
-                            } else {
-                                e.to_string()
-                            }
-                        })?
-                        .to_bytes();
-                    Ok::<_, String>((code, bytes.to_vec()))
-                })
-                .map_err(|message| remote(service, format!("cannot be reached: {message}")))?,
-        };
-        if !(200..300).contains(&code) {
-            let mut message = message_of(&bytes);
-            if code == 403 && self.lacks_proxy_access(method) {
-                message.push_str(
-                    " (the plugin reaches verdict through services/proxy: your role needs `get` and `create` on it)",
-                );
-            }
-            return Err(remote(self.label(), format!("{code}: {message}")));
-        }
-        serde_json::from_slice(&bytes)
-            .map_err(|e| remote(self.label(), format!("answered {code} with no JSON: {e}")))
-    }
-
-    fn get(&self, path: &str) -> Result<Value> {
-        self.call("GET", path, None)
-    }
-
-    /// Whether the API server says the user may not reach verdict's
-    /// Service through its proxy with `method` (a SelfSubjectAccessReview):
-    /// only then is a 403 blamed on RBAC. A review that cannot be made
-    /// says nothing.
-    fn lacks_proxy_access(&self, method: &str) -> bool {
-        let Transport::Proxy {
-            runtime,
-            client,
-            service,
-            ..
-        } = self
-        else {
-            return false;
-        };
-        use k8s_openapi::api::authorization::v1::{
-            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-        };
-        let Some((namespace, name)) = service.split_once('/') else {
-            return false;
-        };
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    namespace: Some(namespace.to_string()),
-                    verb: Some(if method == "GET" { "get" } else { "create" }.into()),
-                    resource: Some("services".into()),
-                    subresource: Some("proxy".into()),
-                    name: Some(name.to_string()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SelfSubjectAccessReviewSpec::default()
-            },
-            ..SelfSubjectAccessReview::default()
-        };
-        let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
-        runtime
-            .block_on(api.create(&kube::api::PostParams::default(), &review))
-            .ok()
-            .and_then(|r| r.status)
-            .is_some_and(|s| !s.allowed)
-    }
-}
-
-/// The largest answer the plugin reads: past it, an error, not a
-/// terminal (or memory) filled by a server that never stops.
-const MAX_ANSWER: usize = 64 << 20;
-
-fn too_long() -> String {
-    format!("the answer is over {} MiB: not read", MAX_ANSWER >> 20)
-}
-
-/// Who is asking when `--by` does not say: the kubeconfig's user, else the
-/// login name (`USER`, `LOGNAME`, else the password file's name of this
-/// process's user).
-fn login_name() -> Option<String> {
-    std::env::var("USER")
-        .ok()
-        .or_else(|| std::env::var("LOGNAME").ok())
-        .filter(|n| !n.trim().is_empty())
-        .or_else(|| {
-            let uid = rustix::process::getuid().as_raw().to_string();
-            let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-            passwd.lines().find_map(|line| {
-                let fields: Vec<&str> = line.split(':').collect();
-                (fields.get(2) == Some(&uid.as_str())).then(|| fields[0].to_string())
-            })
-        })
-}
-
-fn remote(url: &str, message: String) -> Error {
-    Error::Remote {
-        url: printable(url),
-        message: printable(&message),
-    }
-}
-
-/// The kubeconfig's user of the context in use, where it says one.
-fn kubeconfig_user(target: &Target) -> Option<String> {
-    let file = match &target.kubeconfig {
-        Some(path) => kube::config::Kubeconfig::read_from(path).ok()?,
-        None => kube::config::Kubeconfig::read().ok()?,
-    };
-    let context = target
-        .context
-        .clone()
-        .or_else(|| file.current_context.clone())?;
-    file.contexts
-        .iter()
-        .find(|c| c.name == context)?
-        .context
-        .as_ref()?
-        .user
-        .clone()
 }
 
 /// `NAMESPACE/NAME`, split.
@@ -817,13 +491,13 @@ fn write(out: &mut dyn std::io::Write, text: &str) -> Result<()> {
 /// Run `kubectl verdict`; what it prints goes to `out` as it comes (a
 /// watch prints until it is stopped).
 pub fn run(cli: &PluginCli, out: &mut dyn std::io::Write) -> Result<()> {
-    let transport = Transport::new(&cli.target)?;
+    let transport = Client::new(&cli.target)?;
     let by = |asking: &Asking| -> Result<String> {
         asking
             .by
             .clone()
             .or_else(|| transport.user())
-            .or_else(login_name)
+            .or_else(super::client::login_name)
             .filter(|b| !b.trim().is_empty())
             .ok_or_else(|| Error::Config {
                 key: "by",
@@ -849,7 +523,7 @@ pub fn run(cli: &PluginCli, out: &mut dyn std::io::Write) -> Result<()> {
                 Some(ns) => format!("/v1/apps?namespace={}", segment(ns)),
                 None => "/v1/apps".to_string(),
             };
-            let list = |transport: &Transport| -> Result<Vec<Value>> {
+            let list = |transport: &Client| -> Result<Vec<Value>> {
                 let answer = transport.get(&path)?;
                 Ok(answer["apps"]
                     .as_array()
@@ -994,7 +668,7 @@ pub fn run(cli: &PluginCli, out: &mut dyn std::io::Write) -> Result<()> {
 /// A person's action on a rollout, or on one of its instances.
 #[allow(clippy::too_many_arguments)]
 fn act(
-    transport: &Transport,
+    transport: &Client,
     set: &str,
     action: &str,
     instance: Option<&str>,
@@ -1089,18 +763,5 @@ mod tests {
         let out = String::from_utf8(out).unwrap();
         assert_eq!(out.lines().count(), 2, "{out:?}");
         assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'));
-    }
-
-    #[test]
-    fn errors_say_whose_message_they_are() {
-        assert_eq!(
-            message_of(br#"{"error": {"code": "not-found", "message": "no set shop/web"}}"#),
-            "no set shop/web"
-        );
-        assert_eq!(
-            message_of(br#"{"kind": "Status", "message": "services \"verdict\" not found"}"#),
-            r#"services "verdict" not found"#
-        );
-        assert_eq!(message_of(b"plain words\n"), "plain words");
     }
 }

@@ -1,8 +1,10 @@
-//! Commands against a running host, over its HTTP API: [`kubectl`], the
+//! Commands against a running host, over its HTTP API and one client
+//! ([`client`]): [`kubectl`], the
 //! kubectl plugin, and `verdict history`, which prints an app's (or an instance's) status changes, the marks of what
 //! happened meanwhile and, when asked, its availability — as a table for
 //! people in a terminal or as the API's JSON for scripts.
 
+pub(crate) mod client;
 pub mod kubectl;
 
 use std::fmt::Write as _;
@@ -58,36 +60,20 @@ pub struct HistoryArgs {
     pub output: Output,
 }
 
-/// GET a path of the host, as JSON; an answer that is not 2xx is the
-/// API's error message.
+/// GET a path of the host, as JSON, through the terminal's one client
+/// ([`client::Client`]); an answer that is not 2xx is the API's error
+/// message.
 fn get(args: &HistoryArgs, path: &str, query: &[(&str, String)]) -> Result<Value> {
-    let base = args.url.trim_end_matches('/');
-    let remote = |message: String| Error::Remote {
-        url: base.to_string(),
-        message,
+    let client = client::Client::direct(&args.url, args.token.clone())?;
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())))
+        .finish();
+    let path = if query.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{query}")
     };
-    let client = reqwest::blocking::Client::builder()
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .map_err(|e| remote(e.to_string()))?;
-    let mut request = client.get(format!("{base}{path}")).query(query);
-    if let Some(token) = &args.token {
-        request = request.bearer_auth(token);
-    }
-    let response = request
-        .send()
-        .map_err(|e| remote(format!("cannot be reached: {e}")))?;
-    let status = response.status();
-    let body: Value = response
-        .json()
-        .map_err(|e| remote(format!("answered {status} with no JSON: {e}")))?;
-    if !status.is_success() {
-        let message = body["error"]["message"]
-            .as_str()
-            .map_or_else(|| body.to_string(), str::to_string);
-        return Err(remote(format!("{status}: {message}")));
-    }
-    Ok(body)
+    client.get(&path)
 }
 
 pub(crate) use crate::fleet::members::segment;
