@@ -87,17 +87,33 @@ pub fn folder_of(path: &Path) -> &Path {
 /// Put a temporary file written beside `path` in its place: synced,
 /// renamed over it, and the folder synced, so that a crash leaves the old
 /// file or the new one. A file replaced keeps its permissions; a new one
-/// gets the usual `0644`.
+/// gets what the process's umask leaves of `0666` (`0644` usually; `0600`
+/// for a serving host, which keeps its files to itself).
 pub fn persist(mut file: tempfile::NamedTempFile, path: &Path) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+    let mode = std::fs::metadata(path)
+        .map_or_else(|_| 0o666 & !umask(), |m| m.permissions().mode() & 0o7777);
     file.flush()?;
     file.as_file()
         .set_permissions(std::fs::Permissions::from_mode(mode))?;
     file.as_file().sync_all()?;
     file.persist(path).map_err(|e| e.error)?;
     std::fs::File::open(folder_of(path))?.sync_all()
+}
+
+/// The process's file mode creation mask, as Linux reports it (`0022`
+/// where it cannot be read).
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }
 
 /// Open (creating when missing) a database of the host's and migrate it:

@@ -268,11 +268,17 @@ fn a_tasks_secret_material_is_in_the_apps_secrets_and_nowhere_else_on_the_real_a
     let list = server.get("/v1/tasks").1;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let streamed = events.join().unwrap();
-    let store: Vec<u8> = std::fs::read_dir(data.path())
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("tasks.db"))
-        .flat_map(|e| std::fs::read(e.path()).unwrap())
+    // Every file the host wrote (the task store, the history, the journals,
+    // the compiled policies), the log aside.
+    let files = written(data.path(), &log);
+    assert!(
+        files.iter().any(|f| f.ends_with("tasks.db"))
+            && files.iter().any(|f| f.ends_with("history.db")),
+        "{files:?}"
+    );
+    let store: Vec<u8> = files
+        .iter()
+        .flat_map(|f| std::fs::read(f).unwrap())
         .collect();
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("DEBUG"), "the log is at debug level");
@@ -289,7 +295,7 @@ fn a_tasks_secret_material_is_in_the_apps_secrets_and_nowhere_else_on_the_real_a
             ("the task list", list.to_string()),
             ("the event stream", streamed.clone()),
             (
-                "the task store's files",
+                "the host's files (the task store, the history)",
                 String::from_utf8_lossy(&store).into_owned(),
             ),
             ("the log", logged.clone()),
@@ -302,13 +308,12 @@ fn a_tasks_secret_material_is_in_the_apps_secrets_and_nowhere_else_on_the_real_a
         streamed.contains(id),
         "the stream carried the task: {streamed:.500}"
     );
-    // The task store is the host's alone.
+    // Every file the host writes is its own alone.
     use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(data.path().join("tasks.db"))
-        .unwrap()
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o077, 0, "tasks.db is {mode:o}");
+    for file in &files {
+        let mode = std::fs::metadata(file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", file.display());
+    }
     // The material is in the app's Secrets.
     let secret = |name: &str, key: &str| -> String {
         let value = cluster
@@ -430,4 +435,21 @@ fn secret_in(cluster: &verdict_testcluster::Cluster, ns: &str, name: &str, key: 
             .unwrap(),
     )
     .unwrap()
+}
+
+/// Every file below `dir` but `except`.
+fn written(dir: &std::path::Path, except: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path != except {
+                files.push(path);
+            }
+        }
+    }
+    files
 }
