@@ -430,6 +430,7 @@ impl Tasks {
                             )),
                             ..TaskPatch::default()
                         };
+                        self.remember(task.clone());
                         drop(_write);
                         let task = self.change(&task.id, |t| t.apply(&failed, now())).await?;
                         return Ok(task);

@@ -453,3 +453,56 @@ fn written(dir: &std::path::Path, except: &std::path::Path) -> Vec<std::path::Pa
     }
     files
 }
+
+#[test]
+fn a_task_whose_secret_material_cannot_be_kept_fails_saying_so_on_the_real_api_server() {
+    let Some(cluster) = shared(
+        "a_task_whose_secret_material_cannot_be_kept_fails_saying_so_on_the_real_api_server",
+    ) else {
+        return;
+    };
+    super::tasks::install_task_crd(cluster);
+    let store = unique("real-nosecrets");
+    cluster.create_namespace(&store, &[]).unwrap();
+    // A host that may keep Task objects and read the cluster, but not make
+    // Secrets.
+    cluster
+        .apply(&format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: tasker, namespace: {store}}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: tasker, namespace: {store}}}\n\
+             rules: [{{apiGroups: [verdict.dev], resources: [tasks], verbs: [get, list, watch, create, update, delete]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: tasker, namespace: {store}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: tasker}}\n\
+             subjects: [{{kind: ServiceAccount, name: tasker, namespace: {store}}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {store}-view}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}}\n\
+             subjects: [{{kind: ServiceAccount, name: tasker, namespace: {store}}}]\n"
+        ))
+        .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let kubeconfig = data.path().join("tasker.kubeconfig");
+    cluster
+        .service_account_kubeconfig(&store, "tasker", &kubeconfig)
+        .unwrap();
+    let server = super::follow(
+        &kubeconfig,
+        data.path(),
+        &["--task-store", "kubernetes", "--tasks-namespace", &store],
+    );
+    let body = json!({"app": format!("{store}-app/web"), "action": "create",
+        "params": {"image": "web:1", "license": "TElDRU5TRQ=="}});
+    let (code, task) = server.send("POST", "/v1/tasks", Some(&body.to_string()));
+    assert_eq!(code, 201, "{task}");
+    assert_eq!(task["phase"], "failed", "{task}");
+    let message = task["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("its secret material could not be kept")
+            && message.contains("forbidden"),
+        "{message}"
+    );
+    assert!(!task.to_string().contains("TElDRU5TRQ"), "{task}");
+    let _ = cluster.kubectl_run(
+        &["delete", "clusterrolebinding", &format!("{store}-view")],
+        None,
+    );
+}
