@@ -188,5 +188,5 @@ fn the_kubectl_plugin_prints_a_hostile_servers_words_escaped_and_bounds_its_answ
     });
     let (ok, _, err) = plugin(dir.path(), &url, &["apps", "-A"]);
     assert!(!ok);
-    assert!(err.contains("over 64 MiB"), "{err}");
+    assert!(err.contains("larger than 64 MiB"), "{err}");
 }

@@ -21,13 +21,18 @@ use super::{Fleet, Kept, Member, Reach, Summary};
 use crate::events::Kind;
 use crate::time::now;
 
-/// A member's verdict, reached: a client and the path verdict is under.
+/// A verdict, reached: a client and the path verdict is under. The one
+/// way anything of verdict's reaches another verdict — the fleet its
+/// members, the kubectl plugin and `verdict history` the host they ask —
+/// with the same bounds, timeouts and reading of errors.
 #[derive(Clone)]
 pub struct Conn {
     client: kube::Client,
     /// `""` for a verdict at the server's root; else the service proxy's
     /// path, or the URL's path.
     prefix: String,
+    /// The namespace of the kubeconfig's context (`default` without one).
+    namespace: String,
 }
 
 impl std::fmt::Debug for Conn {
@@ -62,8 +67,16 @@ pub enum CallError {
 
 /// The member's client, made from its access.
 async fn connect(member: &Member) -> Result<Conn, String> {
-    let options = kube::config::KubeConfigOptions::default();
-    let (config, service, path) = match &member.access.way {
+    connect_to(&member.access, &kube::config::KubeConfigOptions::default()).await
+}
+
+/// A client to the verdict `access` says, with the kubeconfig's `options`
+/// (its context): its Service looked up when it is behind one.
+pub(crate) async fn connect_to(
+    access: &super::members::Access,
+    options: &kube::config::KubeConfigOptions,
+) -> Result<Conn, String> {
+    let (config, service, path) = match &access.way {
         Way::Unreachable(why) => return Err(why.clone()),
         Way::InCluster { service } => (
             kube::Config::incluster().map_err(|e| format!("in-cluster configuration: {e}"))?,
@@ -76,7 +89,7 @@ async fn connect(member: &Member) -> Result<Conn, String> {
             path,
             ..
         } => (
-            kube::Config::from_custom_kubeconfig((**kubeconfig).clone(), &options)
+            kube::Config::from_custom_kubeconfig((**kubeconfig).clone(), options)
                 .await
                 .map_err(|e| format!("its kubeconfig: {e}"))?,
             service.clone(),
@@ -89,10 +102,12 @@ async fn connect(member: &Member) -> Result<Conn, String> {
     config.write_timeout = Some(ANSWER_WITHIN);
     config.connect_timeout = Some(Duration::from_secs(10));
     config.default_retry = false;
+    let namespace = config.default_namespace.clone();
     let client = kube::Client::try_from(config).map_err(|e| format!("its client: {e}"))?;
     let mut conn = Conn {
         client,
         prefix: path,
+        namespace,
     };
     if let Some((namespace, name)) = service {
         let path = format!(
@@ -155,8 +170,18 @@ impl Conn {
         }
     }
 
+    /// The Kubernetes client it reaches verdict with.
+    pub(crate) fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The namespace of the kubeconfig's context.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// A whole answer of at most `max` bytes.
-    async fn send(
+    pub(crate) async fn send(
         &self,
         method: Method,
         path: &str,
@@ -181,7 +206,11 @@ async fn read_bounded(mut body: kube::client::Body, max: usize) -> Result<Bytes,
         let frame = frame.map_err(|e| e.to_string())?;
         if let Some(data) = frame.data_ref() {
             if out.len() + data.len() > max {
-                return Err(format!("its answer is larger than {} KiB", max / 1024));
+                return Err(if max.is_multiple_of(1 << 20) {
+                    format!("its answer is larger than {} MiB: not read", max >> 20)
+                } else {
+                    format!("its answer is larger than {} KiB: not read", max / 1024)
+                });
             }
             out.extend_from_slice(data);
         }

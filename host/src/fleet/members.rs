@@ -134,6 +134,35 @@ impl Access {
         }
     }
 
+    /// A verdict at `url`, with a bearer token.
+    pub(crate) fn at_url(url: &str, token: Option<&str>) -> Self {
+        Self::kubeconfig(
+            json!({"server": url}),
+            token.map_or_else(|| json!({}), |t| json!({"token": t})),
+            None,
+        )
+    }
+
+    /// A verdict behind its Service `service` (`namespace`, `name`),
+    /// through the API server of `kubeconfig`, as its current context's
+    /// user.
+    pub(crate) fn behind_service(
+        kubeconfig: kube::config::Kubeconfig,
+        service: (String, String),
+    ) -> Self {
+        let described = format!("service {}/{}", service.0, service.1);
+        let identity = format!("{kubeconfig:?}{service:?}");
+        Self::new(
+            Way::Kubeconfig {
+                kubeconfig: Box::new(kubeconfig),
+                service: Some(service),
+                path: String::new(),
+                described,
+            },
+            &identity,
+        )
+    }
+
     fn unreachable(why: String) -> Self {
         let identity = why.clone();
         Self::new(Way::Unreachable(why), &identity)
