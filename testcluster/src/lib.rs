@@ -263,6 +263,11 @@ pub struct Options {
     /// lifecycle controller marks it `Unknown` (Kubernetes' default is
     /// 50 s; tests want a lost node seen sooner).
     pub node_grace: Duration,
+    /// A Unix socket the API server reaches the cluster's network through
+    /// (its egress selector's `cluster` connection, HTTP CONNECT), as a
+    /// control plane reaches its nodes through konnectivity: the service
+    /// proxy then dials endpoints through whatever listens there.
+    pub cluster_egress: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -270,6 +275,7 @@ impl Default for Options {
         Options {
             nodes: 3,
             node_grace: Duration::from_secs(20),
+            cluster_egress: None,
         }
     }
 }
@@ -359,6 +365,24 @@ impl Cluster {
         };
         Pki::create(&dir.join("pki"), dir, &cluster.server())?;
         std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
+        if let Some(socket) = &cluster.options.cluster_egress {
+            std::fs::write(
+                dir.join("egress.yaml"),
+                [
+                    "apiVersion: apiserver.k8s.io/v1beta1",
+                    "kind: EgressSelectorConfiguration",
+                    "egressSelections:",
+                    "- name: cluster",
+                    "  connection:",
+                    "    proxyProtocol: HTTPConnect",
+                    "    transport:",
+                    "      uds:",
+                    &format!("        udsName: {}", socket.display()),
+                    "",
+                ]
+                .join("\n"),
+            )?;
+        }
         std::fs::write(dir.join("kwok.yaml"), kwok_config()?)?;
 
         cluster.spawn("etcd")?;
@@ -694,7 +718,15 @@ impl Cluster {
                 "--audit-log-format=json".into(),
                 // Every event written as it happens, so a test reads it at once.
                 "--audit-log-mode=blocking".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                self.options
+                    .cluster_egress
+                    .as_ref()
+                    .map(|_| format!("--egress-selector-config-file={}", d("egress.yaml"))),
+            )
+            .collect(),
             "kube-controller-manager" => vec![
                 format!("--kubeconfig={}", d("controller-manager.kubeconfig")),
                 "--secure-port=0".into(),
@@ -808,6 +840,7 @@ impl Cluster {
             options: Options {
                 nodes: state.nodes,
                 node_grace: Duration::from_secs(state.node_grace_s),
+                cluster_egress: None,
             },
             children: BTreeMap::new(),
             recorded,

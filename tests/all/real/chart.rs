@@ -187,6 +187,7 @@ fn the_chart_installs_and_verdict_acts_with_exactly_its_role() {
         Options {
             nodes: 2,
             node_grace: Duration::from_secs(10),
+            ..Options::default()
         },
     ) else {
         return;
@@ -577,6 +578,7 @@ fn the_chart_grants_the_vm_delivery_exactly_what_it_uses() {
         Options {
             nodes: 2,
             node_grace: Duration::from_secs(10),
+            ..Options::default()
         },
     ) else {
         return;

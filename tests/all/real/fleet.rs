@@ -23,7 +23,7 @@ use crate::support::wait_until;
 const INVENTORY: &str = "sigs.k8s.io/cluster-inventory-api@v0.1.0";
 
 /// The `ClusterProfile` CRD from the module (downloaded by Go).
-fn cluster_profile_crd(test: &str) -> Option<String> {
+pub(super) fn cluster_profile_crd(test: &str) -> Option<String> {
     verdict_testcluster::go_available().or_else(|| skip(test))?;
     let folder = tempfile::tempdir().unwrap();
     let output = Command::new("go")
@@ -102,7 +102,7 @@ fn member(fleet: &Server, name: &str) -> Value {
 
 /// A profile in the hub with its status (the status subresource, as a
 /// cluster manager writes it).
-fn profile(hub: &Cluster, ns: &str, name: &str, status: Value) {
+pub(super) fn profile(hub: &Cluster, ns: &str, name: &str, status: Value) {
     hub.apply(
         &json!({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
             "metadata": {"name": name, "namespace": ns,

@@ -978,6 +978,7 @@ fn an_instance_lost_with_its_node_is_repaired_on_the_real_api_server() {
         verdict_testcluster::Options {
             nodes: 3,
             node_grace: std::time::Duration::from_secs(10),
+            ..verdict_testcluster::Options::default()
         },
     ) else {
         return;
