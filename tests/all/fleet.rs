@@ -630,3 +630,86 @@ fn a_member_whose_verdict_serves_another_cluster_is_a_mismatch_and_is_sent_nothi
     assert_eq!(code, 422, "{refused}");
     drop(east);
 }
+
+#[test]
+fn a_tasks_secret_material_sent_through_the_fleet_shows_nowhere_in_the_fleet() {
+    use base64::Engine as _;
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    let cluster = Cluster::start();
+    let data = tempfile::tempdir().unwrap();
+    let member_log = data.path().join("member.log");
+    let member = {
+        let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_verdict"));
+        command
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--cluster-id",
+                "west",
+                "--plugins",
+            ])
+            .arg(plugins)
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["--cluster-url", &cluster.sim().url()]);
+        Server::start_logging(command, "debug,hyper=info,h2=info", &member_log)
+    };
+    let fleet_log = data.path().join("fleet.log");
+    let fleet = Server::start_logging(
+        fleet_command(&[("west", &member.base)], &[]),
+        "debug,hyper=info,h2=info",
+        &fleet_log,
+    );
+    until(&fleet, "west", "west's app", |a| a["stable"] == "running");
+    let events = Stream::open_at(
+        &format!("{}/v1/fleet/events?cluster=west", fleet.base),
+        None,
+    );
+    let canary = format!("Qv8{}Jx", std::process::id());
+    let secrets = [
+        b64(&format!("LICENSE-{canary}")),
+        format!("KEY-{canary}"),
+        format!("PASSWORD-{canary}"),
+        b64(&format!("robot:AUTH-{canary}")),
+    ];
+    let body = json!({"app": "newshop/web", "action": "create", "cluster_id": "west", "params": {
+        "image": "web:1", "license": secrets[0],
+        "certificate": {"cert": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            "key": format!("-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n", secrets[1])},
+        "image_pull_secrets": [
+            {"registry": "registry.example:5000", "username": "puller", "password": secrets[2]},
+            {"registry": "other.example", "auth": secrets[3]}]}});
+    let (code, answer) = fleet.send("POST", "/v1/fleet/tasks", Some(&body.to_string()));
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(
+        answer["params"]["license"]["redacted"], "license",
+        "{answer}"
+    );
+    let id = answer["id"].as_str().unwrap().to_string();
+    let streamed = events.until("the task on the fleet's stream", |m| {
+        m.event == "task" && m.data.to_string().contains(&id)
+    });
+    let (_, through) = fleet.get(&format!("/v1/fleet/tasks/west/{id}"));
+    let logs = [
+        std::fs::read_to_string(&fleet_log).unwrap(),
+        std::fs::read_to_string(&member_log).unwrap(),
+    ];
+    assert!(
+        logs.iter().all(|l| l.contains("DEBUG")),
+        "the logs are at debug level"
+    );
+    for (surface, text) in [
+        ("the fleet's answer", answer.to_string()),
+        ("the fleet's stream", streamed.data.to_string()),
+        ("the task through the fleet", through.to_string()),
+        ("the fleet's log", logs[0].clone()),
+        ("the member's log", logs[1].clone()),
+    ] {
+        assert!(!text.contains(&canary), "the canary in {surface}");
+        for secret in &secrets {
+            assert!(!text.contains(secret.as_str()), "{secret} in {surface}");
+        }
+    }
+}
