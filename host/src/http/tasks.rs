@@ -96,7 +96,7 @@ async fn list_tasks(
     Ok(Json(TaskList { tasks, after }))
 }
 
-#[utoipa::path(post, path = "/v1/tasks", tag = "tasks", request_body = NewTask, responses((status = 201, description = "Admitted", body = Task), (status = 202, description = "Held for approval", body = Task), (status = 403, description = "Denied, with the reason"), (status = 422, description = "A bad field, named"), (status = 503, description = "The admission policy failed and the failure mode is closed")))]
+#[utoipa::path(post, path = "/v1/tasks", tag = "tasks", request_body = NewTask, responses((status = 201, description = "Admitted", body = Task), (status = 202, description = "Held for approval", body = Task), (status = 403, description = "Denied, with the reason (by the policy, or `protected-namespace`)"), (status = 409, description = "`not-verdicts`: it would delete, or change beyond its image and replicas, what verdict neither made nor was handed (adopt it first)"), (status = 422, description = "A bad field, named"), (status = 503, description = "The admission policy failed and the failure mode is closed")))]
 async fn create_task(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<NewTask>,
