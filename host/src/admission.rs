@@ -510,8 +510,7 @@ impl Admission {
         tasks
             .create(request, |app_tasks| async move {
                 let admitted = self.admit_task(asked, app_tasks).await?;
-                self.check_ownership(asked)
-                    .map_err(|e| Denial::NotVerdicts(e.to_string()))?;
+                self.check_ownership(asked).map_err(Denial::NotVerdicts)?;
                 Ok(admitted)
             })
             .await
@@ -521,7 +520,7 @@ impl Admission {
     /// whose objects verdict neither made nor was handed, naming each and
     /// how to hand it over (the executor checks again, on the objects as
     /// they are then, before it changes anything).
-    fn check_ownership(&self, request: &NewTask) -> Result<(), crate::tasks::Refusal> {
+    fn check_ownership(&self, request: &NewTask) -> Result<(), String> {
         use crate::observe::resources::kubevirt::{SETS, VM};
         use crate::tasks::ownership::{Owner, not_verdicts};
         use crate::wit::types::TaskAction as Action;
@@ -553,18 +552,18 @@ impl Admission {
                     crate::observe::workload_kind(w.kind),
                     w.name
                 );
-                // An update beyond image and replicas re-renders the app
-                // from what it was made from: only what verdict made has it.
-                let allowed = match request.action {
-                    Action::Update => owner == Owner::Made,
-                    _ => owner.is_verdicts(),
-                };
-                if !allowed && request.action == Action::Update && owner.is_verdicts() {
+                if owner == Owner::Made {
+                    continue;
+                }
+                if !owner.is_verdicts() {
+                    refused.push(not_verdicts(&what, &owner, &request.app));
+                } else if request.action == Action::Update {
+                    // An update beyond image and replicas re-renders the app
+                    // from what it was made from: only what verdict made
+                    // has it.
                     refused.push(format!(
                         "{what} was handed to verdict, not made by it: an update of it sets its image and replicas only"
                     ));
-                } else if !allowed {
-                    refused.push(not_verdicts(&what, &owner, &request.app));
                 }
             }
         }
@@ -586,7 +585,7 @@ impl Admission {
         if refused.is_empty() {
             Ok(())
         } else {
-            Err(crate::tasks::Refusal::NotVerdicts(refused.join("; ")))
+            Err(refused.join("; "))
         }
     }
 

@@ -29,7 +29,7 @@ use super::render::{self, MADE_FOR, Object, Served};
 use super::{Executor, millis};
 use crate::tasks::Task;
 use crate::tasks::model::{StepReport, TaskPatch};
-use crate::tasks::ownership::{Owner, not_verdicts};
+use crate::tasks::ownership::Owner;
 use crate::tasks::sealed::SealedFields as _;
 use crate::tasks::spec::{AppSpec, INSTANCE, MANAGED_BY};
 use crate::time::now;
@@ -905,12 +905,17 @@ impl Executor {
         job: &mut AppJob,
     ) -> Result<String, String> {
         let mut said = Vec::new();
-        if let Some(workload) = &job.workload {
-            // Read again, now: deleted only if it is verdict's, and only as
-            // it was read (a change meanwhile fails the precondition).
-            let Some(params) = self.deletable_workload(namespace, name, workload).await? else {
-                return Ok(summary("deleted", &said, "nothing to delete"));
-            };
+        // Read again, now: deleted only if it is verdict's, and only as it
+        // was read (a change meanwhile fails the precondition); one gone
+        // already leaves what was made for it to delete.
+        let workload = match &job.workload {
+            Some(workload) => self
+                .deletable_workload(namespace, name, workload)
+                .await?
+                .map(|params| (workload, params)),
+            None => None,
+        };
+        if let Some((workload, params)) = workload {
             let deleted = match workload.kind {
                 types::WorkloadKind::StatefulSet => self
                     .statefulsets(namespace)
@@ -988,17 +993,8 @@ impl Executor {
             other => return Err(format!("a {other:?} cannot be deleted by tasks")),
         }
         .map_err(|e| format!("{what}: {}", reason(&e)))?;
-        let Some(meta) = meta else { return Ok(None) };
-        let owner = Owner::of_meta(name, meta.labels.as_ref(), meta.annotations.as_ref());
-        if !owner.is_verdicts() {
-            return Err(not_verdicts(&what, &owner, &format!("{namespace}/{name}")));
-        }
-        let mut params = DeleteParams::background();
-        params.preconditions = Some(kube::api::Preconditions {
-            uid: meta.uid,
-            resource_version: meta.resource_version,
-        });
-        Ok(Some(params))
+        meta.map(|meta| super::deleting_as_read(meta, (namespace, name), &what))
+            .transpose()
     }
 
     /// Whether the app is gone: its pods and workload, then the namespace

@@ -526,22 +526,39 @@ impl Executor {
                 unreachable!("handled above")
             }
         };
-        let params = day_two();
-        let patched = match workload.kind {
+        match self
+            .patch_workload(workload.kind, namespace, &workload.name, &patch)
+            .await
+        {
+            Some(patched) => patched.map_err(fail)?,
+            None => return Err(format!("a {:?} cannot be changed by tasks", workload.kind)),
+        }
+        Ok(job)
+    }
+
+    /// A day-2 merge patch of a Deployment or StatefulSet; `None` for a
+    /// kind tasks do not change.
+    async fn patch_workload(
+        &self,
+        kind: types::WorkloadKind,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Option<Result<(), kube::Error>> {
+        let patch = Patch::Merge(patch);
+        Some(match kind {
             types::WorkloadKind::StatefulSet => self
                 .statefulsets(namespace)
-                .patch(&workload.name, &params, &Patch::Merge(&patch))
+                .patch(name, &day_two(), &patch)
                 .await
                 .map(drop),
             types::WorkloadKind::Deployment => self
                 .deployments(namespace)
-                .patch(&workload.name, &params, &Patch::Merge(&patch))
+                .patch(name, &day_two(), &patch)
                 .await
                 .map(drop),
-            _ => return Err(format!("a {:?} cannot be changed by tasks", workload.kind)),
-        };
-        patched.map_err(fail)?;
-        Ok(job)
+            _ => return None,
+        })
     }
 
     /// Record on the app's workloads (or its virtual machines and their
@@ -555,24 +572,23 @@ impl Executor {
             .clone()
             .filter(|by| crate::tasks::model::names_someone(by))
             .unwrap_or_else(|| "anonymous".into());
-        let mut objects: Vec<(String, String, Owner)> = Vec::new();
+        // Each object: its kind (the workload's, when it is one), name and
+        // owner.
+        let mut objects: Vec<(String, Option<types::WorkloadKind>, String, Owner)> = Vec::new();
         {
             let snapshot = self.observed.read();
             if let Some(input) = snapshot.inputs_for([&key], now()).pop() {
                 for w in &input.app.workloads {
                     let owner = Owner::of_observed(name, &w.labels, &w.annotations);
-                    objects.push((
-                        crate::observe::workload_kind(w.kind).to_string(),
-                        w.name.clone(),
-                        owner,
-                    ));
+                    let kind = crate::observe::workload_kind(w.kind).to_string();
+                    objects.push((kind, Some(w.kind), w.name.clone(), owner));
                 }
             }
             let machines = vms::Machines::of(&snapshot, &key);
             for (kind, object) in machines.adoptable() {
                 if let Some(o) = snapshot.object_named(&kind, namespace, &object) {
                     let owner = Owner::of_observed(name, &o.labels, &o.annotations);
-                    objects.push((kind, object, owner));
+                    objects.push((kind, None, object, owner));
                 }
             }
         }
@@ -584,28 +600,21 @@ impl Executor {
         let at = crate::time::rfc3339(task.created_at);
         let patch = json!({"metadata": {"annotations": {ADOPTED_BY: by, ADOPTED_AT: at}}});
         let mut said = Vec::new();
-        for (kind, object, owner) in objects {
+        for (kind, workload, object, owner) in objects {
             if owner == Owner::Made {
                 continue;
             }
-            let fail = |e: kube::Error| {
-                format!("{kind} {namespace}/{object}: the Kubernetes API refused the adoption: {e}")
-            };
-            match kind.as_str() {
-                "Deployment" => self
-                    .deployments(namespace)
-                    .patch(&object, &day_two(), &Patch::Merge(&patch))
-                    .await
-                    .map(drop)
-                    .map_err(fail)?,
-                "StatefulSet" => self
-                    .statefulsets(namespace)
-                    .patch(&object, &day_two(), &Patch::Merge(&patch))
-                    .await
-                    .map(drop)
-                    .map_err(fail)?,
-                "DaemonSet" => continue,
-                _ => self.merge_object(namespace, &kind, &object, &patch).await?,
+            match workload {
+                Some(workload) => {
+                    match self.patch_workload(workload, namespace, &object, &patch).await {
+                        Some(patched) => patched.map_err(|e| {
+                            format!("{kind} {namespace}/{object}: the Kubernetes API refused the adoption: {e}")
+                        })?,
+                        // A DaemonSet: no task changes it.
+                        None => continue,
+                    }
+                }
+                None => self.merge(namespace, &kind, &object, patch.clone()).await?,
             }
             said.push(format!("{kind} {namespace}/{object}"));
         }
@@ -794,6 +803,30 @@ impl Executor {
             }
         }
     }
+}
+
+/// How to delete an object of the app `namespace/app`, read just now as
+/// `meta`, when it is verdict's (made or handed to it): with preconditions
+/// on its UID and resource version, so that one changed or replaced since
+/// is not deleted. Someone else's is an error naming it (`what`) and how to
+/// hand it over.
+pub(crate) fn deleting_as_read(
+    meta: kube::api::ObjectMeta,
+    (namespace, app): (&str, &str),
+    what: &str,
+) -> Result<DeleteParams, String> {
+    use crate::tasks::ownership::{Owner, not_verdicts};
+    let owner = Owner::of_meta(app, meta.labels.as_ref(), meta.annotations.as_ref());
+    if !owner.is_verdicts() {
+        return Err(not_verdicts(what, &owner, &format!("{namespace}/{app}")));
+    }
+    Ok(DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+        }),
+        ..DeleteParams::background()
+    })
 }
 
 /// A day-2 change's patch parameters: under verdict's field manager, so

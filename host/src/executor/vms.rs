@@ -25,7 +25,6 @@ use super::{Executor, Job, REPLICAS_BEFORE_STOP};
 use crate::observe::resources::Generic;
 use crate::observe::{AppKey, Snapshot};
 use crate::tasks::Task;
-use crate::tasks::ownership::{Owner, not_verdicts};
 use crate::wit::types::{self, ConditionStatus, TaskAction as Action};
 
 use crate::observe::resources::kubevirt::{LOST, MIGRATION, SETS, VM, VM_REPLICA_SET, VMI};
@@ -307,18 +306,7 @@ impl Executor {
         Api::namespaced_with(self.client.clone(), namespace, &resource(kind))
     }
 
-    /// A merge patch of one object of a watched kind of the app's.
-    pub(super) async fn merge_object(
-        &self,
-        namespace: &str,
-        kind: &str,
-        name: &str,
-        patch: &Value,
-    ) -> Result<(), String> {
-        self.merge(namespace, kind, name, patch.clone()).await
-    }
-
-    async fn merge(
+    pub(super) async fn merge(
         &self,
         namespace: &str,
         kind: &str,
@@ -367,24 +355,12 @@ impl Executor {
             .get_opt(name)
             .await
             .map_err(|e| format!("{kind} {namespace}/{name} could not be read: {e}"))?;
-        let Some(object) = object else {
-            return Ok(None);
-        };
-        let meta = object.metadata;
-        let owner = Owner::of_meta(&app.1, meta.labels.as_ref(), meta.annotations.as_ref());
-        if !owner.is_verdicts() {
-            return Err(not_verdicts(
-                &format!("{kind} {namespace}/{name}"),
-                &owner,
-                &format!("{namespace}/{}", app.1),
-            ));
-        }
-        let mut params = DeleteParams::background();
-        params.preconditions = Some(kube::api::Preconditions {
-            uid: meta.uid,
-            resource_version: meta.resource_version,
-        });
-        Ok(Some(params))
+        object
+            .map(|o| {
+                let what = format!("{kind} {namespace}/{name}");
+                super::deleting_as_read(o.metadata, (namespace, &app.1), &what)
+            })
+            .transpose()
     }
 
     /// Make the change a task asks of an app's virtual machines.

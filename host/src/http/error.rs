@@ -124,8 +124,7 @@ impl From<TaskError> for ApiError {
             TaskError::Refused(Refusal::Conflict(message)) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message)
             }
-            TaskError::Refused(Refusal::NotVerdicts(message))
-            | TaskError::Denied(Denial::NotVerdicts(message)) => {
+            TaskError::Denied(Denial::NotVerdicts(message)) => {
                 ApiError::new(StatusCode::CONFLICT, "not-verdicts", message)
             }
             TaskError::Refused(Refusal::Protected(message)) => {

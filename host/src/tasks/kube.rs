@@ -175,6 +175,11 @@ impl KubeStore {
         }
     }
 
+    /// The Secrets of the tasks' namespace.
+    fn secrets(&self) -> Api<k8s_openapi::api::core::v1::Secret> {
+        Api::namespaced(self.api.clone().into_client(), &self.namespace)
+    }
+
     /// Keep a task's secret material in a Secret beside its `Task` object,
     /// owned by it (the garbage collector deletes it with the task), so
     /// that whichever replica leads can carry the task out.
@@ -192,7 +197,6 @@ impl KubeStore {
             .await
             .map_err(failed)?
             .ok_or_else(|| StoreError::NotFound(task.id.clone()))?;
-        let secrets: Api<Secret> = Api::namespaced(self.api.clone().into_client(), &self.namespace);
         let resource = resource();
         let secret = Secret {
             metadata: kube::api::ObjectMeta {
@@ -224,7 +228,7 @@ impl KubeStore {
             type_: Some("Opaque".into()),
             ..Secret::default()
         };
-        secrets
+        self.secrets()
             .create(&PostParams::default(), &secret)
             .await
             .map(drop)
@@ -233,9 +237,8 @@ impl KubeStore {
 
     /// A task's secret material, when it has some kept.
     pub async fn material(&self, id: &str) -> Result<Option<super::sealed::Material>, StoreError> {
-        use k8s_openapi::api::core::v1::Secret;
-        let secrets: Api<Secret> = Api::namespaced(self.api.clone().into_client(), &self.namespace);
-        let found = secrets
+        let found = self
+            .secrets()
             .get_opt(&material_name(&self.name_of(id)))
             .await
             .map_err(failed)?;
@@ -252,9 +255,8 @@ impl KubeStore {
 
     /// Forget a task's secret material (it is done with).
     pub async fn drop_material(&self, id: &str) -> Result<(), StoreError> {
-        use k8s_openapi::api::core::v1::Secret;
-        let secrets: Api<Secret> = Api::namespaced(self.api.clone().into_client(), &self.namespace);
-        match secrets
+        match self
+            .secrets()
             .delete(&material_name(&self.name_of(id)), &DeleteParams::default())
             .await
         {

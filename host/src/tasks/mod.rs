@@ -548,6 +548,9 @@ impl Tasks {
         self.store.update(&task).await?;
         self.remember(task.clone());
         if model::finished(task.phase) {
+            // However it ended (carried out, failed, cancelled, rejected),
+            // its secret material is done with.
+            self.drop_material(&task).await;
             self.retain(&app_key(&task.app)).await;
         }
         Ok(task)
@@ -597,14 +600,11 @@ impl Tasks {
         patch: &TaskPatch,
         actor: &crate::leader::Term,
     ) -> Result<Task, TaskError> {
-        let task = self
-            .change(id, |task| {
-                task.act_as(actor)?;
-                task.apply(patch, now())
-            })
-            .await?;
-        self.drop_material(&task).await;
-        Ok(task)
+        self.change(id, |task| {
+            task.act_as(actor)?;
+            task.apply(patch, now())
+        })
+        .await
     }
 
     async fn keep_material(
@@ -641,7 +641,7 @@ impl Tasks {
 
     /// Forget a finished task's secret material.
     async fn drop_material(&self, task: &Task) {
-        if !model::finished(task.phase) || !task_has_material(task) {
+        if !task_has_material(task) {
             return;
         }
         match &self.store {

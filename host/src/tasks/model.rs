@@ -399,7 +399,7 @@ impl NewTask {
         // The material goes beside the task; the record keeps its redacted
         // form.
         self.material = spec.material();
-        super::spec::redact_params(&mut self.params, &spec);
+        spec.redact_into(&mut self.params);
         Ok(spec)
     }
 }
@@ -435,10 +435,6 @@ pub enum Refusal {
     /// The request does not fit the task's state.
     #[error("{0}")]
     Conflict(String),
-    /// The task would change or delete objects verdict neither made nor
-    /// was handed (an `adopt` task hands them over); names them.
-    #[error("{0}")]
-    NotVerdicts(String),
     /// The task would make an app in a protected namespace
     /// (`--protected-namespaces`).
     #[error("{0}")]

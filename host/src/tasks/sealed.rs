@@ -255,6 +255,21 @@ pub(crate) trait SealedFields {
         material
     }
 
+    /// Put each sealed value's redacted form in its place in `params`
+    /// (the request's own JSON, where the value's path leads), so that the
+    /// record keeps no material.
+    fn redact_into(&mut self, params: &mut serde_json::Map<String, serde_json::Value>) {
+        let mut json = serde_json::Value::Object(std::mem::take(params));
+        self.each_sealed(&mut |path, value| {
+            if let Some(at) = json.pointer_mut(&format!("/{}", path.replace('.', "/"))) {
+                *at = value.redacted();
+            }
+        });
+        if let serde_json::Value::Object(map) = json {
+            *params = map;
+        }
+    }
+
     /// Every sealed value without its material.
     fn seal(&mut self) {
         self.each_sealed(&mut |_, value| value.seal());
@@ -299,6 +314,10 @@ impl SealedRef<'_> {
 
     fn seal(self) {
         each_kind!(self, v => *v = v.sealed());
+    }
+
+    fn redacted(self) -> serde_json::Value {
+        each_kind!(self, v => serde_json::to_value(&*v).unwrap_or_default())
     }
 
     /// Whether it has its material now, or needs none (kept in a Secret).

@@ -738,37 +738,6 @@ impl SealedFields for AppSpec {
     }
 }
 
-/// Put the redacted form of every sealed field of `spec` in its place in
-/// `params` (the request's own JSON), so that the task record keeps no
-/// secret material.
-pub fn redact_params(params: &mut Map<String, Value>, spec: &AppSpec) {
-    fn value<K: sealed::Kind>(sealed: &Sealed<K>) -> Value {
-        serde_json::to_value(sealed).unwrap_or_default()
-    }
-    if let Some(license) = &spec.license {
-        params.insert("license".into(), value(license));
-    }
-    if let (Some(key), Some(Value::Object(c))) = (
-        spec.certificate.as_ref().and_then(|c| c.key.as_ref()),
-        params.get_mut("certificate"),
-    ) {
-        c.insert("key".into(), value(key));
-    }
-    if let Some(Value::Array(pulls)) = params.get_mut("image-pull-secrets") {
-        for (given, pull) in pulls.iter_mut().zip(&spec.image_pull_secrets) {
-            let Value::Object(given) = given else {
-                continue;
-            };
-            if let Some(password) = &pull.password {
-                given.insert("password".into(), value(password));
-            }
-            if let Some(auth) = &pull.auth {
-                given.insert("auth".into(), value(auth));
-            }
-        }
-    }
-}
-
 impl AppSpec {
     /// The spec as admission policies see it: typed, without secret
     /// material (a license's size, whether a certificate or a registry's

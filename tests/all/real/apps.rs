@@ -317,18 +317,7 @@ fn a_quota_too_small_fails_the_deploy_and_a_retry_completes_on_the_real_api_serv
     let server = follow(&cluster.kubeconfig(), data.path(), &["--execute-tasks"]);
     // The cluster's id is its kube-system namespace's UID: a task for
     // another cluster is refused.
-    let uid = cluster
-        .kubectl_run(
-            &[
-                "get",
-                "namespace",
-                "kube-system",
-                "-o",
-                "jsonpath={.metadata.uid}",
-            ],
-            None,
-        )
-        .unwrap();
+    let uid = super::cluster_uid(cluster);
     let elsewhere = json!({"app": format!("{ns}/api"), "action": "create",
         "params": {"image": "api:1", "cluster_id": "another-cluster"}});
     let (code, body) = server.send("POST", "/v1/tasks", Some(&elsewhere.to_string()));

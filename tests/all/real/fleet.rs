@@ -102,6 +102,63 @@ fn member(fleet: &Server, name: &str) -> Value {
 
 /// A profile in the hub with its status (the status subresource, as a
 /// cluster manager writes it).
+/// What a fleet reaches a cluster's verdict with through its API server's
+/// service proxy: a ServiceAccount `fleet` in `ns` that may `get` and
+/// `create` on services and services/proxy there, its token, an access
+/// provider file (KEP-5339) whose credential plugin (written in `files`)
+/// hands that token over as `token-plugin`, and the cluster's CA (base64).
+pub(super) struct ProxyAccess {
+    pub token: String,
+    pub providers: PathBuf,
+    pub ca: String,
+}
+
+pub(super) fn proxy_access(cluster: &Cluster, ns: &str, files: &Path) -> ProxyAccess {
+    cluster
+        .apply(&format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: fleet, namespace: {ns}}}\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: fleet, namespace: {ns}}}\n\
+             rules: [{{apiGroups: [\"\"], resources: [services, services/proxy], verbs: [get, create]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: fleet, namespace: {ns}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: fleet}}\n\
+             subjects: [{{kind: ServiceAccount, name: fleet, namespace: {ns}}}]\n"
+        ))
+        .unwrap();
+    let token = cluster
+        .kubectl_run(&["create", "token", "fleet", "-n", ns], None)
+        .unwrap()
+        .trim()
+        .to_string();
+    let plugin = files.join("token-plugin");
+    std::fs::write(
+        &plugin,
+        format!(
+            "#!/bin/sh\necho '{}'\n",
+            json!({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                "status": {"token": token}})
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let providers = files.join("providers.json");
+    std::fs::write(
+        &providers,
+        json!({"providers": [{"name": "token-plugin", "execConfig": {
+            "apiVersion": "client.authentication.k8s.io/v1", "command": plugin}}]})
+        .to_string(),
+    )
+    .unwrap();
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD
+        .encode(std::fs::read(cluster.pki().ca()).unwrap());
+    ProxyAccess {
+        token,
+        providers,
+        ca,
+    }
+}
+
 pub(super) fn profile(hub: &Cluster, ns: &str, name: &str, status: Value) {
     hub.apply(
         &json!({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
@@ -208,42 +265,16 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
     // there (which has no endpoints: a host outside the cluster on
     // loopback cannot be one, so the API server says so).
     b.apply(&format!(
-        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: fleet, namespace: {ns}}}\n---\n\
-         apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: fleet, namespace: {ns}}}\n\
-         rules: [{{apiGroups: [\"\"], resources: [services, services/proxy], verbs: [get, create]}}]\n---\n\
-         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: fleet, namespace: {ns}}}\n\
-         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: fleet}}\n\
-         subjects: [{{kind: ServiceAccount, name: fleet, namespace: {ns}}}]\n---\n\
-         apiVersion: v1\nkind: Service\nmetadata: {{name: verdict, namespace: {ns}}}\n\
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: verdict, namespace: {ns}}}\n\
          spec: {{selector: {{app: verdict-elsewhere}}, ports: [{{name: http, port: 8080}}]}}\n"
     ))
     .unwrap();
-    let token = b
-        .kubectl_run(&["create", "token", "fleet", "-n", &ns], None)
-        .unwrap();
     let files = tempfile::tempdir().unwrap();
-    let plugin = files.path().join("token-plugin");
-    std::fs::write(
-        &plugin,
-        format!(
-            "#!/bin/sh\necho '{}'\n",
-            json!({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
-                "status": {"token": token.trim()}})
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let providers = files.path().join("providers.json");
-    std::fs::write(
-        &providers,
-        json!({"providers": [{"name": "token-plugin", "execConfig": {
-            "apiVersion": "client.authentication.k8s.io/v1", "command": plugin}}]})
-        .to_string(),
-    )
-    .unwrap();
-    use base64::Engine as _;
-    let ca = base64::engine::general_purpose::STANDARD.encode(std::fs::read(b.pki().ca()).unwrap());
+    let ProxyAccess {
+        token,
+        providers,
+        ca,
+    } = proxy_access(&b, &ns, files.path());
     profile(
         hub,
         &ns,
@@ -267,7 +298,7 @@ fn a_fleet_follows_three_real_clusters_found_by_their_profiles() {
                 "labels": {"argocd.argoproj.io/secret-type": "cluster"},
                 "annotations": {"verdict.dev/service": format!("{ns}/verdict"), "verdict.dev/cluster-id": "cluster-f"}},
             "stringData": {"name": "cluster-f", "server": b.server(),
-                "config": json!({"bearerToken": token.trim(), "tlsClientConfig": {"caData": ca}}).to_string()}})
+                "config": json!({"bearerToken": &token, "tlsClientConfig": {"caData": ca}}).to_string()}})
         .to_string(),
     )
     .unwrap();

@@ -223,34 +223,12 @@ fn the_kubectl_plugin_reaches_a_live_verdict_through_the_service_proxy() {
         return;
     };
     cluster.apply(&crd).unwrap();
-    cluster
-        .apply(&format!(
-            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: fleet, namespace: {ns}}}\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: fleet, namespace: {ns}}}\n\
-             rules: [{{apiGroups: [\"\"], resources: [services, services/proxy], verbs: [get, create]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: fleet, namespace: {ns}}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: fleet}}\n\
-             subjects: [{{kind: ServiceAccount, name: fleet, namespace: {ns}}}]\n"
-        ))
-        .unwrap();
-    let token = cluster
-        .kubectl_run(&["create", "token", "fleet", "-n", &ns], None)
-        .unwrap();
-    let uid = cluster
-        .kubectl_run(
-            &[
-                "get",
-                "namespace",
-                "kube-system",
-                "-o",
-                "jsonpath={.metadata.uid}",
-            ],
-            None,
-        )
-        .unwrap();
-    use base64::Engine as _;
-    let ca = base64::engine::general_purpose::STANDARD
-        .encode(std::fs::read(cluster.pki().ca()).unwrap());
+    let super::fleet::ProxyAccess {
+        token,
+        providers,
+        ca,
+    } = super::fleet::proxy_access(&cluster, &ns, plugin_dir.path());
+    let uid = super::cluster_uid(&cluster);
     cluster
         .apply(
             &json!({"apiVersion": "v1", "kind": "Secret",
@@ -258,30 +236,10 @@ fn the_kubectl_plugin_reaches_a_live_verdict_through_the_service_proxy() {
                     "labels": {"argocd.argoproj.io/secret-type": "cluster"},
                     "annotations": {"verdict.dev/service": format!("{ns}/verdict"), "verdict.dev/cluster-id": uid}},
                 "stringData": {"name": "argo-proxied", "server": cluster.server(),
-                    "config": json!({"bearerToken": token.trim(), "tlsClientConfig": {"caData": ca}}).to_string()}})
+                    "config": json!({"bearerToken": &token, "tlsClientConfig": {"caData": ca}}).to_string()}})
             .to_string(),
         )
         .unwrap();
-    let plugin = plugin_dir.path().join("token-plugin");
-    std::fs::write(
-        &plugin,
-        format!(
-            "#!/bin/sh\necho '{}'\n",
-            json!({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
-                "status": {"token": token.trim()}})
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let providers = plugin_dir.path().join("providers.json");
-    std::fs::write(
-        &providers,
-        json!({"providers": [{"name": "token-plugin", "execConfig": {
-            "apiVersion": "client.authentication.k8s.io/v1", "command": plugin}}]})
-        .to_string(),
-    )
-    .unwrap();
     super::fleet::profile(
         &cluster,
         &ns,

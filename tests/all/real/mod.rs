@@ -96,6 +96,23 @@ pub fn follow(kubeconfig: &Path, data: &Path, extra: &[&str]) -> Server {
     Server::start_with(&plugins(), data, &flags)
 }
 
+/// The cluster's id as verdict takes it without `--cluster-id`: its
+/// `kube-system` namespace's UID.
+pub fn cluster_uid(cluster: &Cluster) -> String {
+    cluster
+        .kubectl_run(
+            &[
+                "get",
+                "namespace",
+                "kube-system",
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ],
+            None,
+        )
+        .unwrap()
+}
+
 /// Wait until the app's verdict satisfies `check`; panics with the last
 /// verdict seen when it never does.
 pub fn until(server: &Server, app: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {

@@ -315,28 +315,7 @@ fn a_tasks_secret_material_is_in_the_apps_secrets_and_nowhere_else_on_the_real_a
         assert_eq!(mode & 0o077, 0, "{} is {mode:o}", file.display());
     }
     // The material is in the app's Secrets.
-    let secret = |name: &str, key: &str| -> String {
-        let value = cluster
-            .kubectl_run(
-                &[
-                    "get",
-                    "secret",
-                    name,
-                    "-n",
-                    &ns,
-                    "-o",
-                    &format!("jsonpath={{.data.{key}}}"),
-                ],
-                None,
-            )
-            .unwrap();
-        String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(value)
-                .unwrap(),
-        )
-        .unwrap()
-    };
+    let secret = |name: &str, key: &str| secret_in(cluster, &ns, name, key);
     assert_eq!(
         secret("web-license", "license"),
         format!("LICENSE-{canary}")
