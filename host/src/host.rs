@@ -509,7 +509,7 @@ impl Host {
             announcer = Some(made);
         }
         let mut delivery = None;
-        if let (Some(client), Some(live)) = (&client, &live) {
+        if let (Some(client), Some(_)) = (&client, &live) {
             let mut counts = None;
             // The demo delivers its VM-hosted app by its own hook.
             let demo_delivers = demo.as_ref().is_some_and(|d| !d.hooks().is_empty());
@@ -524,7 +524,7 @@ impl Host {
                     Arc::clone(&leadership),
                     Arc::clone(&registry),
                     failover.clone(),
-                    (Arc::clone(&live.overrides), Arc::clone(&events)),
+                    Arc::clone(&events),
                     (hooks, &config.lifecycle),
                 );
                 // What it does as Kubernetes Events, as the history's

@@ -542,6 +542,76 @@ fn an_instance_whose_node_is_lost_for_a_while_is_unknown_then_checked_again() {
     );
 }
 
+/// An instance whose node is NotReady but still within failover's grace
+/// (the lifecycle policy waits it out) counts as unavailable at once: a
+/// rollout allowed one instance out takes no other out beside it, and
+/// installs nothing on the instance whose machine may not be reached; once
+/// the node is Ready again the rollout goes on.
+#[test]
+fn an_instance_on_a_node_not_ready_within_its_grace_counts_as_unavailable() {
+    let Delivery { cluster, hooks, .. } = &delivering(
+        "
+[failover]
+every-ms = 100
+
+[settings.failover]
+grace-ms = 600000
+offline-after-ms = 1200000
+stabilize-ms = 1000
+",
+    );
+    let mut one_out = set(3, json!([{"name": "jdk", "version": "21"}]));
+    one_out["spec"]["rollout"] = json!({"maxUnavailable": 1});
+    cluster.apply(one_out.clone());
+    assert!(
+        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == 3).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    let vmis = resource(cluster, "kubevirt.io", "virtualmachineinstances");
+    let vmi = cluster.sim().store().get(vmis, "shop", "web-0").unwrap();
+    let node = vmi["status"]["nodeName"].as_str().unwrap().to_string();
+    set_node_ready(cluster, &node, "False");
+    // Its Server says it is not ready, though the policy waits the node out.
+    let not_ready = wait_until(PATIENCE * 2, || {
+        instances(cluster)["web-0"]["ready"] == false
+    });
+    assert!(not_ready.is_some(), "{:#?}", instances(cluster));
+    assert_eq!(instances(cluster)["web-0"]["stage"], "serving");
+
+    one_out["spec"]["environment"] = json!([{"name": "jdk", "version": "25"}]);
+    cluster.apply(one_out);
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let seen = wait_until(PATIENCE * 2, || {
+        let set = cluster.sim().store().get(sets, "shop", "web").unwrap();
+        set["status"]["observedGeneration"] == set["metadata"]["generation"]
+    });
+    assert!(seen.is_some(), "the set's change was never reconciled");
+    let out: Vec<(String, Value)> = instances(cluster)
+        .into_iter()
+        .filter(|(_, status)| status["stage"] != "serving" || status.get("lock").is_some())
+        .map(|(name, status)| (name, status["stage"].clone()))
+        .collect();
+    assert!(
+        out.is_empty(),
+        "taken out beside an instance whose node is not ready: {out:?}"
+    );
+    assert!(
+        hooks
+            .steps_of("web-0")
+            .iter()
+            .filter(|s| *s == "install-environment")
+            .count()
+            == 1,
+        "installed on an instance whose node is not ready: {:?}",
+        hooks.steps_of("web-0")
+    );
+
+    set_node_ready(cluster, &node, "True");
+    let rolled = wait_until(PATIENCE * 4, || all_serving_with(cluster, 3, "jdk=25"));
+    assert!(rolled.is_some(), "{:#?}", instances(cluster));
+}
+
 /// The `VMDeployment` of the set `web`, at `version`, with `steps`.
 pub fn deployment(version: &str, steps: Value) -> Value {
     json!({
@@ -919,13 +989,7 @@ fn a_failed_step_stops_the_rollout_until_a_person_forces_the_stage() {
 
     // The operator fixed the cause, and sets the stage: the machine goes on
     // from there, and the rollout with it.
-    let (code, body) = server.send(
-        "PUT",
-        "/v1/apps/shop/web/instances/web-1/override",
-        Some(
-            &json!({"status": "deploying", "by": "bob", "reason": "artifact uploaded"}).to_string(),
-        ),
-    );
+    let (code, body) = force(server, "web-1", "deploying", "artifact uploaded");
     assert_eq!(code, 200, "{body}");
     assert!(
         wait_until(PATIENCE * 3, || all_serve(cluster, 3, "1.0")).is_some(),
@@ -1717,74 +1781,125 @@ fn a_set_adopts_the_vms_its_selector_names_and_takes_them_through_the_machine() 
     );
 }
 
+/// Each Kubernetes Event of the namespace `shop` on the simulator.
+fn shop_events(cluster: &Cluster) -> Vec<Value> {
+    let url = format!(
+        "{}/apis/events.k8s.io/v1/namespaces/shop/events",
+        cluster.sim().url()
+    );
+    let all: Value = reqwest::blocking::get(url).unwrap().json().unwrap();
+    all["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// A Server's status is its controller's: a person who writes it (here its
+/// stage to `serving` while the code is being deployed, as `kubectl patch
+/// server --subresource=status` does) has it put back and said in a warning
+/// Event, and nothing the write claimed is taken (no traffic, no rollout
+/// completed). A person forces a stage through the spec instead: the list in
+/// progress ends once its step answers, superseded with an outcome, and the
+/// policy's list runs from where the instance is — the checks before any
+/// traffic, the load balancer detached before a reinstall.
 #[test]
-fn an_operators_edit_of_the_stage_is_answered_with_the_policys_next_stage_by_the_webhook() {
-    use base64::Engine;
+fn a_status_written_by_hand_is_put_back_and_a_stage_is_forced_through_the_spec() {
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let holding = Arc::clone(&hold);
     let Delivery {
         cluster,
         server,
         hooks,
         ..
-    } = &delivering("");
+    } = &delivering_with("", move |call| {
+        if call["step"] == "deploy-code" && holding.load(std::sync::atomic::Ordering::SeqCst) {
+            return (200, r#"{"status":"running","retryAfterSeconds":1}"#.into());
+        }
+        (200, DONE.into())
+    });
     cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
-    let serving = || {
-        instances(cluster)
-            .get("web-0")
-            .is_some_and(|a| a["stage"] == "serving" && a.get("lock").is_none())
-    };
-    assert!(
-        wait_until(PATIENCE * 2, serving).is_some(),
-        "{:#?}",
-        instances(cluster)
-    );
+    cluster.apply(deployment("1.0", json!([])));
     let servers = resource(cluster, "verdict.dev", "servers");
-    let old = cluster.sim().store().get(servers, "shop", "web-0").unwrap();
-
-    // `kubectl edit server web-0 --subresource=status` of its stage, as the
-    // API server sends it to the mutating webhook.
-    let mut edited = old.clone();
-    edited["status"]["stage"] = json!("initializing");
-    let review = |object: &Value| {
-        json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "0b7f8c5e-1d2a-4c3b-9e8f-7a6b5c4d3e2f",
-                "kind": {"group": "verdict.dev", "version": "v1alpha1", "kind": "Server"},
-                "resource": {"group": "verdict.dev", "version": "v1alpha1", "resource": "servers"},
-                "subResource": "status",
-                "name": "web-0", "namespace": "shop", "operation": "UPDATE",
-                "userInfo": {"username": "ana"},
-                "object": object, "oldObject": old,
-            }
-        })
-        .to_string()
+    let web0 = || {
+        cluster
+            .sim()
+            .store()
+            .get(servers, "shop", "web-0")
+            .unwrap_or(Value::Null)
     };
-    let (code, answer) = server.send("POST", "/v1/admission/review", Some(&review(&edited)));
-    assert_eq!(code, 200, "{answer}");
-    let response = &answer["response"];
-    assert_eq!(response["allowed"], true, "{answer}");
-    assert_eq!(response["patchType"], "JSONPatch", "{answer}");
-    let patch: Value = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(response["patch"].as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
-    let patch: json_patch::Patch = serde_json::from_value(patch).unwrap();
-    let mut patched = edited.clone();
-    json_patch::patch(&mut patched, &patch).unwrap();
-    let status = &patched["status"];
-    // Already the policy's next: initializing, with its list entered.
-    assert_eq!(status["stage"], "initializing");
-    assert_ne!(status["since"], old["status"]["since"]);
-    assert!(
-        status.get("lock").is_none(),
-        "the leader takes it: {status}"
+    let deploying = wait_until(PATIENCE * 3, || {
+        web0()["status"]["list"]["tasks"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "deploy-code"))
+            && web0()["status"]["stage"] == "deploying"
+            && hooks.steps_of("web-0").contains(&"deploy-code".to_string())
+    });
+    assert!(deploying.is_some(), "{:#}", web0());
+
+    // Written by hand: serving and ready, mid-deploy.
+    let mut edited = web0();
+    let ours = edited["status"].clone();
+    edited["status"]["stage"] = json!("serving");
+    edited["status"]["ready"] = json!(true);
+    edited["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    cluster
+        .sim()
+        .store()
+        .replace(servers, "shop", "web-0", edited)
+        .unwrap();
+    let put_back = wait_until(PATIENCE * 2, || {
+        let status = web0()["status"].clone();
+        status["stage"] == "deploying"
+            && status["ready"] == false
+            && status["list"]["number"] == ours["list"]["number"]
+            && status["list"]["outcome"] == "running"
+    });
+    assert!(put_back.is_some(), "never put back: {:#}", web0());
+    let said = wait_until(PATIENCE, || {
+        shop_events(cluster).iter().any(|e| {
+            e["type"] == "Warning"
+                && e["reason"] == "StatusRestored"
+                && e["regarding"]["name"] == "web-0"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("stage deploying → serving"))
+        })
+    });
+    assert!(said.is_some(), "{:#?}", shop_events(cluster));
+    assert_ne!(
+        rollout(server)["phase"],
+        "Completed",
+        "the hand-written status completed the rollout: {:#}",
+        rollout(server)
     );
-    let list = status["list"].clone();
-    assert_eq!(list["stage"], "initializing");
-    assert_eq!(list["outcome"], "running");
-    let tasks: Vec<&str> = list["tasks"]
+    assert!(
+        !hooks
+            .steps_of("web-0")
+            .contains(&"attach-load-balancer".to_string()),
+        "traffic to a half-deployed machine: {:?}",
+        hooks.steps_of("web-0")
+    );
+
+    // Forced through the spec: `serving`, while deploy-code runs.
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/instances/web-0/force",
+        json!({"by": "bob", "why": "deployed by hand", "stage": "serving"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["on"], json!(["Server/shop/web-0"]), "{body}");
+    let spec = web0()["spec"]["force"].clone();
+    assert_eq!(spec["stage"], "serving", "{spec:#}");
+    assert_eq!(spec["by"], "bob", "{spec:#}");
+    let entered = wait_until(PATIENCE * 3, || {
+        let status = web0()["status"].clone();
+        status["stage"] == "serving"
+            && status["list"]["outcome"] == "succeeded"
+            && status["forced"]["entered"] == true
+    });
+    assert!(entered.is_some(), "{:#}", web0());
+    let status = web0()["status"].clone();
+    let tasks: Vec<&str> = status["list"]["tasks"]
         .as_array()
         .unwrap()
         .iter()
@@ -1792,54 +1907,69 @@ fn an_operators_edit_of_the_stage_is_answered_with_the_policys_next_stage_by_the
         .collect();
     assert_eq!(
         tasks,
-        [
-            "detach-load-balancer",
-            "pause-monitoring",
-            "install-environment"
-        ]
+        ["health-check", "bind-monitoring", "attach-load-balancer"],
+        "{status:#}"
     );
-    assert!(
-        list["reason"]
-            .as_str()
-            .unwrap()
-            .contains("set by an operator"),
-        "{list}"
-    );
-
-    // The leader's change of the same VM (stage and since together) is
-    // left alone.
-    let mut by_leader = old.clone();
-    by_leader["status"]["stage"] = json!("ready");
-    by_leader["status"]["since"] = json!("2030-01-01T00:00:00Z");
-    let (_, answer) = server.send("POST", "/v1/admission/review", Some(&review(&by_leader)));
-    assert!(answer["response"]["patch"].is_null(), "{answer}");
-
-    // What the API server stores is carried out by the leader, which agrees.
-    let mut stored = patched.clone();
-    stored["metadata"]
-        .as_object_mut()
+    // The deploy list it left has an outcome: superseded, at deploy-code.
+    let left = status["lists"]
+        .as_array()
         .unwrap()
-        .remove("resourceVersion");
-    cluster
-        .sim()
-        .store()
-        .replace(servers, "shop", "web-0", stored)
-        .unwrap();
-    let back = wait_until(PATIENCE * 2, || {
-        serving()
-            && hooks
-                .steps_of("web-0")
-                .iter()
-                .filter(|s| *s == "install-environment")
-                .count()
-                == 2
-    });
+        .iter()
+        .find(|l| l["stage"] == "deploying")
+        .cloned()
+        .unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!(left["outcome"], "superseded", "{left:#}");
+    assert_eq!(left["task"], "deploy-code", "{left:#}");
     assert!(
-        back.is_some(),
-        "{:?} {:#?}",
-        hooks.steps_of("web-0"),
-        instances(cluster)
+        left["message"].as_str().unwrap().contains("forced by bob"),
+        "{left:#}"
     );
+    // One deploy list, one key: no second deploy was started for it.
+    let deploy_keys: std::collections::BTreeSet<String> = hooks
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c["step"] == "deploy-code" && c["instance"]["name"] == "web-0")
+        .map(|c| c["key"].to_string())
+        .collect();
+    assert_eq!(deploy_keys.len(), 1, "{deploy_keys:?}");
+
+    // `requested` forced on a serving instance: detached and paused
+    // before anything is installed again.
+    hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/instances/web-0/force",
+        json!({"by": "bob", "why": "reinstall", "stage": "requested"}),
+    );
+    assert_eq!(code, 200, "{body}");
+    let requested = wait_until(PATIENCE * 2, || {
+        web0()["status"]["lists"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(Some(&web0()["status"]["list"]))
+            .any(|l| l["stage"] == "requested" && l["outcome"] == "succeeded")
+    });
+    assert!(requested.is_some(), "{:#}", web0());
+    let reinstalled = wait_until(PATIENCE * 2, || {
+        let steps = hooks.steps_of("web-0");
+        let last = |step: &str| steps.iter().rposition(|s| s == step);
+        let installed = last("install-environment");
+        last("detach-load-balancer").is_some_and(|d| installed > Some(d))
+            && last("pause-monitoring").is_some_and(|p| installed > Some(p))
+    });
+    assert!(reinstalled.is_some(), "{:?}", hooks.steps_of("web-0"));
+
+    // A stage that is none of the machine's is refused, by the route and
+    // by the resource's own schema.
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/instances/web-0/force",
+        json!({"by": "bob", "stage": "-5"}),
+    );
+    assert_eq!(code, 422, "{body}");
 }
 
 #[test]
@@ -2825,11 +2955,7 @@ fn a_person_forcing_ready_vouches_for_a_failed_install_and_offline_holds_until_l
     };
     let tried = installs("web-1");
     // The operator installed jdk 25 by hand and vouches for it.
-    let (code, body) = server.send(
-        "PUT",
-        "/v1/apps/shop/web/instances/web-1/override",
-        Some(&json!({"status": "ready", "by": "bob", "reason": "installed by hand"}).to_string()),
-    );
+    let (code, body) = force(server, "web-1", "ready", "installed by hand");
     assert_eq!(code, 200, "{body}");
     let rolled = wait_until(PATIENCE * 3, || {
         let all = instances(cluster);
@@ -2850,22 +2976,18 @@ fn a_person_forcing_ready_vouches_for_a_failed_install_and_offline_holds_until_l
         tried,
         "no install was asked again of the vouched instance"
     );
-    // The forced `ready` was entered once and is taken: what
-    // /v1/overrides shows is what is in force.
-    let (code, overrides) = server.get("/v1/overrides");
-    assert_eq!(code, 200);
-    assert!(
-        !overrides.to_string().contains("web-1"),
-        "a taken override still shows as in force: {overrides:#}"
+    // The forced `ready` was entered once and is taken: its Server says so.
+    let servers = resource(cluster, "verdict.dev", "servers");
+    let taken = cluster.sim().store().get(servers, "shop", "web-1").unwrap();
+    assert_eq!(
+        taken["status"]["forced"]["request"]["stage"], "ready",
+        "{taken:#}"
     );
+    assert_eq!(taken["status"]["forced"]["entered"], true, "{taken:#}");
 
     // An operator's offline holds: no rule brings the instance back while
     // it is in force.
-    let (code, body) = server.send(
-        "PUT",
-        "/v1/apps/shop/web/instances/web-0/override",
-        Some(&json!({"status": "offline", "by": "bob", "reason": "disk check"}).to_string()),
-    );
+    let (code, body) = force(server, "web-0", "offline", "disk check");
     assert_eq!(code, 200, "{body}");
     let offline = wait_until(PATIENCE, || {
         stages(cluster)
@@ -2889,21 +3011,45 @@ fn a_person_forcing_ready_vouches_for_a_failed_install_and_offline_holds_until_l
         "{:#?}",
         stages(cluster)
     );
-    let (code, overrides) = server.get("/v1/overrides");
-    assert_eq!(code, 200);
-    assert!(
-        overrides.to_string().contains("\"offline\""),
-        "{overrides:#}"
-    );
-    // Lifted by a person, it is in force no more.
-    let (code, body) = server.send(
-        "DELETE",
-        "/v1/apps/shop/web/instances/web-0/override?by=bob",
-        None,
+    // Lifted by a person, it goes through the whole machine again on the
+    // node it stayed on (not said to be repaired: it never moved), and the
+    // set, one too many, lets one go.
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/instances/web-0/lift",
+        json!({"by": "bob", "why": "disk fine"}),
     );
     assert_eq!(code, 200, "{body}");
-    let (_, overrides) = server.get("/v1/overrides");
-    assert!(!overrides.to_string().contains("web-0"), "{overrides:#}");
+    let back = wait_until(PATIENCE * 3, || {
+        let all = stages(cluster);
+        all.len() == 2
+            && all
+                .values()
+                .all(|(stage, _, running)| stage == "serving" && !running)
+    });
+    assert!(back.is_some(), "{:#?}", stages(cluster));
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/instances/web-1/lift",
+        json!({"by": "bob"}),
+    );
+    assert_eq!(code, 200, "the taken `ready` is still asked: {body}");
+    let (code, body) = post(
+        server,
+        "/v1/vm-delivery/shop/web/instances/web-1/lift",
+        json!({"by": "bob"}),
+    );
+    assert_eq!(code, 409, "nothing left to lift: {body}");
+}
+
+/// A person forces a stage on an instance through the delivery's route:
+/// a request in its Server's spec.
+fn force(server: &crate::serve::Server, instance: &str, stage: &str, why: &str) -> (u16, Value) {
+    post(
+        server,
+        &format!("/v1/vm-delivery/shop/web/instances/{instance}/force"),
+        json!({"by": "bob", "why": why, "stage": stage}),
+    )
 }
 
 #[test]

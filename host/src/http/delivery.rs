@@ -133,9 +133,11 @@ enum InstanceVerb {
     Retry,
     Skip,
     Approve,
+    Force,
+    Lift,
 }
 
-#[utoipa::path(post, path = "/v1/vm-delivery/{namespace}/{set}/instances/{instance}/{action}", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("instance" = String, Path), ("action" = String, Path, pattern = "^(retry|skip|approve)$", description = "retry (its failed list runs again); skip (the step in progress counts as done: a stuck clean-up step); approve (its list that waits for a person runs)")), request_body = ActionRequest, responses((status = 200, description = "The request, written with who and why on the instance's VirtualMachine for the leader to carry out", body = Requested), (status = 404, description = "No such set or instance"), (status = 409, description = "The instance is not in a state the action fits, or changed while the request was made"), (status = 422, description = "A bad field, named"), (status = 503, description = "The API server could not be asked")))]
+#[utoipa::path(post, path = "/v1/vm-delivery/{namespace}/{set}/instances/{instance}/{action}", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("instance" = String, Path), ("action" = String, Path, pattern = "^(retry|skip|approve|force|lift)$", description = "retry (its failed list runs again); skip (the step in progress counts as done: a stuck clean-up step); approve (its list that waits for a person runs); force (`stage` in the body: the instance goes on from that stage, the lifecycle policy's list for it run from where it is; a forced `offline` holds until lifted); lift (the forced stage is taken out of the Server's spec)")), request_body = ActionRequest, responses((status = 200, description = "The request, written with who and why on the instance's Server (an annotation, or for force and lift its spec) for the leader to carry out", body = Requested), (status = 404, description = "No such set or instance"), (status = 409, description = "The instance is not in a state the action fits, or changed while the request was made"), (status = 422, description = "A bad field, named"), (status = 503, description = "The API server could not be asked")))]
 async fn act_on_instance(
     State(state): State<AppState>,
     Path((namespace, set, instance, action)): Path<(String, String, String, InstanceVerb)>,
@@ -150,6 +152,8 @@ async fn act_on_instance(
         InstanceVerb::Retry => InstanceAction::Retry,
         InstanceVerb::Skip => InstanceAction::Skip,
         InstanceVerb::Approve => InstanceAction::Approve,
+        InstanceVerb::Force => InstanceAction::Force,
+        InstanceVerb::Lift => InstanceAction::Lift,
     };
     let requested = state
         .delivery()?

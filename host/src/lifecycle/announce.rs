@@ -194,6 +194,25 @@ pub fn event_of(data: &Value) -> Option<Event> {
                 text("by")
             ),
         ),
+        "force-refused" => (
+            EventType::Warning,
+            "ForceRefused",
+            format!(
+                "{instance}: the stage {} {} asked is not entered: {}",
+                text("stage"),
+                text("by"),
+                text("why")
+            ),
+        ),
+        "status-restored" => (
+            EventType::Warning,
+            "StatusRestored",
+            format!(
+                "{instance}: its status was written by {} and is put back (a status is its controller's alone; a person forces a stage through spec.force): {}",
+                text("by"),
+                text("changed")
+            ),
+        ),
         "removed" => (
             EventType::Normal,
             "InstanceRemoved",

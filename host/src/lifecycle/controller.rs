@@ -22,7 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use super::hooks::{Asked, Calls, Hooks, InstanceRef, OwnedCall};
-use super::instance::{self, CurrentList, Lock, Recorded};
+use super::instance::{self, CurrentList, ListOutcome, Lock, Recorded};
 use super::model::{self, InstanceState, Next};
 use super::resources::{
     VmDeployment, VmReplicaSet, deployments, instance_name, instances, machines, servers, sets,
@@ -33,11 +33,10 @@ use crate::events::{Events, Kind};
 use crate::failover::Failover;
 use crate::failover::model::Health;
 use crate::leader::{Leadership, Term};
-use crate::overrides::{OverrideRecord, Overrides};
 use crate::plugins::{Registry, World};
 use crate::time::{Timestamp, now};
 use crate::wit::WitName;
-use crate::wit::lifecycle::{NodeHealth, Outcome, Stage};
+use crate::wit::lifecycle::{NodeHealth, Stage};
 
 /// What a set's `Degraded` condition, the log and `/readyz` say while no
 /// lifecycle policy is loaded.
@@ -61,8 +60,6 @@ pub struct Controller {
     every: Duration,
     /// The namespaces carried out; all when empty.
     namespaces: Vec<String>,
-    /// What people forced on instances.
-    overrides: Arc<Overrides>,
     events: Arc<Events>,
     /// What the last reconcile found, for metrics and the HTTP routes.
     pub counts: Arc<Counts>,
@@ -82,7 +79,15 @@ pub struct Controller {
     /// store behind its writes would have it make one again and again),
     /// or until [`MADE_EXPECTED`] has passed.
     made: std::sync::Mutex<BTreeMap<String, BTreeMap<String, Timestamp>>>,
+    /// The status this leader last wrote on each Server (`namespace/name`),
+    /// as the API server took it, with the term it wrote it in: a status
+    /// the store shows otherwise in the same term was written by someone
+    /// else, and is put back.
+    ours: std::sync::Mutex<BTreeMap<String, (u64, Arc<Value>)>>,
 }
+
+/// The field manager of the Servers' statuses: their controller's.
+const STATUS_MANAGER: &str = "verdict-delivery";
 
 /// How long a set waits for the store to show a Server it made.
 const MADE_EXPECTED: i64 = 30_000;
@@ -131,9 +136,6 @@ fn node_health(health: Option<Health>) -> NodeHealth {
     }
 }
 
-/// Who takes an instance override back once its stage is entered.
-const TAKER: &str = "verdict (VM delivery)";
-
 /// One instance of a set, as read: its Server and its machine.
 struct Read {
     name: String,
@@ -151,6 +153,9 @@ struct Read {
     /// The store shows it as it was before this controller's last write:
     /// it is not moved on until the store has that write.
     stale: bool,
+    /// The status this leader wrote last, when the store shows another:
+    /// someone else wrote it, and it is put back.
+    overwritten: Option<Arc<Value>>,
     recorded: Result<Recorded, String>,
     /// The Server as read.
     server: Arc<DynamicObject>,
@@ -161,10 +166,12 @@ struct Read {
     deleted: bool,
     /// Its VirtualMachine, when there is one.
     machine: Option<MachineRead>,
-    /// Who forced the stage in `state.forced`, and why.
-    forced_by: Option<String>,
-    /// The override that forced it, when one did.
-    forced_override: Option<crate::overrides::OverrideKey>,
+    /// Its node is `Ready` as failover last saw it (a node within its
+    /// grace is not): the rollout counts the instance unavailable at once.
+    node_ready: bool,
+    /// The stage a person forced (through the Server's spec, or a retry
+    /// of a list left behind) that it has not entered yet.
+    forced: Option<Forced>,
 }
 
 /// An instance's VirtualMachine, as read.
@@ -176,51 +183,39 @@ struct MachineRead {
 }
 
 /// The stage a person forced on an instance that has not entered it yet:
-/// the latest of an instance override (`PUT …/instances/{name}/override`)
-/// and a retry request, made after the instance entered its stage.
-fn forced(
-    overrides: &[OverrideRecord],
-    (namespace, name): (&str, &str),
-    recorded: &Recorded,
-    now: Timestamp,
-) -> Option<Forced> {
-    let since = recorded.since.unwrap_or(0);
-    let by_override = overrides
-        .iter()
-        .filter(|o| {
-            o.namespace == namespace
-                && o.instance.as_deref() == Some(name)
-                && o.in_force(now)
-                && o.at > since
-        })
-        .filter_map(|o| {
-            let stage = Stage::from_wit_name(&o.status)?;
-            let who = match o.reason.is_empty() {
-                true => o.by.clone(),
-                false => format!("{}: {}", o.by, o.reason),
-            };
-            Some((o.at, stage, format!("forced by {who}"), Some(o.key())))
+/// the request in its Server's spec not taken yet, else a retry of a list
+/// left behind, made after the instance entered its stage.
+fn forced(recorded: &Recorded) -> Option<Forced> {
+    if let Some(force) = recorded.force_pending() {
+        return Some(Forced {
+            stage: force.stage,
+            who: format!("forced by {}", force.who()),
+            force: Some(force.clone()),
         });
+    }
+    let since = recorded.since.unwrap_or(0);
     // A retry of a list that is still the instance's runs that list on
     // (see `Controller::step`); one of a list left behind enters its stage
     // again.
-    let by_retry = recorded
+    recorded
         .retry
         .as_ref()
         .filter(|r| r.at > since && r.list.is_none())
-        .and_then(|r| Some((r.at, r.stage?, format!("retried by {}", r.who()), None)));
-    by_override
-        .chain(by_retry)
-        .max_by_key(|(at, ..)| *at)
-        .map(|(_, stage, who, key)| Forced { stage, who, key })
+        .and_then(|r| {
+            Some(Forced {
+                stage: r.stage?,
+                who: format!("retried by {}", r.who()),
+                force: None,
+            })
+        })
 }
 
-/// A stage a person forced on an instance: by whom, and the override that
-/// asked for it (none for a retry).
+/// A stage a person forced on an instance: by whom, and the request in the
+/// Server's spec that asked for it (none for a retry).
 struct Forced {
     stage: Stage,
     who: String,
-    key: Option<crate::overrides::OverrideKey>,
+    force: Option<instance::Force>,
 }
 
 impl Controller {
@@ -229,7 +224,7 @@ impl Controller {
         leadership: Arc<Leadership>,
         registry: Arc<Registry>,
         failover: Option<Arc<Failover>>,
-        (overrides, events): (Arc<Overrides>, Arc<Events>),
+        events: Arc<Events>,
         (hooks, settings): (Hooks, &super::Settings),
     ) -> Self {
         let writer = leadership.fenced(reader.clone());
@@ -242,13 +237,13 @@ impl Controller {
             calls: Calls::new(hooks),
             every: settings.delivery_every,
             namespaces: settings.delivery_namespaces.clone(),
-            overrides,
             events,
             counts: Arc::default(),
             announcer: None,
             said: std::sync::Mutex::default(),
             written: std::sync::Mutex::default(),
             made: std::sync::Mutex::default(),
+            ours: std::sync::Mutex::default(),
         }
     }
 
@@ -430,16 +425,14 @@ impl Controller {
     }
 
     /// What asks every object of a kind to be reconciled again: this
-    /// replica taking the lead, a person's override, failover's judgement
-    /// of the nodes, a plugin loaded or unloaded.
+    /// replica taking the lead, failover's judgement of the nodes, a
+    /// plugin loaded or unloaded.
     fn wakes(&self) -> impl futures_util::Stream<Item = ()> + Send + 'static {
         let leading = tokio_stream::wrappers::WatchStream::new(self.leadership.subscribe())
             .filter_map(|standing| std::future::ready(standing.leader.then_some(())));
         let tap = self.events.tap(256);
         let told = tokio_stream::wrappers::ReceiverStream::new(tap.receiver).filter_map(|event| {
-            std::future::ready(
-                matches!(event.kind, Kind::Override | Kind::Failover | Kind::Plugin).then_some(()),
-            )
+            std::future::ready(matches!(event.kind, Kind::Failover | Kind::Plugin).then_some(()))
         });
         futures_util::stream::select(leading, told)
     }
@@ -514,6 +507,9 @@ impl Controller {
                     ..Found::default()
                 });
             }
+            if self.put_back(&set, &read).await? {
+                return Ok(Found::moving());
+            }
             // The set says which instances hold it, each at its step.
             let rows: Vec<Value> = read.iter().map(row).collect();
             let found = self.let_go(&set, read, term, at).await?;
@@ -583,6 +579,12 @@ impl Controller {
                 ..Found::moving()
             });
         }
+        if self.put_back(&set, &read).await? {
+            return Ok(Found {
+                stages: stages(&read),
+                ..Found::moving()
+            });
+        }
 
         // Make the machines the set is short of, or let go of one it has
         // too many of; an instance named offline goes once it is drained.
@@ -622,7 +624,7 @@ impl Controller {
                 && m.recorded.as_ref().is_ok_and(|r| {
                     r.list
                         .as_ref()
-                        .is_some_and(|l| l.outcome == Outcome::Succeeded)
+                        .is_some_and(|l| l.outcome == ListOutcome::Succeeded)
                 })
         });
         let extra = (staying.len() > wanted)
@@ -692,8 +694,8 @@ impl Controller {
                         "stage": Stage::Requested.wit_name(),
                         "since": crate::time::rfc3339(at),
                     });
-                    api.replace_status(&name, &PostParams::default(), &made)
-                        .await?;
+                    let written = api.replace_status(&name, &status_params(), &made).await?;
+                    self.keep_ours(namespace, &name, &written);
                     let uid = made.metadata.uid.clone().unwrap_or_default();
                     self.make_machine(&set, &name, &uid).await?;
                     tracing::info!(
@@ -798,6 +800,7 @@ impl Controller {
             .map(|m| Member {
                 state: &m.state,
                 created: m.created,
+                node_ready: m.node_ready,
             })
             .collect();
         let plan = rollout::plan(
@@ -818,9 +821,16 @@ impl Controller {
                 &target.environment,
                 target.code.as_deref(),
             );
+            // The target only: what else the spec has (a person's forced
+            // stage) is not the rollout's.
             let before = &machine.server.data["spec"];
-            if *before == spec {
+            let target = ["replicaSet", "environment", "code"];
+            if target.iter().all(|k| before.get(*k) == spec.get(*k)) {
                 continue;
+            }
+            let mut patch = spec;
+            if patch.get("code").is_none() {
+                patch["code"] = Value::Null;
             }
             let patched =
                 Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
@@ -829,7 +839,7 @@ impl Controller {
                         &PatchParams::default(),
                         &Patch::Merge(&json!({
                             "metadata": {"resourceVersion": machine.resource_version},
-                            "spec": replacing(before, spec),
+                            "spec": patch,
                         })),
                     )
                     .await?;
@@ -894,7 +904,7 @@ impl Controller {
                 || m.recorded.as_ref().is_ok_and(|r| {
                     r.list
                         .as_ref()
-                        .is_some_and(|l| l.outcome == Outcome::Running)
+                        .is_some_and(|l| l.outcome == ListOutcome::Running)
                 })
         }) || matches!(
             plan.phase,
@@ -1201,8 +1211,7 @@ impl Controller {
         scope: &Scope,
         health: &BTreeMap<String, Health>,
     ) -> Result<Vec<Read>, Unread> {
-        let at = now();
-        let overrides = self.overrides.list();
+        let term = self.leadership.acting().map(|t| t.term);
         let listed = scope.servers.filtered(|server| {
             server.metadata.namespace.as_deref() == Some(set.namespace.as_str())
                 && set_of(server) == Some(set.name.as_str())
@@ -1234,17 +1243,13 @@ impl Controller {
                     instance::machine_of,
                 );
                 let node = vm.as_ref().and_then(|_| node_of(&name));
+                let node_seen = node.as_ref().and_then(|n| health.get(n)).copied();
                 let at_rest = recorded.clone().unwrap_or_default();
-                let forced = forced(&overrides, (&set.namespace, &name), &at_rest, at);
+                let forced = forced(&at_rest);
                 // A person's `offline` holds while it is in force: the
                 // policy sees the instance taken offline, as one the set
                 // names, and no rule brings it back.
-                let held_offline = overrides.iter().any(|o| {
-                    o.namespace == set.namespace
-                        && o.instance.as_deref() == Some(name.as_str())
-                        && o.in_force(at)
-                        && o.status == Stage::Offline.wit_name()
-                });
+                let held_offline = at_rest.held_offline();
                 let lost =
                     set.lost == super::resources::Lost::ScaleDown
                         && server.metadata.annotations.as_ref().is_some_and(|a| {
@@ -1267,7 +1272,7 @@ impl Controller {
                     since: at_rest.since.unwrap_or(0),
                     machine,
                     node: node.clone(),
-                    node_health: node_health(node.as_ref().and_then(|n| health.get(n)).copied()),
+                    node_health: node_health(node_seen),
                     environment: at_rest.environment.clone(),
                     code: at_rest.code.clone(),
                     lists: at_rest.all_lists(),
@@ -1293,8 +1298,20 @@ impl Controller {
                     }
                     stale
                 };
+                let overwritten = (!stale)
+                    .then(|| {
+                        lock(&self.ours)
+                            .get(&format!("{}/{name}", set.namespace))
+                            .cloned()
+                    })
+                    .flatten()
+                    .filter(|(written_in, ours)| {
+                        Some(*written_in) == term && **ours != server.data["status"]
+                    })
+                    .map(|(_, ours)| ours);
                 Read {
                     name,
+                    overwritten,
                     named_offline,
                     lost,
                     uid: server.metadata.uid.clone().unwrap_or_default(),
@@ -1313,8 +1330,8 @@ impl Controller {
                     finalizers: server.metadata.finalizers.clone().unwrap_or_default(),
                     deleted,
                     machine: machine_read,
-                    forced_override: forced.as_ref().and_then(|f| f.key.clone()),
-                    forced_by: forced.map(|f| f.who),
+                    node_ready: matches!(node_seen, None | Some(Health::Healthy)),
+                    forced,
                 }
             })
             .collect())
@@ -1377,7 +1394,7 @@ impl Controller {
             && let Some(list) = recorded
                 .list
                 .as_mut()
-                .filter(|l| l.outcome == Outcome::Failed)
+                .filter(|l| l.outcome == ListOutcome::Failed)
         {
             let failed_at = list.finished.unwrap_or(list.started);
             let about = |r: &&crate::lifecycle::requests::Request| {
@@ -1417,9 +1434,15 @@ impl Controller {
         let running = recorded
             .list
             .as_ref()
-            .is_some_and(|l| l.outcome == Outcome::Running);
-        // A forced stage is entered even while a list runs.
-        if running && machine.state.forced.is_none() {
+            .is_some_and(|l| l.outcome == ListOutcome::Running);
+        // A forced stage is entered even while a list runs — once the step
+        // whose hook is asked has answered, so that its answer is recorded
+        // and the list ends with an outcome.
+        let under_way = recorded.list.as_ref().is_some_and(|l| {
+            self.calls
+                .under_way(&l.key(&set.namespace, &machine.name, &machine.uid))
+        });
+        if running && (machine.state.forced.is_none() || under_way) {
             let (skip, approve) = (recorded.skip.clone(), recorded.approve.clone());
             let list = recorded.list.as_mut().expect("a running list");
             // A person's word on the list in progress.
@@ -1462,10 +1485,13 @@ impl Controller {
             {
                 let why = match &target.code {
                     Some(code) => format!(
-                        "the target is now {} with code {code}",
+                        "before its last step, the target is now {} with code {code}",
                         model::versions(&target.environment)
                     ),
-                    None => format!("the target is now {}", model::versions(&target.environment)),
+                    None => format!(
+                        "before its last step, the target is now {}",
+                        model::versions(&target.environment)
+                    ),
                 };
                 list.supersede(&why, at);
                 self.tell(
@@ -1513,11 +1539,11 @@ impl Controller {
                 counted.1 += u64::from(failed);
             }
             list.advance(outcome, now());
-            if list.outcome != Outcome::Running {
+            if list.outcome != ListOutcome::Running {
                 self.tell(
                     set,
                     json!({"instance": machine.name, "event": "finished", "list": list.number,
-                    "stage": list.stage.wit_name(), "outcome": list.outcome.wit_name(),
+                    "stage": list.stage.wit_name(), "outcome": list.outcome.name(),
                     "task": list.entry().task, "message": list.message}),
                 );
             }
@@ -1529,13 +1555,46 @@ impl Controller {
             }
             return recorded;
         }
+        if let Some(forced) = &machine.forced {
+            // A deleted instance runs its clean-up, whatever is forced.
+            if let Some(force) = forced
+                .force
+                .as_ref()
+                .filter(|f| machine.state.deleting && f.stage != Stage::Deleting)
+            {
+                let why =
+                    "the instance is deleted: its clean-up runs, and no other stage is entered";
+                recorded.take_force(force, Some(why), at);
+                self.tell(
+                    set,
+                    json!({"instance": machine.name, "event": "force-refused", "stage": force.stage.wit_name(), "by": force.request.by, "why": why}),
+                );
+                return self.moved_on(set, machine, recorded, term).await;
+            }
+            // The list in progress ends: a person's stage supersedes it.
+            if let Some(list) = recorded
+                .list
+                .as_mut()
+                .filter(|l| l.outcome == ListOutcome::Running)
+            {
+                list.supersede(
+                    &format!("{} set the stage {}", forced.who, forced.stage.wit_name()),
+                    at,
+                );
+                self.tell(
+                    set,
+                    json!({"instance": machine.name, "event": "superseded", "list": list.number,
+                    "task": list.current().map(|t| t.name.clone()), "why": list.message}),
+                );
+            }
+        }
         // A finished clean-up lets the machine go.
         if machine.state.deleting
             && recorded.stage == Some(Stage::Deleting)
             && recorded
                 .list
                 .as_ref()
-                .is_some_and(|l| l.outcome == Outcome::Succeeded)
+                .is_some_and(|l| l.outcome == ListOutcome::Succeeded)
         {
             return self.release(set, machine).await;
         }
@@ -1552,25 +1611,36 @@ impl Controller {
             }
         };
         let Some(mut list) = CurrentList::entered(recorded.last_number(), &decision, at) else {
-            return Ok(());
+            // The policy refuses a person's stage: the request is taken,
+            // refused with the policy's words.
+            if let Some((forced, force)) = machine
+                .forced
+                .as_ref()
+                .and_then(|f| Some((f, f.force.as_ref()?)))
+            {
+                let why = format!(
+                    "the lifecycle policy does not enter it: {}",
+                    decision.reason()
+                );
+                recorded.take_force(force, Some(&why), at);
+                self.tell(
+                    set,
+                    json!({"instance": machine.name, "event": "force-refused", "stage": forced.stage.wit_name(), "by": force.request.by, "why": why}),
+                );
+                return self.moved_on(set, machine, recorded, term).await;
+            }
+            // At rest: its status follows what is observed of its machine
+            // (its node, once it runs again on one).
+            return self.record(set, machine, &recorded).await;
         };
-        if let Some(who) = &machine.forced_by {
+        let force = machine.forced.as_ref().and_then(|f| f.force.clone());
+        if let Some(forced) = &machine.forced {
+            let who = &forced.who;
             list.reason = format!("{} ({who})", list.reason);
             self.tell(
                 set,
                 json!({"instance": machine.name, "event": "forced", "stage": list.stage.wit_name(), "by": who}),
             );
-            // A forced stage is entered once: the override is taken, and
-            // no longer shows as in force — except `offline`, which holds
-            // the instance offline until a person lifts it.
-            if let Some(key) = &machine.forced_override
-                && list.stage != Stage::Offline
-            {
-                let why = format!("taken: {} entered {}", machine.name, list.stage.wit_name());
-                if let Err(error) = self.overrides.clear(key, TAKER, &why, at) {
-                    tracing::warn!(instance = machine.name, %error, "VM delivery: a forced stage entered, but its override could not be taken back");
-                }
-            }
             // A person who forces an instance into service vouches that it
             // has what it should (the list that failed to give it, done by
             // hand): once the forced list succeeds it has the target, and
@@ -1581,6 +1651,20 @@ impl Controller {
                 if target.code.is_some() {
                     list.code = target.code.clone();
                 }
+            }
+        }
+        list.node = machine.state.node.clone();
+        // Back from offline: said to be repaired only when it moved.
+        if recorded.stage == Some(Stage::Offline) && list.stage != Stage::Offline {
+            let before = recorded.list.as_ref().and_then(|l| l.node.as_deref());
+            match (before, list.node.as_deref()) {
+                (Some(was), Some(is)) if was != is => {
+                    list.reason = format!("{} (repaired: moved from {was} to {is})", list.reason);
+                }
+                (Some(was), Some(_)) => {
+                    list.reason = format!("{} (its node {was} is back)", list.reason);
+                }
+                _ => {}
             }
         }
         self.tell(set, json!({"instance": machine.name, "event": "entered", "list": list.number,
@@ -1594,8 +1678,11 @@ impl Controller {
             "VM delivery: {}",
             list.reason
         );
-        let done = list.outcome != Outcome::Running;
+        let done = list.outcome != ListOutcome::Running;
         recorded.enter(list, at);
+        if let Some(force) = &force {
+            recorded.take_force(force, None, at);
+        }
         recorded.lock = (!done).then(|| Lock {
             holder: term.holder.clone(),
             term: term.term,
@@ -1616,7 +1703,7 @@ impl Controller {
         let done = recorded
             .list
             .as_ref()
-            .is_some_and(|l| l.outcome != Outcome::Running);
+            .is_some_and(|l| l.outcome != ListOutcome::Running);
         recorded.lock = (!done).then(|| Lock {
             holder: term.holder.clone(),
             term: term.term,
@@ -1640,7 +1727,8 @@ impl Controller {
             node: machine.state.node.clone(),
             ready: rollout::in_service(recorded.stage)
                 && machine.state.machine == crate::wit::lifecycle::Machine::Running
-                && machine.state.node_health == NodeHealth::Healthy,
+                && machine.state.node_health == NodeHealth::Healthy
+                && machine.node_ready,
             step_key: recorded
                 .list
                 .as_ref()
@@ -1652,7 +1740,7 @@ impl Controller {
             recorded,
             (
                 machine.state.machine == crate::wit::lifecycle::Machine::Running,
-                machine.state.node_health == NodeHealth::Healthy,
+                machine.state.node_health == NodeHealth::Healthy && machine.node_ready,
             ),
             machine.generation.unwrap_or(0),
             now(),
@@ -1664,11 +1752,66 @@ impl Controller {
         }
         let mut server = (*machine.server).clone();
         server.data["status"] = status;
-        Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers())
-            .replace_status(&machine.name, &PostParams::default(), &server)
-            .await?;
+        let written =
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers())
+                .replace_status(&machine.name, &status_params(), &server)
+                .await?;
         self.wrote(&set.namespace, &machine.name, &machine.resource_version);
+        self.keep_ours(&set.namespace, &machine.name, &written);
         Ok(())
+    }
+
+    /// Put back each status someone other than this leader wrote since it
+    /// wrote its own (a status is its controller's alone: a person forces a
+    /// stage through the Server's spec), saying so in a warning and an
+    /// Event; whether any was.
+    async fn put_back(&self, set: &VmReplicaSet, read: &[Read]) -> Result<bool, kube::Error> {
+        let mut any = false;
+        for machine in read {
+            let Some(ours) = &machine.overwritten else {
+                continue;
+            };
+            let present = &machine.server.data["status"];
+            let by = status_writer(&machine.server)
+                .unwrap_or_else(|| "someone other than its controller".into());
+            let changed = changes(ours, present);
+            let mut server = (*machine.server).clone();
+            server.data["status"] = (**ours).clone();
+            let written = Api::<DynamicObject>::namespaced_with(
+                self.writer.clone(),
+                &set.namespace,
+                &servers(),
+            )
+            .replace_status(&machine.name, &status_params(), &server)
+            .await?;
+            self.wrote(&set.namespace, &machine.name, &machine.resource_version);
+            self.keep_ours(&set.namespace, &machine.name, &written);
+            tracing::warn!(
+                namespace = set.namespace,
+                instance = machine.name,
+                by,
+                changed,
+                "VM delivery: a Server's status written by someone else is put back"
+            );
+            self.tell(
+                set,
+                json!({"instance": machine.name, "event": "status-restored", "by": by, "changed": changed}),
+            );
+            any = true;
+        }
+        Ok(any)
+    }
+
+    /// Keep the status of a Server this leader wrote, as the API server
+    /// took it.
+    fn keep_ours(&self, namespace: &str, name: &str, written: &DynamicObject) {
+        let Some(term) = self.leadership.acting().map(|t| t.term) else {
+            return;
+        };
+        lock(&self.ours).insert(
+            format!("{namespace}/{name}"),
+            (term, Arc::new(written.data["status"].clone())),
+        );
     }
 
     /// Keep that a write replaced the Server `name` at `version`.
@@ -1741,7 +1884,9 @@ impl Controller {
         )
         .await?;
         // Gone: nothing of it to wait for.
-        lock(&self.written).remove(&format!("{}/{}", set.namespace, machine.name));
+        let key = format!("{}/{}", set.namespace, machine.name);
+        lock(&self.written).remove(&key);
+        lock(&self.ours).remove(&key);
         Ok(())
     }
 
@@ -1795,6 +1940,75 @@ enum ServerFor {
     Made(Box<DynamicObject>),
     /// None of this set's.
     Not,
+}
+
+/// How the Servers' statuses are written: by their controller's field
+/// manager.
+fn status_params() -> PostParams {
+    PostParams {
+        field_manager: Some(STATUS_MANAGER.into()),
+        ..PostParams::default()
+    }
+}
+
+/// Who last wrote a Server's status other than its controller, as the API
+/// server's field managers say (none where it keeps none).
+fn status_writer(server: &DynamicObject) -> Option<String> {
+    server
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.subresource.as_deref() == Some("status"))
+        .filter(|f| f.manager.as_deref() != Some(STATUS_MANAGER))
+        .max_by_key(|f| f.time.as_ref().map(|t| t.0))
+        .and_then(|f| f.manager.as_deref())
+        .map(crate::text::printable)
+}
+
+/// What differs between two statuses, field by field, in words (a few
+/// fields; texts shortened).
+fn changes(ours: &Value, theirs: &Value) -> String {
+    let short = |value: &Value| {
+        let text = match value {
+            Value::Null => "nothing".to_string(),
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        let text = crate::text::printable(&text);
+        match text.chars().count() > 40 {
+            true => format!("{}…", text.chars().take(40).collect::<String>()),
+            false => text,
+        }
+    };
+    let keys: std::collections::BTreeSet<&String> = ours
+        .as_object()
+        .into_iter()
+        .chain(theirs.as_object())
+        .flat_map(|o| o.keys())
+        .collect();
+    let changed: Vec<String> = keys
+        .into_iter()
+        .filter(|k| ours.get(*k) != theirs.get(*k))
+        .map(|k| {
+            let (was, is) = (
+                ours.get(k).unwrap_or(&Value::Null),
+                theirs.get(k).unwrap_or(&Value::Null),
+            );
+            match (was, is) {
+                (Value::Object(_) | Value::Array(_), _)
+                | (_, Value::Object(_) | Value::Array(_)) => {
+                    format!("{k} changed")
+                }
+                _ => format!("{k} {} → {}", short(was), short(is)),
+            }
+        })
+        .collect();
+    match changed.len() {
+        0 => "nothing it reads changed".into(),
+        n if n > 6 => format!("{}, and {} more", changed[..6].join(", "), n - 6),
+        _ => changed.join(", "),
+    }
 }
 
 /// Finalizers without the clean-up's.

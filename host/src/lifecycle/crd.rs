@@ -559,6 +559,43 @@ pub struct ServerSpec {
     /// The code version the instance should have, when a VMDeployment
     /// gives it one.
     pub code: Option<String>,
+    /// A stage a person forces on the instance (seed 002: the operator
+    /// forces the state, and the system goes on from it): the lifecycle
+    /// policy's list for it runs from where the instance is, once (the
+    /// status's `forced` says it was taken); a forced `offline` holds while
+    /// it stays here. The instance's status is its controller's alone.
+    pub force: Option<ForceSpec>,
+}
+
+/// A person's forced stage: which, who asks, why and when.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ForceSpec {
+    #[schemars(schema_with = "stage_names")]
+    pub stage: String,
+    /// Who asks: not blank.
+    #[schemars(length(min = 1, max = 256), regex(pattern = r"\S"))]
+    pub by: String,
+    #[schemars(length(max = 4096))]
+    pub why: Option<String>,
+    /// When it was asked; a request made again with another time is taken
+    /// again.
+    #[schemars(extend("format" = "date-time"))]
+    pub at: Option<String>,
+}
+
+/// A forced stage the controller took: the request, and what came of it.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ForceTaken {
+    pub request: ForceSpec,
+    #[schemars(extend("format" = "date-time"))]
+    pub taken_at: Option<String>,
+    /// Whether the stage was entered (false: refused, `message` says why).
+    pub entered: bool,
+    pub message: Option<String>,
 }
 
 /// Where an instance is, as the controller writes it.
@@ -597,6 +634,8 @@ pub struct ServerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "any_objects")]
     pub lists: Vec<Value>,
+    /// The last stage a person forced through the spec that was taken.
+    pub forced: Option<ForceTaken>,
     /// Its VirtualMachine's printable status.
     pub machine: Option<String>,
     /// Its machine as the lifecycle policy sees it.

@@ -14,12 +14,47 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::crd::{ForceSpec, ForceTaken};
 use super::hooks::StepOutcome;
 use super::model::{Next, Package, Task, TaskList};
 use super::requests::{self, Request};
 use crate::time::{Timestamp, parse_time, rfc3339};
 use crate::wit::WitName;
 use crate::wit::lifecycle::{Machine, Outcome, Stage};
+
+/// How a task list ended, or that it runs. A list superseded (a newer
+/// target, or a person's stage) ended without failing: the lifecycle policy
+/// sees it as succeeded, the instance has nothing new of it, and people see
+/// it as superseded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListOutcome {
+    Running,
+    Succeeded,
+    Failed,
+    Superseded,
+}
+
+impl ListOutcome {
+    /// As the lifecycle policy sees it.
+    pub fn wit(self) -> Outcome {
+        match self {
+            ListOutcome::Running => Outcome::Running,
+            ListOutcome::Succeeded | ListOutcome::Superseded => Outcome::Succeeded,
+            ListOutcome::Failed => Outcome::Failed,
+        }
+    }
+
+    /// Its name, as the status and the log say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ListOutcome::Running => "running",
+            ListOutcome::Succeeded => "succeeded",
+            ListOutcome::Failed => "failed",
+            ListOutcome::Superseded => "superseded",
+        }
+    }
+}
 
 /// The annotation of a `VirtualMachine` naming the `Server` it is the
 /// machine of.
@@ -193,8 +228,7 @@ pub struct CurrentList {
     /// When to ask the step's hook again.
     #[serde(with = "crate::time::text")]
     pub next_at: Timestamp,
-    #[serde(with = "crate::wit::wit_name")]
-    pub outcome: Outcome,
+    pub outcome: ListOutcome,
     #[serde(default)]
     pub message: String,
     #[serde(default)]
@@ -215,6 +249,9 @@ pub struct CurrentList {
     /// The steps finished so far.
     #[serde(default)]
     pub steps: Vec<StepRecord>,
+    /// The node its machine ran on when it was entered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// A list as the instance's task log keeps it once it is finished (or as
@@ -235,9 +272,7 @@ pub struct LogEntry {
     #[serde(with = "crate::time::text")]
     #[schema(value_type = String, format = DateTime)]
     pub started: Timestamp,
-    #[serde(with = "crate::wit::wit_name")]
-    #[schema(value_type = String)]
-    pub outcome: Outcome,
+    pub outcome: ListOutcome,
     /// The task running or failed, when one is.
     #[serde(default)]
     pub task: Option<String>,
@@ -261,7 +296,7 @@ impl LogEntry {
         TaskList {
             stage: self.stage,
             started: self.started,
-            outcome: self.outcome,
+            outcome: self.outcome.wit(),
             task: self.task.clone(),
             message: self.message.clone(),
             finished: self.finished,
@@ -305,8 +340,8 @@ impl CurrentList {
             started: now,
             next_at: now,
             outcome: match done {
-                true => Outcome::Succeeded,
-                false => Outcome::Running,
+                true => ListOutcome::Succeeded,
+                false => ListOutcome::Running,
             },
             message: String::new(),
             progress: None,
@@ -317,6 +352,7 @@ impl CurrentList {
             approved_by: None,
             finished: done.then_some(now),
             steps: Vec::new(),
+            node: None,
         })
     }
 
@@ -335,14 +371,14 @@ impl CurrentList {
     /// The task of the step in progress.
     pub fn current(&self) -> Option<&Task> {
         match self.outcome {
-            Outcome::Running => self.tasks.get(self.step),
+            ListOutcome::Running => self.tasks.get(self.step),
             _ => None,
         }
     }
 
     /// Whether it waits for a person before anything runs.
     pub fn awaiting_approval(&self) -> bool {
-        self.needs_approval && self.approved_by.is_none() && self.outcome == Outcome::Running
+        self.needs_approval && self.approved_by.is_none() && self.outcome == ListOutcome::Running
     }
 
     /// Take a hook's answer on the step in progress, at `now`.
@@ -356,7 +392,7 @@ impl CurrentList {
             StepOutcome::Failed { message } => {
                 self.finish_step(StepResult::Failed, &message, now);
                 self.message = message;
-                self.outcome = Outcome::Failed;
+                self.outcome = ListOutcome::Failed;
                 self.finished = Some(now);
                 Advanced::Finished
             }
@@ -400,10 +436,10 @@ impl CurrentList {
     /// failed (asked again under the same key, a new attempt), every step
     /// after it still to come — none is dropped.
     pub fn resume(&mut self, who: &str, now: Timestamp) {
-        if self.outcome != Outcome::Failed {
+        if self.outcome != ListOutcome::Failed {
             return;
         }
-        self.outcome = Outcome::Running;
+        self.outcome = ListOutcome::Running;
         self.finished = None;
         self.next_at = now;
         self.progress = None;
@@ -414,10 +450,10 @@ impl CurrentList {
     /// whose hook is down for good): it counts as done, audited, and the
     /// list runs on from the step after it.
     pub fn skip_failed(&mut self, who: &str, now: Timestamp) -> Advanced {
-        if self.outcome != Outcome::Failed {
+        if self.outcome != ListOutcome::Failed {
             return Advanced::Finished;
         }
-        self.outcome = Outcome::Running;
+        self.outcome = ListOutcome::Running;
         self.finished = None;
         self.skip(who, now)
     }
@@ -427,7 +463,7 @@ impl CurrentList {
     /// or the code the rollout gives it changed while the steps before it
     /// ran.
     pub fn superseded_by(&self, environment: &[Package], code: Option<&str>) -> bool {
-        let last = self.outcome == Outcome::Running
+        let last = self.outcome == ListOutcome::Running
             && self.attempt == 0
             && self.step + 1 == self.tasks.len();
         let environment_changed = self
@@ -441,17 +477,17 @@ impl CurrentList {
         last && (environment_changed || code_changed)
     }
 
-    /// End the list before its last step, which a newer target superseded:
-    /// every step before it ran (what it let go of is let go of), the
-    /// instance has nothing new of it, and the policy's next list is the
-    /// newest target's.
+    /// End the list where it is, superseded (by a newer target before its
+    /// last step, or by a person's stage): the steps it ran stay done (what
+    /// it let go of is let go of), the instance has nothing new of it, and
+    /// the policy's next list is the newest target's or the person's.
     pub fn supersede(&mut self, why: &str, now: Timestamp) {
         self.environment = None;
         self.code = None;
-        self.outcome = Outcome::Succeeded;
+        self.outcome = ListOutcome::Superseded;
         self.finished = Some(now);
         self.progress = None;
-        self.message = format!("superseded before its last step: {why}");
+        self.message = format!("superseded: {why}");
     }
 
     /// On to the step after the one just finished, or the list succeeded.
@@ -461,7 +497,7 @@ impl CurrentList {
         self.attempt = 0;
         self.next_at = now;
         if self.step >= self.tasks.len() {
-            self.outcome = Outcome::Succeeded;
+            self.outcome = ListOutcome::Succeeded;
             self.finished = Some(now);
             return Advanced::Finished;
         }
@@ -477,7 +513,7 @@ impl CurrentList {
             started: self.started,
             outcome: self.outcome,
             task: match self.outcome {
-                Outcome::Succeeded => None,
+                ListOutcome::Succeeded => None,
                 _ => self.tasks.get(self.step).map(|t| t.name.clone()),
             },
             message: kept(&self.message),
@@ -510,6 +546,58 @@ pub struct Recorded {
     /// list that waits.
     pub skip: Option<Request>,
     pub approve: Option<Request>,
+    /// The stage a person forces through the Server's spec, while the
+    /// request is there.
+    pub force: Option<Force>,
+    /// The last forced stage the controller took, and what came of it.
+    pub forced: Option<ForceTaken>,
+}
+
+/// A person's forced stage, as the Server's spec asks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Force {
+    pub stage: Stage,
+    pub request: ForceSpec,
+}
+
+impl Force {
+    /// Who asks and why, as a log line says it.
+    pub fn who(&self) -> String {
+        match self.request.why.as_deref().filter(|w| !w.is_empty()) {
+            Some(why) => format!("{}: {why}", self.request.by),
+            None => self.request.by.clone(),
+        }
+    }
+}
+
+impl Recorded {
+    /// The forced stage asked and not taken yet: a request the status has
+    /// not taken is new (one made again with another time or reason is
+    /// another request).
+    pub fn force_pending(&self) -> Option<&Force> {
+        self.force
+            .as_ref()
+            .filter(|f| self.forced.as_ref().is_none_or(|t| t.request != f.request))
+    }
+
+    /// Whether a person holds the instance offline: a forced `offline`
+    /// stays in force while the request stays in the spec.
+    pub fn held_offline(&self) -> bool {
+        self.force
+            .as_ref()
+            .is_some_and(|f| f.stage == Stage::Offline)
+    }
+
+    /// Keep that the forced stage `force` was taken: entered, or refused
+    /// for `refused`.
+    pub fn take_force(&mut self, force: &Force, refused: Option<&str>, now: Timestamp) {
+        self.forced = Some(ForceTaken {
+            request: force.request.clone(),
+            taken_at: Some(rfc3339(now)),
+            entered: refused.is_none(),
+            message: refused.map(String::from),
+        });
+    }
 }
 
 /// An environment as `name=version` pairs, comma-separated.
@@ -579,6 +667,27 @@ impl Recorded {
             .transpose()?
             .unwrap_or_default();
         let annotations = annotations_of(server);
+        let force = Some(&server["spec"]["force"])
+            .filter(|v| !v.is_null())
+            .map(|value| {
+                let request: ForceSpec = serde_json::from_value(value.clone())
+                    .map_err(|e| format!("spec.force does not read: {e}"))?;
+                let stage = Stage::from_wit_name(request.stage.trim()).ok_or_else(|| {
+                    format!(
+                        "spec.force.stage `{}` is none of {}",
+                        request.stage,
+                        Stage::NAMES.join(", ")
+                    )
+                })?;
+                Ok::<_, String>(Force { stage, request })
+            })
+            .transpose()?;
+        let forced = field("forced")
+            .map(|value| {
+                serde_json::from_value(value.clone())
+                    .map_err(|e| format!("status.forced does not read: {e}"))
+            })
+            .transpose()?;
         Ok(Self {
             stage,
             since,
@@ -590,6 +699,8 @@ impl Recorded {
             retry: Request::read(&annotations, requests::RETRY)?,
             skip: Request::read(&annotations, requests::SKIP)?,
             approve: Request::read(&annotations, requests::APPROVE)?,
+            force,
+            forced,
         })
     }
 
@@ -610,6 +721,7 @@ impl Recorded {
             }),
             "stepKey": self.list.as_ref().and_then(|l| l.current()).and(observed.step_key.clone()),
             "lists": self.lists,
+            "forced": self.forced,
             "machine": observed.machine,
             "machineState": observed.machine_state.map(|m| m.wit_name()),
             "node": observed.node,
@@ -636,7 +748,7 @@ impl Recorded {
     /// lists.
     pub fn settle(&mut self) {
         let Some(list) = &self.list else { return };
-        if list.outcome == Outcome::Succeeded {
+        if list.outcome == ListOutcome::Succeeded {
             if let Some(environment) = &list.environment {
                 self.environment = environment.clone();
             }
@@ -871,7 +983,7 @@ mod tests {
         let empty = moving(0, Stage::Requested, &[], None, None, false, 5);
         assert_eq!(
             (empty.outcome, empty.finished),
-            (Outcome::Succeeded, Some(5))
+            (ListOutcome::Succeeded, Some(5))
         );
         let gated = moving(0, Stage::Deleting, &[], None, None, true, 5);
         assert!(gated.awaiting_approval());
@@ -929,7 +1041,7 @@ mod tests {
                 ("delete-machine", StepResult::Done, 20, "gone"),
             ]
         );
-        assert_eq!((entry.outcome, entry.task), (Outcome::Succeeded, None));
+        assert_eq!((entry.outcome, entry.task), (ListOutcome::Succeeded, None));
     }
 
     #[test]
@@ -1083,7 +1195,13 @@ mod tests {
         assert!(!list.superseded_by(&jdk("25"), None), "the same target");
         assert!(list.superseded_by(&jdk("26"), None));
         list.supersede("the target is now jdk 26", 3_000);
-        assert_eq!(list.outcome, Outcome::Succeeded);
+        assert_eq!(list.outcome, ListOutcome::Superseded);
+        assert_eq!(
+            list.entry().view().outcome,
+            Outcome::Succeeded,
+            "as the policy sees it"
+        );
+        assert_eq!(list.message, "superseded: the target is now jdk 26");
         let mut recorded = Recorded {
             environment: jdk("21"),
             list: Some(list),

@@ -205,6 +205,14 @@ pub enum Next {
 }
 
 impl Next {
+    /// Why the policy decided it.
+    pub fn reason(&self) -> &str {
+        match self {
+            Next::Stay { why } => why,
+            Next::Move { reason, .. } => reason,
+        }
+    }
+
     /// The decision of a policy, whose task parameters the host has
     /// checked are JSON objects.
     pub fn from_wit(decision: &lifecycle::Decision) -> Self {

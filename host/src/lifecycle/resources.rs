@@ -452,17 +452,30 @@ fn revision(code: &str, artifact: &str, steps: &[Step]) -> String {
     hex::encode(&digest[..6])
 }
 
-/// `30s`, `10m`, `2h`.
+/// The longest pause a gray release takes: a year.
+const LONGEST_PAUSE: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// `30s`, `10m`, `2h`, at most a year.
 pub fn duration(text: &str) -> Result<Duration, String> {
+    let not = || {
+        format!(
+            "`{}` is not a duration such as 30s, 10m or 2h",
+            crate::text::printable(text)
+        )
+    };
     let (number, unit) = text.split_at(text.len().saturating_sub(1));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration such as 30s, 10m or 2h"))?;
-    match unit {
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("`{text}` is not a duration such as 30s, 10m or 2h")),
+    let n: u64 = number.parse().map_err(|_| not())?;
+    let seconds = match unit {
+        "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
+        _ => return Err(not()),
+    };
+    match seconds.map(Duration::from_secs) {
+        Some(pause) if pause <= LONGEST_PAUSE => Ok(pause),
+        _ => Err(format!(
+            "`{text}` is longer than a year: a pause waits at most 366 days"
+        )),
     }
 }
 
@@ -913,8 +926,8 @@ pub fn server_conditions(
     generation: i64,
     now: Timestamp,
 ) -> Value {
+    use super::instance::ListOutcome;
     use crate::wit::WitName;
-    use crate::wit::lifecycle::Outcome;
     let stage = recorded.stage.map_or("none", |s| s.wit_name());
     let in_service = super::rollout::in_service(recorded.stage);
     let (ready, reason, message) = match (in_service, machine_ready, node_healthy) {
@@ -932,7 +945,7 @@ pub fn server_conditions(
         ),
     };
     let list = recorded.list.as_ref();
-    let running = list.filter(|l| l.outcome == Outcome::Running);
+    let running = list.filter(|l| l.outcome == ListOutcome::Running);
     let step = |l: &super::instance::CurrentList| {
         l.tasks
             .get(l.step)
@@ -946,9 +959,9 @@ pub fn server_conditions(
             .map(|l| l.entry())
             .into_iter()
             .chain(recorded.lists.iter().cloned())
-            .find(|l| l.outcome == Outcome::Failed),
+            .find(|l| l.outcome == ListOutcome::Failed),
         _ => list
-            .filter(|l| l.outcome == Outcome::Failed)
+            .filter(|l| l.outcome == ListOutcome::Failed)
             .map(|l| l.entry()),
     };
     json!([
@@ -1243,6 +1256,22 @@ mod tests {
         assert!(duration("10").is_err());
         assert!(duration("m").is_err());
         assert!(duration("1d").is_err());
+        // Many digits (the CRD's pattern allows them) are refused in words,
+        // never multiplied past u64.
+        for long in [
+            "99999999999999999999h",
+            "5124095576030432h",
+            "8784h1",
+            "8785h",
+        ] {
+            assert!(duration(long).is_err(), "{long}");
+        }
+        assert!(
+            duration("5124095576030432h")
+                .unwrap_err()
+                .contains("longer than a year")
+        );
+        assert_eq!(duration("8784h"), Ok(Duration::from_secs(8784 * 3600)));
     }
 
     fn deployment(status: Value) -> Value {

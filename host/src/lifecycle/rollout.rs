@@ -170,6 +170,10 @@ pub struct DeploymentSpec {
 pub struct Member<'a> {
     pub state: &'a InstanceState,
     pub created: Timestamp,
+    /// Its node is `Ready` as observed now. The lifecycle policy waits a
+    /// node out within failover's grace (it sees it healthy); the rollout
+    /// counts it unavailable at once.
+    pub node_ready: bool,
 }
 
 /// A rollout's phase, as the deployment's status says it.
@@ -211,9 +215,11 @@ pub fn in_service(stage: Option<Stage>) -> bool {
 }
 
 /// Whether an instance is available, as observed: in service, its machine
-/// running and ready, its node healthy.
-pub fn available(state: &InstanceState) -> bool {
-    in_service(state.stage)
+/// running and ready, its node healthy and `Ready` now.
+pub fn available(member: &Member<'_>) -> bool {
+    let state = member.state;
+    member.node_ready
+        && in_service(state.stage)
         && state.machine == Machine::Running
         && state.node_health == NodeHealth::Healthy
 }
@@ -279,7 +285,7 @@ pub fn plan(
     // stay above `desired - budget` (with a surge, more are available than
     // desired, and as many more may go).
     let floor = desired.saturating_sub(budget);
-    let available_now = ordered.iter().filter(|m| available(m.state)).count();
+    let available_now = ordered.iter().filter(|m| available(m)).count();
     let mut available_left = available_now;
     let code_held = rollout
         .as_ref()
@@ -302,7 +308,12 @@ pub fn plan(
             true
         } else if !(environment_changes || code_changes) || held {
             false
-        } else if !available(state) {
+        } else if !member.node_ready {
+            // Its node not Ready: counted out, and not changed — nothing
+            // is installed on a machine that may not be reached (failover
+            // decides what to do about the node).
+            false
+        } else if !available(member) {
             // Unavailable already (its machine not ready, its node not
             // healthy): counted among those out, it may move while those
             // are within the budget — more than that unavailable, nothing
@@ -644,7 +655,11 @@ mod tests {
         for _ in 0..100 {
             let members: Vec<Member<'_>> = states
                 .iter()
-                .map(|state| Member { state, created: 0 })
+                .map(|state| Member {
+                    state,
+                    created: 0,
+                    node_ready: true,
+                })
                 .collect();
             let plan = plan(
                 set,
@@ -714,7 +729,11 @@ mod tests {
         states[4].stage = Some(Stage::Unknown);
         let members: Vec<Member<'_>> = states
             .iter()
-            .map(|state| Member { state, created: 0 })
+            .map(|state| Member {
+                state,
+                created: 0,
+                node_ready: true,
+            })
             .collect();
         let plan = plan(&set(&new, Share::Count(2)), None, &members, 0);
         let disrupted: Vec<&str> = plan
@@ -737,7 +756,11 @@ mod tests {
         let disrupted = |states: &[InstanceState], spec: &SetSpec| -> Vec<String> {
             let members: Vec<Member<'_>> = states
                 .iter()
-                .map(|state| Member { state, created: 0 })
+                .map(|state| Member {
+                    state,
+                    created: 0,
+                    node_ready: true,
+                })
                 .collect();
             plan(spec, None, &members, 0)
                 .targets
@@ -772,6 +795,26 @@ mod tests {
         // All available and all there: one at a time.
         let states = instances(3, &old, "1.0");
         assert_eq!(disrupted(&states, &budget_of_one), ["web-0"]);
+        // Its node NotReady but within failover's grace (the policy sees
+        // it healthy and waits): unavailable at once, so that no second
+        // instance is taken out beside it, and itself not changed while its
+        // machine may not be reached.
+        let states = instances(3, &old, "1.0");
+        let members: Vec<Member<'_>> = states
+            .iter()
+            .map(|state| Member {
+                state,
+                created: 0,
+                node_ready: state.name != "web-0",
+            })
+            .collect();
+        let moved: Vec<String> = plan(&budget_of_one, None, &members, 0)
+            .targets
+            .into_iter()
+            .filter(|(_, t)| t.may_disrupt)
+            .map(|(name, _)| name)
+            .collect();
+        assert!(moved.is_empty(), "{moved:?}");
     }
 
     fn gray() -> DeploymentSpec {
@@ -855,7 +898,11 @@ mod tests {
         let plan_of = |states: &[InstanceState]| {
             let members: Vec<Member<'_>> = states
                 .iter()
-                .map(|state| Member { state, created: 0 })
+                .map(|state| Member {
+                    state,
+                    created: 0,
+                    node_ready: true,
+                })
                 .collect();
             plan(&set, Some((&spec, &Progress::default())), &members, 1_000)
         };
@@ -918,7 +965,11 @@ mod tests {
         states[0].code = Some("1.1".into());
         let members: Vec<Member<'_>> = states
             .iter()
-            .map(|state| Member { state, created: 0 })
+            .map(|state| Member {
+                state,
+                created: 0,
+                node_ready: true,
+            })
             .collect();
         let plan = plan(&set, Some((&spec, &Progress::default())), &members, 0);
         assert_eq!(plan.phase, Phase::Degraded);
@@ -935,7 +986,11 @@ mod tests {
         states[0].stage = Some(Stage::Deploying);
         let members: Vec<Member<'_>> = states
             .iter()
-            .map(|state| Member { state, created: 0 })
+            .map(|state| Member {
+                state,
+                created: 0,
+                node_ready: true,
+            })
             .collect();
         let stalled = super::plan(&set, Some((&spec, &Progress::default())), &members, 600_001);
         assert_eq!(stalled.phase, Phase::Progressing);

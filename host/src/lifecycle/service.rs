@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::controller::Counts;
-use super::instance::{self, LogEntry, Recorded};
+use super::instance::{self, ListOutcome, LogEntry, Recorded};
 use super::model::Package;
 use super::requests::{self, Request};
 use super::resources::{deployments, servers, sets};
@@ -188,6 +188,11 @@ pub struct ActionRequest {
     #[serde(default)]
     #[schema(max_length = 64)]
     pub revision: Option<String>,
+    /// For a force: the stage the instance goes on from (the lifecycle
+    /// policy's list for it runs from where the instance is).
+    #[serde(default)]
+    #[schema(max_length = 32)]
+    pub stage: Option<String>,
 }
 
 /// A request, as it was written.
@@ -219,6 +224,10 @@ pub enum InstanceAction {
     Retry,
     Skip,
     Approve,
+    /// A person forces a stage: a request in the Server's spec.
+    Force,
+    /// The forced stage is lifted: the request leaves the spec.
+    Lift,
 }
 
 /// The delivery as the HTTP routes see it.
@@ -744,11 +753,11 @@ impl Service {
         let running = recorded
             .list
             .as_ref()
-            .filter(|l| l.outcome == Outcome::Running);
+            .filter(|l| l.outcome == ListOutcome::Running);
         let failed = recorded
             .list
             .as_ref()
-            .filter(|l| l.outcome == Outcome::Failed);
+            .filter(|l| l.outcome == ListOutcome::Failed);
         let (verb, key) = match action {
             InstanceAction::Retry => {
                 request.stage = Some(failed_stage(&recorded).ok_or_else(|| {
@@ -784,6 +793,9 @@ impl Service {
                 request.step = Some(list.step + 1);
                 ("skip", requests::SKIP)
             }
+            InstanceAction::Force | InstanceAction::Lift => {
+                return self.force(&vm, action, request, asked).await;
+            }
             InstanceAction::Approve => {
                 let list = running.filter(|l| l.awaiting_approval()).ok_or_else(|| {
                     ServiceError::Conflict(format!("{name} has no list waiting for approval"))
@@ -804,120 +816,64 @@ impl Service {
 }
 
 impl Service {
-    /// An operator's edit of a managed instance's stage (`kubectl edit
-    /// server NAME --subresource=status`, its `stage`), answered in the
-    /// mutating webhook on Server updates: the JSON Patch that records the
-    /// stage the lifecycle policy gives for it and the list entered on it,
-    /// so that what `kubectl get servers` shows right after the edit is
-    /// already where the instance goes on from; the leader's reconcile
-    /// carries the list out. None for any other request — the leader's own
-    /// changes move the stage and its `since` together, an operator's edit
-    /// moves the stage alone.
-    pub async fn next_stage(
+    /// Write a person's forced stage into the instance's Server's spec
+    /// (`Force`), or take it out (`Lift`), on the version read.
+    async fn force(
         &self,
-        registry: &crate::plugins::Registry,
-        request: &kube::core::admission::AdmissionRequest<DynamicObject>,
-    ) -> Option<Vec<Value>> {
-        use super::model::{self, InstanceState, Next, TargetState};
-        use super::resources::{VmDeployment, VmReplicaSet};
-        if request.kind.kind != "Server"
-            || request.operation != kube::core::admission::Operation::Update
-        {
-            return None;
-        }
-        let new = serde_json::to_value(request.object.as_ref()?).ok()?;
-        let old = serde_json::to_value(request.old_object.as_ref()?).ok()?;
-        let set_name = new["metadata"]["labels"][instance::SET_LABEL].as_str()?;
-        let (edited, before) = (Recorded::read(&new).ok()?, Recorded::read(&old).ok()?);
-        let stage = edited.stage?;
-        if Some(stage) == before.stage || edited.since != before.since {
-            return None;
-        }
-        let namespace = request.namespace.clone()?;
-        let name = text(&new, "/metadata/name")?;
-        let set = VmReplicaSet::read(&self.get(&sets(), &namespace, set_name).await.ok()??).ok()?;
-        let code = match self.deployment_of(&namespace, set_name).await.ok()? {
-            Some(d) => Some(VmDeployment::read(&d).ok()?.spec.code),
-            None => None,
-        };
-        // Its machine as the leader last recorded it.
-        let machine = text(&new, "/status/machineState")
-            .and_then(|m| crate::wit::lifecycle::Machine::from_wit_name(&m))
-            .unwrap_or(crate::wit::lifecycle::Machine::Starting);
-        let at = now();
-        let state = InstanceState {
-            namespace,
-            name: name.clone(),
-            set: set.name.clone(),
-            // Where it was: what it holds is let go of from there.
-            stage: before.stage,
-            since: before.since.unwrap_or(0),
-            machine,
-            node: text(&new, "/status/node"),
-            node_health: crate::wit::lifecycle::NodeHealth::Healthy,
-            environment: edited.environment.clone(),
-            code: edited.code.clone(),
-            lists: edited.all_lists(),
-            deleting: !new["metadata"]["deletionTimestamp"].is_null(),
-            take_offline: set.offline.contains(&name),
-            forced: Some(stage),
-        };
-        let target = TargetState {
-            environment: set.spec.environment.clone(),
-            code,
-            may_disrupt: true,
-            released: true,
-        };
-        let input = model::input(&state, &target);
-        let slot = registry.policy(crate::plugins::World::Lifecycle).ok()?;
-        let answer = slot
-            .call(|version| version.next(&version.context(at), &input))
-            .ok()?;
-        let mut list = instance::CurrentList::entered(
-            edited.last_number(),
-            &Next::from_wit(&answer.value),
-            at,
-        )?;
-        list.reason = format!("{} (set by an operator on the Server)", list.reason);
-        let mut recorded = edited;
-        recorded.enter(list, at);
-        recorded.settle();
-        // The leader takes the list on.
-        recorded.lock = None;
-        let present = &new["status"];
-        let observed = instance::Observed {
-            machine: text(&new, "/status/machine"),
-            machine_state: Some(machine),
-            node: text(&new, "/status/node"),
-            ready: false,
-            step_key: None,
-            generation: new["metadata"]["generation"].as_i64(),
-        };
-        let status = recorded.status(&observed, &present["conditions"]);
-        let mut ops: Vec<Value> = status
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter_map(|(key, value)| {
-                let path = format!("/status/{key}");
-                match value {
-                    Value::Null if present.get(key).is_some() => {
-                        Some(json!({"op": "remove", "path": path}))
-                    }
-                    Value::Null => None,
-                    value => Some(json!({"op": "add", "path": path, "value": value})),
+        server: &Value,
+        action: InstanceAction,
+        mut request: Request,
+        asked: &ActionRequest,
+    ) -> Result<Requested, ServiceError> {
+        let namespace = text(server, "/metadata/namespace").unwrap_or_default();
+        let name = text(server, "/metadata/name").unwrap_or_default();
+        let set = text(server, "/spec/replicaSet").unwrap_or_default();
+        let force = match action {
+            InstanceAction::Force => {
+                let asked_stage = asked.stage.as_deref().unwrap_or_default();
+                let stage = Stage::from_wit_name(asked_stage).ok_or_else(|| {
+                    ServiceError::Invalid(format!(
+                        "stage `{}` is none of {}",
+                        crate::text::printable(asked_stage),
+                        Stage::NAMES.join(", ")
+                    ))
+                })?;
+                request.stage = Some(stage);
+                json!({
+                    "stage": stage.wit_name(),
+                    "by": request.by,
+                    "why": Some(&request.why).filter(|w| !w.is_empty()),
+                    "at": rfc3339(request.at),
+                })
+            }
+            _ => {
+                if server["spec"]["force"].is_null() {
+                    return Err(ServiceError::Conflict(format!(
+                        "no stage is forced on {name}: nothing to lift"
+                    )));
                 }
-            })
-            .collect();
-        if !present.is_object() {
-            ops.insert(0, json!({"op": "add", "path": "/status", "value": {}}));
-        }
-        tracing::info!(
-            instance = name,
-            stage = stage.wit_name(),
-            "VM delivery: an operator set the stage; the webhook answers with the lifecycle policy's next"
-        );
-        Some(ops)
+                Value::Null
+            }
+        };
+        let patch = json!({
+            "metadata": {"resourceVersion": server["metadata"]["resourceVersion"]},
+            "spec": {"force": force},
+        });
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), &namespace, &servers())
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api_error)?;
+        let requested = Requested {
+            action: match action {
+                InstanceAction::Force => "force",
+                _ => "lift",
+            }
+            .into(),
+            on: vec![format!("Server/{namespace}/{name}")],
+            request,
+        };
+        self.told(&namespace, &set, &requested);
+        Ok(requested)
     }
 }
 

@@ -278,23 +278,56 @@ impl<'a> Rules<'a> {
         })
     }
 
-    /// The list entered on a stage forced by an operator.
+    /// The list entered on a stage forced by an operator: what takes the
+    /// instance there from where it is, never a jump past a step — out of
+    /// service, the load balancer is detached and monitoring paused first;
+    /// into service from before `ready`, the health check and monitoring
+    /// come before any traffic (the person vouches for what failed to be
+    /// installed or deployed, not for the checks).
     fn forced(&self, stage: Stage) -> Decision {
         let from = self.instance.stage;
         let reason = format!("an operator set the stage {}", stage_name(stage));
+        let checked = matches!(
+            from,
+            Some(Stage::Ready | Stage::GrayRelease | Stage::Serving)
+        );
+        // Into `ready` or beyond: the checks unless it had them, and
+        // monitoring bound unless it is.
+        let readied = |mut tasks: Vec<Task>| {
+            if !checked {
+                tasks.push(task("health-check", serde_json::json!({})));
+            }
+            if self.lists.settings.monitoring && !monitored(from) {
+                tasks.push(task("bind-monitoring", serde_json::json!({})));
+            }
+            tasks
+        };
         match stage {
             Stage::Initializing => self.initialize(self.lists.release(from), reason),
             Stage::Deploying => self.deploy(self.lists.release(from), reason),
-            Stage::Ready => self.go(stage, self.lists.ready(), reason),
-            Stage::GrayRelease => self.go(
-                stage,
-                self.lists.traffic(self.lists.settings.gray_weight),
-                reason,
-            ),
-            Stage::Serving => self.go(stage, self.lists.traffic(100), reason),
-            Stage::Unknown | Stage::Offline => self.go(stage, self.lists.release(from), reason),
+            Stage::Ready => {
+                // Out of the load balancer, monitoring kept.
+                let mut tasks = Vec::new();
+                if self.lists.settings.load_balancer && attached(from) {
+                    tasks.push(task("detach-load-balancer", serde_json::json!({})));
+                }
+                self.go(stage, readied(tasks), reason)
+            }
+            Stage::GrayRelease => {
+                let mut tasks = readied(Vec::new());
+                tasks.extend(self.lists.traffic(self.lists.settings.gray_weight));
+                self.go(stage, tasks, reason)
+            }
+            Stage::Serving => {
+                let mut tasks = readied(Vec::new());
+                tasks.extend(self.lists.traffic(100));
+                self.go(stage, tasks, reason)
+            }
+            Stage::Requested | Stage::Unknown | Stage::Offline => {
+                self.go(stage, self.lists.release(from), reason)
+            }
             Stage::Deleting => self.go(stage, self.lists.clean_up(from), reason),
-            Stage::Requested | Stage::Failed => self.go(stage, Vec::new(), reason),
+            Stage::Failed => self.go(stage, Vec::new(), reason),
         }
     }
 
@@ -368,7 +401,7 @@ impl<'a> Rules<'a> {
             {
                 return self.initialize(
                     Vec::new(),
-                    "repaired: its machine runs again on a healthy node, so it goes through the whole machine".into(),
+                    "back from offline: its machine runs on a healthy node, so it goes through the whole machine".into(),
                 );
             }
             return stay("offline");

@@ -829,9 +829,9 @@ fn a_failed_step_is_forced_past_and_an_aborted_rollout_goes_back_on_the_real_api
     // on from there, and the rollout waits at its gate.
     *fail.lock().unwrap() = false;
     let (code, body) = server.send(
-        "PUT",
-        &format!("/v1/apps/{ns}/web/instances/{}/override", failed[0]),
-        Some(&json!({"status": "deploying", "by": "bob", "reason": "disk freed"}).to_string()),
+        "POST",
+        &format!("{path}/instances/{}/force", failed[0]),
+        Some(&json!({"stage": "deploying", "by": "bob", "why": "disk freed"}).to_string()),
     );
     assert_eq!(code, 200, "{body}");
     let at_gate = wait_until(PATIENCE * 2, || view()["rollout"]["at-gate"] == true);
@@ -1723,4 +1723,284 @@ fn a_write_the_api_server_refuses_is_said_on_the_set_and_as_an_event_on_the_real
         stages_of_set(kube),
         degraded()
     );
+}
+
+/// The chart's admission policy for forced stages, rendered with these
+/// `helm template` switches, bound to the namespace `ns` only (the shared
+/// control plane holds other tests' Servers).
+fn force_policy(cluster: &verdict_testcluster::Cluster, ns: &str, switches: &[&str]) -> String {
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
+    let rendered = cluster
+        .binaries()
+        .helm_template(&chart, ns, ns, switches)
+        .unwrap();
+    let documents: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&rendered)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .filter(|o| {
+            o["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+        })
+        .map(|mut o| {
+            if o["kind"] == "ValidatingAdmissionPolicyBinding" {
+                o["spec"]["matchResources"] = json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}});
+            }
+            o
+        })
+        .collect();
+    assert_eq!(documents.len(), 2, "{rendered}");
+    documents
+        .iter()
+        .map(|d| serde_json::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+/// On the real API server: a Server's status written by a person (a
+/// `kubectl patch --subresource=status` mid-deploy, whatever webhooks are
+/// up) is put back by its controller, which names the writer by the
+/// server's field managers in a warning Event; a stage is forced through
+/// the Server's spec, and the chart's ValidatingAdmissionPolicy — enforced
+/// by the API server itself — refuses a request that names someone else
+/// as asking, and one into service by a user outside the groups that vouch.
+#[test]
+fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_stage() {
+    use crate::vmdelivery::{DONE, HookServer, deployment, set};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let test = "a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_stage";
+    let Some(cluster) = shared(test) else {
+        return;
+    };
+    let namespace = Namespace::new(cluster, "real-forced");
+    let (kube, ns) = (&namespace.kube, namespace.kube.ns.clone());
+    cluster
+        .apply(&force_policy(
+            cluster,
+            &ns,
+            &[
+                "--set",
+                "host.vmDelivery=true",
+                "--set",
+                "host.kubevirt=true",
+                "--set",
+                "webhooks.enabled=false",
+                "--set",
+                "host.force.inServiceGroups={vouchers}",
+            ],
+        ))
+        .unwrap();
+    // People who may write Servers, as RBAC allows them.
+    cluster
+        .apply(
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "server-writers", "namespace": ns},
+                "rules": [{"apiGroups": ["verdict.dev"], "resources": ["servers", "servers/status"],
+                           "verbs": ["get", "list", "patch", "update"]}],
+            })
+            .to_string(),
+        )
+        .unwrap();
+    cluster
+        .apply(
+            &json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "server-writers", "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "server-writers"},
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "ana"},
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"},
+                ],
+            })
+            .to_string(),
+        )
+        .unwrap();
+    let hold = Arc::new(AtomicBool::new(true));
+    let holding = Arc::clone(&hold);
+    let hooks = HookServer::start(move |call| {
+        if call["step"] == "deploy-code" && holding.load(Ordering::SeqCst) {
+            return (200, r#"{"status":"running","retryAfterSeconds":1}"#.into());
+        }
+        (200, DONE.into())
+    });
+    let data = tempfile::tempdir().unwrap();
+    let config = endpoint_config(data.path(), &hooks.url);
+    let _host = delivering_host(
+        &default_plugins(),
+        data.path(),
+        &cluster.kubeconfig(),
+        &config,
+        &ns,
+    );
+    apply_in(
+        cluster,
+        &ns,
+        set(1, json!([{"name": "jdk", "version": "21"}])),
+    );
+    apply_in(cluster, &ns, deployment("1.0", json!([])));
+    let status = || {
+        kube.cluster
+            .kubectl_run(
+                &[
+                    "-n",
+                    &ns,
+                    "get",
+                    "servers.verdict.dev",
+                    "web-0",
+                    "-o",
+                    "json",
+                ],
+                None,
+            )
+            .ok()
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .map(|server| server["status"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let deploying = wait_until(PATIENCE * 4, || {
+        status()["stage"] == "deploying"
+            && hooks.steps_of("web-0").contains(&"deploy-code".to_string())
+    });
+    assert!(deploying.is_some(), "{:#}", status());
+
+    // mallory writes the status: serving, ready.
+    let as_user = |user: &str, groups: &[&str], args: &[&str]| {
+        let mut all = vec!["-n", ns.as_str(), "--as", user];
+        for group in groups {
+            all.extend(["--as-group", group]);
+        }
+        all.extend_from_slice(args);
+        cluster.kubectl_run(&all, None)
+    };
+    as_user(
+        "mallory",
+        &[],
+        &[
+            "patch",
+            "servers.verdict.dev",
+            "web-0",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"stage":"serving","ready":true}}"#,
+        ],
+    )
+    .unwrap();
+    let put_back = wait_until(PATIENCE * 2, || {
+        let now = status();
+        now["stage"] == "deploying" && now["ready"] == false
+    });
+    assert!(put_back.is_some(), "never put back: {:#}", status());
+    let said = wait_until(PATIENCE, || {
+        let events: Value =
+            serde_json::from_str(&kube.run(&["get", "events.events.k8s.io", "-o", "json"]))
+                .unwrap();
+        events["items"].as_array().into_iter().flatten().any(|e| {
+            e["type"] == "Warning"
+                && e["reason"] == "StatusRestored"
+                && e["note"].as_str().is_some_and(|n| {
+                    n.contains("web-0")
+                        && n.contains("kubectl")
+                        && n.contains("stage deploying → serving")
+                })
+        })
+    });
+    assert!(
+        said.is_some(),
+        "{}",
+        kube.run(&["get", "events.events.k8s.io"])
+    );
+    assert!(
+        !hooks
+            .steps_of("web-0")
+            .contains(&"attach-load-balancer".to_string()),
+        "{:?}",
+        hooks.steps_of("web-0")
+    );
+
+    // A force naming someone else as asking, and one into service by a
+    // user who does not vouch: both refused by the API server.
+    let force = |by: &str, stage: &str| {
+        json!({"spec": {"force": {"stage": stage, "by": by, "why": "deployed by hand"}}})
+            .to_string()
+    };
+    let patch_spec = |user: &str, groups: &[&str], body: &str| {
+        as_user(
+            user,
+            groups,
+            &[
+                "patch",
+                "servers.verdict.dev",
+                "web-0",
+                "--type=merge",
+                "-p",
+                body,
+            ],
+        )
+    };
+    let refused = patch_spec("ana", &["vouchers"], &force("bob", "serving"))
+        .expect_err("a force by someone else was accepted");
+    assert!(
+        refused
+            .to_string()
+            .contains("spec.force.by must name who asks: ana, not bob"),
+        "{refused}"
+    );
+    let refused = patch_spec("ana", &[], &force("ana", "serving"))
+        .expect_err("a force into service by someone who does not vouch was accepted");
+    assert!(
+        refused.to_string().contains("only members of vouchers"),
+        "{refused}"
+    );
+    let refused = patch_spec("ana", &["vouchers"], &force("ana", "-5"))
+        .expect_err("a stage that is none of the machine's was accepted");
+    assert!(
+        refused.to_string().contains("spec.force.stage"),
+        "{refused}"
+    );
+    assert_eq!(status()["stage"], "deploying", "{:#}", status());
+
+    // By one who vouches: taken, the checks before any traffic.
+    patch_spec("ana", &["vouchers"], &force("ana", "serving")).unwrap();
+    let entered = wait_until(PATIENCE * 3, || {
+        let now = status();
+        now["stage"] == "serving" && now["list"]["outcome"] == "succeeded"
+    });
+    assert!(entered.is_some(), "{:#}", status());
+    let now = status();
+    assert_eq!(now["forced"]["request"]["by"], "ana", "{now:#}");
+    let tasks: Vec<&str> = now["list"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tasks,
+        ["health-check", "bind-monitoring", "attach-load-balancer"]
+    );
+    hold.store(false, Ordering::SeqCst);
+    cluster
+        .kubectl_run(
+            &[
+                "delete",
+                "validatingadmissionpolicybinding",
+                &format!("{ns}-verdict-force"),
+                "--ignore-not-found",
+            ],
+            None,
+        )
+        .unwrap();
+    cluster
+        .kubectl_run(
+            &[
+                "delete",
+                "validatingadmissionpolicy",
+                &format!("{ns}-verdict-force"),
+                "--ignore-not-found",
+            ],
+            None,
+        )
+        .unwrap();
 }

@@ -69,3 +69,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
           operator: NotIn
           values: [{{ .root.Release.Namespace }}]
 {{- end }}
+
+{{/* A list of texts as a CEL list literal. */}}
+{{- define "verdict.celList" -}}
+[{{ range $i, $g := . }}{{ if $i }}, {{ end }}{{ $g | squote }}{{ end }}]
+{{- end }}
