@@ -79,6 +79,45 @@ fn the_kubectl_plugin_shows_apps_an_app_and_a_rollout_tree() {
     );
     assert!(tree.contains("├── ") && tree.contains("└── "), "{tree}");
 
+    // A stage forced on an instance, written in its Server's spec, and
+    // lifted; a stage the machine does not have is refused in words.
+    let force = [
+        "force",
+        "vms/portal",
+        "--instance",
+        "portal-0",
+        "--by",
+        "ana",
+        "--why",
+        "disk check",
+    ];
+    let (ok, said, err) = run(&[&force[..], &["--stage", "offline"]].concat());
+    assert!(ok, "{err}");
+    assert_eq!(
+        said,
+        "force of vms/portal instance portal-0 asked by ana, written on Server/vms/portal-0\n"
+    );
+    let (ok, _, err) = run(&[&force[..], &["--stage", "sideways"]].concat());
+    assert!(!ok);
+    assert!(err.contains("422") && err.contains("sideways"), "{err}");
+    let lift = [
+        "lift",
+        "vms/portal",
+        "--instance",
+        "portal-0",
+        "--by",
+        "ana",
+    ];
+    let (ok, said, err) = run(&lift);
+    assert!(ok, "{err}");
+    assert!(
+        said.starts_with("lift of vms/portal instance portal-0"),
+        "{said}"
+    );
+    let (ok, _, err) = run(&lift);
+    assert!(!ok);
+    assert!(err.contains("nothing to lift"), "{err}");
+
     // Bad input and verdict's refusals, in words, with a failing exit.
     let (ok, _, err) = run(&["rollout", "vms/nothing"]);
     assert!(!ok);

@@ -156,6 +156,28 @@ pub enum PluginCommand {
         #[command(flatten)]
         asking: Asking,
     },
+    /// An instance goes on from the stage you force (a request in its
+    /// Server's spec: the lifecycle policy's list for it runs from where
+    /// it is); a forced offline holds until lifted.
+    Force {
+        set: String,
+        #[arg(long)]
+        instance: String,
+        /// The stage: requested, initializing, deploying, ready,
+        /// gray-release, serving, unknown, offline, deleting or failed.
+        #[arg(long)]
+        stage: String,
+        #[command(flatten)]
+        asking: Asking,
+    },
+    /// The stage forced on an instance is lifted.
+    Lift {
+        set: String,
+        #[arg(long)]
+        instance: String,
+        #[command(flatten)]
+        asking: Asking,
+    },
 }
 
 /// `NAMESPACE/NAME`, split.
@@ -658,14 +680,44 @@ pub fn run(cli: &PluginCli, out: &mut dyn std::io::Write) -> Result<()> {
             "skip",
             Some(instance),
             asking,
-            task.as_deref(),
+            task.as_deref().map(|t| ("task", t)),
+            &by,
+            out,
+        ),
+        PluginCommand::Force {
+            set,
+            instance,
+            stage,
+            asking,
+        } => act(
+            &transport,
+            set,
+            "force",
+            Some(instance),
+            asking,
+            Some(("stage", stage)),
+            &by,
+            out,
+        ),
+        PluginCommand::Lift {
+            set,
+            instance,
+            asking,
+        } => act(
+            &transport,
+            set,
+            "lift",
+            Some(instance),
+            asking,
+            None,
             &by,
             out,
         ),
     }
 }
 
-/// A person's action on a rollout, or on one of its instances.
+/// A person's action on a rollout, or on one of its instances (with one
+/// more field of the request, as `task` of a skip).
 #[allow(clippy::too_many_arguments)]
 fn act(
     transport: &Client,
@@ -673,7 +725,7 @@ fn act(
     action: &str,
     instance: Option<&str>,
     asking: &Asking,
-    task: Option<&str>,
+    field: Option<(&str, &str)>,
     by: &dyn Fn(&Asking) -> Result<String>,
     out: &mut dyn std::io::Write,
 ) -> Result<()> {
@@ -687,8 +739,8 @@ fn act(
     if let Some(why) = &asking.why {
         body["why"] = json!(why);
     }
-    if let Some(task) = task {
-        body["task"] = json!(task);
+    if let Some((key, value)) = field {
+        body[key] = json!(value);
     }
     let answer = transport.call("POST", &path, Some(&body))?;
     let what = instance.map_or_else(|| set.to_string(), |i| format!("{set} instance {i}"));
