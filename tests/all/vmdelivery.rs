@@ -1474,6 +1474,72 @@ fn an_instance_lost_with_its_node_is_repaired_by_failover_and_goes_through_the_w
     );
 }
 
+/// Two instances of a set on one lost node: each is repaired (one after
+/// the other), neither waits for the other to leave the node first, and
+/// both serve again on healthy nodes.
+#[test]
+fn two_instances_lost_with_one_node_are_both_repaired() {
+    let config =
+        crate::failover::CONFIG.replacen("[failover]\n", "[failover]\nenforce = true\n", 1);
+    let Delivery {
+        cluster, server, ..
+    } = &delivering(&config);
+    cluster.apply(set(4, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 3, || settled_in(cluster, "serving", "") == 4).is_some(),
+        "{:#?}",
+        stages(cluster)
+    );
+    // Room elsewhere, and enough nodes that losing one is no storm.
+    for n in ["n4", "n5", "n6"] {
+        cluster.apply(crate::failover::node(n));
+    }
+    let vmis = resource(cluster, "kubevirt.io", "virtualmachineinstances");
+    let nodes = || -> BTreeMap<String, String> {
+        cluster
+            .sim()
+            .store()
+            .list(vmis, Some("shop"))
+            .0
+            .iter()
+            .filter_map(|vmi| {
+                Some((
+                    vmi["metadata"]["name"].as_str()?.to_string(),
+                    vmi["status"]["nodeName"].as_str()?.to_string(),
+                ))
+            })
+            .collect()
+    };
+    let placed = nodes();
+    let mut by_node: BTreeMap<&String, Vec<&String>> = BTreeMap::new();
+    for (instance, node) in &placed {
+        by_node.entry(node).or_default().push(instance);
+    }
+    let (lost, on_it) = by_node
+        .into_iter()
+        .find(|(_, on)| on.len() >= 2)
+        .unwrap_or_else(|| panic!("four instances on three nodes: {placed:?}"));
+    let (lost, on_it): (String, Vec<String>) = (lost.clone(), on_it.into_iter().cloned().collect());
+    set_node_ready(cluster, &lost, "Unknown");
+    let repaired = wait_until(PATIENCE * 4, || {
+        let now = nodes();
+        let all = instances(cluster);
+        on_it.iter().all(|name| {
+            now.get(name).is_some_and(|n| *n != lost)
+                && all
+                    .get(name)
+                    .is_some_and(|a| a["stage"] == "serving" && a.get("lock").is_none())
+        })
+    });
+    assert!(
+        repaired.is_some(),
+        "{on_it:?} on {lost} never both repaired: {:?} {:#?}; failover: {:#}",
+        nodes(),
+        stages(cluster),
+        server.get("/v1/failover").1
+    );
+}
+
 #[test]
 fn a_set_that_scales_down_on_a_lost_instance_takes_it_offline_instead_of_repairing_it() {
     let config =

@@ -141,8 +141,8 @@ pub(super) enum Wait {
     Migrated(String),
     /// Nothing left of the VMs and sets (delete).
     Gone,
-    /// No instance of the app left on the node, and the repaired one
-    /// (when its VM starts it again under its name) running elsewhere.
+    /// The repaired instance no longer on the node, and (when its VM
+    /// starts it again under its name) running elsewhere.
     Repaired { node: String, instance: String },
     /// The instance's VM gone: its set took it offline.
     TakenOffline { instance: String },
@@ -226,9 +226,14 @@ impl Wait {
                 ),
             },
             Wait::Repaired { node, instance } => {
+                // The instance's own machine only: another instance of the
+                // app on the same node has a repair of its own, which runs
+                // after this one.
                 let left = of(VMI)
                     .filter(|o| {
-                        o.node.as_deref() == Some(node.as_str()) && o.deleting_since.is_none()
+                        &o.name == instance
+                            && o.node.as_deref() == Some(node.as_str())
+                            && o.deleting_since.is_none()
                     })
                     .count();
                 let again = of(VMI).find(|o| &o.name == instance);
@@ -251,7 +256,7 @@ impl Wait {
                     match (left, back) {
                         (0, true) => format!("{instance} runs on another node"),
                         (0, false) => format!("{instance} is starting on another node"),
-                        _ => format!("{left} instances left on node {node}"),
+                        _ => format!("{instance} is still on node {node}"),
                     },
                 )
             }
