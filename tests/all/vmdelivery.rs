@@ -2685,6 +2685,27 @@ fn a_failed_clean_up_step_is_retried_or_skipped_and_no_step_after_it_is_dropped(
         clean_up("web-0"),
         clean_up("web-1")
     );
+    // The set says so, naming each and the step (not only their Servers),
+    // and so does what /v1/vm-delivery shows it waits for.
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    let said = wait_until(PATIENCE, || {
+        let degraded = degraded_of(&cluster.sim().store().get(sets, "shop", "web").unwrap());
+        ["web-0", "web-1"].iter().all(|name| {
+            degraded.contains(&format!(
+                "the clean-up of {name} failed at detach-load-balancer: the load balancer's API is down"
+            ))
+        })
+    });
+    assert!(
+        said.is_some(),
+        "{}",
+        degraded_of(&cluster.sim().store().get(sets, "shop", "web").unwrap())
+    );
+    let (_, listed) = server.get("/v1/vm-delivery?namespace=shop");
+    assert!(
+        listed.to_string().contains("the clean-up of web-0 failed"),
+        "{listed:#}"
+    );
     let path =
         |name: &str, action: &str| format!("/v1/vm-delivery/shop/web/instances/{name}/{action}");
     // web-0: retried — the failed step asked again, then every step after it.

@@ -894,8 +894,10 @@ impl Controller {
         if self.registry.policy(World::Lifecycle).is_err() {
             problems.insert(0, NO_POLICY.to_string());
         }
+        let (failed_cleanups, cleaning) = cleanups(&read);
+        problems.extend(failed_cleanups);
         let problem = (!problems.is_empty()).then(|| problems.join("; "));
-        let status = set.status(&plan, rows, problem.as_deref(), at);
+        let status = set.status(&plan, rows, (problem.as_deref(), &cleaning), at);
         self.write_status(&sets(), namespace, name, object, status)
             .await?;
         // Looked at again soon while a list runs or the rollout moves.
@@ -2069,6 +2071,41 @@ impl Found {
             ..Self::default()
         }
     }
+}
+
+/// The clean-ups of a set's deleted instances: those that failed, in
+/// words that name the instance and the step (a person retries or skips
+/// it), and those under way, with the step each is at.
+fn cleanups(read: &[Read]) -> (Vec<String>, Vec<String>) {
+    let mut failed = Vec::new();
+    let mut running = Vec::new();
+    for machine in read.iter().filter(|m| m.state.deleting) {
+        let list = machine
+            .recorded
+            .as_ref()
+            .ok()
+            .and_then(|r| r.list.as_ref())
+            .filter(|l| l.stage == Stage::Deleting);
+        let Some(list) = list else {
+            running.push(format!("{} (its clean-up starts)", machine.name));
+            continue;
+        };
+        let task = list.entry().task.unwrap_or_default();
+        match list.outcome {
+            ListOutcome::Failed => failed.push(format!(
+                "the clean-up of {} failed at {task}: {} (a person retries or skips the step)",
+                machine.name,
+                crate::text::printable(&list.message)
+            )),
+            ListOutcome::Running => running.push(format!(
+                "{} at {task} (attempt {})",
+                machine.name,
+                list.attempt + 1
+            )),
+            _ => {}
+        }
+    }
+    (failed, running)
 }
 
 /// Each machine's stage, for the counts.

@@ -268,12 +268,13 @@ impl VmReplicaSet {
 
     /// The status of the set as planned: counts, each instance (`rows`, as
     /// the controller shows them) and the conditions; `problem` is what
-    /// stops it, when something does.
+    /// stops it, when something does, and `cleaning` the clean-ups under
+    /// way (each instance with its step).
     pub fn status(
         &self,
         plan: &Plan,
         rows: Vec<Value>,
-        problem: Option<&str>,
+        (problem, cleaning): (Option<&str>, &[String]),
         now: Timestamp,
     ) -> Value {
         let total = rows.len();
@@ -289,7 +290,12 @@ impl VmReplicaSet {
             (None, false) => Some(format!("failed: {} (a person decides)", failed.join(", "))),
             (None, true) => None,
         };
-        let waiting = degraded.clone().unwrap_or_else(|| plan.waiting.clone());
+        let rolling = match (plan.waiting.as_str(), cleaning) {
+            (waiting, []) => waiting.to_string(),
+            ("", cleaning) => format!("cleaning up {}", cleaning.join(", ")),
+            (waiting, cleaning) => format!("{waiting}; cleaning up {}", cleaning.join(", ")),
+        };
+        let waiting = degraded.clone().unwrap_or_else(|| rolling.clone());
         // Available as a Deployment is: at least the instances wanted less
         // those the rollout may have out.
         let least = wanted.saturating_sub(self.spec.max_unavailable.at_most(wanted));
@@ -319,7 +325,7 @@ impl VmReplicaSet {
                     "Progressing",
                     !done && !self.spec.paused && degraded.is_none(),
                     "Rolling",
-                    &plan.waiting,
+                    &rolling,
                 ),
                 condition("Paused", self.spec.paused, "Paused", ""),
                 condition(
@@ -1544,7 +1550,7 @@ mod tests {
             json!({"name": "web-0", "stage": "serving"}),
             json!({"name": "web-1", "stage": "failed", "task": "install-environment"}),
         ];
-        let status = set.status(&plan, rows.clone(), None, 2_000);
+        let status = set.status(&plan, rows.clone(), (None, &[]), 2_000);
         assert_eq!(status["ready"], "3/2");
         assert_eq!(status["availableReplicas"], 1);
         // Degraded names the instance and the step it failed at.
@@ -1584,7 +1590,7 @@ mod tests {
             available: 0,
             ..plan.clone()
         };
-        let status = set.status(&none, rows.clone(), None, 2_000);
+        let status = set.status(&none, rows.clone(), (None, &[]), 2_000);
         assert_eq!(condition(&status, "Available")["reason"], "NotAvailable");
 
         // Deleted: which instances hold it, and where.

@@ -227,7 +227,7 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
     )
     .unwrap();
     let set_read = verdict::lifecycle::resources::VmReplicaSet::read(&stored_set).unwrap();
-    let set_status = set_read.status(&plan, rows, None, 1_767_225_600_000);
+    let set_status = set_read.status(&plan, rows, (None, &[]), 1_767_225_600_000);
     let kept = status_written(cluster, ns, "vmrs", &set_status);
     let mut expected = set_status.clone();
     for row in expected["instances"].as_array_mut().unwrap() {
