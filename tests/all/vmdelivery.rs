@@ -400,7 +400,7 @@ fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() 
 
 #[test]
 fn a_surge_rolls_an_environment_out_without_running_fewer_instances_than_wanted() {
-    let Delivery { cluster, .. } = &delivering("");
+    let Delivery { cluster, hooks, .. } = &delivering("");
     let surging = |environment: Value| {
         let mut set = set(3, environment);
         set["spec"]["rollout"] = json!({"maxUnavailable": 0, "maxSurge": 1});
@@ -452,10 +452,30 @@ fn a_surge_rolls_an_environment_out_without_running_fewer_instances_than_wanted(
     assert!(done.is_some(), "never rolled: {:?}", machines());
     assert_eq!(fewest, 3, "fewer than wanted were in service at once");
     assert_eq!(most, 4, "the surge is one machine, and it was made");
-    assert_eq!(
-        vms_of(cluster, "web"),
-        3,
-        "the surge goes once the change is out"
+    let gone = wait_until(PATIENCE, || vms_of(cluster, "web") == 3);
+    assert!(gone.is_some(), "the surge goes once the change is out");
+    // The newest went, as the docs say: the surge, made with the change —
+    // not an older instance deleted right after it was updated.
+    let left: Vec<String> = instances(cluster).into_keys().collect();
+    assert_eq!(left, ["web-0", "web-1", "web-2"]);
+    let installed_25: std::collections::BTreeSet<String> = hooks
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["step"] == "install-environment" && c["params"].to_string().contains("\"25\"")
+        })
+        .map(|c| {
+            c["instance"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        installed_25.contains("web-3"),
+        "the surge was made with the change: {installed_25:?}"
     );
 }
 
@@ -2264,6 +2284,35 @@ fn steps_carried_out_by_jobs_go_as_their_jobs_go() {
     assert!(
         message.contains("failed: BackoffLimitExceeded"),
         "{message}"
+    );
+
+    // Each Job is its Server's: the set deleted and its instance cleaned
+    // up, no Job outlives it.
+    let servers = resource(cluster, "verdict.dev", "servers");
+    let uid = store.get(servers, "shop", "web-0").unwrap()["metadata"]["uid"].clone();
+    for job in store.list(jobs, Some("shop")).0 {
+        let owner = &job["metadata"]["ownerReferences"][0];
+        assert_eq!(
+            (&owner["kind"], &owner["name"], &owner["uid"]),
+            (&json!("Server"), &json!("web-0"), &uid),
+            "{job:#}"
+        );
+    }
+    let sets = resource(cluster, "verdict.dev", "vmreplicasets");
+    store.delete(sets, "shop", "web").unwrap();
+    let gone = wait_until(PATIENCE * 3, || {
+        store.list(jobs, Some("shop")).0.is_empty()
+            && store.list(servers, Some("shop")).0.is_empty()
+    });
+    assert!(
+        gone.is_some(),
+        "{:#?}",
+        store
+            .list(jobs, Some("shop"))
+            .0
+            .iter()
+            .map(|j| j["metadata"]["name"].clone())
+            .collect::<Vec<_>>()
     );
 }
 

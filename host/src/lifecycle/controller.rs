@@ -627,9 +627,21 @@ impl Controller {
                         .is_some_and(|l| l.outcome == ListOutcome::Succeeded)
                 })
         });
+        // One too many: an instance out of service for good goes at once;
+        // otherwise the newest (a surge made for a change), once every
+        // other is in service at rest — a set never runs fewer available
+        // than it wants to let one go, nor deletes an instance it has just
+        // updated.
         let extra = (staying.len() > wanted)
             .then(|| staying.iter().max_by_key(|m| rank_to_remove(m)))
-            .flatten();
+            .flatten()
+            .filter(|worst| {
+                rank_to_remove(worst).0 > 0
+                    || staying
+                        .iter()
+                        .filter(|m| m.name != worst.name)
+                        .all(|m| at_rest_in_service(m))
+            });
         if let Some(machine) = drained.filter(|m| m.lost) {
             self.let_machine_go(&set, machine).await?;
             tracing::info!(
@@ -1523,6 +1535,7 @@ impl Controller {
                     namespace: set.namespace.clone(),
                     name: machine.name.clone(),
                     set: set.name.clone(),
+                    uid: machine.uid.clone(),
                 },
                 stage: list.stage.wit_name().to_string(),
                 step: task.name.clone(),
@@ -2031,20 +2044,38 @@ fn gone_is_done(result: Result<(), kube::Error>) -> Result<(), kube::Error> {
 }
 
 /// Which instance a set lets go of first when it has too many: one out of
-/// service before one in it (lost, failed, out of contact, not yet made,
-/// then on its way), the newest last made (the highest number) among
-/// equals.
+/// service for good before any other (lost, failed, out of contact, not
+/// yet made); among the rest — in service, or on their way there — the
+/// newest (a surge made for a change goes first, as the docs say).
 fn rank_to_remove(machine: &Read) -> (u8, Timestamp, String) {
     let badness = match machine.state.stage {
-        Some(Stage::Offline) => 6,
-        Some(Stage::Failed) => 5,
-        Some(Stage::Unknown) => 4,
-        None | Some(Stage::Requested) => 3,
-        Some(Stage::Initializing | Stage::Deploying) => 2,
-        Some(Stage::Ready | Stage::GrayRelease) => 1,
-        Some(Stage::Serving | Stage::Deleting) => 0,
+        Some(Stage::Offline) => 4,
+        Some(Stage::Failed) => 3,
+        Some(Stage::Unknown) => 2,
+        None | Some(Stage::Requested) => 1,
+        Some(
+            Stage::Initializing
+            | Stage::Deploying
+            | Stage::Ready
+            | Stage::GrayRelease
+            | Stage::Serving
+            | Stage::Deleting,
+        ) => 0,
     };
     (badness, machine.created, machine.name.clone())
+}
+
+/// Whether an instance is in service with no list running, its machine
+/// running on a Ready node.
+fn at_rest_in_service(machine: &Read) -> bool {
+    rollout::in_service(machine.state.stage)
+        && machine.state.machine == crate::wit::lifecycle::Machine::Running
+        && machine.node_ready
+        && machine.recorded.as_ref().is_ok_and(|r| {
+            r.list
+                .as_ref()
+                .is_none_or(|l| l.outcome != ListOutcome::Running)
+        })
 }
 
 /// What one reconcile of a set found, for the counts and for when it is

@@ -148,6 +148,9 @@ pub struct InstanceRef {
     pub namespace: String,
     pub name: String,
     pub set: String,
+    /// Its Server's UID: what a Job made for its step is owned by.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
 }
 
 /// One call of a step's hook.
@@ -577,6 +580,7 @@ mod tests {
             namespace: "shop".into(),
             name: "web-0".into(),
             set: "web".into(),
+            uid: String::new(),
         }
     }
 

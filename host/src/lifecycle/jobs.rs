@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::EnvVar;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::Value;
@@ -78,8 +79,9 @@ impl JobTemplate {
     }
 
     /// The Job of one step: the template, named for the step's key, in the
-    /// instance's namespace, labelled, with the step in every container's
-    /// environment.
+    /// instance's namespace, owned by the instance's Server (it goes with
+    /// it), labelled, with the step and the leader that asks (its term) in
+    /// every container's environment.
     pub fn job_for(&self, call: &StepCall<'_>) -> Job {
         let mut job = self.job.clone();
         job.metadata.name = Some(job_name(call.key, call.step));
@@ -88,6 +90,16 @@ impl JobTemplate {
         job.metadata.resource_version = None;
         job.metadata.uid = None;
         job.status = None;
+        if !call.instance.uid.is_empty() {
+            job.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: super::resources::API_VERSION.into(),
+                kind: "Server".into(),
+                name: call.instance.name.clone(),
+                uid: call.instance.uid.clone(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]);
+        }
         let labels = job.metadata.labels.get_or_insert_default();
         labels.insert("app.kubernetes.io/managed-by".into(), "verdict".into());
         labels.insert("verdict.dev/instance".into(), call.instance.name.clone());
@@ -105,6 +117,8 @@ impl JobTemplate {
             ("VERDICT_STAGE", call.stage.to_string()),
             ("VERDICT_STEP", call.step.to_string()),
             ("VERDICT_PARAMS", call.params.to_string()),
+            ("VERDICT_LEADER", call.leader.holder.clone()),
+            ("VERDICT_TERM", call.leader.term.to_string()),
         ];
         if let Some(pod) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
             for container in &mut pod.containers {
@@ -258,6 +272,7 @@ mod tests {
             namespace: "shop".into(),
             name: "web-0".into(),
             set: "web".into(),
+            uid: "5f0c1c2e-4d1a-4b8e-9c3f-2a1b0c9d8e7f".into(),
         };
         let params = serde_json::json!({"version": "2.0"});
         let call = StepCall {
@@ -291,6 +306,16 @@ mod tests {
         assert_eq!(env.iter().filter(|(n, _)| n == "VERDICT_STEP").count(), 1);
         assert_eq!(get("VERDICT_PARAMS"), Some(r#"{"version":"2.0"}"#));
         assert_eq!(get("VERDICT_STEP_KEY"), Some("shop/web-0/u-1/3/1"));
+        // The leader that asks, and its term, as an HTTP hook is told.
+        assert_eq!(get("VERDICT_LEADER"), Some("verdict-a"));
+        assert_eq!(get("VERDICT_TERM"), Some("4"));
+        // Owned by its Server: it goes with it.
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Server", "web-0", "5f0c1c2e-4d1a-4b8e-9c3f-2a1b0c9d8e7f")
+        );
+        assert_eq!(owner.controller, Some(true));
         // Another list's step is another Job; the same step, the same one.
         assert_ne!(name, job_name("shop/web-0/4/1", "deploy-code"));
         assert_eq!(name, job_name("shop/web-0/u-1/3/1", "deploy-code"));
