@@ -705,6 +705,7 @@ impl Controller {
                     made.data["status"] = json!({
                         "stage": Stage::Requested.wit_name(),
                         "since": crate::time::rfc3339(at),
+                        "writer": writer(&self.leadership),
                     });
                     let written = api.replace_status(&name, &status_params(), &made).await?;
                     self.keep_ours(namespace, &name, &written);
@@ -1749,6 +1750,7 @@ impl Controller {
                 .as_ref()
                 .map(|l| l.key(&set.namespace, &machine.name, &machine.uid)),
             generation: machine.generation,
+            writer: writer(&self.leadership),
         };
         let previous = &machine.server.data["status"];
         let conditions = super::resources::server_conditions(
@@ -1955,6 +1957,16 @@ enum ServerFor {
     Made(Box<DynamicObject>),
     /// None of this set's.
     Not,
+}
+
+/// The leader that writes a Server's status, as the status says it
+/// (`replica/term`): the chart's admission policy lets a status be written
+/// only in the term the Lease holds, so that a deposed leader's late write
+/// is refused by the API server itself.
+fn writer(leadership: &Leadership) -> Option<String> {
+    leadership
+        .acting()
+        .map(|term| format!("{}/{}", term.holder, term.term))
 }
 
 /// How the Servers' statuses are written: by their controller's field

@@ -636,6 +636,9 @@ pub struct ServerStatus {
     pub lists: Vec<Value>,
     /// The last stage a person forced through the spec that was taken.
     pub forced: Option<ForceTaken>,
+    /// The leader that wrote it, `replica/term` (with the chart's
+    /// admission policy, only the term the Lease holds may write it).
+    pub writer: Option<String>,
     /// Its VirtualMachine's printable status.
     pub machine: Option<String>,
     /// Its machine as the lifecycle policy sees it.

@@ -623,6 +623,8 @@ pub struct Observed {
     pub step_key: Option<String>,
     /// The Server's generation the status was written from.
     pub generation: Option<i64>,
+    /// The leader that writes it, `replica/term`.
+    pub writer: Option<String>,
 }
 
 impl Recorded {
@@ -727,6 +729,7 @@ impl Recorded {
             "node": observed.node,
             "ready": observed.ready,
             "observedGeneration": observed.generation,
+            "writer": observed.writer,
         });
         if conditions.as_array().is_some_and(|c| !c.is_empty()) {
             status["conditions"] = conditions.clone();

@@ -1725,10 +1725,16 @@ fn a_write_the_api_server_refuses_is_said_on_the_set_and_as_an_event_on_the_real
     );
 }
 
-/// The chart's admission policy for forced stages, rendered with these
-/// `helm template` switches, bound to the namespace `ns` only (the shared
+/// One of the chart's admission policies (its name ending in `suffix`:
+/// `-force`, `-fencing`), rendered with these `helm template` switches as
+/// the release `ns` in `ns`, bound to the namespace `ns` only (the shared
 /// control plane holds other tests' Servers).
-fn force_policy(cluster: &verdict_testcluster::Cluster, ns: &str, switches: &[&str]) -> String {
+fn chart_policy(
+    cluster: &verdict_testcluster::Cluster,
+    ns: &str,
+    suffix: &str,
+    switches: &[&str],
+) -> String {
     let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart/verdict");
     let rendered = cluster
         .binaries()
@@ -1740,6 +1746,9 @@ fn force_policy(cluster: &verdict_testcluster::Cluster, ns: &str, switches: &[&s
             o["kind"]
                 .as_str()
                 .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with(suffix))
         })
         .map(|mut o| {
             if o["kind"] == "ValidatingAdmissionPolicyBinding" {
@@ -1775,9 +1784,10 @@ fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_sta
     let namespace = Namespace::new(cluster, "real-forced");
     let (kube, ns) = (&namespace.kube, namespace.kube.ns.clone());
     cluster
-        .apply(&force_policy(
+        .apply(&chart_policy(
             cluster,
             &ns,
+            "-force",
             &[
                 "--set",
                 "host.vmDelivery=true",
@@ -2003,4 +2013,171 @@ fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_sta
             None,
         )
         .unwrap();
+}
+
+/// Fencing on the real API server: with the chart's admission policy, a
+/// Server's status is written only in the term the Lease holds. A leader
+/// stopped (SIGSTOP) past its lease is replaced; the new leader writes in
+/// its own term; a write in the old term — one that left before its writer
+/// knew it was deposed — is refused by the API server itself; and the old
+/// leader, resumed, writes nothing.
+#[test]
+fn a_deposed_leaders_late_status_write_is_refused_on_the_real_api_server() {
+    use crate::vmdelivery::{DONE, HookServer, set};
+    let test = "a_deposed_leaders_late_status_write_is_refused_on_the_real_api_server";
+    let Some(cluster) = shared(test) else {
+        return;
+    };
+    super::tasks::install_task_crd(cluster);
+    let namespace = Namespace::new(cluster, "real-fenced");
+    let (kube, ns) = (&namespace.kube, namespace.kube.ns.clone());
+    let lease = format!("{ns}-verdict");
+    cluster
+        .apply(&chart_policy(
+            cluster,
+            &ns,
+            "-fencing",
+            &[
+                "--set",
+                "host.vmDelivery=true",
+                "--set",
+                "host.kubevirt=true",
+                "--set",
+                "webhooks.enabled=false",
+            ],
+        ))
+        .unwrap();
+    let hooks = HookServer::start(|_| (200, DONE.into()));
+    let data = tempfile::tempdir().unwrap();
+    let config = endpoint_config(data.path(), &hooks.url);
+    let kubeconfig = cluster.kubeconfig();
+    let group = crate::replicas::Group::start(
+        &super::plugins(),
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &ns,
+        2,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--vm-delivery",
+            "--vm-delivery-namespace",
+            &ns,
+            "--lease-name",
+            &lease,
+        ],
+    );
+    let first = group.leader();
+    let other = group.other(first);
+    apply_in(
+        cluster,
+        &ns,
+        set(1, json!([{"name": "jdk", "version": "21"}])),
+    );
+    let status = || {
+        cluster
+            .kubectl_run(
+                &[
+                    "-n",
+                    &ns,
+                    "get",
+                    "servers.verdict.dev",
+                    "web-0",
+                    "-o",
+                    "json",
+                ],
+                None,
+            )
+            .ok()
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+            .map(|server| server["status"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let by_first = format!("{}/", group.names[first]);
+    let serving = wait_until(PATIENCE * 4, || {
+        let now = status();
+        now["stage"] == "serving"
+            && now["lock"].is_null()
+            && now["writer"]
+                .as_str()
+                .is_some_and(|w| w.starts_with(&by_first))
+    });
+    assert!(serving.is_some(), "{:#}", status());
+    let old_writer = status()["writer"].as_str().unwrap().to_string();
+
+    // Stopped past its lease: the other replica takes over.
+    let pid = group.server(first).pid().to_string();
+    let signal = |which: &str| {
+        let sent = std::process::Command::new("kill")
+            .args([which, &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill {which} {pid}");
+    };
+    signal("-STOP");
+    let leads = |i: usize| group.server(i).get("/readyz").1["leader"] == true;
+    let taken = wait_until(PATIENCE, || leads(other));
+    if taken.is_none() {
+        signal("-CONT");
+    }
+    assert!(taken.is_some(), "{} never took over", group.names[other]);
+
+    // The new leader writes in its own term.
+    apply_in(
+        cluster,
+        &ns,
+        set(1, json!([{"name": "jdk", "version": "25"}])),
+    );
+    let by_other = format!("{}/", group.names[other]);
+    let moved = wait_until(PATIENCE * 4, || {
+        let now = status();
+        now["stage"] == "serving"
+            && now["environmentText"] == "jdk=25"
+            && now["lock"].is_null()
+            && now["writer"]
+                .as_str()
+                .is_some_and(|w| w.starts_with(&by_other))
+    });
+    if moved.is_none() {
+        signal("-CONT");
+    }
+    assert!(moved.is_some(), "{:#}", status());
+
+    // A write in the old term is refused by the API server.
+    let late = json!({"status": {"writer": old_writer, "stage": "failed"}}).to_string();
+    let refused = kube.cluster.kubectl_run(
+        &[
+            "-n",
+            &ns,
+            "patch",
+            "servers.verdict.dev",
+            "web-0",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &late,
+        ],
+        None,
+    );
+    signal("-CONT");
+    let refused = refused.expect_err("a write in a deposed leader's term was taken");
+    assert!(
+        refused
+            .to_string()
+            .contains("written by the leader in the term the Lease holds"),
+        "{refused}"
+    );
+
+    // Resumed, the first leads no more and none of its writes land.
+    let deposed = wait_until(PATIENCE, || {
+        group.server(first).get("/readyz").1["leader"] == false
+    });
+    assert!(deposed.is_some(), "the resumed replica still says it leads");
+    let now = status();
+    assert!(
+        now["writer"]
+            .as_str()
+            .is_some_and(|w| w.starts_with(&by_other))
+            && now["stage"] == "serving",
+        "{now:#}"
+    );
 }
