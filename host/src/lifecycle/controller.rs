@@ -84,6 +84,9 @@ pub struct Controller {
     /// the store shows otherwise in the same term was written by someone
     /// else, and is put back.
     ours: std::sync::Mutex<BTreeMap<String, (u64, Arc<Value>)>>,
+    /// Each object's reconciles failed in a row (`Kind/namespace/name`):
+    /// the next try waits the longer.
+    failures: std::sync::Mutex<BTreeMap<String, u32>>,
 }
 
 /// The field manager of the Servers' statuses: their controller's.
@@ -176,6 +179,8 @@ struct Read {
 
 /// An instance's VirtualMachine, as read.
 struct MachineRead {
+    /// The version read.
+    version: Option<String>,
     finalizers: Vec<String>,
     deleted: bool,
     /// Its printable status.
@@ -244,6 +249,7 @@ impl Controller {
             written: std::sync::Mutex::default(),
             made: std::sync::Mutex::default(),
             ours: std::sync::Mutex::default(),
+            failures: std::sync::Mutex::default(),
         }
     }
 
@@ -404,18 +410,26 @@ impl Controller {
         });
         let sets_controller = over(&scope.sets, for_sets)
             .reconcile_all_on(self.wakes())
-            .run(reconcile_set, on_error, Arc::clone(&context))
-            .for_each(|_| std::future::ready(()));
+            .run(reconcile_set, on_error(Which::Set), Arc::clone(&context))
+            .for_each(settled(Which::Set, &self));
         let deployments_controller = over(&scope.deployments, for_deployments)
             .reconcile_all_on(self.wakes())
-            .run(reconcile_deployment, on_error, Arc::clone(&context))
-            .for_each(|_| std::future::ready(()));
+            .run(
+                reconcile_deployment,
+                on_error(Which::Deployment),
+                Arc::clone(&context),
+            )
+            .for_each(settled(Which::Deployment, &self));
         let servers_controller = over(&scope.servers, for_servers)
-            .run(reconcile_server, on_error, Arc::clone(&context))
-            .for_each(|_| std::future::ready(()));
+            .run(
+                reconcile_server,
+                on_error(Which::Server),
+                Arc::clone(&context),
+            )
+            .for_each(settled(Which::Server, &self));
         let machines_controller = over(&scope.machines, for_machines)
-            .run(reconcile_machine, on_error, context)
-            .for_each(|_| std::future::ready(()));
+            .run(reconcile_machine, on_error(Which::Machine), context)
+            .for_each(settled(Which::Machine, &self));
         tokio::join!(
             sets_controller,
             deployments_controller,
@@ -1273,6 +1287,7 @@ impl Controller {
                 let named_offline = set.offline.contains(&name) || lost;
                 let deleted = server.metadata.deletion_timestamp.is_some();
                 let machine_read = vm.as_ref().map(|vm| MachineRead {
+                    version: vm.metadata.resource_version.clone(),
                     finalizers: vm.metadata.finalizers.clone().unwrap_or_default(),
                     deleted: vm.metadata.deletion_timestamp.is_some(),
                     printable: vm.data["status"]["printableStatus"]
@@ -1847,29 +1862,35 @@ impl Controller {
         };
         self.let_go_of(
             &machines(),
-            &set.namespace,
-            &machine.name,
+            (&set.namespace, &machine.name, vm.version.as_deref()),
             (vm.deleted, &vm.finalizers),
         )
         .await
     }
 
     /// Delete an object (unless it is being deleted) and release its
-    /// clean-up finalizer (when it holds it); one gone already is done.
+    /// clean-up finalizer (when it holds it), on the version read or the
+    /// one the deletion gave (a compare-and-swap: finalizers someone added
+    /// meanwhile are not dropped); one gone already is done.
     async fn let_go_of(
         &self,
         resource: &ApiResource,
-        namespace: &str,
-        name: &str,
+        (namespace, name, version): (&str, &str, Option<&str>),
         (deleted, finalizers): (bool, &[String]),
     ) -> Result<(), kube::Error> {
+        let mut version = version.map(String::from);
         if !deleted {
-            gone_is_done(
-                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, resource)
-                    .delete(name, &DeleteParams::default())
-                    .await
-                    .map(drop),
-            )?;
+            let api =
+                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, resource);
+            match api.delete(name, &DeleteParams::default()).await {
+                // Held by a finalizer: going, at this version.
+                Ok(answer) => match answer.left() {
+                    Some(going) => version = going.metadata.resource_version,
+                    None => return Ok(()),
+                },
+                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+                Err(error) => return Err(error),
+            }
         }
         if finalizers.iter().any(|f| f == instance::FINALIZER) {
             gone_is_done(
@@ -1877,7 +1898,7 @@ impl Controller {
                     resource,
                     namespace,
                     name,
-                    json!({ "finalizers": without(finalizers) }),
+                    json!({ "resourceVersion": version, "finalizers": without(finalizers) }),
                 )
                 .await,
             )?;
@@ -1895,8 +1916,11 @@ impl Controller {
         self.let_machine_go(set, machine).await?;
         self.let_go_of(
             &servers(),
-            &set.namespace,
-            &machine.name,
+            (
+                &set.namespace,
+                &machine.name,
+                Some(machine.resource_version.as_str()),
+            ),
             (machine.deleted, &machine.finalizers),
         )
         .await?;
@@ -2448,8 +2472,8 @@ enum Failed {
 /// when it takes the lead).
 const NOT_ACTING: Duration = Duration::from_secs(5);
 
-/// How long a reconcile that failed waits to try again.
-const AFTER_FAILURE: Duration = Duration::from_secs(5);
+/// The longest a reconcile that keeps failing waits to try again.
+const AFTER_FAILURE: Duration = Duration::from_secs(120);
 
 /// How long a set at rest waits to be looked at again, when nothing it
 /// depends on changes before.
@@ -2626,7 +2650,7 @@ async fn reconcile_machine(
                 &machines(),
                 &namespace,
                 &name,
-                json!({ "finalizers": kept }),
+                json!({ "resourceVersion": object.metadata.resource_version, "finalizers": kept }),
             )
             .await,
     )?;
@@ -2640,7 +2664,47 @@ async fn reconcile_machine(
 
 /// A reconcile that failed is tried again in a while; a failure that
 /// lasts is said once, and its end when it ends.
-fn on_error(object: Arc<DynamicObject>, failed: &Failed, context: Arc<Context>) -> Action {
+/// What a controller does with each reconcile's result: one that
+/// succeeded clears its object's failures in a row.
+fn settled<E>(
+    which: Which,
+    controller: &Arc<Controller>,
+) -> impl FnMut(Result<(ObjectRef<DynamicObject>, Action), E>) -> std::future::Ready<()> + use<E> {
+    let controller = Arc::clone(controller);
+    move |result| {
+        if let Ok((object, _)) = result {
+            let key = format!(
+                "{which:?}/{}/{}",
+                object.namespace.as_deref().unwrap_or_default(),
+                object.name
+            );
+            lock(&controller.failures).remove(&key);
+        }
+        std::future::ready(())
+    }
+}
+
+/// How long a reconcile that failed `n` times in a row waits to try
+/// again: a second, doubling, to [`AFTER_FAILURE`].
+fn after_failures(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.saturating_sub(1).min(16)).min(AFTER_FAILURE)
+}
+
+/// A reconcile of a `which` that failed is tried again after a wait that
+/// grows with its failures in a row; a failure that lasts is said once,
+/// and its end when it ends.
+fn on_error(
+    which: Which,
+) -> impl Fn(Arc<DynamicObject>, &Failed, Arc<Context>) -> Action + Send + Sync + 'static {
+    move |object, failed, context| failed_again(which, &object, failed, &context)
+}
+
+fn failed_again(
+    which: Which,
+    object: &DynamicObject,
+    failed: &Failed,
+    context: &Context,
+) -> Action {
     let controller = &context.controller;
     // A write on a version the store showed before a change it has not
     // brought yet: looked at again once it has.
@@ -2655,11 +2719,13 @@ fn on_error(object: Arc<DynamicObject>, failed: &Failed, context: Arc<Context>) 
             .unread
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    let key = format!(
-        "{}/{}",
-        object.types.as_ref().map_or("", |t| t.kind.as_str()),
-        key_of(&object)
-    );
+    let key = format!("{which:?}/{}", key_of(object));
+    let failures = {
+        let mut all = lock(&controller.failures);
+        let n = all.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
     let text = failed.to_string();
     let mut said = lock(&controller.said);
     if said.get(&key) != Some(&text) {
@@ -2670,8 +2736,19 @@ fn on_error(object: Arc<DynamicObject>, failed: &Failed, context: Arc<Context>) 
         );
         said.insert(key, text);
     }
-    Action::requeue(AFTER_FAILURE)
+    // What could not be read is looked at again within the time a watch
+    // takes to be trusted again (a watch back with a new list wakes it at
+    // once).
+    let wait = match failed {
+        Failed::Unread(_) => after_failures(failures).min(UNREAD_AT_MOST),
+        Failed::Kube(_) => after_failures(failures),
+    };
+    Action::requeue(wait)
 }
+
+/// The longest a reconcile held by what could not be read waits to look
+/// again.
+const UNREAD_AT_MOST: Duration = Duration::from_secs(10);
 
 /// `namespace/name` of an object.
 fn key_of(object: &DynamicObject) -> String {
@@ -2685,6 +2762,13 @@ fn key_of(object: &DynamicObject) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reconcile_that_keeps_failing_waits_longer_each_time() {
+        let waits: Vec<u64> = (1..=9).map(|n| after_failures(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 120, 120]);
+        assert_eq!(after_failures(u32::MAX), AFTER_FAILURE);
+    }
 
     #[test]
     fn a_status_written_again_loses_the_fields_it_no_longer_has() {

@@ -76,9 +76,11 @@ impl Watched {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let reading = Arc::new(Mutex::new(Reading::Starting));
+        let retry = Retry::new();
+        let succeeded = retry.clone();
         let events = reflector::reflector(
             writer,
-            watcher::watcher(api, watcher::Config::default()).backoff(Retry::new()),
+            watcher::watcher(api, watcher::Config::default()).backoff(retry.clone()),
         );
         let told = Arc::clone(&reading);
         let watching = tokio::spawn(async move {
@@ -90,10 +92,12 @@ impl Watched {
                 match event {
                     Ok(Event::Apply(object) | Event::Delete(object)) => {
                         set(Reading::Read);
+                        succeeded.succeeded();
                         on_change(Some(&object));
                     }
                     Ok(Event::InitDone) => {
                         set(Reading::Read);
+                        succeeded.succeeded();
                         on_change(None);
                     }
                     Ok(Event::Init | Event::InitApply(_)) => {}
@@ -172,16 +176,29 @@ impl Watched {
 }
 
 /// The wait between tries of a failed list or watch: from a quarter of a
-/// second, doubling, to [`RETRY_AT_MOST`].
+/// second, doubling, to [`RETRY_AT_MOST`]; back to the start only once a
+/// list or watch succeeds (a list that starts and fails again, as one
+/// refused for a permission taken away, is no success: the stream's own
+/// reset on each event it passes, the start of a list among them, would
+/// try a refused list every quarter second).
+#[derive(Clone)]
 struct Retry {
-    next: Duration,
+    next: Arc<Mutex<Duration>>,
 }
+
+/// The first wait of a failed list or watch.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
 
 impl Retry {
     fn new() -> Self {
         Self {
-            next: Duration::from_millis(250),
+            next: Arc::new(Mutex::new(RETRY_FIRST)),
         }
+    }
+
+    /// A list or watch succeeded: the next failure waits the least again.
+    fn succeeded(&self) {
+        *self.next.lock().unwrap_or_else(|p| p.into_inner()) = RETRY_FIRST;
     }
 }
 
@@ -189,14 +206,35 @@ impl Iterator for Retry {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        let wait = self.next;
-        self.next = (self.next * 2).min(RETRY_AT_MOST);
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let wait = *next;
+        *next = (wait * 2).min(RETRY_AT_MOST);
         Some(wait)
     }
 }
 
 impl Backoff for Retry {
-    fn reset(&mut self) {
-        *self = Self::new();
+    /// Not on the stream's word: see [`Retry::succeeded`].
+    fn reset(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_list_waits_longer_each_time_until_one_succeeds() {
+        let mut retry = Retry::new();
+        let waits: Vec<u64> = (0..6)
+            .map(|_| retry.next().unwrap().as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [250, 500, 1000, 2000, 4000, 4000]);
+        // The stream resets on every event it passes, a list's start among
+        // them: no shorter wait for that.
+        Backoff::reset(&mut retry);
+        assert_eq!(retry.next(), Some(RETRY_AT_MOST));
+        // A list that succeeded: from the start again.
+        retry.succeeded();
+        assert_eq!(retry.next(), Some(RETRY_FIRST));
     }
 }
