@@ -28,7 +28,7 @@ use super::resources::{
     VmDeployment, VmReplicaSet, deployments, instance_name, instances, machines, servers, sets,
 };
 use super::rollout::{self, Member};
-use super::watched::{Unread, Watched};
+use super::watched::{STATUS_MANAGER, Unread, Watched};
 use crate::events::{Events, Kind};
 use crate::failover::Failover;
 use crate::failover::model::Health;
@@ -88,9 +88,6 @@ pub struct Controller {
     /// the next try waits the longer.
     failures: std::sync::Mutex<BTreeMap<String, u32>>,
 }
-
-/// The field manager of the Servers' statuses: their controller's.
-const STATUS_MANAGER: &str = "verdict-delivery";
 
 /// How long a set waits for the store to show a Server it made.
 const MADE_EXPECTED: i64 = 30_000;

@@ -80,7 +80,9 @@ impl Watched {
         let succeeded = retry.clone();
         let events = reflector::reflector(
             writer,
-            watcher::watcher(api, watcher::Config::default()).backoff(retry.clone()),
+            watcher::watcher(api, watcher::Config::default())
+                .backoff(retry.clone())
+                .modify(slim),
         );
         let told = Arc::clone(&reading);
         let watching = tokio::spawn(async move {
@@ -175,6 +177,29 @@ impl Watched {
     }
 }
 
+/// The field manager of the Servers' statuses, their controller's.
+pub const STATUS_MANAGER: &str = "verdict-delivery";
+
+/// An object as a store keeps it: what the controllers read. Of the field
+/// managers only the last to write a status other than its controller is
+/// kept, by name and time (who to name when a status is put back), and no
+/// last-applied configuration.
+fn slim(object: &mut DynamicObject) {
+    let managers = object.metadata.managed_fields.take().unwrap_or_default();
+    let foreign = managers
+        .into_iter()
+        .filter(|f| f.subresource.as_deref() == Some("status"))
+        .filter(|f| f.manager.as_deref() != Some(STATUS_MANAGER))
+        .max_by_key(|f| f.time.as_ref().map(|t| t.0));
+    object.metadata.managed_fields = foreign.map(|mut f| {
+        f.fields_v1 = None;
+        vec![f]
+    });
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
 /// The wait between tries of a failed list or watch: from a quarter of a
 /// second, doubling, to [`RETRY_AT_MOST`]; back to the start only once a
 /// list or watch succeeds (a list that starts and fails again, as one
@@ -221,6 +246,41 @@ impl Backoff for Retry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_keeps_of_the_field_managers_only_the_last_other_status_writer() {
+        let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "verdict.dev/v1alpha1", "kind": "Server",
+            "metadata": {
+                "name": "web-0", "namespace": "shop",
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"huge\": true}",
+                    "verdict.dev/retry": "{}",
+                },
+                "managedFields": [
+                    {"manager": "verdict", "operation": "Update", "time": "2026-01-01T00:00:00Z",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}},
+                    {"manager": STATUS_MANAGER, "operation": "Update", "subresource": "status",
+                     "time": "2026-01-01T00:00:09Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}},
+                    {"manager": "kubectl-patch", "operation": "Update", "subresource": "status",
+                     "time": "2026-01-01T00:00:05Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}},
+                    {"manager": "older-script", "operation": "Update", "subresource": "status",
+                     "time": "2026-01-01T00:00:01Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}},
+                ],
+            },
+        }))
+        .unwrap();
+        slim(&mut object);
+        let kept = object.metadata.managed_fields.clone().unwrap();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(kept[0].manager.as_deref(), Some("kubectl-patch"));
+        assert!(kept[0].fields_v1.is_none());
+        let annotations = object.metadata.annotations.clone().unwrap();
+        assert_eq!(
+            annotations.keys().collect::<Vec<_>>(),
+            ["verdict.dev/retry"]
+        );
+    }
 
     #[test]
     fn a_failed_list_waits_longer_each_time_until_one_succeeds() {
