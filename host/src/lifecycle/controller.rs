@@ -83,7 +83,8 @@ pub struct Controller {
     /// as the API server took it, with the term it wrote it in: a status
     /// the store shows otherwise in the same term was written by someone
     /// else, and is put back.
-    ours: std::sync::Mutex<BTreeMap<String, (u64, Arc<Value>)>>,
+    /// Kept as JSON text, a fraction of its size as a value.
+    ours: std::sync::Mutex<BTreeMap<String, (u64, Box<[u8]>)>>,
     /// Each object's reconciles failed in a row (`Kind/namespace/name`):
     /// the next try waits the longer.
     failures: std::sync::Mutex<BTreeMap<String, u32>>,
@@ -1327,15 +1328,15 @@ impl Controller {
                 };
                 let overwritten = (!stale)
                     .then(|| {
-                        lock(&self.ours)
-                            .get(&format!("{}/{name}", set.namespace))
-                            .cloned()
+                        let ours = lock(&self.ours);
+                        let (written_in, ours) = ours.get(&format!("{}/{name}", set.namespace))?;
+                        let present = serde_json::to_vec(&server.data["status"]).ok()?;
+                        (Some(*written_in) == term && **ours != *present)
+                            .then(|| serde_json::from_slice::<Value>(ours).ok())
+                            .flatten()
                     })
                     .flatten()
-                    .filter(|(written_in, ours)| {
-                        Some(*written_in) == term && **ours != server.data["status"]
-                    })
-                    .map(|(_, ours)| ours);
+                    .map(Arc::new);
                 Read {
                     name,
                     overwritten,
@@ -1837,10 +1838,10 @@ impl Controller {
         let Some(term) = self.leadership.acting().map(|t| t.term) else {
             return;
         };
-        lock(&self.ours).insert(
-            format!("{namespace}/{name}"),
-            (term, Arc::new(written.data["status"].clone())),
-        );
+        let Ok(text) = serde_json::to_vec(&written.data["status"]) else {
+            return;
+        };
+        lock(&self.ours).insert(format!("{namespace}/{name}"), (term, text.into()));
     }
 
     /// Keep that a write replaced the Server `name` at `version`.
