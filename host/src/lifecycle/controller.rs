@@ -84,7 +84,7 @@ pub struct Controller {
     /// the store shows otherwise in the same term was written by someone
     /// else, and is put back.
     /// Kept as JSON text, a fraction of its size as a value.
-    ours: std::sync::Mutex<BTreeMap<String, (u64, Box<[u8]>)>>,
+    ours: std::sync::Mutex<BTreeMap<String, Written>>,
     /// Each object's reconciles failed in a row (`Kind/namespace/name`):
     /// the next try waits the longer.
     failures: std::sync::Mutex<BTreeMap<String, u32>>,
@@ -1980,6 +1980,10 @@ enum ServerFor {
     /// None of this set's.
     Not,
 }
+
+/// A status written: the term it was written in, and the status as JSON
+/// text.
+type Written = (u64, Box<[u8]>);
 
 /// The leader that writes a Server's status, as the status says it
 /// (`replica/term`): the chart's admission policy lets a status be written
