@@ -1867,6 +1867,16 @@ fn a_set_adopts_the_vms_its_selector_names_and_takes_them_through_the_machine() 
     );
 }
 
+/// The task names of a Server status's list in progress.
+pub fn list_tasks(status: &Value) -> Vec<&str> {
+    status["list"]["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect()
+}
+
 /// Each Kubernetes Event of the namespace `shop` on the simulator.
 fn shop_events(cluster: &Cluster) -> Vec<Value> {
     let url = format!(
@@ -1985,14 +1995,8 @@ fn a_status_written_by_hand_is_put_back_and_a_stage_is_forced_through_the_spec()
     });
     assert!(entered.is_some(), "{:#}", web0());
     let status = web0()["status"].clone();
-    let tasks: Vec<&str> = status["list"]["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        tasks,
+        list_tasks(&status),
         ["health-check", "bind-monitoring", "attach-load-balancer"],
         "{status:#}"
     );

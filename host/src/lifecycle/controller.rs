@@ -1124,6 +1124,7 @@ impl Controller {
                 ServerFor::Made(mut made) => {
                     if let Some(status) = status {
                         made.data["status"] = pruned(status);
+                        made.data["status"]["writer"] = json!(writer(&self.leadership));
                         *made = servers_api
                             .replace_status(&name, &PostParams::default(), &made)
                             .await?;
@@ -1777,7 +1778,9 @@ impl Controller {
         );
         let mut status = pruned(recorded.status(&observed, &conditions));
         super::resources::keep_transitions(previous, &mut status);
-        if *previous == status {
+        // Written only when something but its writer changed: a new
+        // leader does not write every Server again to sign it.
+        if same_but_writer(previous, &status) {
             return Ok(());
         }
         let mut server = (*machine.server).clone();
@@ -1993,6 +1996,25 @@ fn writer(leadership: &Leadership) -> Option<String> {
     leadership
         .acting()
         .map(|term| format!("{}/{}", term.holder, term.term))
+}
+
+/// Whether two statuses differ in nothing but their writer.
+fn same_but_writer(a: &Value, b: &Value) -> bool {
+    let fields = |status: &Value| {
+        status
+            .as_object()
+            .map(|o| o.iter().filter(|(k, _)| *k != "writer").count())
+    };
+    match (a.as_object(), b.as_object()) {
+        (Some(a_fields), Some(b_fields)) => {
+            fields(a) == fields(b)
+                && a_fields
+                    .iter()
+                    .filter(|(k, _)| *k != "writer")
+                    .all(|(k, v)| b_fields.get(k) == Some(v))
+        }
+        _ => a == b,
+    }
 }
 
 /// How the Servers' statuses are written: by their controller's field
@@ -2764,6 +2786,24 @@ fn key_of(object: &DynamicObject) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_that_differs_only_by_its_writer_is_not_written_again() {
+        let by_a = json!({"stage": "serving", "writer": "a/1"});
+        assert!(same_but_writer(
+            &by_a,
+            &json!({"stage": "serving", "writer": "b/2"})
+        ));
+        assert!(same_but_writer(&by_a, &json!({"stage": "serving"})));
+        assert!(!same_but_writer(
+            &by_a,
+            &json!({"stage": "ready", "writer": "a/1"})
+        ));
+        assert!(!same_but_writer(
+            &by_a,
+            &json!({"stage": "serving", "ready": true})
+        ));
+    }
 
     #[test]
     fn a_reconcile_that_keeps_failing_waits_longer_each_time() {

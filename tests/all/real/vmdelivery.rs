@@ -1725,6 +1725,20 @@ fn a_write_the_api_server_refuses_is_said_on_the_set_and_as_an_event_on_the_real
     );
 }
 
+/// The status of the Server `name` of `ns` as the API server has it now
+/// (null while there is none).
+fn server_status(cluster: &verdict_testcluster::Cluster, ns: &str, name: &str) -> Value {
+    cluster
+        .kubectl_run(
+            &["-n", ns, "get", "servers.verdict.dev", name, "-o", "json"],
+            None,
+        )
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .map(|server| server["status"].clone())
+        .unwrap_or(Value::Null)
+}
+
 /// One of the chart's admission policies (its name ending in `suffix`:
 /// `-force`, `-fencing`), rendered with these `helm template` switches as
 /// the release `ns` in `ns`, bound to the namespace `ns` only (the shared
@@ -1849,25 +1863,7 @@ fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_sta
         set(1, json!([{"name": "jdk", "version": "21"}])),
     );
     apply_in(cluster, &ns, deployment("1.0", json!([])));
-    let status = || {
-        kube.cluster
-            .kubectl_run(
-                &[
-                    "-n",
-                    &ns,
-                    "get",
-                    "servers.verdict.dev",
-                    "web-0",
-                    "-o",
-                    "json",
-                ],
-                None,
-            )
-            .ok()
-            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-            .map(|server| server["status"].clone())
-            .unwrap_or(Value::Null)
-    };
+    let status = || server_status(cluster, &ns, "web-0");
     let deploying = wait_until(PATIENCE * 4, || {
         status()["stage"] == "deploying"
             && hooks.steps_of("web-0").contains(&"deploy-code".to_string())
@@ -1980,14 +1976,8 @@ fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_sta
     assert!(entered.is_some(), "{:#}", status());
     let now = status();
     assert_eq!(now["forced"]["request"]["by"], "ana", "{now:#}");
-    let tasks: Vec<&str> = now["list"]["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        tasks,
+        crate::vmdelivery::list_tasks(&now),
         ["health-check", "bind-monitoring", "attach-load-balancer"]
     );
     hold.store(false, Ordering::SeqCst);
@@ -2073,25 +2063,7 @@ fn a_deposed_leaders_late_status_write_is_refused_on_the_real_api_server() {
         &ns,
         set(1, json!([{"name": "jdk", "version": "21"}])),
     );
-    let status = || {
-        cluster
-            .kubectl_run(
-                &[
-                    "-n",
-                    &ns,
-                    "get",
-                    "servers.verdict.dev",
-                    "web-0",
-                    "-o",
-                    "json",
-                ],
-                None,
-            )
-            .ok()
-            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-            .map(|server| server["status"].clone())
-            .unwrap_or(Value::Null)
-    };
+    let status = || server_status(cluster, &ns, "web-0");
     let by_first = format!("{}/", group.names[first]);
     let serving = wait_until(PATIENCE * 4, || {
         let now = status();
