@@ -283,14 +283,31 @@ fn summary(set: &Value, deployment: Option<&Value>) -> SetSummary {
         waiting: text(set, "/status/waiting").filter(|w| !w.is_empty()),
         rollout: deployment.map(|d| {
             let status = &d["status"];
+            let wanted = text(d, "/spec/code/version").unwrap_or_default();
+            // A status from before the deployment's last change is about
+            // the release before: its step is shown beside its own code,
+            // and the new release as what it waits for.
+            let behind = matches!(
+                (status["observedGeneration"].as_i64(), d["metadata"]["generation"].as_i64()),
+                (Some(seen), Some(now)) if seen < now
+            );
+            let (code, waiting) = match (behind, text(status, "/code")) {
+                (true, Some(code)) => (
+                    code,
+                    Some(format!(
+                        "code {wanted} is asked: its release starts once the controller has seen it"
+                    )),
+                ),
+                _ => (wanted, text(status, "/waiting").filter(|w| !w.is_empty())),
+            };
             RolloutSummary {
                 name: text(d, "/metadata/name").unwrap_or_default(),
-                code: text(d, "/spec/code/version").unwrap_or_default(),
+                code,
                 stable_code: text(status, "/stableCode"),
                 phase: text(status, "/phase"),
                 step: text(status, "/step"),
                 step_index: status["stepIndex"].as_u64(),
-                waiting: text(status, "/waiting").filter(|w| !w.is_empty()),
+                waiting,
                 at_gate: at_gate(status),
                 updated_instances: status["updatedInstances"].as_u64(),
                 actions: status["actions"].as_array().cloned().unwrap_or_default(),
@@ -921,4 +938,44 @@ fn person(asked: &ActionRequest) -> Result<Request, ServiceError> {
         asked.why.as_deref().unwrap_or_default(),
         now(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rollout_shows_its_step_beside_the_code_the_step_is_of() {
+        let set =
+            json!({"metadata": {"namespace": "shop", "name": "web"}, "spec": {"replicas": 3}});
+        let deployment = |generation: i64| {
+            json!({
+                "metadata": {"name": "web", "generation": generation},
+                "spec": {"code": {"version": "2.0"}},
+                "status": {"observedGeneration": 2, "code": "1.0", "step": "1/2", "stepIndex": 1,
+                           "phase": "Paused", "waiting": "at the gate"},
+            })
+        };
+        // Seen by the controller: the new code and its own step.
+        let seen = summary(&set, Some(&deployment(2))).rollout.unwrap();
+        assert_eq!(
+            (seen.code.as_str(), seen.step.as_deref()),
+            ("2.0", Some("1/2"))
+        );
+        assert_eq!(seen.waiting.as_deref(), Some("at the gate"));
+        // Changed since: the step is the old release's, shown with its code.
+        let behind = summary(&set, Some(&deployment(3))).rollout.unwrap();
+        assert_eq!(
+            (behind.code.as_str(), behind.step.as_deref()),
+            ("1.0", Some("1/2"))
+        );
+        assert!(
+            behind
+                .waiting
+                .as_deref()
+                .is_some_and(|w| w.contains("code 2.0 is asked")),
+            "{:?}",
+            behind.waiting
+        );
+    }
 }
