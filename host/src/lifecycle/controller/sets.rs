@@ -99,155 +99,141 @@ pub(super) fn row(machine: &Read) -> Value {
 }
 
 impl Controller {
-    pub(super) async fn reconcile_set(
+    /// A deleted set: every instance goes through its clean-up, and the
+    /// set's finalizer is let go last; its status says which instances
+    /// hold it, each at its step.
+    async fn reconcile_deleted(
         &self,
-        set_object: &DynamicObject,
+        object: &Value,
+        finalizers: &[String],
         scope: &Scope,
-        term: &Term,
+        (health, term): (&BTreeMap<String, Health>, &Term),
+        at: Timestamp,
     ) -> Result<Found, Failed> {
-        let at = now();
-        let value = serde_json::to_value(set_object).unwrap_or_default();
-        let object = &value;
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        // What the set depends on is read, or it is held where it is, and
-        // says so.
-        if let Err(unread) = scope
-            .deployments
-            .check()
-            .and(scope.servers.check())
-            .and(scope.machines.check())
-            .and(scope.instances.check())
-        {
-            let status = crate::lifecycle::resources::held(object, &unread.to_string(), at);
-            self.write_status(&sets(), namespace, name, object, status)
-                .await?;
-            return Err(unread.into());
-        }
-        let targeting = scope.deployments_of(namespace, name)?;
-        let deployment = targeting.first();
-        // The nodes' health, as failover judges them.
-        let health = match &self.failover {
-            Some(failover) => failover.health().await,
-            None => BTreeMap::new(),
-        };
-        let health = &health;
-        let finalizers: Vec<String> = object["metadata"]["finalizers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|f| f.as_str().map(String::from))
-            .collect();
-        if object["metadata"]["deletionTimestamp"].is_string() {
-            // Deleted: every instance goes through its clean-up, and the
-            // set's finalizer is let go last.
-            let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
-            let set = VmReplicaSet::named(namespace, name, uid);
-            self.take_over(&set, scope).await?;
-            let read = self.read_machines(&set, scope, health)?;
-            if read.is_empty() {
-                if finalizers.iter().any(|f| f == instance::FINALIZER) {
-                    let kept: Vec<&String> = finalizers
-                        .iter()
-                        .filter(|f| f.as_str() != instance::FINALIZER)
-                        .collect();
-                    self.patch_metadata(
-                        &sets(),
-                        namespace,
-                        name,
-                        json!({"resourceVersion": object["metadata"]["resourceVersion"], "finalizers": kept}),
-                    )
-                    .await?;
-                    tracing::info!(
-                        namespace,
-                        set = name,
-                        "VM delivery: every instance is cleaned up; the set goes"
-                    );
-                }
-                return Ok(Found {
-                    gone: true,
-                    ..Found::default()
-                });
-            }
-            if self.put_back(&set, &read).await? {
-                return Ok(Found::moving());
-            }
-            // The set says which instances hold it, each at its step.
-            let rows: Vec<Value> = read.iter().map(row).collect();
-            let found = self.let_go(&set, read, term, at).await?;
-            let set = VmReplicaSet {
-                generation: object["metadata"]["generation"].as_i64().unwrap_or(0),
-                ..set
-            };
-            let status = set.deleting_status(&object["status"], rows, at);
-            self.write_status(&sets(), namespace, name, object, status)
-                .await?;
-            return Ok(found);
-        }
-        // The set holds its instances' clean-up: deleted, it lets go only
-        // when each of them has been cleaned up.
-        if !finalizers.iter().any(|f| f == instance::FINALIZER) {
-            let mut with = finalizers.clone();
-            with.push(instance::FINALIZER.into());
-            self.patch_metadata(
-                &sets(),
-                namespace,
-                name,
-                json!({"resourceVersion": object["metadata"]["resourceVersion"], "finalizers": with}),
-            )
-            .await?;
-        }
-        let set = match VmReplicaSet::read(object) {
-            Ok(set) => set,
-            Err(problem) => {
-                let status = crate::lifecycle::resources::cannot_proceed(object, &problem, at);
-                self.write_status(&sets(), namespace, name, object, status)
-                    .await?;
-                return Ok(Found::default());
-            }
-        };
-        // Adopt the VMs the set's selector names that no one owns.
-        if !set.selector.is_empty() {
-            self.adopt(&set, scope).await?;
-        }
-        // Take over the VMs it made before instances had Servers.
+        // Deleted: every instance goes through its clean-up, and the
+        // set's finalizer is let go last.
+        let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+        let set = VmReplicaSet::named(namespace, name, uid);
         self.take_over(&set, scope).await?;
-        let mut read = self.read_machines(&set, scope, health)?;
-        // Until the store shows the Servers the set made, it waits.
-        {
-            let mut made = lock(&self.made);
-            let key = format!("{namespace}/{}", set.name);
-            let expected = made.entry(key.clone()).or_default();
-            expected.retain(|name, when| {
-                at - *when < MADE_EXPECTED && !read.iter().any(|m| &m.name == name)
-            });
-            let waiting = !expected.is_empty();
-            if !waiting {
-                made.remove(&key);
+        let read = self.read_machines(&set, scope, health)?;
+        if read.is_empty() {
+            if finalizers.iter().any(|f| f == instance::FINALIZER) {
+                let kept: Vec<&String> = finalizers
+                    .iter()
+                    .filter(|f| f.as_str() != instance::FINALIZER)
+                    .collect();
+                self.patch_metadata(
+                    &sets(),
+                    namespace,
+                    name,
+                    json!({"resourceVersion": object["metadata"]["resourceVersion"], "finalizers": kept}),
+                )
+                .await?;
+                tracing::info!(
+                    namespace,
+                    set = name,
+                    "VM delivery: every instance is cleaned up; the set goes"
+                );
             }
-            if waiting {
-                return Ok(Found {
-                    stages: stages(&read),
-                    ..Found::moving()
-                });
-            }
-        }
-        // What the set may do depends on every instance as it is now: while
-        // the store shows one from before this controller's last write to
-        // it, the set waits for the watch to bring the write.
-        if read.iter().any(|m| m.stale) {
             return Ok(Found {
-                stages: stages(&read),
-                ..Found::moving()
+                gone: true,
+                ..Found::default()
             });
         }
         if self.put_back(&set, &read).await? {
-            return Ok(Found {
-                stages: stages(&read),
-                ..Found::moving()
-            });
+            return Ok(Found::moving());
         }
+        // The set says which instances hold it, each at its step.
+        let rows: Vec<Value> = read.iter().map(row).collect();
+        let found = self.let_go(&set, read, term, at).await?;
+        let set = VmReplicaSet {
+            generation: object["metadata"]["generation"].as_i64().unwrap_or(0),
+            ..set
+        };
+        let status = set.deleting_status(&object["status"], rows, at);
+        self.write_status(&sets(), namespace, name, object, status)
+            .await?;
+        Ok(found)
+    }
 
+    /// A Server whose machine is not made yet has it made; one whose
+    /// machine was seen and is gone (deleted by hand, its finalizer taken
+    /// off) goes through its clean-up, and the set replaces it. Whether
+    /// any was.
+    async fn mend_machines(&self, set: &VmReplicaSet, read: &[Read]) -> Result<bool, Failed> {
+        let namespace = set.namespace.as_str();
+        // A Server whose machine is not made yet has it made; one whose
+        // machine was seen and is gone without its clean-up (deleted with
+        // its finalizer taken off) goes through its clean-up, and the set
+        // replaces it.
+        let mut machines_made = false;
+        // A machine deleted by hand takes its Server with it: the
+        // instance goes through its clean-up, and the set replaces it.
+        for server in read
+            .iter()
+            .filter(|m| !m.deleted && !m.lost && m.machine.as_ref().is_some_and(|vm| vm.deleted))
+        {
+            gone_is_done(
+                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
+                    .delete(&server.name, &DeleteParams::default())
+                    .await
+                    .map(drop),
+            )?;
+            machines_made = true;
+        }
+        for server in read
+            .iter()
+            .filter(|m| m.machine.is_none() && !m.state.deleting && !m.lost)
+        {
+            // Seen before (its status recorded its machine) and not in the
+            // store now: gone, since the store only moves on. Never seen: not
+            // made yet, or made and not in the store yet (made again, the
+            // API server says it exists).
+            let seen = server.server.data["status"]["machineState"].is_string();
+            if !seen {
+                self.make_machine(set, &server.name, &server.uid).await?;
+            } else {
+                tracing::warn!(
+                    namespace,
+                    set = set.name,
+                    instance = server.name,
+                    "VM delivery: the instance's machine is gone; its Server goes through its clean-up"
+                );
+                gone_is_done(
+                    Api::<DynamicObject>::namespaced_with(
+                        self.writer.clone(),
+                        namespace,
+                        &servers(),
+                    )
+                    .delete(&server.name, &DeleteParams::default())
+                    .await
+                    .map(drop),
+                )?;
+                self.tell(
+                    set,
+                    json!({"instance": server.name, "event": "removed", "reason": "its machine is gone"}),
+                );
+            }
+            machines_made = true;
+        }
+        Ok(machines_made)
+    }
+
+    /// Make the machines the set is short of, or let go of one it has too
+    /// many of; a Server whose machine is not made yet has it made, one
+    /// whose machine is gone goes through its clean-up. Whether it did
+    /// anything (looked at again once the stores show it).
+    async fn scale(
+        &self,
+        set: &VmReplicaSet,
+        read: &[Read],
+        deployment: Option<&Value>,
+        scope: &Scope,
+        at: Timestamp,
+    ) -> Result<bool, Failed> {
+        let namespace = set.namespace.as_str();
         // Make the machines the set is short of, or let go of one it has
         // too many of; an instance named offline goes once it is drained.
         // Those named offline count no more: the set runs `replicas` less
@@ -305,7 +291,7 @@ impl Controller {
                         .all(|m| at_rest_in_service(m))
             });
         if let Some(machine) = drained.filter(|m| m.lost) {
-            self.let_machine_go(&set, machine).await?;
+            self.let_machine_go(set, machine).await?;
             tracing::info!(
                 namespace,
                 set = set.name,
@@ -313,10 +299,10 @@ impl Controller {
                 "VM delivery: the lost instance is drained; its machine goes, its Server stays offline"
             );
             self.tell(
-                &set,
+                set,
                 json!({"instance": machine.name, "event": "removed", "reason": "lost, and drained: the set is smaller by it"}),
             );
-            return Ok(Found::moving());
+            return Ok(true);
         }
         if let Some(machine) = drained.or(extra.copied()) {
             let why = match machine.named_offline {
@@ -333,11 +319,11 @@ impl Controller {
                 "VM delivery: the instance goes ({why}); its clean-up holds its Server"
             );
             self.tell(
-                &set,
+                set,
                 json!({"instance": machine.name, "event": "removed", "reason": why}),
             );
             // Looked at again once the store has it going.
-            return Ok(Found::moving());
+            return Ok(true);
         } else if staying.len() < wanted {
             // No name of an instance, of a machine of the set's, or of one
             // named offline.
@@ -372,77 +358,285 @@ impl Controller {
                     let written = api.replace_status(&name, &status_params(), &made).await?;
                     self.keep_ours(namespace, &name, &written);
                     let uid = made.metadata.uid.clone().unwrap_or_default();
-                    self.make_machine(&set, &name, &uid).await?;
+                    self.make_machine(set, &name, &uid).await?;
                     tracing::info!(
                         namespace,
                         set = set.name,
                         instance = name,
                         "VM delivery: a Server is made, and its machine requested"
                     );
-                    self.tell(&set, json!({"instance": name, "event": "made"}));
+                    self.tell(set, json!({"instance": name, "event": "made"}));
                 }
                 // Made already: the store has not seen it yet.
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
                 Err(error) => return Err(error.into()),
             }
             // Looked at again once the store has it.
-            return Ok(Found::moving());
+            return Ok(true);
         }
-        // A Server whose machine is not made yet has it made; one whose
-        // machine was seen and is gone without its clean-up (deleted with
-        // its finalizer taken off) goes through its clean-up, and the set
-        // replaces it.
-        let mut machines_made = false;
-        // A machine deleted by hand takes its Server with it: the
-        // instance goes through its clean-up, and the set replaces it.
-        for server in read
-            .iter()
-            .filter(|m| !m.deleted && !m.lost && m.machine.as_ref().is_some_and(|vm| vm.deleted))
-        {
-            gone_is_done(
-                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
-                    .delete(&server.name, &DeleteParams::default())
-                    .await
-                    .map(drop),
-            )?;
-            machines_made = true;
-        }
-        for server in read
-            .iter()
-            .filter(|m| m.machine.is_none() && !m.state.deleting && !m.lost)
-        {
-            // Seen before (its status recorded its machine) and not in the
-            // store now: gone, since the store only moves on. Never seen: not
-            // made yet, or made and not in the store yet (made again, the
-            // API server says it exists).
-            let seen = server.server.data["status"]["machineState"].is_string();
-            if !seen {
-                self.make_machine(&set, &server.name, &server.uid).await?;
-            } else {
-                tracing::warn!(
-                    namespace,
-                    set = set.name,
-                    instance = server.name,
-                    "VM delivery: the instance's machine is gone; its Server goes through its clean-up"
-                );
-                gone_is_done(
-                    Api::<DynamicObject>::namespaced_with(
-                        self.writer.clone(),
-                        namespace,
-                        &servers(),
-                    )
-                    .delete(&server.name, &DeleteParams::default())
-                    .await
-                    .map(drop),
-                )?;
-                self.tell(
-                    &set,
-                    json!({"instance": server.name, "event": "removed", "reason": "its machine is gone"}),
-                );
+        self.mend_machines(set, read).await
+    }
+
+    /// Each Server's spec says what the plan gives it, written before the
+    /// instance moves on (on the version the write gives).
+    async fn write_targets(
+        &self,
+        set: &VmReplicaSet,
+        read: &mut [Read],
+        plan: &rollout::Plan,
+    ) -> Result<(), kube::Error> {
+        let namespace = set.namespace.as_str();
+        for machine in read.iter_mut().filter(|m| !m.stale && !m.state.deleting) {
+            let Some(target) = plan.targets.get(&machine.name) else {
+                continue;
+            };
+            let spec = crate::lifecycle::resources::server_spec(
+                &set.name,
+                &target.environment,
+                target.code.as_deref(),
+            );
+            // The target only: what else the spec has (a person's forced
+            // stage) is not the rollout's.
+            let before = &machine.server.data["spec"];
+            let target = ["replicaSet", "environment", "code"];
+            if target.iter().all(|k| before.get(*k) == spec.get(*k)) {
+                continue;
             }
-            machines_made = true;
+            let mut patch = spec;
+            if patch.get("code").is_none() {
+                patch["code"] = Value::Null;
+            }
+            let patched =
+                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
+                    .patch(
+                        &machine.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({
+                            "metadata": {"resourceVersion": machine.resource_version},
+                            "spec": patch,
+                        })),
+                    )
+                    .await?;
+            self.wrote(namespace, &machine.name, &machine.resource_version);
+            machine.resource_version = patched
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default();
+            machine.generation = patched.metadata.generation;
+            machine.server = Arc::new(patched);
         }
-        if machines_made {
+        Ok(())
+    }
+
+    /// Move the instances on, side by side (each its own Server, its own
+    /// lock, its own hook calls), a few at a time: a slow hook holds only
+    /// its instance. What the API server refused, by instance.
+    async fn move_on(
+        &self,
+        set: &VmReplicaSet,
+        read: &[Read],
+        plan: &rollout::Plan,
+        term: &Term,
+        at: Timestamp,
+    ) -> Vec<String> {
+        let movable: Vec<(&Read, Recorded, model::TargetState)> = read
+            .iter()
+            .filter(|machine| !machine.stale)
+            .filter_map(|machine| {
+                let target = plan.targets.get(&machine.name).cloned()?;
+                Some((machine, machine.recorded.as_ref().ok()?.clone(), target))
+            })
+            .collect();
+        let mut steps = futures_util::stream::FuturesUnordered::new();
+        let mut movable = movable.into_iter();
+        let mut refused = Vec::new();
+        loop {
+            while steps.len() < STEPS_AT_ONCE
+                && let Some((machine, recorded, target)) = movable.next()
+            {
+                steps.push(self.step_logged(set, machine, recorded, target, term, at));
+            }
+            match steps.next().await {
+                None => break,
+                Some(outcome) => refused.extend(outcome),
+            }
+        }
+        refused
+    }
+
+    /// What stops a set, in words (instances whose Server does not read,
+    /// writes refused, no lifecycle policy, failed clean-ups), and the
+    /// clean-ups under way.
+    fn problems(&self, read: &[Read], refused: Vec<String>) -> (Option<String>, Vec<String>) {
+        let problems: Vec<String> = read
+            .iter()
+            .filter_map(|m| {
+                m.recorded
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("{}: {e}", m.name))
+            })
+            .collect();
+        let mut problems = problems;
+        problems.extend(refused);
+        if self.registry.policy(World::Lifecycle).is_err() {
+            problems.insert(0, NO_POLICY.to_string());
+        }
+        let (failed_cleanups, cleaning) = cleanups(read);
+        problems.extend(failed_cleanups);
+        let problem = (!problems.is_empty()).then(|| problems.join("; "));
+        (problem, cleaning)
+    }
+
+    /// The status of the deployment that targets a set, written; a
+    /// person's action it keeps for the first time is an Event on it.
+    async fn write_rollout_status(
+        &self,
+        (d, spec, object): (&VmDeployment, &rollout::DeploymentSpec, &Value),
+        read: &[Read],
+        (plan, rows): (&rollout::Plan, &[Value]),
+        at: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let namespace = d.namespace.as_str();
+        let updated = read
+            .iter()
+            .filter(|m| m.state.code.as_deref() == Some(spec.code.as_str()))
+            .count();
+        let status = d.status(spec, plan, updated, rows, at);
+        // A person's action the status keeps for the first time is an
+        // Event on the deployment.
+        if let Some(announcer) = &self.announcer {
+            for action in status["actions"].as_array().into_iter().flatten() {
+                if !d.actions.contains(action) {
+                    announcer.announce_rollout(namespace, &d.name, action);
+                }
+            }
+        }
+        self.write_status(&deployments(), namespace, &d.name, object, status)
+            .await
+    }
+
+    /// Whether the set waits for its stores: a Server it made that the
+    /// store has not shown yet (else a store behind its writes would have
+    /// it make one again and again), one shown as it was before this
+    /// controller's last write to it (what the set may do depends on every
+    /// instance as it is now), or a status someone else wrote, put back
+    /// now.
+    async fn waits(
+        &self,
+        set: &VmReplicaSet,
+        read: &[Read],
+        at: Timestamp,
+    ) -> Result<bool, kube::Error> {
+        {
+            let mut made = lock(&self.made);
+            let key = format!("{}/{}", set.namespace, set.name);
+            let expected = made.entry(key.clone()).or_default();
+            expected.retain(|name, when| {
+                at - *when < MADE_EXPECTED && !read.iter().any(|m| &m.name == name)
+            });
+            if !expected.is_empty() {
+                return Ok(true);
+            }
+            made.remove(&key);
+        }
+        if read.iter().any(|m| m.stale) {
+            return Ok(true);
+        }
+        self.put_back(set, read).await
+    }
+
+    /// The set holds its instances' clean-up: deleted, it lets go only
+    /// when each of them has been cleaned up.
+    async fn hold_clean_up(
+        &self,
+        object: &Value,
+        finalizers: &[String],
+    ) -> Result<(), kube::Error> {
+        if finalizers.iter().any(|f| f == instance::FINALIZER) {
+            return Ok(());
+        }
+        let mut with = finalizers.to_vec();
+        with.push(instance::FINALIZER.into());
+        self.patch_metadata(
+            &sets(),
+            object["metadata"]["namespace"].as_str().unwrap_or_default(),
+            object["metadata"]["name"].as_str().unwrap_or_default(),
+            json!({"resourceVersion": object["metadata"]["resourceVersion"], "finalizers": with}),
+        )
+        .await
+    }
+
+    pub(super) async fn reconcile_set(
+        &self,
+        set_object: &DynamicObject,
+        scope: &Scope,
+        term: &Term,
+    ) -> Result<Found, Failed> {
+        let at = now();
+        let value = serde_json::to_value(set_object).unwrap_or_default();
+        let object = &value;
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        // What the set depends on is read, or it is held where it is, and
+        // says so.
+        if let Err(unread) = scope
+            .deployments
+            .check()
+            .and(scope.servers.check())
+            .and(scope.machines.check())
+            .and(scope.instances.check())
+        {
+            let status = crate::lifecycle::resources::held(object, &unread.to_string(), at);
+            self.write_status(&sets(), namespace, name, object, status)
+                .await?;
+            return Err(unread.into());
+        }
+        let targeting = scope.deployments_of(namespace, name)?;
+        let deployment = targeting.first();
+        // The nodes' health, as failover judges them.
+        let health = match &self.failover {
+            Some(failover) => failover.health().await,
+            None => BTreeMap::new(),
+        };
+        let health = &health;
+        let finalizers: Vec<String> = object["metadata"]["finalizers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.as_str().map(String::from))
+            .collect();
+        if object["metadata"]["deletionTimestamp"].is_string() {
+            return self
+                .reconcile_deleted(object, &finalizers, scope, (health, term), at)
+                .await;
+        }
+        self.hold_clean_up(object, &finalizers).await?;
+        let set = match VmReplicaSet::read(object) {
+            Ok(set) => set,
+            Err(problem) => {
+                let status = crate::lifecycle::resources::cannot_proceed(object, &problem, at);
+                self.write_status(&sets(), namespace, name, object, status)
+                    .await?;
+                return Ok(Found::default());
+            }
+        };
+        // Adopt the VMs the set's selector names that no one owns.
+        if !set.selector.is_empty() {
+            self.adopt(&set, scope).await?;
+        }
+        // Take over the VMs it made before instances had Servers.
+        self.take_over(&set, scope).await?;
+        let mut read = self.read_machines(&set, scope, health)?;
+        if self.waits(&set, &read, at).await? {
+            return Ok(Found {
+                stages: stages(&read),
+                ..Found::moving()
+            });
+        }
+
+        if self.scale(&set, &read, deployment, scope, at).await? {
             return Ok(Found::moving());
         }
 
@@ -485,93 +679,12 @@ impl Controller {
             at,
         );
 
-        // Each Server's spec says what the plan gives it, written before
-        // the instance moves on (on the version the write gives).
-        for machine in read.iter_mut().filter(|m| !m.stale && !m.state.deleting) {
-            let Some(target) = plan.targets.get(&machine.name) else {
-                continue;
-            };
-            let spec = crate::lifecycle::resources::server_spec(
-                &set.name,
-                &target.environment,
-                target.code.as_deref(),
-            );
-            // The target only: what else the spec has (a person's forced
-            // stage) is not the rollout's.
-            let before = &machine.server.data["spec"];
-            let target = ["replicaSet", "environment", "code"];
-            if target.iter().all(|k| before.get(*k) == spec.get(*k)) {
-                continue;
-            }
-            let mut patch = spec;
-            if patch.get("code").is_none() {
-                patch["code"] = Value::Null;
-            }
-            let patched =
-                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
-                    .patch(
-                        &machine.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(&json!({
-                            "metadata": {"resourceVersion": machine.resource_version},
-                            "spec": patch,
-                        })),
-                    )
-                    .await?;
-            self.wrote(namespace, &machine.name, &machine.resource_version);
-            machine.resource_version = patched
-                .metadata
-                .resource_version
-                .clone()
-                .unwrap_or_default();
-            machine.generation = patched.metadata.generation;
-            machine.server = Arc::new(patched);
-        }
+        self.write_targets(&set, &mut read, &plan).await?;
 
-        // The instances move on side by side (each its own Server, its own
-        // lock, its own hook calls), a few at a time: a slow hook holds
-        // only its instance.
-        let movable: Vec<(&Read, Recorded, model::TargetState)> = read
-            .iter()
-            .filter(|machine| !machine.stale)
-            .filter_map(|machine| {
-                let target = plan.targets.get(&machine.name).cloned()?;
-                Some((machine, machine.recorded.as_ref().ok()?.clone(), target))
-            })
-            .collect();
-        let mut steps = futures_util::stream::FuturesUnordered::new();
-        let mut movable = movable.into_iter();
-        let mut refused = Vec::new();
-        loop {
-            while steps.len() < STEPS_AT_ONCE
-                && let Some((machine, recorded, target)) = movable.next()
-            {
-                steps.push(self.step_logged(&set, machine, recorded, target, term, at));
-            }
-            match steps.next().await {
-                None => break,
-                Some(outcome) => refused.extend(outcome),
-            }
-        }
+        let refused = self.move_on(&set, &read, &plan, term, at).await;
         let rows: Vec<Value> = read.iter().map(row).collect();
         let deployment_rows = rows.clone();
-        let problems: Vec<String> = read
-            .iter()
-            .filter_map(|m| {
-                m.recorded
-                    .as_ref()
-                    .err()
-                    .map(|e| format!("{}: {e}", m.name))
-            })
-            .collect();
-        let mut problems = problems;
-        problems.extend(refused);
-        if self.registry.policy(World::Lifecycle).is_err() {
-            problems.insert(0, NO_POLICY.to_string());
-        }
-        let (failed_cleanups, cleaning) = cleanups(&read);
-        problems.extend(failed_cleanups);
-        let problem = (!problems.is_empty()).then(|| problems.join("; "));
+        let (problem, cleaning) = self.problems(&read, refused);
         let status = set.status(&plan, rows, (problem.as_deref(), &cleaning), at);
         self.write_status(&sets(), namespace, name, object, status)
             .await?;
@@ -594,22 +707,8 @@ impl Controller {
             gone: false,
         };
         if let (Some(d), Some((spec, _))) = (&deployment, &rollout) {
-            let updated = read
-                .iter()
-                .filter(|m| m.state.code.as_deref() == Some(spec.code.as_str()))
-                .count();
-            let status = d.status(spec, &plan, updated, &deployment_rows, at);
-            // A person's action the status keeps for the first time is an
-            // Event on the deployment.
-            if let Some(announcer) = &self.announcer {
-                for action in status["actions"].as_array().into_iter().flatten() {
-                    if !d.actions.contains(action) {
-                        announcer.announce_rollout(namespace, &d.name, action);
-                    }
-                }
-            }
             let object = deployment_object.cloned().unwrap_or_default();
-            self.write_status(&deployments(), namespace, &d.name, &object, status)
+            self.write_rollout_status((d, spec, &object), &read, (&plan, &deployment_rows), at)
                 .await?;
         }
         Ok(found)

@@ -42,22 +42,142 @@ impl Controller {
         Some(format!("{}: {message}", machine.name))
     }
 
-    /// Move one instance on by one step.
-    pub(super) async fn step(
+    /// Move a running list on: a person's skip or approval of it, the
+    /// list superseded by a newer target before its last step, or the
+    /// hook of its step asked (its answer taken on a later reconcile, the
+    /// controller woken for it).
+    async fn run_list(
         &self,
         set: &VmReplicaSet,
         machine: &Read,
         mut recorded: Recorded,
-        target: &model::TargetState,
-        term: &Term,
+        (target, term): (&model::TargetState, &Term),
         at: Timestamp,
     ) -> Result<(), kube::Error> {
-        if !instance::may_take(recorded.lock.as_ref(), term) {
+        let (skip, approve) = (recorded.skip.clone(), recorded.approve.clone());
+        let list = recorded.list.as_mut().expect("a running list");
+        // A person's word on the list in progress.
+        if let Some(skip) = skip.filter(|r| {
+            r.list == Some(list.number) && r.step == Some(list.step + 1) && r.at >= list.started
+        }) {
+            let task = list.current().map(|t| t.name.clone());
+            list.skip(&skip.who(), at);
+            self.tell(
+                set,
+                json!({"instance": machine.name, "event": "skipped", "list": list.number,
+                "task": task, "by": skip.by, "why": skip.why}),
+            );
+            return self.moved_on(set, machine, recorded, term).await;
+        }
+        if list.awaiting_approval() {
+            if let Some(approve) = approve.filter(|r| r.list == Some(list.number)) {
+                list.approved_by = Some(approve.who());
+                self.tell(
+                    set,
+                    json!({"instance": machine.name, "event": "approved", "list": list.number,
+                    "by": approve.by, "why": approve.why}),
+                );
+                return self.moved_on(set, machine, recorded, term).await;
+            }
             return Ok(());
         }
-        // A person's retry or skip of the list that failed, while it is
-        // the instance's list still (a clean-up the policy holds on its
-        // failed step): it runs on from where it stopped.
+        if list.next_at > at {
+            return Ok(());
+        }
+        let Some(task) = list.current().cloned() else {
+            return Ok(());
+        };
+        // The target changed while the steps before the last one ran:
+        // its last step (what it delivers) is not started for a target
+        // no longer wanted, and the next list is the newest target's.
+        let key = list.key(&set.namespace, &machine.name, &machine.uid);
+        if !self.calls.under_way(&key)
+            && list.superseded_by(&target.environment, target.code.as_deref())
+        {
+            let why = match &target.code {
+                Some(code) => format!(
+                    "before its last step, the target is now {} with code {code}",
+                    model::versions(&target.environment)
+                ),
+                None => format!(
+                    "before its last step, the target is now {}",
+                    model::versions(&target.environment)
+                ),
+            };
+            list.supersede(&why, at);
+            self.tell(
+                set,
+                json!({"instance": machine.name, "event": "superseded", "list": list.number,
+                "task": task.name, "why": why}),
+            );
+            return self.moved_on(set, machine, recorded, term).await;
+        }
+        // The call is made in the term the lock names, by a replica
+        // that still acts in it.
+        if self
+            .leadership
+            .acting()
+            .is_none_or(|acting| acting != *term)
+        {
+            return Ok(());
+        }
+        // The hook is asked by a task of its own; its answer is taken
+        // on a later reconcile (the controller is woken for it), so
+        // that a slow hook holds no other step.
+        let call = OwnedCall {
+            key: key.clone(),
+            attempt: list.attempt + 1,
+            leader: term.clone(),
+            instance: InstanceRef {
+                namespace: set.namespace.clone(),
+                name: machine.name.clone(),
+                set: set.name.clone(),
+                uid: machine.uid.clone(),
+            },
+            stage: list.stage.wit_name().to_string(),
+            step: task.name.clone(),
+            params: task.params.clone(),
+        };
+        let outcome = match self.calls.ask(call, &self.writer) {
+            Asked::Answered(outcome) => outcome,
+            Asked::UnderWay | Asked::Full => return Ok(()),
+        };
+        list.attempt += 1;
+        let failed = matches!(outcome, crate::lifecycle::hooks::StepOutcome::Failed { .. });
+        {
+            let mut hooks = lock(&self.counts.hooks);
+            let counted = hooks.entry(task.name.clone()).or_insert((0, 0));
+            counted.0 += 1;
+            counted.1 += u64::from(failed);
+        }
+        list.advance(outcome, now());
+        if list.outcome != ListOutcome::Running {
+            self.tell(
+                set,
+                json!({"instance": machine.name, "event": "finished", "list": list.number,
+                "stage": list.stage.wit_name(), "outcome": list.outcome.name(),
+                "task": list.entry().task, "message": list.message}),
+            );
+        }
+        // The answer goes once it is recorded; a record not taken takes
+        // it again.
+        let recorded = self.moved_on(set, machine, recorded, term).await;
+        if recorded.is_ok() {
+            self.calls.taken(&key);
+        }
+        recorded
+    }
+
+    /// A person's retry or skip of the list that failed, while it is the
+    /// instance's list still (a clean-up the policy holds on its failed
+    /// step): it runs on from where it stopped. Whether one was taken.
+    fn people_on_failed(
+        &self,
+        set: &VmReplicaSet,
+        machine: &Read,
+        recorded: &mut Recorded,
+        at: Timestamp,
+    ) -> bool {
         if machine.state.forced.is_none()
             && let Some(list) = recorded
                 .list
@@ -80,11 +200,11 @@ impl Controller {
                 (Some(retry), skip) if skip.as_ref().is_none_or(|s| s.at <= retry.at) => {
                     list.resume(&retry.who(), at);
                     self.tell(
-                        set,
-                        json!({"instance": machine.name, "event": "retried", "list": list.number,
-                        "task": list.current().map(|t| t.name.clone()), "by": retry.by, "why": retry.why}),
-                    );
-                    return self.moved_on(set, machine, recorded, term).await;
+                    set,
+                    json!({"instance": machine.name, "event": "retried", "list": list.number,
+                    "task": list.current().map(|t| t.name.clone()), "by": retry.by, "why": retry.why}),
+                );
+                    return true;
                 }
                 (_, Some(skip)) => {
                     let task = list.tasks.get(list.step).map(|t| t.name.clone());
@@ -92,138 +212,26 @@ impl Controller {
                     self.tell(
                         set,
                         json!({"instance": machine.name, "event": "skipped", "list": list.number,
-                        "task": task, "by": skip.by, "why": skip.why}),
+                    "task": task, "by": skip.by, "why": skip.why}),
                     );
-                    return self.moved_on(set, machine, recorded, term).await;
+                    return true;
                 }
                 _ => {}
             }
         }
-        let running = recorded
-            .list
-            .as_ref()
-            .is_some_and(|l| l.outcome == ListOutcome::Running);
-        // A forced stage is entered even while a list runs — once the step
-        // whose hook is asked has answered, so that its answer is recorded
-        // and the list ends with an outcome.
-        let under_way = recorded.list.as_ref().is_some_and(|l| {
-            self.calls
-                .under_way(&l.key(&set.namespace, &machine.name, &machine.uid))
-        });
-        if running && (machine.state.forced.is_none() || under_way) {
-            let (skip, approve) = (recorded.skip.clone(), recorded.approve.clone());
-            let list = recorded.list.as_mut().expect("a running list");
-            // A person's word on the list in progress.
-            if let Some(skip) = skip.filter(|r| {
-                r.list == Some(list.number) && r.step == Some(list.step + 1) && r.at >= list.started
-            }) {
-                let task = list.current().map(|t| t.name.clone());
-                list.skip(&skip.who(), at);
-                self.tell(
-                    set,
-                    json!({"instance": machine.name, "event": "skipped", "list": list.number,
-                    "task": task, "by": skip.by, "why": skip.why}),
-                );
-                return self.moved_on(set, machine, recorded, term).await;
-            }
-            if list.awaiting_approval() {
-                if let Some(approve) = approve.filter(|r| r.list == Some(list.number)) {
-                    list.approved_by = Some(approve.who());
-                    self.tell(
-                        set,
-                        json!({"instance": machine.name, "event": "approved", "list": list.number,
-                        "by": approve.by, "why": approve.why}),
-                    );
-                    return self.moved_on(set, machine, recorded, term).await;
-                }
-                return Ok(());
-            }
-            if list.next_at > at {
-                return Ok(());
-            }
-            let Some(task) = list.current().cloned() else {
-                return Ok(());
-            };
-            // The target changed while the steps before the last one ran:
-            // its last step (what it delivers) is not started for a target
-            // no longer wanted, and the next list is the newest target's.
-            let key = list.key(&set.namespace, &machine.name, &machine.uid);
-            if !self.calls.under_way(&key)
-                && list.superseded_by(&target.environment, target.code.as_deref())
-            {
-                let why = match &target.code {
-                    Some(code) => format!(
-                        "before its last step, the target is now {} with code {code}",
-                        model::versions(&target.environment)
-                    ),
-                    None => format!(
-                        "before its last step, the target is now {}",
-                        model::versions(&target.environment)
-                    ),
-                };
-                list.supersede(&why, at);
-                self.tell(
-                    set,
-                    json!({"instance": machine.name, "event": "superseded", "list": list.number,
-                    "task": task.name, "why": why}),
-                );
-                return self.moved_on(set, machine, recorded, term).await;
-            }
-            // The call is made in the term the lock names, by a replica
-            // that still acts in it.
-            if self
-                .leadership
-                .acting()
-                .is_none_or(|acting| acting != *term)
-            {
-                return Ok(());
-            }
-            // The hook is asked by a task of its own; its answer is taken
-            // on a later reconcile (the controller is woken for it), so
-            // that a slow hook holds no other step.
-            let call = OwnedCall {
-                key: key.clone(),
-                attempt: list.attempt + 1,
-                leader: term.clone(),
-                instance: InstanceRef {
-                    namespace: set.namespace.clone(),
-                    name: machine.name.clone(),
-                    set: set.name.clone(),
-                    uid: machine.uid.clone(),
-                },
-                stage: list.stage.wit_name().to_string(),
-                step: task.name.clone(),
-                params: task.params.clone(),
-            };
-            let outcome = match self.calls.ask(call, &self.writer) {
-                Asked::Answered(outcome) => outcome,
-                Asked::UnderWay | Asked::Full => return Ok(()),
-            };
-            list.attempt += 1;
-            let failed = matches!(outcome, crate::lifecycle::hooks::StepOutcome::Failed { .. });
-            {
-                let mut hooks = lock(&self.counts.hooks);
-                let counted = hooks.entry(task.name.clone()).or_insert((0, 0));
-                counted.0 += 1;
-                counted.1 += u64::from(failed);
-            }
-            list.advance(outcome, now());
-            if list.outcome != ListOutcome::Running {
-                self.tell(
-                    set,
-                    json!({"instance": machine.name, "event": "finished", "list": list.number,
-                    "stage": list.stage.wit_name(), "outcome": list.outcome.name(),
-                    "task": list.entry().task, "message": list.message}),
-                );
-            }
-            // The answer goes once it is recorded; a record not taken takes
-            // it again.
-            let recorded = self.moved_on(set, machine, recorded, term).await;
-            if recorded.is_ok() {
-                self.calls.taken(&key);
-            }
-            return recorded;
-        }
+        false
+    }
+
+    /// What comes before a forced stage is entered: on a deleted
+    /// instance it is refused (its clean-up runs; whether it was refused, to
+    /// be recorded), and the list in progress ends, superseded by it.
+    fn forced_first(
+        &self,
+        set: &VmReplicaSet,
+        machine: &Read,
+        recorded: &mut Recorded,
+        at: Timestamp,
+    ) -> bool {
         if let Some(forced) = &machine.forced {
             // A deleted instance runs its clean-up, whatever is forced.
             if let Some(force) = forced
@@ -235,10 +243,10 @@ impl Controller {
                     "the instance is deleted: its clean-up runs, and no other stage is entered";
                 recorded.take_force(force, Some(why), at);
                 self.tell(
-                    set,
-                    json!({"instance": machine.name, "event": "force-refused", "stage": force.stage.wit_name(), "by": force.request.by, "why": why}),
-                );
-                return self.moved_on(set, machine, recorded, term).await;
+                set,
+                json!({"instance": machine.name, "event": "force-refused", "stage": force.stage.wit_name(), "by": force.request.by, "why": why}),
+            );
+                return true;
             }
             // The list in progress ends: a person's stage supersedes it.
             if let Some(list) = recorded
@@ -253,9 +261,47 @@ impl Controller {
                 self.tell(
                     set,
                     json!({"instance": machine.name, "event": "superseded", "list": list.number,
-                    "task": list.current().map(|t| t.name.clone()), "why": list.message}),
+                "task": list.current().map(|t| t.name.clone()), "why": list.message}),
                 );
             }
+        }
+        false
+    }
+
+    /// Move one instance on by one step.
+    pub(super) async fn step(
+        &self,
+        set: &VmReplicaSet,
+        machine: &Read,
+        mut recorded: Recorded,
+        target: &model::TargetState,
+        term: &Term,
+        at: Timestamp,
+    ) -> Result<(), kube::Error> {
+        if !instance::may_take(recorded.lock.as_ref(), term) {
+            return Ok(());
+        }
+        if self.people_on_failed(set, machine, &mut recorded, at) {
+            return self.moved_on(set, machine, recorded, term).await;
+        }
+        let running = recorded
+            .list
+            .as_ref()
+            .is_some_and(|l| l.outcome == ListOutcome::Running);
+        // A forced stage is entered even while a list runs — once the step
+        // whose hook is asked has answered, so that its answer is recorded
+        // and the list ends with an outcome.
+        let under_way = recorded.list.as_ref().is_some_and(|l| {
+            self.calls
+                .under_way(&l.key(&set.namespace, &machine.name, &machine.uid))
+        });
+        if running && (machine.state.forced.is_none() || under_way) {
+            return self
+                .run_list(set, machine, recorded, (target, term), at)
+                .await;
+        }
+        if self.forced_first(set, machine, &mut recorded, at) {
+            return self.moved_on(set, machine, recorded, term).await;
         }
         // A finished clean-up lets the machine go.
         if machine.state.deleting
