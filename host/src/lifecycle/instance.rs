@@ -563,10 +563,10 @@ pub struct Force {
 impl Force {
     /// Who asks and why, as a log line says it.
     pub fn who(&self) -> String {
-        match self.request.why.as_deref().filter(|w| !w.is_empty()) {
-            Some(why) => format!("{}: {why}", self.request.by),
-            None => self.request.by.clone(),
-        }
+        requests::who(
+            &self.request.by,
+            self.request.why.as_deref().unwrap_or_default(),
+        )
     }
 }
 

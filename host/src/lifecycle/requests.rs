@@ -98,10 +98,15 @@ impl Request {
 
     /// Who and why, as a log line says it.
     pub fn who(&self) -> String {
-        match self.why.is_empty() {
-            true => self.by.clone(),
-            false => format!("{}: {}", self.by, self.why),
-        }
+        who(&self.by, &self.why)
+    }
+}
+
+/// Who asked and why, as a log line says it: `by`, or `by: why`.
+pub fn who(by: &str, why: &str) -> String {
+    match why.is_empty() {
+        true => by.to_string(),
+        false => format!("{by}: {why}"),
     }
 }
 

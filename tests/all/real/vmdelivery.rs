@@ -1981,23 +1981,13 @@ fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_sta
         ["health-check", "bind-monitoring", "attach-load-balancer"]
     );
     hold.store(false, Ordering::SeqCst);
+    let policy = format!("{ns}-verdict-force");
     cluster
         .kubectl_run(
             &[
                 "delete",
-                "validatingadmissionpolicybinding",
-                &format!("{ns}-verdict-force"),
-                "--ignore-not-found",
-            ],
-            None,
-        )
-        .unwrap();
-    cluster
-        .kubectl_run(
-            &[
-                "delete",
-                "validatingadmissionpolicy",
-                &format!("{ns}-verdict-force"),
+                &format!("validatingadmissionpolicybinding/{policy}"),
+                &format!("validatingadmissionpolicy/{policy}"),
                 "--ignore-not-found",
             ],
             None,

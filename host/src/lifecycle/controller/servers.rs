@@ -100,9 +100,13 @@ pub(super) struct Forced {
     pub(super) force: Option<instance::Force>,
 }
 
-/// A status written: the term it was written in, and the status as JSON
-/// text.
-pub(super) type Written = (u64, Box<[u8]>);
+/// A status this leader wrote: the term it was written in, the resource
+/// version the write gave, and the status as JSON text.
+pub(super) struct Written {
+    term: u64,
+    version: Option<String>,
+    status: Box<[u8]>,
+}
 
 /// The leader that writes a Server's status, as the status says it
 /// (`replica/term`): the chart's admission policy lets a status be written
@@ -304,10 +308,18 @@ impl Controller {
                 let overwritten = (!stale)
                     .then(|| {
                         let ours = lock(&self.ours);
-                        let (written_in, ours) = ours.get(&format!("{}/{name}", set.namespace))?;
+                        let written = ours
+                            .get(&format!("{}/{name}", set.namespace))
+                            .filter(|w| Some(w.term) == term)?;
+                        // The store shows that very write: nothing to compare.
+                        if written.version.is_some()
+                            && written.version == server.metadata.resource_version
+                        {
+                            return None;
+                        }
                         let present = serde_json::to_vec(&server.data["status"]).ok()?;
-                        (Some(*written_in) == term && **ours != *present)
-                            .then(|| serde_json::from_slice::<Value>(ours).ok())
+                        (*written.status != *present)
+                            .then(|| serde_json::from_slice::<Value>(&written.status).ok())
                             .flatten()
                     })
                     .flatten()
@@ -447,7 +459,14 @@ impl Controller {
         let Ok(text) = serde_json::to_vec(&written.data["status"]) else {
             return;
         };
-        lock(&self.ours).insert(format!("{namespace}/{name}"), (term, text.into()));
+        lock(&self.ours).insert(
+            format!("{namespace}/{name}"),
+            Written {
+                term,
+                version: written.metadata.resource_version.clone(),
+                status: text.into(),
+            },
+        );
     }
 
     /// Keep that a write replaced the Server `name` at `version`.
