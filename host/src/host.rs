@@ -529,6 +529,7 @@ impl Host {
                 );
                 // What it does as Kubernetes Events, as the history's
                 // status changes are (and off with them).
+                let controller = controller.with_history(Arc::clone(&history));
                 let controller = Arc::new(match config.history.no_kube_events {
                     true => controller,
                     false => controller.with_events(),

@@ -789,6 +789,39 @@ fn a_rollback_goes_back_to_a_released_revision_of_the_history() {
 }
 
 #[test]
+fn without_a_history_the_task_log_is_what_the_servers_sum_up_and_says_so() {
+    let Delivery {
+        cluster, server, ..
+    } = &delivering("no-history = true\n");
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 2, || all_serving_with(cluster, 1, "jdk=21")).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    let (code, page) = server.get("/v1/vm-delivery/shop/web/instances/web-0/log?limit=1000");
+    assert_eq!(code, 200, "{page}");
+    let entries = page["entries"].as_array().unwrap();
+    // The list in progress (or the last, finished) comes whole from its
+    // Server; the lists before it as the Server sums them up.
+    assert!(entries.len() >= 3, "{page:#}");
+    assert!(
+        entries[1..].iter().all(|e| e.get("steps").is_none()),
+        "{page:#}"
+    );
+    let initializing = entries
+        .iter()
+        .find(|e| e["stage"] == "initializing")
+        .expect("initializing summed up");
+    assert_eq!(initializing["outcome"], "succeeded", "{page:#}");
+    let why = page["summed-up"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("summed up") && why.contains("--no-history"),
+        "{page:#}"
+    );
+}
+
+#[test]
 fn a_gray_release_waits_at_its_gate_until_a_person_approves_it() {
     let Delivery {
         cluster,
@@ -950,6 +983,29 @@ fn a_gray_release_waits_at_its_gate_until_a_person_approves_it() {
         ]
     );
     assert!(rest["next-before"].is_null());
+    assert!(rest["summed-up"].is_null(), "{rest:#}");
+    // The Server sums its finished lists up: the steps above came from the
+    // task log, not from its status.
+    let store = cluster.sim().store();
+    let web0 = store
+        .get(resource(cluster, "verdict.dev", "servers"), "shop", "web-0")
+        .unwrap();
+    let summed: Vec<&Value> = web0["status"]["lists"].as_array().unwrap().iter().collect();
+    assert!(
+        !summed.is_empty() && summed.len() <= 5,
+        "{:#}",
+        web0["status"]
+    );
+    assert!(
+        summed.iter().all(|l| l.get("steps").is_none()),
+        "{:#}",
+        web0["status"]
+    );
+    let newest_deploy = summed
+        .iter()
+        .find(|l| l["stage"] == "deploying")
+        .expect("a deploy summed up");
+    assert_eq!(newest_deploy["number"], deploys[0]["number"]);
 
     // The metrics count instances by stage, rollouts by phase, hook calls.
     let text = reqwest::blocking::get(format!("{}/metrics", server.base))

@@ -16,12 +16,14 @@
 //! - `store`: the database;
 //! - `record`: events into records and marks;
 //! - `availability`: time in each status, incidents and recoveries;
-//! - `announce`: each app's status change as a Kubernetes Event.
+//! - `announce`: each app's status change as a Kubernetes Event;
+//! - `tasklog`: the task log of seed 002's instances.
 
 pub mod announce;
 pub mod availability;
 pub mod record;
 pub mod store;
+pub mod tasklog;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -106,6 +108,8 @@ pub struct Health {
     pub changes: u64,
     pub folded: u64,
     pub marks: u64,
+    /// Finished task lists of seed 002's instances written.
+    pub lists: u64,
     /// Records waiting to be written.
     pub pending: usize,
     /// Records lost: the database refused them past the bound kept, the
@@ -123,6 +127,8 @@ pub struct History {
     store: Result<Store, String>,
     settings: Settings,
     health: Mutex<Health>,
+    /// The task log's writer, started with the first list.
+    task_log: std::sync::OnceLock<Result<tasklog::Writer, String>>,
 }
 
 impl History {
@@ -149,6 +155,7 @@ impl History {
             store,
             settings,
             health: Mutex::new(health),
+            task_log: std::sync::OnceLock::new(),
         }
     }
 

@@ -68,6 +68,17 @@ const MIGRATIONS: &[&str] = &[
         started INTEGER NOT NULL,
         until INTEGER NOT NULL
     );",
+    // 2: the task log of seed 002's instances, one row a finished list.
+    "CREATE TABLE task_lists (
+        namespace TEXT NOT NULL,
+        server TEXT NOT NULL,
+        uid TEXT NOT NULL,
+        number INTEGER NOT NULL,
+        finished INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (namespace, server, uid, number)
+    ) WITHOUT ROWID;
+    CREATE INDEX task_lists_by_time ON task_lists (finished);",
 ];
 
 /// What an app or instance is: the app itself (`kind` and `instance`
@@ -260,13 +271,13 @@ impl Store {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.connection
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn fail(&self) -> impl Fn(rusqlite::Error) -> StorageError + '_ {
+    pub(super) fn fail(&self) -> impl Fn(rusqlite::Error) -> StorageError + '_ {
         StorageError::database(&self.path)
     }
 
@@ -513,6 +524,12 @@ impl Store {
         connection
             .execute("DELETE FROM runs WHERE until < ?1", params![oldest])
             .map_err(self.fail())?;
+        forgotten += connection
+            .execute(
+                "DELETE FROM task_lists WHERE finished < ?1",
+                params![oldest],
+            )
+            .map_err(self.fail())?;
         // Pages freed are used again, so the file stays near the bound.
         let used = |c: &Connection| -> rusqlite::Result<u64> {
             c.query_row(
@@ -540,8 +557,16 @@ impl Store {
                     [],
                 )
                 .map_err(self.fail())?;
-            forgotten += gone;
-            if gone == 0 && marks == 0 {
+            let lists = connection
+                .execute(
+                    "DELETE FROM task_lists WHERE (namespace, server, uid, number) IN (
+                        SELECT namespace, server, uid, number FROM task_lists
+                        ORDER BY finished LIMIT MAX(1, (SELECT COUNT(*) FROM task_lists) / 10))",
+                    [],
+                )
+                .map_err(self.fail())?;
+            forgotten += gone + lists;
+            if gone == 0 && marks == 0 && lists == 0 {
                 break;
             }
         }

@@ -24,9 +24,14 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_sets))
         .routes(routes!(get_set))
-        .routes(routes!(instance_log))
         .routes(routes!(act_on_rollout))
         .routes(routes!(act_on_instance))
+}
+
+/// The task log's route: on a follower, the leader's answer (the leader
+/// keeps the log).
+pub(super) fn log_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(instance_log))
 }
 
 impl AppState {
@@ -77,7 +82,7 @@ struct LogQuery {
     limit: Option<usize>,
 }
 
-#[utoipa::path(get, path = "/v1/vm-delivery/{namespace}/{set}/instances/{instance}/log", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("instance" = String, Path), ("before" = Option<u64>, Query, description = "Lists numbered below this (paging)"), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "At most this many, 20 by default")), responses((status = 200, description = "The instance's task lists, newest first: stage, why, when, outcome, and every finished step with its result, attempts, time and message", body = LogPage), (status = 404, description = "No such set or instance, or no cluster"), (status = 409, description = "The instance's annotations do not read"), (status = 503, description = "The API server could not be asked")))]
+#[utoipa::path(get, path = "/v1/vm-delivery/{namespace}/{set}/instances/{instance}/log", tag = "vm-delivery", params(("namespace" = String, Path), ("set" = String, Path), ("instance" = String, Path), ("before" = Option<u64>, Query, description = "Lists numbered below this (paging)"), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "At most this many, 20 by default")), responses((status = 200, description = "The instance's task lists, newest first: stage, why, when, outcome, and every finished step with its result, attempts, time and message (from the leader's task log; a list it does not hold as its Server sums it up, without steps, `summed-up` saying why)", body = LogPage), (status = 404, description = "No such set or instance, or no cluster"), (status = 409, description = "The instance's annotations do not read"), (status = 503, description = "The API server could not be asked")))]
 async fn instance_log(
     State(state): State<AppState>,
     Path((namespace, set, instance)): Path<(String, String, String)>,
@@ -91,7 +96,12 @@ async fn instance_log(
     let limit = page_limit(query.limit, 20)?;
     let page = state
         .delivery()?
-        .log((&namespace, &set, &instance), query.before, limit)
+        .log(
+            &state.history,
+            (&namespace, &set, &instance),
+            query.before,
+            limit,
+        )
         .await?;
     Ok(Json(page))
 }

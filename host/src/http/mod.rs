@@ -223,6 +223,12 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(replicas::routes())
         .merge(policies::routes())
         .merge(delivery::routes())
+        .merge(
+            delivery::log_routes().route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                history::from_leader,
+            )),
+        )
         .split_for_parts();
     openapi::describe(&mut api);
     let router = router

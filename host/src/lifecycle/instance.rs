@@ -128,8 +128,9 @@ pub const SET_LABEL: &str = "verdict.dev/vmreplicaset";
 /// The finalizer that holds an instance until its clean-up ran.
 pub const FINALIZER: &str = "verdict.dev/cleanup";
 
-/// Finished lists kept on the instance: its task log.
-pub const KEPT_LISTS: usize = 30;
+/// Finished lists summed up on the instance's Server (without their steps:
+/// the whole task log is in the history's database).
+pub const SUMMED_UP: usize = 5;
 /// The longest message kept of a list or a step (a hook's answer may be
 /// long; the Server's status is bounded).
 const KEPT_MESSAGE: usize = 300;
@@ -285,12 +286,20 @@ pub struct LogEntry {
     /// Who approved it, when it waited for a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<String>,
-    /// Its finished steps.
-    #[serde(default)]
+    /// Its finished steps (none said of a list summed up).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
 }
 
 impl LogEntry {
+    /// The list as its Server sums it up: without its steps.
+    pub fn summed_up(&self) -> Self {
+        Self {
+            steps: Vec::new(),
+            ..self.clone()
+        }
+    }
+
     /// As the lifecycle policy sees it.
     pub fn view(&self) -> TaskList {
         TaskList {
@@ -538,8 +547,11 @@ pub struct Recorded {
     pub code: Option<String>,
     pub lock: Option<Lock>,
     pub list: Option<CurrentList>,
-    /// Finished lists, newest first.
+    /// The last finished lists summed up (no steps), newest first.
     pub lists: Vec<LogEntry>,
+    /// The lists finished since the Server was read, whole: the task log
+    /// keeps them before the status that sums them up is written.
+    pub finished: Vec<LogEntry>,
     /// A person's request to run a failed list again.
     pub retry: Option<Request>,
     /// A person's request to skip the step in progress, or to approve the
@@ -654,13 +666,27 @@ impl Recorded {
                     .map_err(|e| format!("status.list does not read: {e}"))
             })
             .transpose()?;
-        let lists = field("lists")
+        let mut lists: Vec<LogEntry> = field("lists")
             .map(|value| {
                 serde_json::from_value(value.clone())
                     .map_err(|e| format!("status.lists does not read: {e}"))
             })
             .transpose()?
             .unwrap_or_default();
+        // Lists kept whole on the Server (as they were before the task log
+        // had a database): whole to the log, summed up on the Server.
+        let finished: Vec<LogEntry> = lists
+            .iter()
+            .filter(|l| !l.steps.is_empty())
+            .cloned()
+            .collect();
+        if !finished.is_empty() || lists.len() > SUMMED_UP {
+            lists = lists
+                .iter()
+                .take(SUMMED_UP)
+                .map(LogEntry::summed_up)
+                .collect();
+        }
         let environment = field("environment")
             .map(|value| {
                 serde_json::from_value(value.clone())
@@ -698,6 +724,7 @@ impl Recorded {
             lock: text("lock").map(Lock::read).transpose()?,
             list,
             lists,
+            finished,
             retry: Request::read(&annotations, requests::RETRY)?,
             skip: Request::read(&annotations, requests::SKIP)?,
             approve: Request::read(&annotations, requests::APPROVE)?,
@@ -761,11 +788,14 @@ impl Recorded {
         }
     }
 
-    /// Move the finished list in progress to the finished ones.
+    /// Move the finished list in progress to the finished ones: whole to
+    /// the task log, summed up on the Server.
     fn finish_list(&mut self) {
         if let Some(list) = self.list.take() {
-            self.lists.insert(0, list.entry());
-            self.lists.truncate(KEPT_LISTS);
+            let entry = list.entry();
+            self.lists.insert(0, entry.summed_up());
+            self.lists.truncate(SUMMED_UP);
+            self.finished.push(entry);
         }
     }
 
@@ -956,6 +986,11 @@ mod tests {
         );
         assert_eq!(recorded.lists.len(), 1);
         assert_eq!(recorded.lists[0].stage, Stage::Initializing);
+        // Summed up on the Server; whole for the task log.
+        assert!(recorded.lists[0].steps.is_empty());
+        assert_eq!(recorded.finished.len(), 1);
+        assert_eq!(recorded.finished[0].steps.len(), 2);
+        assert_eq!(recorded.finished[0].summed_up(), recorded.lists[0]);
         assert_eq!(recorded.since, Some(6_000));
         let list = recorded.list.as_mut().unwrap();
         list.advance(
@@ -1045,6 +1080,58 @@ mod tests {
             ]
         );
         assert_eq!((entry.outcome, entry.task), (ListOutcome::Succeeded, None));
+    }
+
+    #[test]
+    fn the_server_sums_up_its_last_lists_and_hands_the_whole_ones_to_the_log() {
+        let mut recorded = Recorded::default();
+        for n in 0..8 {
+            let mut list = initializing(recorded.last_number(), n * 1_000);
+            for _ in 0..2 {
+                list.advance(
+                    StepOutcome::Done {
+                        message: "done".into(),
+                    },
+                    n * 1_000 + 500,
+                );
+            }
+            recorded.enter(list, n * 1_000);
+        }
+        assert_eq!(recorded.lists.len(), SUMMED_UP);
+        assert_eq!(
+            recorded.lists.iter().map(|l| l.number).collect::<Vec<_>>(),
+            [7, 6, 5, 4, 3]
+        );
+        assert!(recorded.lists.iter().all(|l| l.steps.is_empty()));
+        assert_eq!(recorded.finished.len(), 7);
+        assert!(recorded.finished.iter().all(|l| l.steps.len() == 2));
+        // The status carries no steps but the list in progress's.
+        let status = recorded.status(&Observed::default(), &serde_json::Value::Null);
+        assert_eq!(status["lists"].as_array().unwrap().len(), SUMMED_UP);
+        assert!(
+            status["lists"][0]
+                .get("steps")
+                .is_none_or(|s| s == &serde_json::json!([]))
+        );
+
+        // A Server that kept its lists whole (30 of them) reads as lists
+        // for the log and five summed up.
+        let whole: Vec<LogEntry> = recorded
+            .finished
+            .iter()
+            .rev()
+            .cloned()
+            .cycle()
+            .take(30)
+            .collect();
+        let old = serde_json::json!({"status": {"lists": whole}});
+        let read = Recorded::read(&old).unwrap();
+        assert_eq!(read.finished.len(), 30);
+        assert_eq!(read.lists.len(), SUMMED_UP);
+        assert!(read.lists.iter().all(|l| l.steps.is_empty()));
+        // Read again as the leader wrote it: nothing more for the log.
+        let rewritten = serde_json::json!({"status": read.status(&Observed::default(), &serde_json::Value::Null)});
+        assert!(Recorded::read(&rewritten).unwrap().finished.is_empty());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! it was checked against, so that a request about a state that changed
 //! meanwhile is refused rather than applied to another.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -21,6 +22,7 @@ use super::model::Package;
 use super::requests::{self, Request};
 use super::resources::{deployments, servers, sets};
 use crate::events::{Events, Kind};
+use crate::history::History;
 use crate::time::{now, rfc3339};
 use crate::wit::WitName;
 use crate::wit::lifecycle::{Outcome, Stage};
@@ -164,6 +166,11 @@ pub struct LogPage {
     pub entries: Vec<LogEntry>,
     /// Ask with `before` set to this for the next page; none on the last.
     pub next_before: Option<u64>,
+    /// Why lists show without their steps, when some do: the task log
+    /// could not be read, or did not keep them (the Server sums up its
+    /// last few lists).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summed_up: Option<String>,
 }
 
 /// A person's request: who and why.
@@ -470,30 +477,68 @@ impl Service {
     }
 
     /// A page of an instance's task log, newest first: the lists numbered
-    /// below `before`, at most `limit`.
+    /// below `before`, at most `limit` — the list in progress from its
+    /// Server, the finished ones whole from `history`'s task log, and those
+    /// the log lacks as its Server sums them up.
     pub async fn log(
         &self,
+        history: &Arc<History>,
         (namespace, set, name): (&str, &str, &str),
         before: Option<u64>,
         limit: usize,
     ) -> Result<LogPage, ServiceError> {
-        let vm = self.member(namespace, set, name).await?;
-        let recorded = Recorded::read(&vm).map_err(|problem| {
+        let server = self.member(namespace, set, name).await?;
+        let recorded = Recorded::read(&server).map_err(|problem| {
             ServiceError::Conflict(format!("the instance's Server does not read: {problem}"))
         })?;
-        let all: Vec<LogEntry> = recorded
-            .list
-            .iter()
-            .map(|l| l.entry())
-            .chain(recorded.lists.iter().cloned())
-            .filter(|e| before.is_none_or(|b| e.number < b))
+        let uid = text(&server, "/metadata/uid").unwrap_or_default();
+        let reading = Arc::clone(history);
+        let key = (namespace.to_string(), name.to_string());
+        let logged = tokio::task::spawn_blocking(move || {
+            reading.task_log((&key.0, &key.1, &uid), before, limit + 1)
+        })
+        .await
+        .map_err(|e| ServiceError::Conflict(format!("the task log: {e}")))?;
+        let mut summed_up = None;
+        let logged: Vec<LogEntry> = match logged {
+            Ok(rows) => rows
+                .iter()
+                .filter_map(|row| serde_json::from_str(row).ok())
+                .collect(),
+            Err(error) => {
+                summed_up = Some(format!("finished lists are summed up: {error}"));
+                Vec::new()
+            }
+        };
+        // The Server's summaries first (whether summed up), the log's
+        // whole lists over them, the list in progress over both.
+        let mut all: BTreeMap<u64, (LogEntry, bool)> = BTreeMap::new();
+        let whole = recorded.finished.iter().cloned().chain(logged);
+        for (entry, summary) in (recorded.lists.iter().cloned().map(|e| (e, true)))
+            .chain(whole.map(|e| (e, false)))
+            .chain(recorded.list.iter().map(|l| (l.entry(), false)))
+        {
+            all.insert(entry.number, (entry, summary));
+        }
+        let all: Vec<(LogEntry, bool)> = all
+            .into_values()
+            .rev()
+            .filter(|(e, _)| before.is_none_or(|b| e.number < b))
             .collect();
         let more = all.len() > limit;
-        let entries: Vec<LogEntry> = all.into_iter().take(limit).collect();
-        let next_before = entries.last().filter(|_| more).map(|e| e.number);
+        let page: Vec<(LogEntry, bool)> = all.into_iter().take(limit).collect();
+        let next_before = page.last().filter(|_| more).map(|(e, _)| e.number);
+        let any_summary = page.iter().any(|(_, summary)| *summary);
+        let entries: Vec<LogEntry> = page.into_iter().map(|(e, _)| e).collect();
+        if summed_up.is_none() && any_summary {
+            summed_up = Some(
+                "lists without steps are summed up by the Server: the task log does not keep them (kept by the replica that led then, or past its retention)".into(),
+            );
+        }
         Ok(LogPage {
             entries,
             next_before,
+            summed_up,
         })
     }
 

@@ -113,6 +113,10 @@ pub enum PluginCommand {
         /// Keep watching, drawing the tree again when it changes.
         #[arg(short = 'w', long)]
         watch: bool,
+        /// Below the tree, this instance's task log: its last lists with
+        /// every step.
+        #[arg(long)]
+        instance: Option<String>,
     },
     /// Approve the gate the rollout waits at, or (with --instance) an
     /// instance's list that waits for a person.
@@ -340,6 +344,61 @@ const STAGES: [&str; 11] = [
     "deleting",
     "stopped",
 ];
+
+/// `kubectl verdict rollout --instance`: an instance's last lists, newest
+/// first, each with its steps.
+fn log_tree(instance: &str, page: &Value) -> String {
+    let mut out = format!("\n{} — its task log, newest first\n", printable(instance));
+    let entries = page["entries"].as_array().cloned().unwrap_or_default();
+    for (n, entry) in entries.iter().enumerate() {
+        let last = n + 1 == entries.len();
+        let mut line = format!(
+            "{}#{} {}  {}",
+            if last { "└── " } else { "├── " },
+            entry["number"],
+            text(&entry["stage"]),
+            text(&entry["outcome"])
+        );
+        if let Some(started) = entry["started"].as_str() {
+            let _ = write!(line, "  {}", lasted(started, entry["finished"].as_str()));
+        }
+        if let Some(task) = entry["task"].as_str() {
+            let _ = write!(line, "  at {}", printable(task));
+        }
+        let _ = writeln!(out, "{line}");
+        let inner = if last { "    " } else { "│   " };
+        for what in [&entry["reason"], &entry["message"]] {
+            if let Some(said) = what.as_str().filter(|m| !m.is_empty()) {
+                let _ = writeln!(out, "{inner}│ {}", printable(said));
+            }
+        }
+        let steps = entry["steps"].as_array().cloned().unwrap_or_default();
+        for (s, step) in steps.iter().enumerate() {
+            let _ = write!(
+                out,
+                "{inner}{}{}  {}",
+                if s + 1 == steps.len() {
+                    "└── "
+                } else {
+                    "├── "
+                },
+                text(&step["task"]),
+                text(&step["result"])
+            );
+            if step["attempts"].as_u64().is_some_and(|a| a > 1) {
+                let _ = write!(out, " after {} attempts", step["attempts"]);
+            }
+            if let Some(message) = step["message"].as_str().filter(|m| !m.is_empty()) {
+                let _ = write!(out, "  {}", printable(message));
+            }
+            out.push('\n');
+        }
+    }
+    if let Some(why) = page["summed-up"].as_str() {
+        let _ = writeln!(out, "({})", printable(why));
+    }
+    out
+}
 
 /// `kubectl verdict rollout`: the set, its deployment's step and gate, and
 /// its instances by stage, as a tree.
@@ -616,12 +675,23 @@ pub fn run(cli: &PluginCli, out: &mut dyn std::io::Write) -> Result<()> {
             let history = transport.get(&format!("{base}/history?limit=10")).ok();
             write(out, &app_page(&view, history.as_ref()))
         }
-        PluginCommand::Rollout { set, watch } => {
+        PluginCommand::Rollout {
+            set,
+            watch,
+            instance,
+        } => {
             let (namespace, name) = namespaced("set", set)?;
             let path = format!("/v1/vm-delivery/{}/{}", segment(namespace), segment(name));
             let mut last = String::new();
             loop {
-                let tree = rollout_tree(&transport.get(&path)?);
+                let mut tree = rollout_tree(&transport.get(&path)?);
+                if let Some(instance) = instance {
+                    let log = transport.get(&format!(
+                        "{path}/instances/{}/log?limit=10",
+                        segment(instance)
+                    ))?;
+                    tree.push_str(&log_tree(instance, &log));
+                }
                 if tree != last {
                     if *watch && !last.is_empty() {
                         write(out, &format!("\n{}\n", "─".repeat(40)))?;
@@ -765,6 +835,38 @@ fn act(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instances_task_log_is_a_tree_of_its_lists_and_steps() {
+        let page = json!({"entries": [
+            {"number": 4, "stage": "deploying", "outcome": "failed", "task": "deploy-code",
+             "reason": "code 2.0", "message": "no such artifact", "started": "2026-01-01T00:00:00Z",
+             "finished": "2026-01-01T00:01:00Z", "steps": [
+                {"task": "detach-load-balancer", "result": "done", "attempts": 1, "at": "2026-01-01T00:00:10Z"},
+                {"task": "deploy-code", "result": "failed", "attempts": 3, "message": "no such artifact", "at": "2026-01-01T00:01:00Z"}]},
+            {"number": 3, "stage": "serving", "outcome": "succeeded", "started": "2025-12-31T00:00:00Z",
+             "finished": "2025-12-31T00:00:05Z"}],
+            "summed-up": "lists without steps are summed up by the Server"});
+        let tree = log_tree("web-0", &page);
+        let lines: Vec<&str> = tree.lines().collect();
+        assert_eq!(lines[1], "web-0 — its task log, newest first", "{tree}");
+        assert!(
+            lines[2].starts_with("├── #4 deploying  failed  1m"),
+            "{tree}"
+        );
+        assert!(lines[2].ends_with("at deploy-code"), "{tree}");
+        assert_eq!(lines[3], "│   │ code 2.0", "{tree}");
+        assert_eq!(lines[5], "│   ├── detach-load-balancer  done", "{tree}");
+        assert_eq!(
+            lines[6], "│   └── deploy-code  failed after 3 attempts  no such artifact",
+            "{tree}"
+        );
+        assert!(lines[7].starts_with("└── #3 serving  succeeded"), "{tree}");
+        assert!(
+            tree.ends_with("(lists without steps are summed up by the Server)\n"),
+            "{tree}"
+        );
+    }
 
     #[test]
     fn a_rollout_is_a_tree_of_its_instances_by_stage() {

@@ -33,7 +33,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use super::hooks::{Asked, Calls, Hooks, InstanceRef, OwnedCall};
-use super::instance::{self, CurrentList, ListOutcome, Lock, Recorded};
+use super::instance::{self, CurrentList, ListOutcome, Lock, LogEntry, Recorded};
 use super::model::{self, InstanceState, Next};
 use super::resources::{
     VmDeployment, VmReplicaSet, deployments, instance_name, instances, machines, servers, sets,
@@ -76,6 +76,8 @@ pub struct Controller {
     pub counts: Arc<Counts>,
     /// The Kubernetes Events of what it does, when it writes them.
     announcer: Option<Arc<super::announce::Announcer>>,
+    /// Where the task log is kept, when it is.
+    history: Option<Arc<crate::history::History>>,
     /// The last failure said of each instance (`namespace/name`) that
     /// could not be moved on: one that lasts is said once.
     said: std::sync::Mutex<BTreeMap<String, String>>,
@@ -159,6 +161,7 @@ impl Controller {
             events,
             counts: Arc::default(),
             announcer: None,
+            history: None,
             said: std::sync::Mutex::default(),
             written: std::sync::Mutex::default(),
             made: std::sync::Mutex::default(),
@@ -175,6 +178,13 @@ impl Controller {
             self.writer.clone(),
             replica,
         ));
+        self
+    }
+
+    /// Keep each instance's finished lists whole in `history`'s task log
+    /// (its Server sums up the last few).
+    pub fn with_history(mut self, history: Arc<crate::history::History>) -> Self {
+        self.history = (!history.is_off()).then_some(history);
         self
     }
 

@@ -394,6 +394,7 @@ impl Controller {
         if same_but_writer(previous, &status) {
             return Ok(());
         }
+        self.log_finished(set, machine, &recorded.finished).await;
         let mut server = (*machine.server).clone();
         server.data["status"] = status;
         let written =
@@ -403,6 +404,34 @@ impl Controller {
         self.wrote(&set.namespace, &machine.name, &machine.resource_version);
         self.keep_ours(&set.namespace, &machine.name, &written);
         Ok(())
+    }
+
+    /// Keep the lists an instance finished in the task log, before the
+    /// status that sums them up is written. A log that cannot be written
+    /// is said, and the delivery goes on: the Server's summary stays.
+    async fn log_finished(&self, set: &VmReplicaSet, machine: &Read, finished: &[LogEntry]) {
+        let Some(history) = &self.history else { return };
+        let rows = finished
+            .iter()
+            .filter_map(|entry| {
+                Some(crate::history::tasklog::ListRow {
+                    namespace: set.namespace.clone(),
+                    server: machine.name.clone(),
+                    uid: machine.uid.clone(),
+                    number: entry.number,
+                    finished: entry.finished.unwrap_or(entry.started),
+                    entry: serde_json::to_string(entry).ok()?,
+                })
+            })
+            .collect();
+        if let Err(error) = history.log_lists(rows).await {
+            tracing::warn!(
+                namespace = set.namespace,
+                instance = machine.name,
+                %error,
+                "VM delivery: finished lists were not kept in the task log (the Server sums them up)"
+            );
+        }
     }
 
     /// Put back each status someone other than this leader wrote since it
