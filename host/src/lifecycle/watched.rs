@@ -52,6 +52,17 @@ enum Reading {
 /// or every object of a new list (`None`).
 pub type OnChange = Box<dyn Fn(Option<&DynamicObject>) + Send + Sync>;
 
+/// What a store keeps of an object beside its metadata.
+#[derive(Debug, Clone, Copy)]
+pub enum Keep {
+    /// Everything.
+    Whole,
+    /// Only these fields of its status (a `conditions` field only its
+    /// `Ready` condition): a machine's store keeps what its readiness and
+    /// its node are read from, not its spec, a tenth of its size.
+    Status(&'static [&'static str]),
+}
+
 /// One resource, watched into a store.
 #[derive(Clone)]
 pub struct Watched {
@@ -69,7 +80,7 @@ impl Watched {
     /// change once the store has it.
     pub fn start(
         api: Api<DynamicObject>,
-        resource: &ApiResource,
+        (resource, keep): (&ApiResource, Keep),
         what: &'static str,
         on_change: OnChange,
     ) -> Self {
@@ -82,7 +93,7 @@ impl Watched {
             writer,
             watcher::watcher(api, watcher::Config::default())
                 .backoff(retry.clone())
-                .modify(slim),
+                .modify(move |object| slim(object, keep)),
         );
         let told = Arc::clone(&reading);
         let watching = tokio::spawn(async move {
@@ -183,8 +194,32 @@ pub const STATUS_MANAGER: &str = "verdict-delivery";
 /// An object as a store keeps it: what the controllers read. Of the field
 /// managers only the last to write a status other than its controller is
 /// kept, by name and time (who to name when a status is put back), and no
-/// last-applied configuration.
-fn slim(object: &mut DynamicObject) {
+/// last-applied configuration; of the rest what `keep` says.
+fn slim(object: &mut DynamicObject, keep: Keep) {
+    if let Keep::Status(fields) = keep {
+        let mut kept = serde_json::Map::new();
+        if let Some(status) = object
+            .data
+            .get_mut("status")
+            .and_then(|s| s.as_object_mut())
+        {
+            for field in fields {
+                let Some(mut value) = status.remove(*field) else {
+                    continue;
+                };
+                if *field == "conditions"
+                    && let Some(conditions) = value.as_array_mut()
+                {
+                    conditions.retain(|c| c["type"] == "Ready");
+                    for condition in conditions.iter_mut().filter_map(|c| c.as_object_mut()) {
+                        condition.retain(|k, _| k == "type" || k == "status");
+                    }
+                }
+                kept.insert((*field).to_string(), value);
+            }
+        }
+        object.data = serde_json::json!({ "status": kept });
+    }
     let managers = object.metadata.managed_fields.take().unwrap_or_default();
     let foreign = managers
         .into_iter()
@@ -270,7 +305,7 @@ mod tests {
             },
         }))
         .unwrap();
-        slim(&mut object);
+        slim(&mut object, Keep::Whole);
         let kept = object.metadata.managed_fields.clone().unwrap();
         assert_eq!(kept.len(), 1, "{kept:?}");
         assert_eq!(kept[0].manager.as_deref(), Some("kubectl-patch"));
@@ -280,6 +315,40 @@ mod tests {
             annotations.keys().collect::<Vec<_>>(),
             ["verdict.dev/retry"]
         );
+    }
+
+    #[test]
+    fn a_machines_store_keeps_what_its_state_and_node_are_read_from() {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../plugins/status/tests/fixtures");
+        let read = |file: &str| -> DynamicObject {
+            let text = std::fs::read_to_string(fixtures.join(file)).unwrap();
+            serde_yaml_ng::from_str(&text).unwrap()
+        };
+        for file in [
+            "argocd__vm-healthy-ready.yaml",
+            "argocd__vm-progressing-starting.yaml",
+            "argocd__vm-suspended-stopped.yaml",
+            "argocd__vm-progressing-nostatus.yaml",
+        ] {
+            let whole = read(file);
+            let mut kept = whole.clone();
+            slim(&mut kept, Keep::Status(&["printableStatus", "conditions"]));
+            let value = |o: &DynamicObject| serde_json::to_value(o).unwrap();
+            assert_eq!(
+                crate::lifecycle::instance::machine_of(&value(&kept)),
+                crate::lifecycle::instance::machine_of(&value(&whole)),
+                "{file}"
+            );
+            assert!(kept.data.get("spec").is_none(), "{file}");
+            assert_eq!(kept.metadata, whole.metadata, "{file}");
+            let size = |o: &DynamicObject| serde_json::to_string(o).unwrap().len();
+            assert!(size(&kept) < size(&whole), "{file}");
+        }
+        let mut vmi = read("argocd__vmi-healthy-ready.yaml");
+        let node = vmi.data["status"]["nodeName"].clone();
+        slim(&mut vmi, Keep::Status(&["nodeName"]));
+        assert_eq!(vmi.data, serde_json::json!({"status": {"nodeName": node}}));
     }
 
     #[test]

@@ -39,7 +39,7 @@ use super::resources::{
     VmDeployment, VmReplicaSet, deployments, instance_name, instances, machines, servers, sets,
 };
 use super::rollout::{self, Member};
-use super::watched::{STATUS_MANAGER, Unread, Watched};
+use super::watched::{Keep, STATUS_MANAGER, Unread, Watched};
 use crate::events::{Events, Kind};
 use crate::failover::Failover;
 use crate::failover::model::Health;

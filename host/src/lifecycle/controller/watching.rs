@@ -513,11 +513,11 @@ impl Controller {
             }
             None => Api::<DynamicObject>::all_with(self.reader.clone(), resource),
         };
-        let watch = |resource: ApiResource, what: &'static str, which: Which| {
+        let watch = |(resource, keep): (ApiResource, Keep), what: &'static str, which: Which| {
             let changed = changed.clone();
             Watched::start(
                 api(&resource),
-                &resource,
+                (&resource, keep),
                 what,
                 Box::new(move |object| {
                     let _ = changed.send((which, object.cloned()));
@@ -526,11 +526,25 @@ impl Controller {
         };
         let scope = Arc::new(Scope {
             namespace: namespace.clone(),
-            sets: watch(sets(), "VMReplicaSets", Which::Set),
-            deployments: watch(deployments(), "VMDeployments", Which::Deployment),
-            servers: watch(servers(), "Servers", Which::Server),
-            machines: watch(machines(), "VirtualMachines", Which::Machine),
-            instances: watch(instances(), "VirtualMachineInstances", Which::Instance),
+            sets: watch((sets(), Keep::Whole), "VMReplicaSets", Which::Set),
+            deployments: watch(
+                (deployments(), Keep::Whole),
+                "VMDeployments",
+                Which::Deployment,
+            ),
+            servers: watch((servers(), Keep::Whole), "Servers", Which::Server),
+            // Of a machine, what its state is read from; of its instance,
+            // the node it runs on.
+            machines: watch(
+                (machines(), Keep::Status(&["printableStatus", "conditions"])),
+                "VirtualMachines",
+                Which::Machine,
+            ),
+            instances: watch(
+                (instances(), Keep::Status(&["nodeName"])),
+                "VirtualMachineInstances",
+                Which::Instance,
+            ),
         });
         let (to_sets, for_sets) = tokio::sync::mpsc::unbounded_channel();
         let (to_deployments, for_deployments) = tokio::sync::mpsc::unbounded_channel();
