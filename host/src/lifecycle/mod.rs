@@ -3,24 +3,29 @@
 //! from what is observed of it and what it should have ([`model`]); what it
 //! should have, and when it may leave service, planned at the rollout's
 //! safe rate ([`rollout`]); each task carried out by the step hook the
-//! configuration names for it ([`hooks`]); the instance's stage, what it
-//! has, its lock and its lists carried on its `VirtualMachine`
-//! ([`instance`]); the resources' types, from which their CRDs are
-//! generated ([`crd`]); the `VMReplicaSet` and `VMDeployment` read, a new
-//! instance's `VirtualMachine` made, their statuses written
-//! ([`resources`]); people's requests carried as annotations on the
-//! resource they are about ([`requests`]); the resources watched into
-//! stores ([`watched`]); the leader's controllers, reconciling each set,
-//! deployment and orphaned machine as it changes ([`controller`]), and
-//! their Kubernetes Events ([`announce`]); and what
-//! the HTTP routes ask of it, on any replica ([`service`]).
+//! configuration names for it ([`hooks`], a Job's hook [`jobs`]); the
+//! instance's stage, what it has, its lock, its list in progress and its
+//! last lists summed up, carried on its `Server` ([`instance`], the whole
+//! task log in the history's database), each list step by step
+//! ([`lists`]); the resources' types, from which
+//! their CRDs are generated ([`crd`]); the `VMReplicaSet` read, a new
+//! instance's `VirtualMachine` made, the statuses and conditions written
+//! ([`resources`]); the `VMDeployment` read, people's actions on its
+//! rollout and its status ([`deployment`]); people's requests carried as
+//! annotations on the resource they are about ([`requests`]); the
+//! resources watched into stores ([`watched`]); the leader's controllers,
+//! reconciling each set, deployment, Server and orphaned machine as it
+//! changes ([`controller`]), and their Kubernetes Events ([`announce`]);
+//! and what the HTTP routes ask of it, on any replica ([`service`]).
 
 pub mod announce;
 pub mod controller;
 pub mod crd;
+pub mod deployment;
 pub mod hooks;
 pub mod instance;
 pub mod jobs;
+pub mod lists;
 pub mod model;
 pub mod requests;
 pub mod resources;

@@ -190,7 +190,7 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
 
     // The statuses the leader writes are kept whole by the server (a field
     // its schema lacked would be pruned, and a rollout's progress lost).
-    let read = verdict::lifecycle::resources::VmDeployment::read(&stored).unwrap();
+    let read = verdict::lifecycle::deployment::VmDeployment::read(&stored).unwrap();
     let (spec, progress) = read.rollout(1_767_225_600_000);
     let plan = verdict::lifecycle::rollout::Plan {
         targets: Default::default(),
@@ -213,7 +213,7 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
     let status = read.status(&spec, &plan, 1, &rows, 1_767_225_600_000);
     let kept = status_written(cluster, ns, "vmdeploy", &status);
     assert_eq!(kept["status"], status, "the server changed the status");
-    let again = verdict::lifecycle::resources::VmDeployment::read(&kept).unwrap();
+    let again = verdict::lifecycle::deployment::VmDeployment::read(&kept).unwrap();
     assert_eq!((again.progress.step, again.progress.promoted), (1, true));
     assert_eq!(again.status_code.as_deref(), Some("2.4.0"));
 

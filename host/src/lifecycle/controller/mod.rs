@@ -32,11 +32,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
+use super::deployment::VmDeployment;
 use super::hooks::{Asked, Calls, Hooks, InstanceRef, OwnedCall};
-use super::instance::{self, CurrentList, ListOutcome, Lock, LogEntry, Recorded};
+use super::instance::{self, Lock, Recorded};
+use super::lists::{CurrentList, ListOutcome, LogEntry};
 use super::model::{self, InstanceState, Next};
 use super::resources::{
-    VmDeployment, VmReplicaSet, deployments, instance_name, instances, machines, servers, sets,
+    VmReplicaSet, deployments, instance_name, instances, machines, servers, sets,
 };
 use super::rollout::{self, Member};
 use super::watched::{Keep, STATUS_MANAGER, Unread, Watched};

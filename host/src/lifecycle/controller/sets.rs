@@ -325,56 +325,70 @@ impl Controller {
             // Looked at again once the store has it going.
             return Ok(true);
         } else if staying.len() < wanted {
-            // No name of an instance, of a machine of the set's, or of one
-            // named offline.
-            let machines = scope.machines.filtered(|vm| {
-                vm.metadata.namespace.as_deref() == Some(namespace)
-                    && set_of(vm) == Some(set.name.as_str())
-            })?;
-            let names: Vec<String> = read
-                .iter()
-                .map(|m| m.name.clone())
-                .chain(machines.iter().filter_map(|vm| vm.metadata.name.clone()))
-                .chain(set.offline.iter().cloned())
-                .collect();
-            let name = instance_name(&set.name, names.iter().map(String::as_str));
-            let server = set.server(&name, &set.spec.environment, None);
-            let api =
-                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers());
-            let server: DynamicObject =
-                serde_json::from_value(server).map_err(kube::Error::SerdeError)?;
-            match api.create(&PostParams::default(), &server).await {
-                Ok(mut made) => {
-                    lock(&self.made)
-                        .entry(format!("{namespace}/{}", set.name))
-                        .or_default()
-                        .insert(name.clone(), at);
-                    // It applies for a machine.
-                    made.data["status"] = json!({
-                        "stage": Stage::Requested.wit_name(),
-                        "since": crate::time::rfc3339(at),
-                        "writer": writer(&self.leadership),
-                    });
-                    let written = api.replace_status(&name, &status_params(), &made).await?;
-                    self.keep_ours(namespace, &name, &written);
-                    let uid = made.metadata.uid.clone().unwrap_or_default();
-                    self.make_machine(set, &name, &uid).await?;
-                    tracing::info!(
-                        namespace,
-                        set = set.name,
-                        instance = name,
-                        "VM delivery: a Server is made, and its machine requested"
-                    );
-                    self.tell(set, json!({"instance": name, "event": "made"}));
-                }
-                // Made already: the store has not seen it yet.
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
-                Err(error) => return Err(error.into()),
-            }
+            self.make_one(set, read, scope, at).await?;
             // Looked at again once the store has it.
             return Ok(true);
         }
         self.mend_machines(set, read).await
+    }
+
+    /// One more instance for a set short of one: its Server made (under
+    /// no name of an instance, of a machine of the set's, or of one named
+    /// offline), `requested`, and its machine.
+    async fn make_one(
+        &self,
+        set: &VmReplicaSet,
+        read: &[Read],
+        scope: &Scope,
+        at: Timestamp,
+    ) -> Result<(), Failed> {
+        let namespace = set.namespace.as_str();
+        // No name of an instance, of a machine of the set's, or of one
+        // named offline.
+        let machines = scope.machines.filtered(|vm| {
+            vm.metadata.namespace.as_deref() == Some(namespace)
+                && set_of(vm) == Some(set.name.as_str())
+        })?;
+        let names: Vec<String> = read
+            .iter()
+            .map(|m| m.name.clone())
+            .chain(machines.iter().filter_map(|vm| vm.metadata.name.clone()))
+            .chain(set.offline.iter().cloned())
+            .collect();
+        let name = instance_name(&set.name, names.iter().map(String::as_str));
+        let server = set.server(&name, &set.spec.environment, None);
+        let api = Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers());
+        let server: DynamicObject =
+            serde_json::from_value(server).map_err(kube::Error::SerdeError)?;
+        match api.create(&PostParams::default(), &server).await {
+            Ok(mut made) => {
+                lock(&self.made)
+                    .entry(format!("{namespace}/{}", set.name))
+                    .or_default()
+                    .insert(name.clone(), at);
+                // It applies for a machine.
+                made.data["status"] = json!({
+                    "stage": Stage::Requested.wit_name(),
+                    "since": crate::time::rfc3339(at),
+                    "writer": writer(&self.leadership),
+                });
+                let written = api.replace_status(&name, &status_params(), &made).await?;
+                self.keep_ours(namespace, &name, &written);
+                let uid = made.metadata.uid.clone().unwrap_or_default();
+                self.make_machine(set, &name, &uid).await?;
+                tracing::info!(
+                    namespace,
+                    set = set.name,
+                    instance = name,
+                    "VM delivery: a Server is made, and its machine requested"
+                );
+                self.tell(set, json!({"instance": name, "event": "made"}));
+            }
+            // Made already: the store has not seen it yet.
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => return Err(error.into()),
+        }
+        Ok(())
     }
 
     /// Each Server's spec says what the plan gives it, written before the
