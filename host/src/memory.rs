@@ -70,9 +70,20 @@ pub fn resident() -> Option<(u64, u64)> {
 static JEMALLOC: AtomicBool = AtomicBool::new(false);
 
 /// Say that the process's allocator is jemalloc (the binary's, which the
-/// library does not choose).
+/// library does not choose), and have it give freed memory back to the
+/// system on a thread of its own: without it, pages freed after a burst
+/// (a watch's full list, a delivery of thousands of instances) are given
+/// back only as the process allocates again, and a host at rest stays as
+/// large as its busiest moment made it.
 pub fn allocator_is_jemalloc() {
     JEMALLOC.store(true, Ordering::Relaxed);
+    #[cfg(feature = "jemalloc")]
+    {
+        let _ = tikv_jemalloc_ctl::max_background_threads::write(1);
+        if let Err(error) = tikv_jemalloc_ctl::background_thread::write(true) {
+            tracing::debug!(%error, "jemalloc gives freed memory back as the host allocates only");
+        }
+    }
 }
 
 /// The bytes the allocator has handed out and not had back, when it is

@@ -1538,6 +1538,19 @@ fn an_instance_lost_with_its_node_is_repaired_by_failover_and_goes_through_the_w
             && !stages.contains(&"failed"),
         "{stages:?}"
     );
+    // Said to be repaired, from which node to which, and its Server shows
+    // the node it runs on now.
+    let now_on = node_of().unwrap();
+    let said = format!("(repaired: moved from {lost} to {now_on})");
+    assert!(
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["reason"].as_str().is_some_and(|r| r.ends_with(&said))),
+        "no list says {said}: {log:#}"
+    );
+    assert_eq!(instances(cluster)["web-0"]["node"], now_on.as_str());
     // Its environment installed again on the new machine.
     let steps = hooks.steps_of("web-0");
     let lost_at = steps

@@ -123,7 +123,8 @@ pub struct CurrentList {
     /// The steps finished so far.
     #[serde(default)]
     pub steps: Vec<StepRecord>,
-    /// The node its machine ran on when it was entered.
+    /// The node its machine ran on when it was entered (or, with none
+    /// then, last ran on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
 }

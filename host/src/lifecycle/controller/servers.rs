@@ -249,6 +249,15 @@ impl Controller {
                     instance::machine_of,
                 );
                 let node = vm.as_ref().and_then(|_| node_of(&name));
+                // A machine said to run with no instance placed on a node
+                // (its status not yet caught up with a fenced or new
+                // instance) is starting: nothing runs on it yet.
+                let machine = match (machine, &node) {
+                    (crate::wit::lifecycle::Machine::Running, None) => {
+                        crate::wit::lifecycle::Machine::Starting
+                    }
+                    (machine, _) => machine,
+                };
                 let node_seen = node.as_ref().and_then(|n| health.get(n)).copied();
                 let at_rest = recorded.clone().unwrap_or_default();
                 let forced = forced(&at_rest);

@@ -4,6 +4,30 @@
 
 use super::*;
 
+/// The call of a list's step in progress: its key, attempt and leader,
+/// the instance, the stage and the step with its parameters.
+fn call_of(
+    set: &VmReplicaSet,
+    machine: &Read,
+    (list, task): (&CurrentList, &model::Task),
+    term: &Term,
+) -> OwnedCall {
+    OwnedCall {
+        key: list.key(&set.namespace, &machine.name, &machine.uid),
+        attempt: list.attempt + 1,
+        leader: term.clone(),
+        instance: InstanceRef {
+            namespace: set.namespace.clone(),
+            name: machine.name.clone(),
+            set: set.name.clone(),
+            uid: machine.uid.clone(),
+        },
+        stage: list.stage.wit_name().to_string(),
+        step: task.name.clone(),
+        params: task.params.clone(),
+    }
+}
+
 impl Controller {
     /// [`Controller::step`], its error logged.
     pub(super) async fn step_logged(
@@ -124,20 +148,7 @@ impl Controller {
         // The hook is asked by a task of its own; its answer is taken
         // on a later reconcile (the controller is woken for it), so
         // that a slow hook holds no other step.
-        let call = OwnedCall {
-            key: key.clone(),
-            attempt: list.attempt + 1,
-            leader: term.clone(),
-            instance: InstanceRef {
-                namespace: set.namespace.clone(),
-                name: machine.name.clone(),
-                set: set.name.clone(),
-                uid: machine.uid.clone(),
-            },
-            stage: list.stage.wit_name().to_string(),
-            step: task.name.clone(),
-            params: task.params.clone(),
-        };
+        let call = call_of(set, machine, (list, &task), term);
         let outcome = match self.calls.ask(call, &self.writer) {
             Asked::Answered(outcome) => outcome,
             Asked::UnderWay | Asked::Full => return Ok(()),
@@ -368,7 +379,13 @@ impl Controller {
                 }
             }
         }
-        list.node = machine.state.node.clone();
+        // Where its machine runs, or last ran (a machine fenced with its
+        // node has none): what a repair is said to have moved it from.
+        list.node = machine
+            .state
+            .node
+            .clone()
+            .or_else(|| recorded.list.as_ref().and_then(|l| l.node.clone()));
         // Back from offline: said to be repaired only when it moved.
         if recorded.stage == Some(Stage::Offline) && list.stage != Stage::Offline {
             let before = recorded.list.as_ref().and_then(|l| l.node.as_deref());
@@ -402,7 +419,22 @@ impl Controller {
             holder: term.holder.clone(),
             term: term.term,
         });
-        self.record(set, machine, &recorded).await
+        self.record(set, machine, &recorded).await?;
+        // Its first step's hook is asked at once, not on the reconcile the
+        // store's showing of this write brings: the same call, by its key,
+        // that reconcile takes the answer of.
+        if let Some(list) = recorded.list.as_ref().filter(|l| {
+            l.outcome == ListOutcome::Running && !l.awaiting_approval() && l.next_at <= now()
+        }) && let Some(task) = list.current()
+            && self
+                .leadership
+                .acting()
+                .is_some_and(|acting| acting == *term)
+        {
+            self.calls
+                .ask(call_of(set, machine, (list, task), term), &self.writer);
+        }
+        Ok(())
     }
 
     /// Record an instance whose list moved on: what a finished list gave
