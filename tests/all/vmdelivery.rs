@@ -2031,6 +2031,31 @@ fn a_status_written_by_hand_is_put_back_and_a_stage_is_forced_through_the_spec()
         })
     });
     assert!(said.is_some(), "{:#?}", shop_events(cluster));
+    // A task list written by hand that is no list (its schema takes any
+    // object): that Server reads as a problem of its own — the Servers'
+    // watch goes on — and it is put back too.
+    let mut garbled = web0();
+    garbled["status"]["list"] = json!({"tasks": "all of them", "step": -1});
+    garbled["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    cluster
+        .sim()
+        .store()
+        .replace(servers, "shop", "web-0", garbled)
+        .unwrap();
+    let put_back = wait_until(PATIENCE * 2, || {
+        let status = web0()["status"].clone();
+        status["list"]["number"] == ours["list"]["number"]
+            && status["list"]["tasks"].is_array()
+            && status["stage"] == "deploying"
+    });
+    assert!(
+        put_back.is_some(),
+        "the garbled list was never put back: {:#}",
+        web0()
+    );
     assert_ne!(
         rollout(server)["phase"],
         "Completed",

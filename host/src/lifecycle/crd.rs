@@ -11,6 +11,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::lists::{CurrentList, LogEntry};
 use super::rollout::Order;
 
 /// A `VMReplicaSet` (seed 002): the machines of an application hosted on
@@ -624,16 +625,16 @@ pub struct ServerStatus {
     /// its steps, the step at, its attempt and each finished step's result.
     #[serde(default)]
     #[schemars(schema_with = "crate::schema::any_object")]
-    pub list: Option<Value>,
+    pub list: Option<Lenient<CurrentList>>,
     /// The step in progress, as `task (attempt n)`.
     pub step: Option<String>,
     /// The key its hook is asked with: the Server's UID, the list and the
     /// step.
     pub step_key: Option<String>,
-    /// The lists it ran before, newest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The last lists it ran before, newest first, summed up.
+    #[serde(default)]
     #[schemars(schema_with = "any_objects")]
-    pub lists: Vec<Value>,
+    pub lists: Option<Lenient<Vec<LogEntry>>>,
     /// The last stage a person forced through the spec that was taken.
     pub forced: Option<ForceTaken>,
     /// The leader that wrote it, `replica/term` (with the chart's
@@ -652,6 +653,48 @@ pub struct ServerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A field of a status whose schema takes any object (a task list): read
+/// when it reads, else kept as written with why not — a Server that a
+/// person wrote wrong is that Server's problem, said on it, never a watch
+/// that cannot list the others.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lenient<T> {
+    Read(T),
+    Unread { value: Value, error: String },
+}
+
+impl<T> Lenient<T> {
+    /// What it reads as, or why it does not.
+    pub fn read(&self) -> Result<&T, &str> {
+        match self {
+            Lenient::Read(read) => Ok(read),
+            Lenient::Unread { error, .. } => Err(error),
+        }
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Ok(match T::deserialize(&value) {
+            Ok(read) => Lenient::Read(read),
+            Err(error) => Lenient::Unread {
+                value,
+                error: error.to_string(),
+            },
+        })
+    }
+}
+
+impl<T: Serialize> Serialize for Lenient<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Lenient::Read(read) => read.serialize(serializer),
+            Lenient::Unread { value, .. } => value.serialize(serializer),
+        }
+    }
 }
 
 /// The stages an instance may be at.

@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use super::crd::{ForceSpec, ForceTaken};
+use super::crd::{
+    Condition, ForceSpec, ForceTaken, Lenient, PackageSpec, ServerResource, ServerStatus,
+};
 use super::lists::{CurrentList, ListOutcome, LogEntry};
 use super::model::{Package, TaskList};
 use super::requests::{self, Request};
@@ -80,7 +82,8 @@ pub fn legacy_status(
     // What it says reads as a Server's status says it, or it is not taken.
     let recorded = Recorded::read(&serde_json::json!({ "status": status }))?;
     Ok(Some(
-        recorded.status(&Observed::default(), &serde_json::Value::Null),
+        serde_json::to_value(recorded.status(&Observed::default(), Vec::new()))
+            .map_err(|e| e.to_string())?,
     ))
 }
 
@@ -235,13 +238,49 @@ pub struct Observed {
 }
 
 impl Recorded {
-    /// Read a Server: its status and people's requests in its annotations.
-    /// What does not read is named, so that a hand-made edit is reported
-    /// rather than guessed at.
+    /// Read a Server as JSON: its status, its forced stage and people's
+    /// requests in its annotations. What does not read is named, so that a
+    /// hand-made edit is reported rather than guessed at.
     pub fn read(server: &serde_json::Value) -> Result<Self, String> {
-        let status = &server["status"];
-        let text = |field: &str| status[field].as_str().map(str::trim);
-        let stage = text("stage")
+        let status: Option<ServerStatus> = Some(&server["status"])
+            .filter(|v| !v.is_null())
+            .map(|value| {
+                serde_path_to_error::deserialize(value)
+                    .map_err(|e| format!("status.{} does not read: {}", e.path(), e.inner()))
+            })
+            .transpose()?;
+        let force: Option<ForceSpec> = Some(&server["spec"]["force"])
+            .filter(|v| !v.is_null())
+            .map(|value| {
+                serde_json::from_value(value.clone())
+                    .map_err(|e| format!("spec.force does not read: {e}"))
+            })
+            .transpose()?;
+        Self::of(status.as_ref(), force.as_ref(), &annotations_of(server))
+    }
+
+    /// Read a Server.
+    pub fn of_server(server: &ServerResource) -> Result<Self, String> {
+        let annotations = server.metadata.annotations.clone().unwrap_or_default();
+        Self::of(
+            server.status.as_ref(),
+            server.spec.force.as_ref(),
+            &annotations,
+        )
+    }
+
+    /// What a Server's status, forced stage and annotations record.
+    fn of(
+        status: Option<&ServerStatus>,
+        force: Option<&ForceSpec>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Self, String> {
+        let empty = ServerStatus::default();
+        let status = status.unwrap_or(&empty);
+        fn text(field: &Option<String>) -> Option<&str> {
+            field.as_deref().map(str::trim)
+        }
+        let stage = text(&status.stage)
             .map(|text| {
                 Stage::from_wit_name(text).ok_or_else(|| {
                     format!(
@@ -251,19 +290,24 @@ impl Recorded {
                 })
             })
             .transpose()?;
-        let since = text("since")
+        let since = text(&status.since)
             .map(|text| parse_time(text).map_err(|e| format!("status.since: {e}")))
             .transpose()?;
-        let field = |name: &str| Some(&status[name]).filter(|v| !v.is_null());
-        let list = field("list")
-            .map(|value| {
-                serde_json::from_value(value.clone())
+        let list = status
+            .list
+            .as_ref()
+            .map(|l| {
+                l.read()
+                    .cloned()
                     .map_err(|e| format!("status.list does not read: {e}"))
             })
             .transpose()?;
-        let mut lists: Vec<LogEntry> = field("lists")
-            .map(|value| {
-                serde_json::from_value(value.clone())
+        let mut lists: Vec<LogEntry> = status
+            .lists
+            .as_ref()
+            .map(|l| {
+                l.read()
+                    .cloned()
                     .map_err(|e| format!("status.lists does not read: {e}"))
             })
             .transpose()?
@@ -282,19 +326,16 @@ impl Recorded {
                 .map(LogEntry::summed_up)
                 .collect();
         }
-        let environment = field("environment")
-            .map(|value| {
-                serde_json::from_value(value.clone())
-                    .map_err(|e| format!("status.environment does not read: {e}"))
+        let environment = status
+            .environment
+            .iter()
+            .map(|p| Package {
+                name: p.name.clone(),
+                version: p.version.clone(),
             })
-            .transpose()?
-            .unwrap_or_default();
-        let annotations = annotations_of(server);
-        let force = Some(&server["spec"]["force"])
-            .filter(|v| !v.is_null())
-            .map(|value| {
-                let request: ForceSpec = serde_json::from_value(value.clone())
-                    .map_err(|e| format!("spec.force does not read: {e}"))?;
+            .collect();
+        let force = force
+            .map(|request| {
                 let stage = Stage::from_wit_name(request.stage.trim()).ok_or_else(|| {
                     format!(
                         "spec.force.stage `{}` is none of {}",
@@ -302,61 +343,71 @@ impl Recorded {
                         Stage::NAMES.join(", ")
                     )
                 })?;
-                Ok::<_, String>(Force { stage, request })
-            })
-            .transpose()?;
-        let forced = field("forced")
-            .map(|value| {
-                serde_json::from_value(value.clone())
-                    .map_err(|e| format!("status.forced does not read: {e}"))
+                Ok::<_, String>(Force {
+                    stage,
+                    request: request.clone(),
+                })
             })
             .transpose()?;
         Ok(Self {
             stage,
             since,
             environment,
-            code: text("code").filter(|c| !c.is_empty()).map(String::from),
-            lock: text("lock").map(Lock::read).transpose()?,
+            code: text(&status.code)
+                .filter(|c| !c.is_empty())
+                .map(String::from),
+            lock: text(&status.lock).map(Lock::read).transpose()?,
             list,
             lists,
             finished,
-            retry: Request::read(&annotations, requests::RETRY)?,
-            skip: Request::read(&annotations, requests::SKIP)?,
-            approve: Request::read(&annotations, requests::APPROVE)?,
+            retry: Request::read(annotations, requests::RETRY)?,
+            skip: Request::read(annotations, requests::SKIP)?,
+            approve: Request::read(annotations, requests::APPROVE)?,
             force,
-            forced,
+            forced: status.forced.clone(),
         })
     }
 
     /// The Server's status that records it, with what is observed of its
-    /// machine; `conditions` kept from before.
-    pub fn status(&self, observed: &Observed, conditions: &serde_json::Value) -> serde_json::Value {
-        let mut status = serde_json::json!({
-            "stage": self.stage.map(|s| s.wit_name()),
-            "since": self.since.map(rfc3339),
-            "environment": self.environment,
-            "environmentText": Some(environment_text(&self.environment)).filter(|t| !t.is_empty()),
-            "code": self.code,
-            "lock": self.lock.as_ref().map(Lock::write),
-            "list": self.list,
-            "step": self.list.as_ref().and_then(|l| {
+    /// machine and its conditions.
+    pub fn status(&self, observed: &Observed, conditions: Vec<Condition>) -> ServerStatus {
+        let environment_text = environment_text(&self.environment);
+        ServerStatus {
+            observed_generation: observed.generation,
+            stage: self.stage.map(|s| s.wit_name().to_string()),
+            since: self.since.map(rfc3339),
+            environment: self
+                .environment
+                .iter()
+                .map(|p| PackageSpec {
+                    name: p.name.clone(),
+                    version: p.version.clone(),
+                })
+                .collect(),
+            environment_text: Some(environment_text).filter(|t| !t.is_empty()),
+            code: self.code.clone(),
+            lock: self.lock.as_ref().map(Lock::write),
+            list: self.list.clone().map(Lenient::Read),
+            step: self.list.as_ref().and_then(|l| {
                 let task = l.current()?;
                 Some(format!("{} (attempt {})", task.name, l.attempt + 1))
             }),
-            "stepKey": self.list.as_ref().and_then(|l| l.current()).and(observed.step_key.clone()),
-            "lists": self.lists,
-            "forced": self.forced,
-            "machine": observed.machine,
-            "machineState": observed.machine_state.map(|m| m.wit_name()),
-            "node": observed.node,
-            "ready": observed.ready,
-            "observedGeneration": observed.generation,
-            "writer": observed.writer,
-        });
-        if conditions.as_array().is_some_and(|c| !c.is_empty()) {
-            status["conditions"] = conditions.clone();
+            step_key: self
+                .list
+                .as_ref()
+                .and_then(|l| l.current())
+                .and(observed.step_key.clone()),
+            lists: Some(self.lists.clone())
+                .filter(|l| !l.is_empty())
+                .map(Lenient::Read),
+            forced: self.forced.clone(),
+            writer: observed.writer.clone(),
+            machine: observed.machine.clone(),
+            machine_state: observed.machine_state.map(|m| m.wit_name().to_string()),
+            node: observed.node.clone(),
+            ready: Some(observed.ready),
+            conditions,
         }
-        status
     }
 
     /// Enter a stage with its list, at `now`.

@@ -10,8 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 use kube::api::{Api, DynamicObject};
-use kube::core::ApiResource;
+use serde::de::DeserializeOwned;
+
+use super::crd::ServerResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
@@ -50,9 +54,10 @@ enum Reading {
 
 /// What a watched resource's objects do: an object applied or deleted,
 /// or every object of a new list (`None`).
-pub type OnChange = Box<dyn Fn(Option<&DynamicObject>) + Send + Sync>;
+pub type OnChange<K> = Box<dyn Fn(Option<&K>) + Send + Sync>;
 
-/// What a store keeps of an object beside its metadata.
+/// What a store keeps of an object of no type of its own beside its
+/// metadata (an object of a type keeps what its type has).
 #[derive(Debug, Clone, Copy)]
 pub enum Keep {
     /// Everything.
@@ -63,26 +68,59 @@ pub enum Keep {
     Status(&'static [&'static str]),
 }
 
+/// What a store keeps of an object: its metadata slimmed, and of the rest
+/// what its kind says.
+pub trait Kept:
+    Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+where
+    Self::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    /// How its kind is kept.
+    type Keeping: Copy + Send + Sync + 'static;
+    fn keep(&mut self, keeping: Self::Keeping);
+}
+
+impl Kept for DynamicObject {
+    type Keeping = Keep;
+    fn keep(&mut self, keeping: Keep) {
+        slim(self, keeping);
+    }
+}
+
+impl Kept for ServerResource {
+    type Keeping = ();
+    fn keep(&mut self, (): ()) {
+        slim_metadata(&mut self.metadata);
+    }
+}
+
 /// One resource, watched into a store.
 #[derive(Clone)]
-pub struct Watched {
-    pub store: Store<DynamicObject>,
-    pub resource: ApiResource,
+pub struct Watched<K: Kept = DynamicObject>
+where
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    pub store: Store<K>,
+    /// What names its kind (for an object of no type, its API resource).
+    pub resource: K::DynamicType,
     what: &'static str,
     reading: Arc<Mutex<Reading>>,
     /// The watch: it ends when the last copy of this is dropped.
     _watching: Arc<AbortOnDropHandle<()>>,
 }
 
-impl Watched {
+impl<K: Kept> Watched<K>
+where
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
     /// Watch `api`'s objects of `resource` (`what` names them in errors)
     /// for as long as this (or a copy) is kept, telling `on_change` of each
     /// change once the store has it.
     pub fn start(
-        api: Api<DynamicObject>,
-        (resource, keep): (&ApiResource, Keep),
+        api: Api<K>,
+        (resource, keep): (&K::DynamicType, K::Keeping),
         what: &'static str,
-        on_change: OnChange,
+        on_change: OnChange<K>,
     ) -> Self {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
@@ -93,7 +131,7 @@ impl Watched {
             writer,
             watcher::watcher(api, watcher::Config::default())
                 .backoff(retry.clone())
-                .modify(move |object| slim(object, keep)),
+                .modify(move |object| object.keep(keep)),
         );
         let told = Arc::clone(&reading);
         let watching = tokio::spawn(async move {
@@ -167,23 +205,20 @@ impl Watched {
     }
 
     /// The objects the store has that `keep` keeps, when it can be trusted.
-    pub fn filtered(
-        &self,
-        keep: impl Fn(&DynamicObject) -> bool,
-    ) -> Result<Vec<Arc<DynamicObject>>, Unread> {
+    pub fn filtered(&self, keep: impl Fn(&K) -> bool) -> Result<Vec<Arc<K>>, Unread> {
         self.check()?;
         Ok(self.store.state_filter(|o| keep(o)))
     }
 
     /// The object named `name` in `namespace`, when the store can be
     /// trusted.
-    pub fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<DynamicObject>>, Unread> {
+    pub fn get(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, Unread> {
         self.check()?;
         Ok(self.store.get(&self.reference(namespace, name)))
     }
 
     /// A reference to the object named `name` in `namespace`.
-    pub fn reference(&self, namespace: &str, name: &str) -> reflector::ObjectRef<DynamicObject> {
+    pub fn reference(&self, namespace: &str, name: &str) -> reflector::ObjectRef<K> {
         reflector::ObjectRef::new_with(name, self.resource.clone()).within(namespace)
     }
 }
@@ -196,6 +231,7 @@ pub const STATUS_MANAGER: &str = "verdict-delivery";
 /// kept, by name and time (who to name when a status is put back), and no
 /// last-applied configuration; of the rest what `keep` says.
 fn slim(object: &mut DynamicObject, keep: Keep) {
+    slim_metadata(&mut object.metadata);
     if let Keep::Status(fields) = keep {
         let mut kept = serde_json::Map::new();
         if let Some(status) = object
@@ -220,17 +256,24 @@ fn slim(object: &mut DynamicObject, keep: Keep) {
         }
         object.data = serde_json::json!({ "status": kept });
     }
-    let managers = object.metadata.managed_fields.take().unwrap_or_default();
+}
+
+/// An object's metadata as a store keeps it: of the field managers only
+/// the last to write a status other than its controller, by name and time
+/// (who to name when a status is put back), and no last-applied
+/// configuration.
+fn slim_metadata(metadata: &mut ObjectMeta) {
+    let managers = metadata.managed_fields.take().unwrap_or_default();
     let foreign = managers
         .into_iter()
         .filter(|f| f.subresource.as_deref() == Some("status"))
         .filter(|f| f.manager.as_deref() != Some(STATUS_MANAGER))
         .max_by_key(|f| f.time.as_ref().map(|t| t.0));
-    object.metadata.managed_fields = foreign.map(|mut f| {
+    metadata.managed_fields = foreign.map(|mut f| {
         f.fields_v1 = None;
         vec![f]
     });
-    if let Some(annotations) = object.metadata.annotations.as_mut() {
+    if let Some(annotations) = metadata.annotations.as_mut() {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
 }

@@ -226,7 +226,7 @@ impl Controller {
         name: &str,
     ) -> Result<ServerFor, Failed> {
         match scope.servers.get(&set.namespace, name)? {
-            Some(server) if set_of(&server) == Some(set.name.as_str()) => Ok(ServerFor::Has(
+            Some(server) if set_of(&*server) == Some(set.name.as_str()) => Ok(ServerFor::Has(
                 server.metadata.uid.clone().unwrap_or_default(),
             )),
             Some(_) => Ok(ServerFor::Not),

@@ -32,6 +32,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
+use super::crd::{ServerResource, ServerStatus};
 use super::deployment::VmDeployment;
 use super::hooks::{Asked, Calls, Hooks, InstanceRef, OwnedCall};
 use super::instance::{self, Lock, Recorded};
@@ -41,7 +42,7 @@ use super::resources::{
     VmReplicaSet, deployments, instance_name, instances, machines, servers, sets,
 };
 use super::rollout::{self, Member};
-use super::watched::{Keep, STATUS_MANAGER, Unread, Watched};
+use super::watched::{Keep, Kept, STATUS_MANAGER, Unread, Watched};
 use crate::events::{Events, Kind};
 use crate::failover::Failover;
 use crate::failover::model::Health;
@@ -50,6 +51,7 @@ use crate::plugins::{Registry, World};
 use crate::time::{Timestamp, now};
 use crate::wit::WitName;
 use crate::wit::lifecycle::{NodeHealth, Stage};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// What a set's `Degraded` condition, the log and `/readyz` say while no
 /// lifecycle policy is loaded.
@@ -314,11 +316,11 @@ pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// `namespace/name` of an object.
-fn key_of(object: &DynamicObject) -> String {
+fn key_of(object: &ObjectMeta) -> String {
     format!(
         "{}/{}",
-        object.metadata.namespace.as_deref().unwrap_or_default(),
-        object.metadata.name.as_deref().unwrap_or_default()
+        object.namespace.as_deref().unwrap_or_default(),
+        object.name.as_deref().unwrap_or_default()
     )
 }
 
@@ -328,19 +330,22 @@ mod tests {
 
     #[test]
     fn a_status_that_differs_only_by_its_writer_is_not_written_again() {
-        let by_a = json!({"stage": "serving", "writer": "a/1"});
+        let status = |stage: &str, writer: Option<&str>, ready: Option<bool>| ServerStatus {
+            stage: Some(stage.into()),
+            writer: writer.map(String::from),
+            ready,
+            ..ServerStatus::default()
+        };
+        let by_a = status("serving", Some("a/1"), None);
         assert!(same_but_writer(
             &by_a,
-            &json!({"stage": "serving", "writer": "b/2"})
+            &status("serving", Some("b/2"), None)
         ));
-        assert!(same_but_writer(&by_a, &json!({"stage": "serving"})));
+        assert!(same_but_writer(&by_a, &status("serving", None, None)));
+        assert!(!same_but_writer(&by_a, &status("ready", Some("a/1"), None)));
         assert!(!same_but_writer(
             &by_a,
-            &json!({"stage": "ready", "writer": "a/1"})
-        ));
-        assert!(!same_but_writer(
-            &by_a,
-            &json!({"stage": "serving", "ready": true})
+            &status("serving", Some("a/1"), Some(true))
         ));
     }
 

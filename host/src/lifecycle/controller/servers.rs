@@ -35,10 +35,10 @@ pub(super) struct Read {
     pub(super) stale: bool,
     /// The status this leader wrote last, when the store shows another:
     /// someone else wrote it, and it is put back.
-    pub(super) overwritten: Option<Arc<Value>>,
+    pub(super) overwritten: Option<Arc<ServerStatus>>,
     pub(super) recorded: Result<Recorded, String>,
     /// The Server as read.
-    pub(super) server: Arc<DynamicObject>,
+    pub(super) server: Arc<ServerResource>,
     pub(super) state: InstanceState,
     pub(super) created: Timestamp,
     /// The Server's finalizers, and whether it is being deleted.
@@ -119,21 +119,25 @@ pub(super) fn writer(leadership: &Leadership) -> Option<String> {
 }
 
 /// Whether two statuses differ in nothing but their writer.
-pub(super) fn same_but_writer(a: &Value, b: &Value) -> bool {
-    let fields = |status: &Value| {
-        status
-            .as_object()
-            .map(|o| o.iter().filter(|(k, _)| *k != "writer").count())
-    };
-    match (a.as_object(), b.as_object()) {
-        (Some(a_fields), Some(b_fields)) => {
-            fields(a) == fields(b)
-                && a_fields
-                    .iter()
-                    .filter(|(k, _)| *k != "writer")
-                    .all(|(k, v)| b_fields.get(k) == Some(v))
+pub(super) fn same_but_writer(a: &ServerStatus, b: &ServerStatus) -> bool {
+    ServerStatus {
+        writer: b.writer.clone(),
+        ..a.clone()
+    } == *b
+}
+
+/// The conditions of a status keep the time they last changed, when they
+/// hold what they held before.
+pub(super) fn keep_transitions(previous: Option<&ServerStatus>, next: &mut ServerStatus) {
+    let Some(previous) = previous else { return };
+    for condition in &mut next.conditions {
+        if let Some(old) = previous
+            .conditions
+            .iter()
+            .find(|o| o.type_ == condition.type_ && o.status == condition.status)
+        {
+            condition.last_transition_time = old.last_transition_time.clone();
         }
-        _ => a == b,
     }
 }
 
@@ -148,9 +152,8 @@ pub(super) fn status_params() -> PostParams {
 
 /// Who last wrote a Server's status other than its controller, as the API
 /// server's field managers say (none where it keeps none).
-pub(super) fn status_writer(server: &DynamicObject) -> Option<String> {
+pub(super) fn status_writer(server: &ObjectMeta) -> Option<String> {
     server
-        .metadata
         .managed_fields
         .iter()
         .flatten()
@@ -234,9 +237,8 @@ impl Controller {
         Ok(listed
             .iter()
             .map(|server| {
-                let value = serde_json::to_value(&**server).unwrap_or_default();
                 let name = server.metadata.name.clone().unwrap_or_default();
-                let recorded = Recorded::read(&value);
+                let recorded = Recorded::of_server(server);
                 let vm = scope
                     .machines
                     .store
@@ -326,9 +328,9 @@ impl Controller {
                         {
                             return None;
                         }
-                        let present = serde_json::to_vec(&server.data["status"]).ok()?;
+                        let present = serde_json::to_vec(&server.status).ok()?;
                         (*written.status != *present)
-                            .then(|| serde_json::from_slice::<Value>(&written.status).ok())
+                            .then(|| serde_json::from_slice::<ServerStatus>(&written.status).ok())
                             .flatten()
                     })
                     .flatten()
@@ -386,7 +388,7 @@ impl Controller {
             generation: machine.generation,
             writer: writer(&self.leadership),
         };
-        let previous = &machine.server.data["status"];
+        let previous = machine.server.status.as_ref();
         let conditions = crate::lifecycle::resources::server_conditions(
             recorded,
             (
@@ -396,22 +398,29 @@ impl Controller {
             machine.generation.unwrap_or(0),
             now(),
         );
-        let mut status = pruned(recorded.status(&observed, &conditions));
-        crate::lifecycle::resources::keep_transitions(previous, &mut status);
+        let mut status = recorded.status(
+            &observed,
+            serde_json::from_value(conditions).unwrap_or_default(),
+        );
+        keep_transitions(previous, &mut status);
         // Written only when something but its writer changed: a new
         // leader does not write every Server again to sign it.
-        if same_but_writer(previous, &status) {
+        if previous.is_some_and(|p| same_but_writer(p, &status)) {
             return Ok(());
         }
         self.log_finished(set, machine, &recorded.finished).await;
         let mut server = (*machine.server).clone();
-        server.data["status"] = status;
-        let written =
-            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers())
-                .replace_status(&machine.name, &status_params(), &server)
-                .await?;
+        server.status = Some(status);
+        let written = Api::<ServerResource>::namespaced(self.writer.clone(), &set.namespace)
+            .replace_status(&machine.name, &status_params(), &server)
+            .await?;
         self.wrote(&set.namespace, &machine.name, &machine.resource_version);
-        self.keep_ours(&set.namespace, &machine.name, &written);
+        self.keep_ours(
+            &set.namespace,
+            &machine.name,
+            &written.metadata,
+            &written.status,
+        );
         Ok(())
     }
 
@@ -457,21 +466,23 @@ impl Controller {
             let Some(ours) = &machine.overwritten else {
                 continue;
             };
-            let present = &machine.server.data["status"];
-            let by = status_writer(&machine.server)
+            let by = status_writer(&machine.server.metadata)
                 .unwrap_or_else(|| "someone other than its controller".into());
-            let changed = changes(ours, present);
+            let value =
+                |status: Option<&ServerStatus>| serde_json::to_value(status).unwrap_or_default();
+            let changed = changes(&value(Some(ours)), &value(machine.server.status.as_ref()));
             let mut server = (*machine.server).clone();
-            server.data["status"] = (**ours).clone();
-            let written = Api::<DynamicObject>::namespaced_with(
-                self.writer.clone(),
-                &set.namespace,
-                &servers(),
-            )
-            .replace_status(&machine.name, &status_params(), &server)
-            .await?;
+            server.status = Some((**ours).clone());
+            let written = Api::<ServerResource>::namespaced(self.writer.clone(), &set.namespace)
+                .replace_status(&machine.name, &status_params(), &server)
+                .await?;
             self.wrote(&set.namespace, &machine.name, &machine.resource_version);
-            self.keep_ours(&set.namespace, &machine.name, &written);
+            self.keep_ours(
+                &set.namespace,
+                &machine.name,
+                &written.metadata,
+                &written.status,
+            );
             tracing::warn!(
                 namespace = set.namespace,
                 instance = machine.name,
@@ -490,18 +501,24 @@ impl Controller {
 
     /// Keep the status of a Server this leader wrote, as the API server
     /// took it.
-    pub(super) fn keep_ours(&self, namespace: &str, name: &str, written: &DynamicObject) {
+    pub(super) fn keep_ours(
+        &self,
+        namespace: &str,
+        name: &str,
+        written: &ObjectMeta,
+        status: &Option<ServerStatus>,
+    ) {
         let Some(term) = self.leadership.acting().map(|t| t.term) else {
             return;
         };
-        let Ok(text) = serde_json::to_vec(&written.data["status"]) else {
+        let Ok(text) = serde_json::to_vec(status) else {
             return;
         };
         lock(&self.ours).insert(
             format!("{namespace}/{name}"),
             Written {
                 term,
-                version: written.metadata.resource_version.clone(),
+                version: written.resource_version.clone(),
                 status: text.into(),
             },
         );

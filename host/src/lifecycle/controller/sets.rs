@@ -191,7 +191,11 @@ impl Controller {
             // store now: gone, since the store only moves on. Never seen: not
             // made yet, or made and not in the store yet (made again, the
             // API server says it exists).
-            let seen = server.server.data["status"]["machineState"].is_string();
+            let seen = server
+                .server
+                .status
+                .as_ref()
+                .is_some_and(|s| s.machine_state.is_some());
             if !seen {
                 self.make_machine(set, &server.name, &server.uid).await?;
             } else {
@@ -357,8 +361,8 @@ impl Controller {
             .collect();
         let name = instance_name(&set.name, names.iter().map(String::as_str));
         let server = set.server(&name, &set.spec.environment, None);
-        let api = Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers());
-        let server: DynamicObject =
+        let api = Api::<ServerResource>::namespaced(self.writer.clone(), namespace);
+        let server: ServerResource =
             serde_json::from_value(server).map_err(kube::Error::SerdeError)?;
         match api.create(&PostParams::default(), &server).await {
             Ok(mut made) => {
@@ -367,13 +371,14 @@ impl Controller {
                     .or_default()
                     .insert(name.clone(), at);
                 // It applies for a machine.
-                made.data["status"] = json!({
-                    "stage": Stage::Requested.wit_name(),
-                    "since": crate::time::rfc3339(at),
-                    "writer": writer(&self.leadership),
+                made.status = Some(ServerStatus {
+                    stage: Some(Stage::Requested.wit_name().into()),
+                    since: Some(crate::time::rfc3339(at)),
+                    writer: writer(&self.leadership),
+                    ..ServerStatus::default()
                 });
                 let written = api.replace_status(&name, &status_params(), &made).await?;
-                self.keep_ours(namespace, &name, &written);
+                self.keep_ours(namespace, &name, &written.metadata, &written.status);
                 let uid = made.metadata.uid.clone().unwrap_or_default();
                 self.make_machine(set, &name, &uid).await?;
                 tracing::info!(
@@ -411,7 +416,7 @@ impl Controller {
             );
             // The target only: what else the spec has (a person's forced
             // stage) is not the rollout's.
-            let before = &machine.server.data["spec"];
+            let before = serde_json::to_value(&machine.server.spec).unwrap_or_default();
             let target = ["replicaSet", "environment", "code"];
             if target.iter().all(|k| before.get(*k) == spec.get(*k)) {
                 continue;
@@ -420,17 +425,16 @@ impl Controller {
             if patch.get("code").is_none() {
                 patch["code"] = Value::Null;
             }
-            let patched =
-                Api::<DynamicObject>::namespaced_with(self.writer.clone(), namespace, &servers())
-                    .patch(
-                        &machine.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(&json!({
-                            "metadata": {"resourceVersion": machine.resource_version},
-                            "spec": patch,
-                        })),
-                    )
-                    .await?;
+            let patched = Api::<ServerResource>::namespaced(self.writer.clone(), namespace)
+                .patch(
+                    &machine.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({
+                        "metadata": {"resourceVersion": machine.resource_version},
+                        "spec": patch,
+                    })),
+                )
+                .await?;
             self.wrote(namespace, &machine.name, &machine.resource_version);
             machine.resource_version = patched
                 .metadata

@@ -26,7 +26,7 @@ pub(super) struct Scope {
     pub(super) namespace: Option<String>,
     pub(super) sets: Watched,
     pub(super) deployments: Watched,
-    pub(super) servers: Watched,
+    pub(super) servers: Watched<ServerResource>,
     pub(super) machines: Watched,
     pub(super) instances: Watched,
 }
@@ -71,7 +71,7 @@ impl Scope {
 pub(super) struct Route {
     pub(super) sets: Sender<ObjectRef<DynamicObject>>,
     pub(super) deployments: Sender<ObjectRef<DynamicObject>>,
-    pub(super) servers: Sender<ObjectRef<DynamicObject>>,
+    pub(super) servers: Sender<ObjectRef<ServerResource>>,
     pub(super) machines: Sender<ObjectRef<DynamicObject>>,
 }
 
@@ -79,11 +79,14 @@ impl Route {
     pub(super) fn changed(&self, scope: &Scope, which: Which, object: Option<&DynamicObject>) {
         let Some(object) = object else {
             // A new list: everything it may concern.
-            let every = |watched: &Watched, to: &Sender<ObjectRef<DynamicObject>>| {
+            fn every<K: Kept>(watched: &Watched<K>, to: &Sender<ObjectRef<K>>)
+            where
+                K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+            {
                 for object in watched.store.state() {
                     let _ = to.send(reference_of(watched, &object));
                 }
-            };
+            }
             every(&scope.sets, &self.sets);
             every(&scope.deployments, &self.deployments);
             every(&scope.servers, &self.servers);
@@ -111,7 +114,7 @@ impl Route {
                 self.set(scope, namespace, set);
             }
             Which::Server => {
-                let _ = self.servers.send(reference_of(&scope.servers, object));
+                let _ = self.servers.send(scope.servers.reference(namespace, name));
                 // Its machine, which may have lost its Server.
                 let _ = self
                     .machines
@@ -144,7 +147,7 @@ impl Route {
                     .machines
                     .store
                     .get(&scope.machines.reference(namespace, name))
-                    && let Some(set) = set_of(&machine)
+                    && let Some(set) = set_of(&*machine)
                 {
                     let _ = self.sets.send(scope.sets.reference(namespace, set));
                 }
@@ -169,10 +172,10 @@ impl Route {
 
 pub(super) type Sender<T> = tokio::sync::mpsc::UnboundedSender<T>;
 
-/// The set a machine belongs to, by its label.
-pub(super) fn set_of(machine: &DynamicObject) -> Option<&str> {
-    machine
-        .metadata
+/// The set a machine or Server belongs to, by its label.
+pub(super) fn set_of<K: kube::Resource>(object: &K) -> Option<&str> {
+    object
+        .meta()
         .labels
         .as_ref()?
         .get(instance::SET_LABEL)
@@ -180,18 +183,24 @@ pub(super) fn set_of(machine: &DynamicObject) -> Option<&str> {
 }
 
 /// A reference to a watched object.
-pub(super) fn reference_of(watched: &Watched, object: &DynamicObject) -> ObjectRef<DynamicObject> {
+pub(super) fn reference_of<K: Kept>(watched: &Watched<K>, object: &K) -> ObjectRef<K>
+where
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
     watched.reference(
-        object.metadata.namespace.as_deref().unwrap_or_default(),
-        object.metadata.name.as_deref().unwrap_or_default(),
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default(),
     )
 }
 
 /// A controller over a watched store, reconciling the objects it is sent.
-pub(super) fn over(
-    watched: &Watched,
-    triggers: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>,
-) -> kube::runtime::Controller<DynamicObject> {
+pub(super) fn over<K: Kept>(
+    watched: &Watched<K>,
+    triggers: tokio::sync::mpsc::UnboundedReceiver<ObjectRef<K>>,
+) -> kube::runtime::Controller<K>
+where
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync + std::fmt::Debug + Unpin,
+{
     kube::runtime::Controller::for_stream_with(
         futures_util::stream::pending(),
         watched.store.clone(),
@@ -238,7 +247,7 @@ pub(super) async fn reconcile_set(
     let Some(term) = controller.leadership.acting() else {
         return Ok(Action::requeue(NOT_ACTING));
     };
-    let key = key_of(&object);
+    let key = key_of(&object.metadata);
     let found = controller.reconcile_set(&object, scope, &term).await?;
     let again = match (found.moving, found.gone) {
         (_, true) => {
@@ -318,7 +327,7 @@ pub(super) async fn reconcile_deployment(
 /// let go. One not being deleted is left alone: the garbage collector
 /// deletes what its set owned.
 pub(super) async fn reconcile_server(
-    object: Arc<DynamicObject>,
+    object: Arc<ServerResource>,
     context: Arc<Context>,
 ) -> Result<Action, Failed> {
     let Context { controller, scope } = &*context;
@@ -333,7 +342,7 @@ pub(super) async fn reconcile_server(
         .any(|f| f == instance::FINALIZER);
     let namespace = object.metadata.namespace.clone().unwrap_or_default();
     let (Some(set), true, true) = (
-        set_of(&object),
+        set_of(&*object),
         held,
         object.metadata.deletion_timestamp.is_some(),
     ) else {
@@ -417,10 +426,10 @@ pub(super) async fn reconcile_machine(
 /// lasts is said once, and its end when it ends.
 /// What a controller does with each reconcile's result: one that
 /// succeeded clears its object's failures in a row.
-pub(super) fn settled<E>(
+pub(super) fn settled<K: kube::Resource, E>(
     which: Which,
     controller: &Arc<Controller>,
-) -> impl FnMut(Result<(ObjectRef<DynamicObject>, Action), E>) -> std::future::Ready<()> + use<E> {
+) -> impl FnMut(Result<(ObjectRef<K>, Action), E>) -> std::future::Ready<()> + use<K, E> {
     let controller = Arc::clone(controller);
     move |result| {
         if let Ok((object, _)) = result {
@@ -444,15 +453,15 @@ pub(super) fn after_failures(n: u32) -> Duration {
 /// A reconcile of a `which` that failed is tried again after a wait that
 /// grows with its failures in a row; a failure that lasts is said once,
 /// and its end when it ends.
-pub(super) fn on_error(
+pub(super) fn on_error<K: kube::Resource>(
     which: Which,
-) -> impl Fn(Arc<DynamicObject>, &Failed, Arc<Context>) -> Action + Send + Sync + 'static {
-    move |object, failed, context| failed_again(which, &object, failed, &context)
+) -> impl Fn(Arc<K>, &Failed, Arc<Context>) -> Action + Send + Sync + 'static {
+    move |object, failed, context| failed_again(which, object.meta(), failed, &context)
 }
 
 pub(super) fn failed_again(
     which: Which,
-    object: &DynamicObject,
+    object: &ObjectMeta,
     failed: &Failed,
     context: &Context,
 ) -> Action {
@@ -532,7 +541,36 @@ impl Controller {
                 "VMDeployments",
                 Which::Deployment,
             ),
-            servers: watch((servers(), Keep::Whole), "Servers", Which::Server),
+            // A Server, read into its type: what is kept of it is what it
+            // has (its task lists as they read).
+            servers: {
+                let changed = changed.clone();
+                let api = match &namespace {
+                    Some(namespace) => {
+                        Api::<ServerResource>::namespaced(self.reader.clone(), namespace)
+                    }
+                    None => Api::<ServerResource>::all(self.reader.clone()),
+                };
+                Watched::start(
+                    api,
+                    (&(), ()),
+                    "Servers",
+                    Box::new(move |server: Option<&ServerResource>| {
+                        // What routes a change: where it is, and its set.
+                        let object = server.map(|s| DynamicObject {
+                            types: None,
+                            metadata: ObjectMeta {
+                                namespace: s.metadata.namespace.clone(),
+                                name: s.metadata.name.clone(),
+                                labels: s.metadata.labels.clone(),
+                                ..ObjectMeta::default()
+                            },
+                            data: Value::Null,
+                        });
+                        let _ = changed.send((Which::Server, object));
+                    }),
+                )
+            },
             // Of a machine, what its state is read from; of its instance,
             // the node it runs on.
             machines: watch(

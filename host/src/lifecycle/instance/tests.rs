@@ -249,7 +249,7 @@ fn the_server_sums_up_its_last_lists_and_hands_the_whole_ones_to_the_log() {
     assert_eq!(recorded.finished.len(), 7);
     assert!(recorded.finished.iter().all(|l| l.steps.len() == 2));
     // The status carries no steps but the list in progress's.
-    let status = recorded.status(&Observed::default(), &serde_json::Value::Null);
+    let status = serde_json::to_value(recorded.status(&Observed::default(), Vec::new())).unwrap();
     assert_eq!(status["lists"].as_array().unwrap().len(), SUMMED_UP);
     assert!(
         status["lists"][0]
@@ -273,8 +273,7 @@ fn the_server_sums_up_its_last_lists_and_hands_the_whole_ones_to_the_log() {
     assert_eq!(read.lists.len(), SUMMED_UP);
     assert!(read.lists.iter().all(|l| l.steps.is_empty()));
     // Read again as the leader wrote it: nothing more for the log.
-    let rewritten =
-        serde_json::json!({"status": read.status(&Observed::default(), &serde_json::Value::Null)});
+    let rewritten = serde_json::json!({"status": serde_json::to_value(read.status(&Observed::default(), Vec::new())).unwrap()});
     assert!(Recorded::read(&rewritten).unwrap().finished.is_empty());
 }
 
@@ -305,7 +304,7 @@ fn what_the_annotations_record_reads_back_whole() {
     recorded
         .lists
         .push(initializing(1, 1_767_225_500_000).entry());
-    let status = recorded.status(&Observed::default(), &serde_json::Value::Null);
+    let status = serde_json::to_value(recorded.status(&Observed::default(), Vec::new())).unwrap();
     assert_eq!(status["stage"], "initializing");
     assert_eq!(status["environmentText"], "jdk=21,agent=3.2");
     assert_eq!(status["lock"], "verdict-7c9f/4");
@@ -390,9 +389,10 @@ fn a_status_edited_wrong_by_hand_is_named() {
         refused("stage", "redy".into())
             .starts_with("status.stage `redy` is none of requested, initializing")
     );
+    let environment = refused("environment", serde_json::json!([{"name": "jdk"}]));
     assert!(
-        refused("environment", serde_json::json!([{"name": "jdk"}]))
-            .starts_with("status.environment does not read")
+        environment.starts_with("status.environment[0] does not read: missing field `version`"),
+        "{environment}"
     );
     assert!(refused("since", "yesterday".into()).starts_with("status.since: "));
     assert_eq!(
