@@ -1020,6 +1020,17 @@ fn a_gray_release_waits_at_its_gate_until_a_person_approves_it() {
         text.contains("verdict_vm_delivery_rollouts{phase=\"Completed\"} 1"),
         "{text}"
     );
+    // The lists the instances finished are counted kept in the task log,
+    // none lost.
+    let kept = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+    };
+    assert!(
+        kept("verdict_history_task_lists_total ").is_some_and(|n| n + 1 >= all.len() as u64),
+        "{text}"
+    );
+    assert_eq!(kept("verdict_history_task_lists_lost_total "), Some(0));
     assert!(
         text.contains("verdict_vm_delivery_hook_calls_total{step=\"deploy-code\"} 6"),
         "{text}"

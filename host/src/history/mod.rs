@@ -108,8 +108,10 @@ pub struct Health {
     pub changes: u64,
     pub folded: u64,
     pub marks: u64,
-    /// Finished task lists of seed 002's instances written.
+    /// Finished task lists of seed 002's instances written, and those
+    /// that could not be.
     pub lists: u64,
+    pub lists_lost: u64,
     /// Records waiting to be written.
     pub pending: usize,
     /// Records lost: the database refused them past the bound kept, the

@@ -61,8 +61,9 @@ impl Writer {
                         Ok(store) => store.record_lists(&rows).map_err(|e| e.to_string()),
                         Err(error) => Err(error.clone()),
                     };
-                    if written.is_ok() {
-                        history.health_mut().lists += rows.len() as u64;
+                    match written {
+                        Ok(()) => history.health_mut().lists += rows.len() as u64,
+                        Err(_) => history.health_mut().lists_lost += rows.len() as u64,
                     }
                     for (_, done) in batches {
                         let _ = done.send(written.clone());
@@ -83,6 +84,7 @@ impl History {
             return Err(HistoryError::Off);
         }
         if let Err(error) = &self.store {
+            self.health_mut().lists_lost += rows.len() as u64;
             return Err(HistoryError::Unavailable(error.clone()));
         }
         let writer = self
@@ -273,6 +275,7 @@ mod tests {
             matches!(refused, Err(HistoryError::Unavailable(_))),
             "{refused:?}"
         );
+        assert_eq!(broken.health().lists_lost, 1);
         assert!(broken.task_log(("shop", "web-0", "u1"), None, 1).is_err());
     }
 

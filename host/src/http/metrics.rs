@@ -655,6 +655,18 @@ impl Sources {
             "Records the history could not keep",
             &ConstCounter::new(health.lost),
         )?;
+        family(
+            encoder,
+            "history_task_lists",
+            "Finished task lists of VM-hosted apps' instances kept in the task log",
+            &ConstCounter::new(health.lists),
+        )?;
+        family(
+            encoder,
+            "history_task_lists_lost",
+            "Finished task lists the task log could not keep (their Servers sum them up)",
+            &ConstCounter::new(health.lists_lost),
+        )?;
         let Some(announcer) = &self.announcer else {
             return Ok(());
         };
