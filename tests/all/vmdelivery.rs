@@ -2009,20 +2009,26 @@ fn a_status_written_by_hand_is_put_back_and_a_stage_is_forced_through_the_spec()
     });
     assert!(deploying.is_some(), "{:#}", web0());
 
-    // Written by hand: serving and ready, mid-deploy.
-    let mut edited = web0();
-    let ours = edited["status"].clone();
-    edited["status"]["stage"] = json!("serving");
-    edited["status"]["ready"] = json!(true);
-    edited["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("resourceVersion");
-    cluster
-        .sim()
-        .store()
-        .replace(servers, "shop", "web-0", edited)
-        .unwrap();
+    // Written by hand, as `kubectl edit` would (on no version): the
+    // fields of web-0's status `fields` names.
+    let by_hand = |fields: Value| {
+        let mut edited = web0();
+        for (field, value) in fields.as_object().unwrap() {
+            edited["status"][field] = value.clone();
+        }
+        edited["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        cluster
+            .sim()
+            .store()
+            .replace(servers, "shop", "web-0", edited)
+            .unwrap();
+    };
+    // Serving and ready, mid-deploy.
+    let ours = web0()["status"].clone();
+    by_hand(json!({"stage": "serving", "ready": true}));
     let put_back = wait_until(PATIENCE * 2, || {
         let status = web0()["status"].clone();
         status["stage"] == "deploying"
@@ -2045,17 +2051,7 @@ fn a_status_written_by_hand_is_put_back_and_a_stage_is_forced_through_the_spec()
     // A task list written by hand that is no list (its schema takes any
     // object): that Server reads as a problem of its own — the Servers'
     // watch goes on — and it is put back too.
-    let mut garbled = web0();
-    garbled["status"]["list"] = json!({"tasks": "all of them", "step": -1});
-    garbled["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("resourceVersion");
-    cluster
-        .sim()
-        .store()
-        .replace(servers, "shop", "web-0", garbled)
-        .unwrap();
+    by_hand(json!({"list": {"tasks": "all of them", "step": -1}}));
     let put_back = wait_until(PATIENCE * 2, || {
         let status = web0()["status"].clone();
         status["list"]["number"] == ours["list"]["number"]
