@@ -249,6 +249,31 @@ pub struct Condition {
     pub last_transition_time: Option<String>,
 }
 
+impl Condition {
+    /// A condition `on` or not for `reason`, set from the object's
+    /// `generation` at `at`.
+    pub fn new(
+        type_: ConditionType,
+        on: bool,
+        reason: &str,
+        message: &str,
+        generation: i64,
+        at: crate::time::Timestamp,
+    ) -> Self {
+        Self {
+            type_,
+            status: match on {
+                true => ConditionStatus::True,
+                false => ConditionStatus::False,
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            observed_generation: Some(generation),
+            last_transition_time: Some(crate::time::rfc3339(at)),
+        }
+    }
+}
+
 /// The conditions the controller writes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub enum ConditionType {

@@ -519,9 +519,10 @@ pub fn server_conditions(
     (machine_ready, node_healthy): (bool, bool),
     generation: i64,
     now: Timestamp,
-) -> Value {
+) -> Vec<crd::Condition> {
     use super::lists::ListOutcome;
     use crate::wit::WitName;
+    use crd::ConditionType::{Degraded, Progressing, Ready};
     let stage = recorded.stage.map_or("none", |s| s.wit_name());
     let in_service = super::rollout::in_service(recorded.stage);
     let (ready, reason, message) = match (in_service, machine_ready, node_healthy) {
@@ -558,37 +559,34 @@ pub fn server_conditions(
             .filter(|l| l.outcome == ListOutcome::Failed)
             .map(|l| l.entry()),
     };
-    json!([
-        condition("Ready", ready, reason, &message, generation, now),
+    let condition = |type_, on, reason: &str, message: &str| {
+        crd::Condition::new(type_, on, reason, message, generation, now)
+    };
+    vec![
+        condition(Ready, ready, reason, &message),
         match running {
             Some(l) if l.awaiting_approval() => condition(
-                "Progressing",
+                Progressing,
                 true,
                 "WaitingForApproval",
                 &format!("the {stage} list waits for a person"),
-                generation,
-                now
             ),
             Some(l) => condition(
-                "Progressing",
+                Progressing,
                 true,
                 "ListRunning",
                 &format!("{stage}: {} (attempt {})", step(l), l.attempt + 1),
-                generation,
-                now
             ),
             None => condition(
-                "Progressing",
+                Progressing,
                 false,
                 "AtRest",
                 &format!("{stage}: no list runs"),
-                generation,
-                now
             ),
         },
         match failed {
             Some(l) => condition(
-                "Degraded",
+                Degraded,
                 true,
                 "ListFailed",
                 &format!(
@@ -597,12 +595,10 @@ pub fn server_conditions(
                     l.task.as_deref().unwrap_or_default(),
                     l.message
                 ),
-                generation,
-                now
             ),
-            None => condition("Degraded", false, "AsExpected", "", generation, now),
+            None => condition(Degraded, false, "AsExpected", ""),
         },
-    ])
+    ]
 }
 
 /// The conditions of `next`, each keeping the transition time of the same

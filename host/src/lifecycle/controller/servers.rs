@@ -398,10 +398,7 @@ impl Controller {
             machine.generation.unwrap_or(0),
             now(),
         );
-        let mut status = recorded.status(
-            &observed,
-            serde_json::from_value(conditions).unwrap_or_default(),
-        );
+        let mut status = recorded.status(&observed, conditions);
         keep_transitions(previous, &mut status);
         // Written only when something but its writer changed: a new
         // leader does not write every Server again to sign it.
@@ -415,12 +412,7 @@ impl Controller {
             .replace_status(&machine.name, &status_params(), &server)
             .await?;
         self.wrote(&set.namespace, &machine.name, &machine.resource_version);
-        self.keep_ours(
-            &set.namespace,
-            &machine.name,
-            &written.metadata,
-            &written.status,
-        );
+        self.keep_ours(&set.namespace, &machine.name, &written);
         Ok(())
     }
 
@@ -477,12 +469,7 @@ impl Controller {
                 .replace_status(&machine.name, &status_params(), &server)
                 .await?;
             self.wrote(&set.namespace, &machine.name, &machine.resource_version);
-            self.keep_ours(
-                &set.namespace,
-                &machine.name,
-                &written.metadata,
-                &written.status,
-            );
+            self.keep_ours(&set.namespace, &machine.name, &written);
             tracing::warn!(
                 namespace = set.namespace,
                 instance = machine.name,
@@ -501,24 +488,18 @@ impl Controller {
 
     /// Keep the status of a Server this leader wrote, as the API server
     /// took it.
-    pub(super) fn keep_ours(
-        &self,
-        namespace: &str,
-        name: &str,
-        written: &ObjectMeta,
-        status: &Option<ServerStatus>,
-    ) {
+    pub(super) fn keep_ours(&self, namespace: &str, name: &str, written: &ServerResource) {
         let Some(term) = self.leadership.acting().map(|t| t.term) else {
             return;
         };
-        let Ok(text) = serde_json::to_vec(status) else {
+        let Ok(text) = serde_json::to_vec(&written.status) else {
             return;
         };
         lock(&self.ours).insert(
             format!("{namespace}/{name}"),
             Written {
                 term,
-                version: written.resource_version.clone(),
+                version: written.metadata.resource_version.clone(),
                 status: text.into(),
             },
         );

@@ -378,7 +378,7 @@ impl Controller {
                     ..ServerStatus::default()
                 });
                 let written = api.replace_status(&name, &status_params(), &made).await?;
-                self.keep_ours(namespace, &name, &written.metadata, &written.status);
+                self.keep_ours(namespace, &name, &written);
                 let uid = made.metadata.uid.clone().unwrap_or_default();
                 self.make_machine(set, &name, &uid).await?;
                 tracing::info!(

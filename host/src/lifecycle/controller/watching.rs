@@ -18,7 +18,38 @@ pub(super) enum Which {
 
 /// A change, as the stores tell it: the object applied or deleted, or
 /// none for a new list of every object.
-pub(super) type Changed = (Which, Option<DynamicObject>);
+pub(super) type Changed = (Which, Option<Touched>);
+
+/// What routes a change to an object: where it is, and the set it
+/// concerns (a machine's or Server's by its label, a deployment's by the
+/// set it targets).
+pub(super) struct Touched {
+    namespace: String,
+    name: String,
+    set: Option<String>,
+}
+
+impl Touched {
+    /// An object of a set by its label.
+    pub(super) fn labelled<K: kube::Resource>(object: &K) -> Self {
+        let meta = object.meta();
+        Self {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            set: set_of(object).map(String::from),
+        }
+    }
+
+    /// A deployment, by the set it targets.
+    fn targeting(deployment: &DynamicObject) -> Self {
+        Self {
+            set: deployment.data["spec"]["replicaSet"]
+                .as_str()
+                .map(String::from),
+            ..Self::labelled(deployment)
+        }
+    }
+}
 
 /// The resources of one namespace (or of all), watched.
 pub(super) struct Scope {
@@ -76,7 +107,7 @@ pub(super) struct Route {
 }
 
 impl Route {
-    pub(super) fn changed(&self, scope: &Scope, which: Which, object: Option<&DynamicObject>) {
+    pub(super) fn changed(&self, scope: &Scope, which: Which, object: Option<&Touched>) {
         let Some(object) = object else {
             // A new list: everything it may concern.
             fn every<K: Kept>(watched: &Watched<K>, to: &Sender<ObjectRef<K>>)
@@ -93,8 +124,7 @@ impl Route {
             every(&scope.machines, &self.machines);
             return;
         };
-        let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
-        let name = object.metadata.name.as_deref().unwrap_or_default();
+        let (namespace, name) = (object.namespace.as_str(), object.name.as_str());
         match which {
             Which::Set => {
                 self.set(scope, namespace, name);
@@ -108,10 +138,7 @@ impl Route {
             // Its set, and every deployment that targets it (itself among
             // them), whose standing it may change.
             Which::Deployment => {
-                let set = object.data["spec"]["replicaSet"]
-                    .as_str()
-                    .unwrap_or_default();
-                self.set(scope, namespace, set);
+                self.set(scope, namespace, object.set.as_deref().unwrap_or_default());
             }
             Which::Server => {
                 let _ = self.servers.send(scope.servers.reference(namespace, name));
@@ -119,13 +146,15 @@ impl Route {
                 let _ = self
                     .machines
                     .send(scope.machines.reference(namespace, name));
-                if let Some(set) = set_of(object) {
+                if let Some(set) = &object.set {
                     let _ = self.sets.send(scope.sets.reference(namespace, set));
                 }
             }
             Which::Machine => {
-                let _ = self.machines.send(reference_of(&scope.machines, object));
-                match set_of(object) {
+                let _ = self
+                    .machines
+                    .send(scope.machines.reference(namespace, name));
+                match &object.set {
                     Some(set) => {
                         let _ = self.sets.send(scope.sets.reference(namespace, set));
                     }
@@ -528,8 +557,12 @@ impl Controller {
                 api(&resource),
                 (&resource, keep),
                 what,
-                Box::new(move |object| {
-                    let _ = changed.send((which, object.cloned()));
+                Box::new(move |object: Option<&DynamicObject>| {
+                    let touched = match which {
+                        Which::Deployment => object.map(Touched::targeting),
+                        _ => object.map(Touched::labelled),
+                    };
+                    let _ = changed.send((which, touched));
                 }),
             )
         };
@@ -556,18 +589,7 @@ impl Controller {
                     (&(), ()),
                     "Servers",
                     Box::new(move |server: Option<&ServerResource>| {
-                        // What routes a change: where it is, and its set.
-                        let object = server.map(|s| DynamicObject {
-                            types: None,
-                            metadata: ObjectMeta {
-                                namespace: s.metadata.namespace.clone(),
-                                name: s.metadata.name.clone(),
-                                labels: s.metadata.labels.clone(),
-                                ..ObjectMeta::default()
-                            },
-                            data: Value::Null,
-                        });
-                        let _ = changed.send((Which::Server, object));
+                        let _ = changed.send((Which::Server, server.map(Touched::labelled)));
                     }),
                 )
             },

@@ -129,6 +129,10 @@ fn a_servers_conditions_say_whether_it_serves_moves_or_failed() {
         stage: Some(Stage::Serving),
         ..Recorded::default()
     };
+    // As the status writes them.
+    let server_conditions = |recorded: &Recorded, observed, generation, now| {
+        serde_json::to_value(server_conditions(recorded, observed, generation, now)).unwrap()
+    };
     let at_rest = server_conditions(&serving, (true, true), 2, 0);
     assert_eq!(of(&at_rest, "Ready"), ("True".into(), "InService".into()));
     assert_eq!(
