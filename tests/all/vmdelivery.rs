@@ -398,6 +398,76 @@ fn an_environment_change_takes_at_most_max_unavailable_out_of_service_at_once() 
     }
 }
 
+/// The safe rate is the set's to give: each Server's spec holds its
+/// target and whether it may leave service for it now, written by the
+/// set's controller; each instance moves on by its own controller on that
+/// word alone. A person who gives an instance leave by hand does not move
+/// it: the set's plan is written back and the instance waits its turn.
+#[test]
+fn an_instance_leaves_service_on_its_sets_word_alone() {
+    let Delivery { cluster, hooks, .. } = &delivering("");
+    cluster.apply(set(2, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 3, || all_serving_with(cluster, 2, "jdk=21")).is_some(),
+        "never all serving: {:#?}",
+        instances(cluster)
+    );
+    let servers = resource(cluster, "verdict.dev", "servers");
+    let server = |name: &str| cluster.sim().store().get(servers, "shop", name).unwrap();
+    // At rest: nothing to leave service for; no deployment, the code is
+    // no one's to hold back.
+    assert_eq!(server("web-0")["spec"]["mayDisrupt"], false);
+    assert_eq!(server("web-0")["spec"]["released"], true);
+
+    // A change, paused: every instance is given the new target, and none
+    // may leave service for it.
+    let mut paused = set(2, json!([{"name": "jdk", "version": "25"}]));
+    paused["spec"]["paused"] = json!(true);
+    cluster.apply(paused);
+    let planned = wait_until(PATIENCE, || {
+        ["web-0", "web-1"].iter().all(|name| {
+            let spec = &server(name)["spec"];
+            spec["environment"][0]["version"] == "25" && spec["mayDisrupt"] == false
+        })
+    });
+    assert!(planned.is_some(), "{:#?}", server("web-0"));
+    let steps = hooks.steps_of("web-0");
+    let generation = server("web-0")["metadata"]["generation"].as_i64().unwrap();
+
+    // A person gives web-0 leave by hand: the set's word is written back
+    // (a later generation), and web-0 never left service.
+    cluster
+        .sim()
+        .store()
+        .patch(
+            servers,
+            "shop",
+            "web-0",
+            &json!({"spec": {"mayDisrupt": true}}),
+        )
+        .unwrap();
+    let back = wait_until(PATIENCE, || {
+        let now = server("web-0");
+        now["metadata"]["generation"].as_i64() > Some(generation + 1)
+            && now["spec"]["mayDisrupt"] == false
+    });
+    assert!(back.is_some(), "never written back: {:#?}", server("web-0"));
+    assert_eq!(instances(cluster)["web-0"]["stage"], "serving");
+    assert_eq!(
+        hooks.steps_of("web-0"),
+        steps,
+        "web-0 moved on a word not its set's"
+    );
+
+    // The set unpaused: both roll over, on the set's word.
+    cluster.apply(set(2, json!([{"name": "jdk", "version": "25"}])));
+    assert!(
+        wait_until(PATIENCE * 3, || all_serving_with(cluster, 2, "jdk=25")).is_some(),
+        "never rolled: {:#?}",
+        instances(cluster)
+    );
+}
+
 #[test]
 fn a_surge_rolls_an_environment_out_without_running_fewer_instances_than_wanted() {
     let Delivery { cluster, hooks, .. } = &delivering("");

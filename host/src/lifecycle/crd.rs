@@ -585,6 +585,13 @@ pub struct ServerSpec {
     /// The code version the instance should have, when a VMDeployment
     /// gives it one.
     pub code: Option<String>,
+    /// Whether the set's rollout lets the instance leave service for its
+    /// target now (within the set's safe rate); written with the target by
+    /// the set's controller alone. Until it is written the instance waits.
+    pub may_disrupt: Option<bool>,
+    /// Whether the target's code is released to the instance (its share of
+    /// the traffic whole); written with the target by the set's controller.
+    pub released: Option<bool>,
     /// A stage a person forces on the instance (seed 002: the operator
     /// forces the state, and the system goes on from it): the lifecycle
     /// policy's list for it runs from where the instance is, once (the

@@ -243,7 +243,7 @@ pub fn with_step(state: &InstanceState) -> String {
 }
 
 /// Whether an instance is on its way out and no longer counts.
-fn leaving(state: &InstanceState) -> bool {
+pub fn leaving(state: &InstanceState) -> bool {
     state.deleting
         || state.take_offline
         || matches!(state.stage, Some(Stage::Offline | Stage::Deleting))

@@ -1814,6 +1814,23 @@ fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_sta
             ],
         ))
         .unwrap();
+    // The safe rate, the rollout's to give (the host here writes as the
+    // test control plane's admin).
+    cluster
+        .apply(&chart_policy(
+            cluster,
+            &ns,
+            "-target",
+            &[
+                "--set",
+                "host.vmDelivery=true",
+                "--set",
+                "webhooks.enabled=false",
+                "--set",
+                "host.username=admin",
+            ],
+        ))
+        .unwrap();
     // People who may write Servers, as RBAC allows them.
     cluster
         .apply(
@@ -1821,7 +1838,7 @@ fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_sta
                 "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                 "metadata": {"name": "server-writers", "namespace": ns},
                 "rules": [{"apiGroups": ["verdict.dev"], "resources": ["servers", "servers/status"],
-                           "verbs": ["get", "list", "patch", "update"]}],
+                           "verbs": ["get", "list", "create", "patch", "update"]}],
             })
             .to_string(),
         )
@@ -1966,6 +1983,47 @@ fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_sta
         "{refused}"
     );
     assert_eq!(status()["stage"], "deploying", "{:#}", status());
+    // The safe rate is the rollout's to give: a Server made by hand that
+    // may leave service at once, or has its code released, is refused;
+    // the rollout's own writes of both pass (web-0 is deploying).
+    for (field, says) in [
+        (
+            "mayDisrupt",
+            "spec.mayDisrupt is given by the rollout of its set",
+        ),
+        (
+            "released",
+            "spec.released is given by the rollout of its set",
+        ),
+    ] {
+        let intruder = json!({
+            "apiVersion": "verdict.dev/v1alpha1", "kind": "Server",
+            "metadata": {"name": "intruder", "namespace": ns},
+            "spec": {"replicaSet": "web", "environment": [], field: true},
+        });
+        let refused = cluster
+            .kubectl_run(
+                &["-n", &ns, "--as", "ana", "create", "-f", "-"],
+                Some(&intruder.to_string()),
+            )
+            .expect_err("a Server made by hand with the rollout's word was accepted");
+        assert!(refused.to_string().contains(says), "{refused}");
+    }
+    let spec = cluster
+        .kubectl_run(
+            &[
+                "-n",
+                &ns,
+                "get",
+                "servers.verdict.dev",
+                "web-0",
+                "-o",
+                "jsonpath={.spec.mayDisrupt}",
+            ],
+            None,
+        )
+        .unwrap();
+    assert_eq!(spec.trim(), "true", "the rollout's word is written");
 
     // By one who vouches: taken, the checks before any traffic.
     patch_spec("ana", &["vouchers"], &force("ana", "serving")).unwrap();
@@ -1981,18 +2039,22 @@ fn a_hand_written_status_is_put_back_and_the_api_server_decides_who_forces_a_sta
         ["health-check", "bind-monitoring", "attach-load-balancer"]
     );
     hold.store(false, Ordering::SeqCst);
-    let policy = format!("{ns}-verdict-force");
-    cluster
-        .kubectl_run(
-            &[
-                "delete",
-                &format!("validatingadmissionpolicybinding/{policy}"),
-                &format!("validatingadmissionpolicy/{policy}"),
-                "--ignore-not-found",
-            ],
-            None,
-        )
-        .unwrap();
+    for policy in [
+        format!("{ns}-verdict-force"),
+        format!("{ns}-verdict-target"),
+    ] {
+        cluster
+            .kubectl_run(
+                &[
+                    "delete",
+                    &format!("validatingadmissionpolicybinding/{policy}"),
+                    &format!("validatingadmissionpolicy/{policy}"),
+                    "--ignore-not-found",
+                ],
+                None,
+            )
+            .unwrap();
+    }
 }
 
 /// Fencing on the real API server: with the chart's admission policy, a

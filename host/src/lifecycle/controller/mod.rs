@@ -1,23 +1,29 @@
-//! The controllers of seed 002's delivery, on the leader only, in rooms:
+//! The controllers of seed 002's delivery, on the leader only, in rooms,
+//! in Cluster API's shape — each the only writer of what it owns:
 //! what they watch and how a change reaches its reconcile ([`watching`]);
-//! a set's reconcile — its instances made, adopted or let go of at the safe
-//! rate, the rollout planned, each instance moved on, the statuses written
-//! ([`sets`]); the writes of the set's objects ([`machines`]); one instance
-//! as read and its Server's status, which its controller alone writes, put
-//! back when someone else wrote it ([`servers`]); and one instance moved on
-//! by one step ([`steps`]). Every change to an instance is one write of its
-//! Server on the version it was read at (a compare-and-swap: a conflict
-//! waits for the next reconcile), and names the leader and term that hold
-//! its lock and that write it. An instance's clean-up releases its
-//! finalizer last.
+//! the set's controller — its instances made, adopted or let go of at the
+//! safe rate, the rollout planned and each Server's target and leave to
+//! leave service written in its spec, the set's and its deployment's
+//! statuses summed up ([`sets`]); the writes of the set's objects
+//! ([`machines`]); the Server's controller — each instance reconciles
+//! itself on its spec's word: its machine made, its clean-up, a person's
+//! request, the step's hook or the lifecycle policy ([`server`], one step
+//! in [`steps`]); and one instance as read and its Server's status, which
+//! its controller alone writes, put back when someone else wrote it
+//! ([`servers`]). Every change to an instance is one write of its Server
+//! on the version it was read at (a compare-and-swap: a conflict waits for
+//! the next reconcile), and names the leader and term that hold its lock
+//! and that write it. An instance's clean-up releases its finalizer last.
 
 mod machines;
+mod server;
 mod servers;
 mod sets;
 mod steps;
 mod watching;
 
 use self::machines::*;
+use self::server::*;
 use self::servers::*;
 use self::watching::*;
 
@@ -56,9 +62,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// What a set's `Degraded` condition, the log and `/readyz` say while no
 /// lifecycle policy is loaded.
 pub const NO_POLICY: &str = "no lifecycle policy is loaded (a lifecycle.wasm in the plugin folder): no instance moves, none is cleaned up";
-
-/// How many instances of a set are moved on at once.
-const STEPS_AT_ONCE: usize = 16;
 
 /// The controller and what it works with.
 pub struct Controller {
@@ -102,6 +105,14 @@ pub struct Controller {
     /// else, and is put back.
     /// Kept as JSON text, a fraction of its size as a value.
     ours: std::sync::Mutex<BTreeMap<String, Written>>,
+    /// What the API server refused of each instance's (`namespace/name`)
+    /// last step, said on its set until it no longer refuses.
+    refused: std::sync::Mutex<BTreeMap<String, String>>,
+    /// The generation of each Server (`namespace/name`) whose spec holds
+    /// its set's plan as this leader's set controller made it: its own
+    /// controller moves it on at that generation only (a target or a safe
+    /// rate written by anyone else waits for the set's next plan).
+    planned: std::sync::Mutex<BTreeMap<String, i64>>,
     /// Each object's reconciles failed in a row (`Kind/namespace/name`):
     /// the next try waits the longer.
     failures: std::sync::Mutex<BTreeMap<String, u32>>,
@@ -171,6 +182,8 @@ impl Controller {
             made: std::sync::Mutex::default(),
             ours: std::sync::Mutex::default(),
             failures: std::sync::Mutex::default(),
+            refused: std::sync::Mutex::default(),
+            planned: std::sync::Mutex::default(),
         }
     }
 
@@ -275,6 +288,9 @@ struct Found {
     moving: bool,
     /// The set is gone: not looked at again.
     gone: bool,
+    /// Its Servers planned anew without a write: their controllers look
+    /// again.
+    planned: Vec<String>,
 }
 
 impl Found {

@@ -54,6 +54,37 @@ pub(super) struct Read {
     pub(super) forced: Option<Forced>,
 }
 
+impl Read {
+    /// What the instance should have, as its Server's spec says it: the
+    /// target the set's controller wrote, and whether it may leave service
+    /// for it now. One on its way out keeps what it has (its clean-up or
+    /// its drain runs); one whose target the set has not written yet waits.
+    pub(super) fn target(&self) -> Option<model::TargetState> {
+        if rollout::leaving(&self.state) {
+            return Some(model::TargetState {
+                environment: self.state.environment.clone(),
+                code: self.state.code.clone(),
+                may_disrupt: true,
+                released: true,
+            });
+        }
+        let spec = &self.server.spec;
+        Some(model::TargetState {
+            environment: spec
+                .environment
+                .iter()
+                .map(|p| model::Package {
+                    name: p.name.clone(),
+                    version: p.version.clone(),
+                })
+                .collect(),
+            code: spec.code.clone(),
+            may_disrupt: spec.may_disrupt?,
+            released: spec.released.unwrap_or(false),
+        })
+    }
+}
+
 /// An instance's VirtualMachine, as read.
 pub(super) struct MachineRead {
     /// The version read.
@@ -220,11 +251,27 @@ impl Controller {
         scope: &Scope,
         health: &BTreeMap<String, Health>,
     ) -> Result<Vec<Read>, Unread> {
-        let term = self.leadership.acting().map(|t| t.term);
         let listed = scope.servers.filtered(|server| {
             server.metadata.namespace.as_deref() == Some(set.namespace.as_str())
                 && set_of(server) == Some(set.name.as_str())
         })?;
+        listed
+            .iter()
+            .map(|server| self.read_server(set, scope, server, health))
+            .collect()
+    }
+
+    /// One instance of a set, as the stores have it: its Server with what
+    /// it records, its machine, the node its instance runs on and what
+    /// people forced.
+    pub(super) fn read_server(
+        &self,
+        set: &VmReplicaSet,
+        scope: &Scope,
+        server: &Arc<ServerResource>,
+        health: &BTreeMap<String, Health>,
+    ) -> Result<Read, Unread> {
+        let term = self.leadership.acting().map(|t| t.term);
         scope.machines.check()?;
         scope.instances.check()?;
         let node_of = |name: &str| -> Option<String> {
@@ -234,135 +281,128 @@ impl Controller {
                 .get(&scope.instances.reference(&set.namespace, name))?;
             Some(vmi.data["status"]["nodeName"].as_str()?.to_string())
         };
-        Ok(listed
-            .iter()
-            .map(|server| {
-                let name = server.metadata.name.clone().unwrap_or_default();
-                let recorded = Recorded::of_server(server);
-                let vm = scope
-                    .machines
-                    .store
-                    .get(&scope.machines.reference(&set.namespace, &name));
-                let vm_value = vm
+        let name = server.metadata.name.clone().unwrap_or_default();
+        let recorded = Recorded::of_server(server);
+        let vm = scope
+            .machines
+            .store
+            .get(&scope.machines.reference(&set.namespace, &name));
+        let vm_value = vm
+            .as_ref()
+            .map(|vm| serde_json::to_value(&**vm).unwrap_or_default());
+        let machine = vm_value.as_ref().map_or(
+            crate::wit::lifecycle::Machine::Starting,
+            instance::machine_of,
+        );
+        let node = vm.as_ref().and_then(|_| node_of(&name));
+        // A machine said to run with no instance placed on a node
+        // (its status not yet caught up with a fenced or new
+        // instance) is starting: nothing runs on it yet.
+        let machine = match (machine, &node) {
+            (crate::wit::lifecycle::Machine::Running, None) => {
+                crate::wit::lifecycle::Machine::Starting
+            }
+            (machine, _) => machine,
+        };
+        let node_seen = node.as_ref().and_then(|n| health.get(n)).copied();
+        let at_rest = recorded.clone().unwrap_or_default();
+        let forced = forced(&at_rest);
+        // A person's `offline` holds while it is in force: the
+        // policy sees the instance taken offline, as one the set
+        // names, and no rule brings it back.
+        let held_offline = at_rest.held_offline();
+        let lost = set.lost == crate::lifecycle::resources::Lost::ScaleDown
+            && server
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(crate::observe::resources::kubevirt::LOST));
+        let named_offline = set.offline.contains(&name) || lost;
+        let deleted = server.metadata.deletion_timestamp.is_some();
+        let machine_read = vm.as_ref().map(|vm| MachineRead {
+            version: vm.metadata.resource_version.clone(),
+            finalizers: vm.metadata.finalizers.clone().unwrap_or_default(),
+            deleted: vm.metadata.deletion_timestamp.is_some(),
+            printable: vm.data["status"]["printableStatus"]
+                .as_str()
+                .map(String::from),
+        });
+        let state = InstanceState {
+            namespace: set.namespace.clone(),
+            name: name.clone(),
+            set: set.name.clone(),
+            stage: at_rest.stage,
+            since: at_rest.since.unwrap_or(0),
+            machine,
+            node: node.clone(),
+            node_health: node_health(node_seen),
+            environment: at_rest.environment.clone(),
+            code: at_rest.code.clone(),
+            lists: at_rest.all_lists(),
+            // Its Server deleted, or its machine deleted by hand
+            // (not one let go of as lost).
+            deleting: deleted || (!lost && machine_read.as_ref().is_some_and(|m| m.deleted)),
+            take_offline: named_offline || held_offline,
+            forced: forced.as_ref().map(|f| f.stage),
+        };
+        let stale = {
+            let mut written = lock(&self.written);
+            let key = format!("{}/{name}", set.namespace);
+            let stale = written.get(&key).is_some_and(|replaced| {
+                server
+                    .metadata
+                    .resource_version
                     .as_ref()
-                    .map(|vm| serde_json::to_value(&**vm).unwrap_or_default());
-                let machine = vm_value.as_ref().map_or(
-                    crate::wit::lifecycle::Machine::Starting,
-                    instance::machine_of,
-                );
-                let node = vm.as_ref().and_then(|_| node_of(&name));
-                // A machine said to run with no instance placed on a node
-                // (its status not yet caught up with a fenced or new
-                // instance) is starting: nothing runs on it yet.
-                let machine = match (machine, &node) {
-                    (crate::wit::lifecycle::Machine::Running, None) => {
-                        crate::wit::lifecycle::Machine::Starting
-                    }
-                    (machine, _) => machine,
-                };
-                let node_seen = node.as_ref().and_then(|n| health.get(n)).copied();
-                let at_rest = recorded.clone().unwrap_or_default();
-                let forced = forced(&at_rest);
-                // A person's `offline` holds while it is in force: the
-                // policy sees the instance taken offline, as one the set
-                // names, and no rule brings it back.
-                let held_offline = at_rest.held_offline();
-                let lost =
-                    set.lost == crate::lifecycle::resources::Lost::ScaleDown
-                        && server.metadata.annotations.as_ref().is_some_and(|a| {
-                            a.contains_key(crate::observe::resources::kubevirt::LOST)
-                        });
-                let named_offline = set.offline.contains(&name) || lost;
-                let deleted = server.metadata.deletion_timestamp.is_some();
-                let machine_read = vm.as_ref().map(|vm| MachineRead {
-                    version: vm.metadata.resource_version.clone(),
-                    finalizers: vm.metadata.finalizers.clone().unwrap_or_default(),
-                    deleted: vm.metadata.deletion_timestamp.is_some(),
-                    printable: vm.data["status"]["printableStatus"]
-                        .as_str()
-                        .map(String::from),
-                });
-                let state = InstanceState {
-                    namespace: set.namespace.clone(),
-                    name: name.clone(),
-                    set: set.name.clone(),
-                    stage: at_rest.stage,
-                    since: at_rest.since.unwrap_or(0),
-                    machine,
-                    node: node.clone(),
-                    node_health: node_health(node_seen),
-                    environment: at_rest.environment.clone(),
-                    code: at_rest.code.clone(),
-                    lists: at_rest.all_lists(),
-                    // Its Server deleted, or its machine deleted by hand
-                    // (not one let go of as lost).
-                    deleting: deleted
-                        || (!lost && machine_read.as_ref().is_some_and(|m| m.deleted)),
-                    take_offline: named_offline || held_offline,
-                    forced: forced.as_ref().map(|f| f.stage),
-                };
-                let stale = {
-                    let mut written = lock(&self.written);
-                    let key = format!("{}/{name}", set.namespace);
-                    let stale = written.get(&key).is_some_and(|replaced| {
-                        server
-                            .metadata
-                            .resource_version
-                            .as_ref()
-                            .is_some_and(|v| replaced.contains(v))
-                    });
-                    if !stale {
-                        written.remove(&key);
-                    }
-                    stale
-                };
-                let overwritten = (!stale)
-                    .then(|| {
-                        let ours = lock(&self.ours);
-                        let written = ours
-                            .get(&format!("{}/{name}", set.namespace))
-                            .filter(|w| Some(w.term) == term)?;
-                        // The store shows that very write: nothing to compare.
-                        if written.version.is_some()
-                            && written.version == server.metadata.resource_version
-                        {
-                            return None;
-                        }
-                        let present = serde_json::to_vec(&server.status).ok()?;
-                        (*written.status != *present)
-                            .then(|| serde_json::from_slice::<ServerStatus>(&written.status).ok())
-                            .flatten()
-                    })
-                    .flatten()
-                    .map(Arc::new);
-                Read {
-                    name,
-                    overwritten,
-                    named_offline,
-                    lost,
-                    uid: server.metadata.uid.clone().unwrap_or_default(),
-                    resource_version: server.metadata.resource_version.clone().unwrap_or_default(),
-                    generation: server.metadata.generation,
-                    stale,
-                    recorded,
-                    server: Arc::clone(server),
-                    state,
-                    created: server
-                        .metadata
-                        .creation_timestamp
-                        .as_ref()
-                        .map(|t| t.0.as_millisecond())
-                        .unwrap_or(0),
-                    finalizers: server.metadata.finalizers.clone().unwrap_or_default(),
-                    deleted,
-                    machine: machine_read,
-                    node_ready: matches!(node_seen, None | Some(Health::Healthy)),
-                    forced,
+                    .is_some_and(|v| replaced.contains(v))
+            });
+            if !stale {
+                written.remove(&key);
+            }
+            stale
+        };
+        let overwritten = (!stale)
+            .then(|| {
+                let ours = lock(&self.ours);
+                let written = ours
+                    .get(&format!("{}/{name}", set.namespace))
+                    .filter(|w| Some(w.term) == term)?;
+                // The store shows that very write: nothing to compare.
+                if written.version.is_some() && written.version == server.metadata.resource_version
+                {
+                    return None;
                 }
+                let present = serde_json::to_vec(&server.status).ok()?;
+                (*written.status != *present)
+                    .then(|| serde_json::from_slice::<ServerStatus>(&written.status).ok())
+                    .flatten()
             })
-            .collect())
+            .flatten()
+            .map(Arc::new);
+        Ok(Read {
+            name,
+            overwritten,
+            named_offline,
+            lost,
+            uid: server.metadata.uid.clone().unwrap_or_default(),
+            resource_version: server.metadata.resource_version.clone().unwrap_or_default(),
+            generation: server.metadata.generation,
+            stale,
+            recorded,
+            server: Arc::clone(server),
+            state,
+            created: server
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond())
+                .unwrap_or(0),
+            finalizers: server.metadata.finalizers.clone().unwrap_or_default(),
+            deleted,
+            machine: machine_read,
+            node_ready: matches!(node_seen, None | Some(Health::Healthy)),
+            forced,
+        })
     }
-
     /// Write what an instance records in its Server's status, on the
     /// version it was read at: a compare-and-swap, which a change since
     /// fails.
@@ -520,13 +560,43 @@ impl Controller {
         set: &VmReplicaSet,
         machine: &Read,
     ) -> Result<(), kube::Error> {
-        let Some(vm) = &machine.machine else {
+        if let Some(vm) = &machine.machine {
+            return self
+                .let_go_of(
+                    &machines(),
+                    (&set.namespace, &machine.name, vm.version.as_deref()),
+                    (vm.deleted, &vm.finalizers),
+                )
+                .await;
+        }
+        // None in the store: one made that the store has not shown yet is
+        // looked up, and let go when it is this Server's — never left
+        // behind, held by its finalizer, when its Server goes.
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.reader.clone(), &set.namespace, &machines());
+        let Some(vm) = api.get_opt(&machine.name).await? else {
             return Ok(());
         };
+        let ours = vm
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Server" && o.uid == machine.uid);
+        if !ours {
+            return Ok(());
+        }
         self.let_go_of(
             &machines(),
-            (&set.namespace, &machine.name, vm.version.as_deref()),
-            (vm.deleted, &vm.finalizers),
+            (
+                &set.namespace,
+                &machine.name,
+                vm.metadata.resource_version.as_deref(),
+            ),
+            (
+                vm.metadata.deletion_timestamp.is_some(),
+                vm.metadata.finalizers.as_deref().unwrap_or_default(),
+            ),
         )
         .await
     }
@@ -595,6 +665,8 @@ impl Controller {
         let key = format!("{}/{}", set.namespace, machine.name);
         lock(&self.written).remove(&key);
         lock(&self.ours).remove(&key);
+        lock(&self.planned).remove(&key);
+        lock(&self.refused).remove(&key);
         Ok(())
     }
 }

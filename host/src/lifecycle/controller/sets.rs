@@ -1,7 +1,9 @@
-//! A set's reconcile: its instances made, adopted, taken over or let go
-//! of at the safe rate, the rollout planned and each instance moved on, the
-//! statuses of the set and its deployment written; a deleted set's
-//! instances cleaned up before it goes.
+//! The set's controller: its instances made, adopted, taken over or let
+//! go of at the safe rate, the rollout planned and each Server's spec given
+//! its target and whether it may leave service for it now (its own
+//! controller moves it on), the set's and its deployment's statuses summed
+//! up; a deleted set's instances deleted, each cleaned up on its own, the
+//! set let go last.
 
 use super::*;
 
@@ -107,7 +109,7 @@ impl Controller {
         object: &Value,
         finalizers: &[String],
         scope: &Scope,
-        (health, term): (&BTreeMap<String, Health>, &Term),
+        health: &BTreeMap<String, Health>,
         at: Timestamp,
     ) -> Result<Found, Failed> {
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -142,12 +144,9 @@ impl Controller {
                 ..Found::default()
             });
         }
-        if self.put_back(&set, &read).await? {
-            return Ok(Found::moving());
-        }
         // The set says which instances hold it, each at its step.
         let rows: Vec<Value> = read.iter().map(row).collect();
-        let found = self.let_go(&set, read, term, at).await?;
+        let found = self.let_go(&set, read).await?;
         let set = VmReplicaSet {
             generation: object["metadata"]["generation"].as_i64().unwrap_or(0),
             ..set
@@ -162,7 +161,11 @@ impl Controller {
     /// machine was seen and is gone (deleted by hand, its finalizer taken
     /// off) goes through its clean-up, and the set replaces it. Whether
     /// any was.
-    async fn mend_machines(&self, set: &VmReplicaSet, read: &[Read]) -> Result<bool, Failed> {
+    pub(super) async fn mend_machines(
+        &self,
+        set: &VmReplicaSet,
+        read: &[Read],
+    ) -> Result<bool, Failed> {
         let namespace = set.namespace.as_str();
         // A Server whose machine is not made yet has it made; one whose
         // machine was seen and is gone without its clean-up (deleted with
@@ -333,7 +336,7 @@ impl Controller {
             // Looked at again once the store has it.
             return Ok(true);
         }
-        self.mend_machines(set, read).await
+        Ok(false)
     }
 
     /// One more instance for a set short of one: its Server made (under
@@ -396,29 +399,45 @@ impl Controller {
         Ok(())
     }
 
-    /// Each Server's spec says what the plan gives it, written before the
-    /// instance moves on (on the version the write gives).
+    /// Each Server's spec says what the plan gives it — its target, and
+    /// whether it may leave service for it now — for its own controller to
+    /// move it on (on the version read: a compare-and-swap). Each Server
+    /// whose spec holds the plan is kept as planned at its generation; the
+    /// Servers planned anew without a write (a new leader's first plan),
+    /// whose own controllers are to look again.
     async fn write_targets(
         &self,
         set: &VmReplicaSet,
         read: &mut [Read],
         plan: &rollout::Plan,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<Vec<String>, kube::Error> {
         let namespace = set.namespace.as_str();
+        let mut planned_anew = Vec::new();
         for machine in read.iter_mut().filter(|m| !m.stale && !m.state.deleting) {
             let Some(target) = plan.targets.get(&machine.name) else {
                 continue;
             };
-            let spec = crate::lifecycle::resources::server_spec(
+            let mut spec = crate::lifecycle::resources::server_spec(
                 &set.name,
                 &target.environment,
                 target.code.as_deref(),
             );
+            spec["mayDisrupt"] = json!(target.may_disrupt);
+            spec["released"] = json!(target.released);
             // The target only: what else the spec has (a person's forced
             // stage) is not the rollout's.
             let before = serde_json::to_value(&machine.server.spec).unwrap_or_default();
-            let target = ["replicaSet", "environment", "code"];
+            let target = [
+                "replicaSet",
+                "environment",
+                "code",
+                "mayDisrupt",
+                "released",
+            ];
             if target.iter().all(|k| before.get(*k) == spec.get(*k)) {
+                if self.planned(namespace, &machine.name, machine.generation) {
+                    planned_anew.push(machine.name.clone());
+                }
                 continue;
             }
             let mut patch = spec;
@@ -442,45 +461,19 @@ impl Controller {
                 .clone()
                 .unwrap_or_default();
             machine.generation = patched.metadata.generation;
+            self.planned(namespace, &machine.name, machine.generation);
             machine.server = Arc::new(patched);
         }
-        Ok(())
+        Ok(planned_anew)
     }
 
-    /// Move the instances on, side by side (each its own Server, its own
-    /// lock, its own hook calls), a few at a time: a slow hook holds only
-    /// its instance. What the API server refused, by instance.
-    async fn move_on(
-        &self,
-        set: &VmReplicaSet,
-        read: &[Read],
-        plan: &rollout::Plan,
-        term: &Term,
-        at: Timestamp,
-    ) -> Vec<String> {
-        let movable: Vec<(&Read, Recorded, model::TargetState)> = read
-            .iter()
-            .filter(|machine| !machine.stale)
-            .filter_map(|machine| {
-                let target = plan.targets.get(&machine.name).cloned()?;
-                Some((machine, machine.recorded.as_ref().ok()?.clone(), target))
-            })
-            .collect();
-        let mut steps = futures_util::stream::FuturesUnordered::new();
-        let mut movable = movable.into_iter();
-        let mut refused = Vec::new();
-        loop {
-            while steps.len() < STEPS_AT_ONCE
-                && let Some((machine, recorded, target)) = movable.next()
-            {
-                steps.push(self.step_logged(set, machine, recorded, target, term, at));
-            }
-            match steps.next().await {
-                None => break,
-                Some(outcome) => refused.extend(outcome),
-            }
-        }
-        refused
+    /// Keep that the Server `name`'s spec holds its set's plan at
+    /// `generation`; whether it did not before.
+    fn planned(&self, namespace: &str, name: &str, generation: Option<i64>) -> bool {
+        let Some(generation) = generation else {
+            return false;
+        };
+        lock(&self.planned).insert(format!("{namespace}/{name}"), generation) != Some(generation)
     }
 
     /// What stops a set, in words (instances whose Server does not read,
@@ -539,14 +532,8 @@ impl Controller {
     /// store has not shown yet (else a store behind its writes would have
     /// it make one again and again), one shown as it was before this
     /// controller's last write to it (what the set may do depends on every
-    /// instance as it is now), or a status someone else wrote, put back
-    /// now.
-    async fn waits(
-        &self,
-        set: &VmReplicaSet,
-        read: &[Read],
-        at: Timestamp,
-    ) -> Result<bool, kube::Error> {
+    /// instance as it is now), or a status someone else wrote.
+    fn waits(&self, set: &VmReplicaSet, read: &[Read], at: Timestamp) -> bool {
         {
             let mut made = lock(&self.made);
             let key = format!("{}/{}", set.namespace, set.name);
@@ -555,14 +542,13 @@ impl Controller {
                 at - *when < MADE_EXPECTED && !read.iter().any(|m| &m.name == name)
             });
             if !expected.is_empty() {
-                return Ok(true);
+                return true;
             }
             made.remove(&key);
         }
-        if read.iter().any(|m| m.stale) {
-            return Ok(true);
-        }
-        self.put_back(set, read).await
+        // A status someone else wrote is put back by the Server's own
+        // controller first.
+        read.iter().any(|m| m.stale || m.overwritten.is_some())
     }
 
     /// The set holds its instances' clean-up: deleted, it lets go only
@@ -590,7 +576,6 @@ impl Controller {
         &self,
         set_object: &DynamicObject,
         scope: &Scope,
-        term: &Term,
     ) -> Result<Found, Failed> {
         let at = now();
         let value = serde_json::to_value(set_object).unwrap_or_default();
@@ -627,7 +612,7 @@ impl Controller {
             .collect();
         if object["metadata"]["deletionTimestamp"].is_string() {
             return self
-                .reconcile_deleted(object, &finalizers, scope, (health, term), at)
+                .reconcile_deleted(object, &finalizers, scope, health, at)
                 .await;
         }
         self.hold_clean_up(object, &finalizers).await?;
@@ -647,7 +632,7 @@ impl Controller {
         // Take over the VMs it made before instances had Servers.
         self.take_over(&set, scope).await?;
         let mut read = self.read_machines(&set, scope, health)?;
-        if self.waits(&set, &read, at).await? {
+        if self.waits(&set, &read, at) {
             return Ok(Found {
                 stages: stages(&read),
                 ..Found::moving()
@@ -697,9 +682,9 @@ impl Controller {
             at,
         );
 
-        self.write_targets(&set, &mut read, &plan).await?;
+        let planned = self.write_targets(&set, &mut read, &plan).await?;
 
-        let refused = self.move_on(&set, &read, &plan, term, at).await;
+        let refused = self.refusals(&set, &read);
         let rows: Vec<Value> = read.iter().map(row).collect();
         let deployment_rows = rows.clone();
         let (problem, cleaning) = self.problems(&read, refused);
@@ -723,6 +708,7 @@ impl Controller {
             phase: deployment.as_ref().map(|_| format!("{:?}", plan.phase)),
             moving,
             gone: false,
+            planned,
         };
         if let (Some(d), Some((spec, _))) = (&deployment, &rollout) {
             let object = deployment_object.cloned().unwrap_or_default();
@@ -732,54 +718,30 @@ impl Controller {
         Ok(found)
     }
 
-    /// Let go of the instances of a set that is gone or going: each not
-    /// deleted yet is deleted, and each moves on through its clean-up
-    /// (which its finalizer holds) with what it has.
+    /// Let go of the instances of a set that is going: each not deleted
+    /// yet is deleted, and each moves on through its clean-up (which its
+    /// finalizer holds) on its own Server's reconcile.
     pub(super) async fn let_go(
         &self,
         set: &VmReplicaSet,
         read: Vec<Read>,
-        term: &Term,
-        at: Timestamp,
     ) -> Result<Found, kube::Error> {
-        if read.iter().any(|m| !m.state.deleting) {
-            let api = Api::<DynamicObject>::namespaced_with(
-                self.writer.clone(),
-                &set.namespace,
-                &servers(),
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers());
+        for machine in read.iter().filter(|m| !m.state.deleting) {
+            gone_is_done(
+                api.delete(&machine.name, &DeleteParams::default())
+                    .await
+                    .map(drop),
+            )?;
+            self.tell(
+                set,
+                json!({"instance": machine.name, "event": "removed", "reason": "its set is deleted"}),
             );
-            for machine in read.iter().filter(|m| !m.state.deleting) {
-                gone_is_done(
-                    api.delete(&machine.name, &DeleteParams::default())
-                        .await
-                        .map(drop),
-                )?;
-                self.tell(
-                    set,
-                    json!({"instance": machine.name, "event": "removed", "reason": "its set is deleted"}),
-                );
-            }
-            // Cleaned up once the store has them going.
-            return Ok(Found::moving());
         }
-        let mut steps = futures_util::stream::FuturesUnordered::new();
-        for machine in read.iter().filter(|m| !m.stale) {
-            let Ok(recorded) = machine.recorded.clone() else {
-                continue;
-            };
-            let target = model::TargetState {
-                environment: machine.state.environment.clone(),
-                code: machine.state.code.clone(),
-                may_disrupt: true,
-                released: true,
-            };
-            steps.push(self.step_logged(set, machine, recorded, target, term, at));
-        }
-        while steps.next().await.is_some() {}
         Ok(Found {
             stages: stages(&read),
-            moving: true,
-            ..Found::default()
+            ..Found::moving()
         })
     }
 }

@@ -29,43 +29,6 @@ fn call_of(
 }
 
 impl Controller {
-    /// [`Controller::step`], its error logged.
-    pub(super) async fn step_logged(
-        &self,
-        set: &VmReplicaSet,
-        machine: &Read,
-        recorded: Recorded,
-        target: model::TargetState,
-        term: &Term,
-        at: Timestamp,
-    ) -> Option<String> {
-        let key = format!("{}/{}", set.namespace, machine.name);
-        let outcome = self.step(set, machine, recorded, &target, term, at).await;
-        let mut said = lock(&self.said);
-        let Err(error) = outcome else {
-            said.remove(&key);
-            return None;
-        };
-        // A failure that lasts is said once, and again when it changes.
-        let text = error.to_string();
-        let new = said.get(&key) != Some(&text);
-        if new {
-            tracing::warn!(namespace = set.namespace, instance = machine.name, %error, "VM delivery: the instance could not be moved on");
-            said.insert(key, text);
-        }
-        drop(said);
-        // A write the API server refused is said on the set, and as an
-        // Event.
-        let message = refusal(&error)?;
-        if new {
-            self.tell(
-                set,
-                json!({"instance": machine.name, "event": "refused", "message": message}),
-            );
-        }
-        Some(format!("{}: {message}", machine.name))
-    }
-
     /// Move a running list on: a person's skip or approval of it, the
     /// list superseded by a newer target before its last step, or the
     /// hook of its step asked (its answer taken on a later reconcile, the

@@ -1,8 +1,9 @@
 //! What the delivery's controllers watch and how each change reaches the
 //! reconciles it concerns: the stores of one namespace (or of all), the
-//! routing of a change to the objects it concerns, the four kube-runtime
-//! controllers (sets, deployments, Servers whose set is gone, machines whose
-//! Server is gone) and what each does with a failed reconcile.
+//! routing of a change to the objects it concerns (a machine's or its
+//! instance's to its Server, a hook's answer to the instance that asked),
+//! the four kube-runtime controllers (sets, deployments, Servers, machines
+//! whose Server is gone) and what each does with a failed reconcile.
 
 use super::*;
 
@@ -154,6 +155,8 @@ impl Route {
                 let _ = self
                     .machines
                     .send(scope.machines.reference(namespace, name));
+                // Its Server, which observes it.
+                let _ = self.servers.send(scope.servers.reference(namespace, name));
                 match &object.set {
                     Some(set) => {
                         let _ = self.sets.send(scope.sets.reference(namespace, set));
@@ -171,7 +174,8 @@ impl Route {
                 }
             }
             Which::Instance => {
-                // Its machine's set.
+                // Its Server, which observes it, and its machine's set.
+                let _ = self.servers.send(scope.servers.reference(namespace, name));
                 if let Some(machine) = scope
                     .machines
                     .store
@@ -244,6 +248,10 @@ where
 pub(super) struct Context {
     pub(super) controller: Arc<Controller>,
     pub(super) scope: Arc<Scope>,
+    /// Where a set's reconcile is asked for.
+    pub(super) sets: Sender<ObjectRef<DynamicObject>>,
+    /// Where a Server's reconcile is asked for.
+    pub(super) servers: Sender<ObjectRef<ServerResource>>,
 }
 
 /// Why a reconcile did not finish.
@@ -272,12 +280,20 @@ pub(super) async fn reconcile_set(
     object: Arc<DynamicObject>,
     context: Arc<Context>,
 ) -> Result<Action, Failed> {
-    let Context { controller, scope } = &*context;
-    let Some(term) = controller.leadership.acting() else {
+    let Context {
+        controller, scope, ..
+    } = &*context;
+    if controller.leadership.acting().is_none() {
         return Ok(Action::requeue(NOT_ACTING));
-    };
+    }
     let key = key_of(&object.metadata);
-    let found = controller.reconcile_set(&object, scope, &term).await?;
+    let mut found = controller.reconcile_set(&object, scope).await?;
+    let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+    for name in std::mem::take(&mut found.planned) {
+        let _ = context
+            .servers
+            .send(scope.servers.reference(namespace, &name));
+    }
     let again = match (found.moving, found.gone) {
         (_, true) => {
             lock(&controller.counts.by_set).remove(&key);
@@ -298,7 +314,9 @@ pub(super) async fn reconcile_deployment(
     object: Arc<DynamicObject>,
     context: Arc<Context>,
 ) -> Result<Action, Failed> {
-    let Context { controller, scope } = &*context;
+    let Context {
+        controller, scope, ..
+    } = &*context;
     if controller.leadership.acting().is_none() {
         return Ok(Action::requeue(NOT_ACTING));
     }
@@ -350,56 +368,6 @@ pub(super) async fn reconcile_deployment(
     Ok(Action::await_change())
 }
 
-/// A Server whose set is gone without letting go of it (deleted before
-/// it held their clean-up, or its finalizer taken off by hand): being
-/// deleted — by the garbage collector, or by hand — it is cleaned up and
-/// let go. One not being deleted is left alone: the garbage collector
-/// deletes what its set owned.
-pub(super) async fn reconcile_server(
-    object: Arc<ServerResource>,
-    context: Arc<Context>,
-) -> Result<Action, Failed> {
-    let Context { controller, scope } = &*context;
-    let Some(term) = controller.leadership.acting() else {
-        return Ok(Action::requeue(NOT_ACTING));
-    };
-    let held = object
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == instance::FINALIZER);
-    let namespace = object.metadata.namespace.clone().unwrap_or_default();
-    let (Some(set), true, true) = (
-        set_of(&*object),
-        held,
-        object.metadata.deletion_timestamp.is_some(),
-    ) else {
-        return Ok(Action::await_change());
-    };
-    // A set not read is not a set gone.
-    if scope.sets.get(&namespace, set)?.is_some() {
-        return Ok(Action::await_change());
-    }
-    let owner = object
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.kind == "VMReplicaSet")
-        .map(|o| o.uid.clone())
-        .unwrap_or_default();
-    let set = VmReplicaSet::named(&namespace, set, &owner);
-    let name = object.metadata.name.clone().unwrap_or_default();
-    let going: Vec<Read> = controller
-        .read_machines(&set, scope, &BTreeMap::new())?
-        .into_iter()
-        .filter(|m| m.name == name && m.state.deleting)
-        .collect();
-    controller.let_go(&set, going, &term, now()).await?;
-    Ok(Action::requeue(controller.every))
-}
-
 /// A machine held by the clean-up finalizer whose Server is gone (its
 /// clean-up ran, or the Server was taken away by hand): being deleted, it
 /// is let go — there is no clean-up left to hold it for.
@@ -407,7 +375,9 @@ pub(super) async fn reconcile_machine(
     object: Arc<DynamicObject>,
     context: Arc<Context>,
 ) -> Result<Action, Failed> {
-    let Context { controller, scope } = &*context;
+    let Context {
+        controller, scope, ..
+    } = &*context;
     if controller.leadership.acting().is_none() {
         return Ok(Action::requeue(NOT_ACTING));
     }
@@ -615,7 +585,7 @@ impl Controller {
         let route = Route {
             sets: to_sets.clone(),
             deployments: to_deployments,
-            servers: to_servers,
+            servers: to_servers.clone(),
             machines: to_machines,
         };
         // Both helpers end with this scope (they hold its watches).
@@ -628,18 +598,22 @@ impl Controller {
         // A hook's answer is taken as soon as it comes.
         let mut answered = self.calls.answered();
         let answers = Arc::clone(&scope);
+        let to_answered = to_servers.clone();
         helpers.spawn(async move {
             loop {
                 match answered.recv().await {
                     Ok(instance) => {
                         if answers.covers(&instance.namespace) {
-                            let _ = to_sets
-                                .send(answers.sets.reference(&instance.namespace, &instance.set));
+                            let _ = to_answered.send(
+                                answers
+                                    .servers
+                                    .reference(&instance.namespace, &instance.name),
+                            );
                         }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        for set in answers.sets.store.state() {
-                            let _ = to_sets.send(reference_of(&answers.sets, &set));
+                        for server in answers.servers.store.state() {
+                            let _ = to_answered.send(reference_of(&answers.servers, &server));
                         }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -650,6 +624,8 @@ impl Controller {
         let context = Arc::new(Context {
             controller: Arc::clone(&self),
             scope: Arc::clone(&scope),
+            sets: to_sets,
+            servers: to_servers,
         });
         let sets_controller = over(&scope.sets, for_sets)
             .reconcile_all_on(self.wakes())
@@ -664,6 +640,8 @@ impl Controller {
             )
             .for_each(settled(Which::Deployment, &self));
         let servers_controller = over(&scope.servers, for_servers)
+            .with_config(kube::runtime::controller::Config::default().concurrency(SERVERS_AT_ONCE))
+            .reconcile_all_on(self.wakes())
             .run(
                 reconcile_server,
                 on_error(Which::Server),
