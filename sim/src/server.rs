@@ -375,14 +375,18 @@ async fn handle(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default();
             // Strategic merge patches of these kinds' fields behave as merge
-            // patches for what the simulator is used for; JSON patches are
-            // not served.
+            // patches for what the simulator is used for.
             if kind.starts_with("application/json-patch+json") {
-                Err(StoreError {
-                    code: 415,
-                    reason: "UnsupportedMediaType",
-                    message: "JSON patch is not supported; use a merge patch".into(),
-                })
+                parse_body()
+                    .and_then(|body| {
+                        serde_json::from_value::<json_patch::Patch>(body).map_err(|error| {
+                            StoreError::bad_request(format!("not a JSON patch: {error}"))
+                        })
+                    })
+                    .and_then(|patch| {
+                        store.json_patch_part(resource, &namespace, &name, &patch, part)
+                    })
+                    .map(|o| (StatusCode::OK, o))
             } else if kind.starts_with("application/apply-patch") {
                 // Server-side apply, as far as the simulator goes: the
                 // object made when missing, else the applied fields merged

@@ -647,6 +647,51 @@ impl Store {
         self.write(resource, namespace, name, object, part)
     }
 
+    /// Apply a JSON patch (RFC 6902) to the part of an object a request
+    /// writes, as the API server does: to the object stored when it is
+    /// applied (tried again when it changed meanwhile); a `test` that fails
+    /// refuses the whole patch.
+    pub fn json_patch_part(
+        &self,
+        resource: &'static Resource,
+        namespace: &str,
+        name: &str,
+        patch: &json_patch::Patch,
+        part: Part,
+    ) -> Result<Value, StoreError> {
+        let namespace = if resource.namespaced { namespace } else { "" };
+        let mut tries = 0;
+        loop {
+            let mut object = self.get(resource, namespace, name)?;
+            // As the API server's JSON patch does, a test that a field is
+            // null holds where the field is missing.
+            let ops: Vec<json_patch::PatchOperation> = patch
+                .0
+                .iter()
+                .filter(|op| match op {
+                    json_patch::PatchOperation::Test(test) if test.value.is_null() => !object
+                        .pointer(test.path.as_str())
+                        .is_none_or(Value::is_null),
+                    _ => true,
+                })
+                .cloned()
+                .collect();
+            json_patch::patch(&mut object, &ops).map_err(|error| {
+                StoreError::new(
+                    422,
+                    "Invalid",
+                    format!(
+                        "the server rejected our request due to an error in our request: {error}"
+                    ),
+                )
+            })?;
+            match self.write(resource, namespace, name, object, part) {
+                Err(conflict) if conflict.code == 409 && tries < 5 => tries += 1,
+                written => return written,
+            }
+        }
+    }
+
     /// Delete an object: with finalizers it only gets a deletion timestamp;
     /// a namespace takes everything in it along.
     pub fn delete(
@@ -856,6 +901,51 @@ mod tests {
                 &json!({"metadata": {"finalizers": null}}),
             )
             .unwrap();
+        assert_eq!(store.get(pods(), "shop", "a").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn a_json_patch_whose_test_fails_changes_nothing_and_one_that_holds_applies() {
+        let store = store_with_namespace();
+        store
+            .create(
+                pods(),
+                "shop",
+                json!({"metadata": {"name": "a", "finalizers": ["x/y", "z/w"]}}),
+            )
+            .unwrap();
+        store.delete(pods(), "shop", "a").unwrap();
+        let remove = |at: usize, expected: &str| -> json_patch::Patch {
+            serde_json::from_value(json!([
+                {"op": "test", "path": format!("/metadata/finalizers/{at}"), "value": expected},
+                {"op": "remove", "path": format!("/metadata/finalizers/{at}")},
+            ]))
+            .unwrap()
+        };
+        // A test that a missing field is null holds.
+        let none: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/labels", "value": null},
+        ]))
+        .unwrap();
+        store
+            .json_patch_part(pods(), "shop", "a", &none, Part::Whole)
+            .unwrap();
+        // Someone else's finalizer where ours was read: refused whole.
+        let refused = store
+            .json_patch_part(pods(), "shop", "a", &remove(0, "z/w"), Part::Whole)
+            .unwrap_err();
+        assert_eq!(refused.code, 422, "{}", refused.message);
+        assert_eq!(
+            store.get(pods(), "shop", "a").unwrap()["metadata"]["finalizers"],
+            json!(["x/y", "z/w"])
+        );
+        store
+            .json_patch_part(pods(), "shop", "a", &remove(1, "z/w"), Part::Whole)
+            .unwrap();
+        store
+            .json_patch_part(pods(), "shop", "a", &remove(0, "x/y"), Part::Whole)
+            .unwrap();
+        // The last finalizer gone, the deleted object goes.
         assert_eq!(store.get(pods(), "shop", "a").unwrap_err().code, 404);
     }
 
