@@ -1348,6 +1348,58 @@ fn a_failed_instance_is_retried_and_an_aborted_rollout_goes_back_to_the_stable_c
     assert_eq!(code, 409, "an aborted rollout is not aborted again");
 }
 
+/// The clean-up holds every instance: a Server whose finalizer a person
+/// took off gets it back from its controller (kube-runtime's finalizer
+/// helper), so that deleted later it still runs its clean-up before it
+/// and its machine go.
+#[test]
+fn a_server_whose_finalizer_was_taken_off_gets_it_back_and_is_still_cleaned_up() {
+    let Delivery { cluster, hooks, .. } = &delivering("");
+    cluster.apply(set(1, json!([{"name": "jdk", "version": "21"}])));
+    assert!(
+        wait_until(PATIENCE * 2, || all_serving_with(cluster, 1, "jdk=21")).is_some(),
+        "{:#?}",
+        instances(cluster)
+    );
+    let (servers, machines) = (
+        resource(cluster, "verdict.dev", "servers"),
+        resource(cluster, "kubevirt.io", "virtualmachines"),
+    );
+    let finalizers = || {
+        cluster.sim().store().get(servers, "shop", "web-0").unwrap()["metadata"]["finalizers"]
+            .clone()
+    };
+    assert_eq!(finalizers(), json!(["verdict.dev/cleanup"]));
+    cluster
+        .sim()
+        .store()
+        .patch(
+            servers,
+            "shop",
+            "web-0",
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .unwrap();
+    let back = wait_until(PATIENCE, || finalizers() == json!(["verdict.dev/cleanup"]));
+    assert!(back.is_some(), "never put back: {}", finalizers());
+
+    // The set scaled to none: web-0 runs its clean-up, then it goes, with
+    // its machine.
+    cluster.apply(set(0, json!([{"name": "jdk", "version": "21"}])));
+    let gone = wait_until(PATIENCE * 2, || {
+        let store = cluster.sim().store();
+        store.get(servers, "shop", "web-0").is_err()
+            && store.get(machines, "shop", "web-0").is_err()
+    });
+    assert!(gone.is_some(), "held for ever: {:#?}", instances(cluster));
+    let steps = hooks.steps_of("web-0");
+    assert_eq!(
+        steps[steps.len() - 3..],
+        ["detach-load-balancer", "pause-monitoring", "delete-machine"],
+        "{steps:?}"
+    );
+}
+
 #[test]
 fn a_deleted_instance_is_held_until_its_clean_up_ends_and_a_stuck_step_can_be_skipped() {
     // The machine's deletion hangs (the hook keeps answering running).

@@ -19,21 +19,61 @@ pub(super) const SERVER_AT_REST: Duration = Duration::from_secs(300);
 /// own instance.
 pub(super) const SERVERS_AT_ONCE: u16 = 32;
 
+/// What one reconcile of an instance came to.
+pub(super) enum Reconciled {
+    /// Looked at again as the action says.
+    Wait(Action),
+    /// Its clean-up ran to its end and its machine is gone: its Server's
+    /// finalizer is released.
+    CleanedUp,
+}
+
+/// A Server reconciled through kube-runtime's finalizer helper: one that
+/// lacks the clean-up finalizer gets it first; a deleted one runs its
+/// clean-up, and the finalizer is released (a patch that tests it is still
+/// where it was read) only once the clean-up ran to its end and its machine
+/// is gone.
 pub(super) async fn reconcile_server(
     object: Arc<ServerResource>,
     context: Arc<Context>,
 ) -> Result<Action, Failed> {
-    let Some(term) = context.controller.leadership.acting() else {
+    use kube::runtime::finalizer::{Error, Event, finalizer};
+    let controller = &context.controller;
+    let Some(term) = controller.leadership.acting() else {
         return Ok(Action::requeue(NOT_ACTING));
     };
-    context
-        .controller
-        .reconcile_instance(&object, &context, &term)
-        .await
+    let api = Api::<ServerResource>::namespaced(
+        controller.writer.clone(),
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let reconciled = finalizer(&api, instance::FINALIZER, object, |event| async {
+        match event {
+            Event::Apply(server) => match controller
+                .reconcile_instance(&server, &context, &term)
+                .await?
+            {
+                Reconciled::Wait(action) => Ok(action),
+                Reconciled::CleanedUp => Ok(Action::await_change()),
+            },
+            Event::Cleanup(server) => match controller
+                .reconcile_instance(&server, &context, &term)
+                .await?
+            {
+                Reconciled::CleanedUp => Ok(Action::await_change()),
+                Reconciled::Wait(_) => Err(Failed::CleaningUp),
+            },
+        }
+    })
+    .await;
+    reconciled.map_err(|error| match error {
+        Error::ApplyFailed(failed) | Error::CleanupFailed(failed) => failed,
+        Error::AddFinalizer(error) | Error::RemoveFinalizer(error) => Failed::Kube(error),
+        other => Failed::Finalizer(other.to_string()),
+    })
 }
 
 /// Whether a Server is being deleted and holds its clean-up.
-fn cleaning_up(server: &ServerResource) -> bool {
+pub(super) fn cleaning_up(server: &ServerResource) -> bool {
     server.metadata.deletion_timestamp.is_some()
         && server
             .metadata
@@ -90,39 +130,50 @@ impl Controller {
     }
 
     /// One instance reconciled: read, its status put back when someone
-    /// else wrote it, its machine made, then moved on by one step.
+    /// else wrote it, its machine made, then moved on by one step; a
+    /// deleted one's clean-up ended when it ran to its end.
     async fn reconcile_instance(
         &self,
         server: &Arc<ServerResource>,
         context: &Context,
         term: &Term,
-    ) -> Result<Action, Failed> {
+    ) -> Result<Reconciled, Failed> {
         let at = now();
         let scope = &*context.scope;
         let Some(set) = self.set_of_server(server, scope)? else {
-            return Ok(Action::await_change());
+            // Deleted with no set it was made by: nothing to clean up.
+            return Ok(match server.metadata.deletion_timestamp {
+                Some(_) if set_of(&**server).is_none() => Reconciled::CleanedUp,
+                _ => Reconciled::Wait(Action::await_change()),
+            });
         };
         let health = self.health().await;
         let read = self.read_server(&set, scope, server, &health)?;
         // Shown as it was before this controller's last write: the store
         // brings the write, and with it the next reconcile.
         if read.stale {
-            return Ok(Action::requeue(self.every));
+            return Ok(Reconciled::Wait(Action::requeue(self.every)));
         }
         if self.put_back(&set, std::slice::from_ref(&read)).await?
             || self
                 .mend_machines(&set, std::slice::from_ref(&read))
                 .await?
         {
-            return Ok(Action::requeue(self.every));
+            return Ok(Reconciled::Wait(Action::requeue(self.every)));
         }
         // A status that does not read is said on its set; a target not
         // planned at this generation is the set's controller's to write.
         let (Ok(recorded), Some(target)) = (read.recorded.clone(), read.target()) else {
-            return Ok(Action::await_change());
+            return Ok(Reconciled::Wait(Action::await_change()));
         };
         if !rollout::leaving(&read.state) && !self.is_planned(&read) {
-            return Ok(Action::await_change());
+            return Ok(Reconciled::Wait(Action::await_change()));
+        }
+        // A clean-up that ran to its end lets the machine go; the Server
+        // goes next.
+        if steps::cleaned_up(&read, &recorded) && instance::may_take(recorded.lock.as_ref(), term) {
+            self.release(&set, &read).await?;
+            return Ok(Reconciled::CleanedUp);
         }
         let moving = read.state.deleting
             || recorded
@@ -132,10 +183,10 @@ impl Controller {
         let stepped = self.step(&set, &read, recorded, &target, term, at).await;
         self.refused(&set, &read.name, stepped.as_ref().err(), context);
         stepped?;
-        Ok(Action::requeue(match moving {
+        Ok(Reconciled::Wait(Action::requeue(match moving {
             true => self.every,
             false => SERVER_AT_REST,
-        }))
+        })))
     }
 
     /// Keep what the API server refused of an instance's last step (said on

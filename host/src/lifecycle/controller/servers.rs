@@ -41,8 +41,7 @@ pub(super) struct Read {
     pub(super) server: Arc<ServerResource>,
     pub(super) state: InstanceState,
     pub(super) created: Timestamp,
-    /// The Server's finalizers, and whether it is being deleted.
-    pub(super) finalizers: Vec<String>,
+    /// Whether its Server is being deleted.
     pub(super) deleted: bool,
     /// Its VirtualMachine, when there is one.
     pub(super) machine: Option<MachineRead>,
@@ -396,7 +395,6 @@ impl Controller {
                 .as_ref()
                 .map(|t| t.0.as_millisecond())
                 .unwrap_or(0),
-            finalizers: server.metadata.finalizers.clone().unwrap_or_default(),
             deleted,
             machine: machine_read,
             node_ready: matches!(node_seen, None | Some(Health::Healthy)),
@@ -639,7 +637,9 @@ impl Controller {
         Ok(())
     }
 
-    /// Release the clean-up finalizers: the machine goes, then its Server.
+    /// An instance cleaned up: its machine goes (its Server's finalizer is
+    /// released next, by the Server's controller), and nothing of it is
+    /// kept.
     pub(super) async fn release(
         &self,
         set: &VmReplicaSet,
@@ -651,16 +651,6 @@ impl Controller {
             "VM delivery: cleaned up; the machine and its Server go"
         );
         self.let_machine_go(set, machine).await?;
-        self.let_go_of(
-            &servers(),
-            (
-                &set.namespace,
-                &machine.name,
-                Some(machine.resource_version.as_str()),
-            ),
-            (machine.deleted, &machine.finalizers),
-        )
-        .await?;
         // Gone: nothing of it to wait for.
         let key = format!("{}/{}", set.namespace, machine.name);
         lock(&self.written).remove(&key);

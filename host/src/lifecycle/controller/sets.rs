@@ -6,6 +6,12 @@
 //! set let go last.
 
 use super::*;
+use crate::lifecycle::crd::SetInstance;
+
+/// A typed status as the JSON a status write takes.
+fn typed(status: &impl serde::Serialize) -> Value {
+    serde_json::to_value(status).unwrap_or_default()
+}
 
 /// Which instance a set lets go of first when it has too many: one out of
 /// service for good before any other (lost, failed, out of contact, not
@@ -78,26 +84,32 @@ pub(super) fn cleanups(read: &[Read]) -> (Vec<String>, Vec<String>) {
 }
 
 /// An instance as the set's status shows it.
-pub(super) fn row(machine: &Read) -> Value {
+pub(super) fn row(machine: &Read) -> SetInstance {
     let state = &machine.state;
     let recorded = machine.recorded.as_ref().ok();
-    json!({
-        "name": machine.name,
-        "stage": state.stage.map(|s| s.wit_name()),
-        "environment": state.environment.iter().map(|p| format!("{}={}", p.name, p.version)).collect::<Vec<_>>(),
-        "code": state.code,
+    SetInstance {
+        name: Some(machine.name.clone()),
+        stage: state.stage.map(|s| s.wit_name().to_string()),
+        since: recorded.and_then(|r| r.since).map(crate::time::rfc3339),
+        environment: state
+            .environment
+            .iter()
+            .map(|p| format!("{}={}", p.name, p.version))
+            .collect(),
+        code: state.code.clone(),
         // The step in progress or that its list failed at; of a failed
         // instance, the step it failed at.
-        "task": recorded
+        task: recorded
             .and_then(|r| r.list.as_ref())
             .and_then(|l| l.entry().task)
             .or_else(|| match state.stage {
                 Some(Stage::Failed) => rollout::failed_step(state).map(String::from),
                 _ => None,
             }),
-        "lockedBy": recorded.and_then(|r| r.lock.as_ref()).map(|l| l.holder.clone()),
-        "since": recorded.and_then(|r| r.since).map(crate::time::rfc3339),
-    })
+        locked_by: recorded
+            .and_then(|r| r.lock.as_ref())
+            .map(|l| l.holder.clone()),
+    }
 }
 
 impl Controller {
@@ -145,14 +157,16 @@ impl Controller {
             });
         }
         // The set says which instances hold it, each at its step.
-        let rows: Vec<Value> = read.iter().map(row).collect();
+        let rows: Vec<SetInstance> = read.iter().map(row).collect();
         let found = self.let_go(&set, read).await?;
         let set = VmReplicaSet {
             generation: object["metadata"]["generation"].as_i64().unwrap_or(0),
             ..set
         };
-        let status = set.deleting_status(&object["status"], rows, at);
-        self.write_status(&sets(), namespace, name, object, status)
+        // What the status said before, as far as it reads.
+        let previous = serde_json::from_value(object["status"].clone()).unwrap_or_default();
+        let status = set.deleting_status(previous, rows, at);
+        self.write_status(&sets(), namespace, name, object, typed(&status))
             .await?;
         Ok(found)
     }
@@ -506,7 +520,7 @@ impl Controller {
         &self,
         (d, spec, object): (&VmDeployment, &rollout::DeploymentSpec, &Value),
         read: &[Read],
-        (plan, rows): (&rollout::Plan, &[Value]),
+        (plan, rows): (&rollout::Plan, &[SetInstance]),
         at: Timestamp,
     ) -> Result<(), kube::Error> {
         let namespace = d.namespace.as_str();
@@ -685,11 +699,11 @@ impl Controller {
         let planned = self.write_targets(&set, &mut read, &plan).await?;
 
         let refused = self.refusals(&set, &read);
-        let rows: Vec<Value> = read.iter().map(row).collect();
+        let rows: Vec<SetInstance> = read.iter().map(row).collect();
         let deployment_rows = rows.clone();
         let (problem, cleaning) = self.problems(&read, refused);
         let status = set.status(&plan, rows, (problem.as_deref(), &cleaning), at);
-        self.write_status(&sets(), namespace, name, object, status)
+        self.write_status(&sets(), namespace, name, object, typed(&status))
             .await?;
         // Looked at again soon while a list runs or the rollout moves.
         let moving = read.iter().any(|m| {

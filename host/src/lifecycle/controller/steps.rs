@@ -28,6 +28,17 @@ fn call_of(
     }
 }
 
+/// Whether a deleted instance's clean-up list ran to its end: its machine
+/// goes, and its Server's finalizer is released.
+pub(super) fn cleaned_up(machine: &Read, recorded: &Recorded) -> bool {
+    machine.state.deleting
+        && recorded.stage == Some(Stage::Deleting)
+        && recorded
+            .list
+            .as_ref()
+            .is_some_and(|l| l.outcome == ListOutcome::Succeeded)
+}
+
 impl Controller {
     /// Move a running list on: a person's skip or approval of it, the
     /// list superseded by a newer target before its last step, or the
@@ -277,15 +288,9 @@ impl Controller {
         if self.forced_first(set, machine, &mut recorded, at) {
             return self.moved_on(set, machine, recorded, term).await;
         }
-        // A finished clean-up lets the machine go.
-        if machine.state.deleting
-            && recorded.stage == Some(Stage::Deleting)
-            && recorded
-                .list
-                .as_ref()
-                .is_some_and(|l| l.outcome == ListOutcome::Succeeded)
-        {
-            return self.release(set, machine).await;
+        // A finished clean-up is its Server controller's to end.
+        if cleaned_up(machine, &recorded) {
+            return Ok(());
         }
         let Ok(slot) = self.registry.policy(World::Lifecycle) else {
             return Ok(());

@@ -263,6 +263,12 @@ pub(super) enum Failed {
     /// The API server did not take a write, or was not reached.
     #[error(transparent)]
     Kube(#[from] kube::Error),
+    /// A deleted instance's clean-up runs still: its finalizer stays.
+    #[error("its clean-up runs")]
+    CleaningUp,
+    /// The finalizer could not be kept or released.
+    #[error("the clean-up finalizer: {0}")]
+    Finalizer(String),
 }
 
 /// How long a replica that does not act waits to look again (it is woken
@@ -465,6 +471,10 @@ pub(super) fn failed_again(
     context: &Context,
 ) -> Action {
     let controller = &context.controller;
+    // A clean-up under way: looked at again soon, as a list that runs.
+    if matches!(failed, Failed::CleaningUp) {
+        return Action::requeue(controller.every);
+    }
     // A write on a version the store showed before a change it has not
     // brought yet: looked at again once it has.
     if let Failed::Kube(kube::Error::Api(status)) = failed
@@ -500,7 +510,7 @@ pub(super) fn failed_again(
     // once).
     let wait = match failed {
         Failed::Unread(_) => after_failures(failures).min(UNREAD_AT_MOST),
-        Failed::Kube(_) => after_failures(failures),
+        _ => after_failures(failures),
     };
     Action::requeue(wait)
 }
