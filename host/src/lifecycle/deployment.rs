@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::crd;
+use super::crd::{self, DeploymentInstance, SetInstance};
 use super::requests::{self, Request};
 use super::resources::{condition, identity, text, typed};
 use super::rollout::{DeploymentSpec, Phase, Plan, Progress, Share, Step};
@@ -268,7 +268,7 @@ impl VmDeployment {
         spec: &DeploymentSpec,
         plan: &Plan,
         updated: usize,
-        rows: &[Value],
+        rows: &[SetInstance],
         now: Timestamp,
     ) -> Value {
         let steps = spec.steps.len().max(1);
@@ -341,15 +341,11 @@ impl VmDeployment {
             "aborted": plan.progress.aborted,
             "actions": self.actions_kept(&spec.code, plan.progress.started),
             "history": self.history_kept(spec, plan.phase, now),
-            "instances": rows.iter().map(|r| {
-                let mut row = json!({
-                    "name": r["name"], "stage": r["stage"], "code": r["code"], "task": r["task"],
-                });
-                // As the server keeps it: no nulls.
-                if let Some(fields) = row.as_object_mut() {
-                    fields.retain(|_, value| !value.is_null());
-                }
-                row
+            "instances": rows.iter().map(|r| DeploymentInstance {
+                name: r.name.clone(),
+                stage: r.stage.clone(),
+                code: r.code.clone(),
+                task: r.task.clone(),
             }).collect::<Vec<_>>(),
             "conditions": conditions,
         });
@@ -695,11 +691,18 @@ mod tests {
 
         let set = VmReplicaSet::read(&set_object(json!({"replicas": 2, "template": template()})))
             .unwrap();
+        let row = |name: &str, stage: &str, task: Option<&str>| SetInstance {
+            name: Some(name.into()),
+            stage: Some(stage.into()),
+            task: task.map(String::from),
+            ..SetInstance::default()
+        };
         let rows = vec![
-            json!({"name": "web-0", "stage": "serving"}),
-            json!({"name": "web-1", "stage": "failed", "task": "install-environment"}),
+            row("web-0", "serving", None),
+            row("web-1", "failed", Some("install-environment")),
         ];
-        let status = set.status(&plan, rows.clone(), (None, &[]), 2_000);
+        let status =
+            serde_json::to_value(set.status(&plan, rows.clone(), (None, &[]), 2_000)).unwrap();
         assert_eq!(status["ready"], "3/2");
         assert_eq!(status["availableReplicas"], 1);
         // Degraded names the instance and the step it failed at.
@@ -740,10 +743,11 @@ mod tests {
             ..plan.clone()
         };
         let status = set.status(&none, rows.clone(), (None, &[]), 2_000);
-        assert_eq!(condition(&status, "Available")["reason"], "NotAvailable");
+        let value = serde_json::to_value(&status).unwrap();
+        assert_eq!(condition(&value, "Available")["reason"], "NotAvailable");
 
         // Deleted: which instances hold it, and where.
-        let deleting = set.deleting_status(&status, rows, 3_000);
+        let deleting = serde_json::to_value(set.deleting_status(status, rows, 3_000)).unwrap();
         assert_eq!(
             condition(&deleting, "Deleting")["message"],
             "cleaning up 2 instance(s): web-0, web-1 at install-environment"

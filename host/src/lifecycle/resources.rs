@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-use super::crd;
+use super::crd::{self, Condition, ConditionType, SetInstance, VmReplicaSetStatus};
 use super::instance::{FINALIZER, SERVER, SET_LABEL};
 use super::model::Package;
 use super::rollout::{Order, Plan, SetSpec, Share};
@@ -271,16 +271,16 @@ impl VmReplicaSet {
     pub fn status(
         &self,
         plan: &Plan,
-        rows: Vec<Value>,
+        rows: Vec<SetInstance>,
         (problem, cleaning): (Option<&str>, &[String]),
         now: Timestamp,
-    ) -> Value {
+    ) -> VmReplicaSetStatus {
         let total = rows.len();
         let wanted = self.wanted();
         let done = plan.up_to_date == total && plan.ready == total && total == wanted;
         let failed: Vec<String> = rows
             .iter()
-            .filter(|r| r["stage"] == "failed")
+            .filter(|r| r.stage.as_deref() == Some("failed"))
             .map(row_with_step)
             .collect();
         let degraded = match (problem, failed.is_empty()) {
@@ -299,84 +299,91 @@ impl VmReplicaSet {
         let least = wanted.saturating_sub(self.spec.max_unavailable.at_most(wanted));
         let enough = plan.available >= least;
         let condition = |kind, on, reason, message: &str| {
-            condition(kind, on, reason, message, self.generation, now)
+            Condition::new(kind, on, reason, message, self.generation, now)
         };
-        json!({
-            "observedGeneration": self.generation,
-            "replicas": total,
-            "selector": format!("{SET_LABEL}={}", self.name),
-            "readyReplicas": plan.ready,
-            "upToDateReplicas": plan.up_to_date,
-            "availableReplicas": plan.available,
-            "ready": format!("{}/{wanted}", plan.ready),
-            "waiting": waiting,
-            "instances": rows,
-            "conditions": [
+        let count = |n: usize| Some(u32::try_from(n).unwrap_or(u32::MAX));
+        VmReplicaSetStatus {
+            observed_generation: Some(self.generation),
+            replicas: count(total),
+            selector: Some(format!("{SET_LABEL}={}", self.name)),
+            ready_replicas: count(plan.ready),
+            up_to_date_replicas: count(plan.up_to_date),
+            available_replicas: count(plan.available),
+            ready: Some(format!("{}/{wanted}", plan.ready)),
+            waiting: Some(waiting.clone()),
+            instances: rows,
+            conditions: vec![
                 condition(
-                    "Available",
+                    ConditionType::Available,
                     enough,
                     if enough { "Available" } else { "NotAvailable" },
-                    &format!("{} of {wanted} instances available; at least {least} wanted", plan.available),
+                    &format!(
+                        "{} of {wanted} instances available; at least {least} wanted",
+                        plan.available
+                    ),
                 ),
-                condition("Ready", done, if done { "AllReady" } else { "NotAllReady" }, &waiting),
                 condition(
-                    "Progressing",
+                    ConditionType::Ready,
+                    done,
+                    if done { "AllReady" } else { "NotAllReady" },
+                    &waiting,
+                ),
+                condition(
+                    ConditionType::Progressing,
                     !done && !self.spec.paused && degraded.is_none(),
                     "Rolling",
                     &rolling,
                 ),
-                condition("Paused", self.spec.paused, "Paused", ""),
+                condition(ConditionType::Paused, self.spec.paused, "Paused", ""),
                 condition(
-                    "Degraded",
+                    ConditionType::Degraded,
                     degraded.is_some(),
                     "CannotProceed",
                     degraded.as_deref().unwrap_or_default(),
                 ),
             ],
-        })
+        }
     }
 
     /// The status of a set being deleted: its instances being cleaned up,
-    /// each with the step it is at, in a `Deleting` condition.
-    pub fn deleting_status(&self, previous: &Value, rows: Vec<Value>, now: Timestamp) -> Value {
+    /// each with the step it is at, in a `Deleting` condition; what the
+    /// status said before stays.
+    pub fn deleting_status(
+        &self,
+        previous: VmReplicaSetStatus,
+        rows: Vec<SetInstance>,
+        now: Timestamp,
+    ) -> VmReplicaSetStatus {
         let held: Vec<String> = rows.iter().map(row_with_step).collect();
         let message = format!(
             "cleaning up {} instance(s): {}",
             held.len(),
             held.join(", ")
         );
-        let mut status = match previous {
-            Value::Object(_) => previous.clone(),
-            _ => json!({}),
-        };
-        status["replicas"] = json!(rows.len());
-        status["instances"] = json!(rows);
-        status["waiting"] = json!(message);
-        let mut conditions: Vec<Value> = status["conditions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|c| c["type"] != "Deleting")
-            .collect();
-        conditions.push(condition(
-            "Deleting",
+        let mut status = previous;
+        status.replicas = Some(u32::try_from(rows.len()).unwrap_or(u32::MAX));
+        status.instances = rows;
+        status.waiting = Some(message.clone());
+        status
+            .conditions
+            .retain(|c| c.type_ != ConditionType::Deleting);
+        status.conditions.push(Condition::new(
+            ConditionType::Deleting,
             true,
             "CleaningUp",
             &message,
             self.generation,
             now,
         ));
-        status["conditions"] = json!(conditions);
         status
     }
 }
 
 /// An instance row of a status by name, with the step its list is at
 /// (`web-1 at install-environment`).
-fn row_with_step(row: &Value) -> String {
-    let name = row["name"].as_str().unwrap_or_default();
-    match row["task"].as_str() {
+pub fn row_with_step(row: &SetInstance) -> String {
+    let name = row.name.as_deref().unwrap_or_default();
+    match &row.task {
         Some(task) => format!("{name} at {task}"),
         None => name.to_string(),
     }
@@ -519,7 +526,7 @@ pub fn server_conditions(
     (machine_ready, node_healthy): (bool, bool),
     generation: i64,
     now: Timestamp,
-) -> Vec<crd::Condition> {
+) -> Vec<Condition> {
     use super::lists::ListOutcome;
     use crate::wit::WitName;
     use crd::ConditionType::{Degraded, Progressing, Ready};
@@ -560,7 +567,7 @@ pub fn server_conditions(
             .map(|l| l.entry()),
     };
     let condition = |type_, on, reason: &str, message: &str| {
-        crd::Condition::new(type_, on, reason, message, generation, now)
+        Condition::new(type_, on, reason, message, generation, now)
     };
     vec![
         condition(Ready, ready, reason, &message),
