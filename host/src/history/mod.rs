@@ -97,6 +97,9 @@ pub const TAP: usize = 32_768;
 /// Records kept in memory while the database refuses them.
 const PENDING: usize = 200_000;
 
+/// The room the records and marks waiting to be written keep once written.
+const KEPT_ROOM: usize = 1024;
+
 /// What the history did, for `/readyz` and `/metrics`.
 #[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct Health {
@@ -461,6 +464,10 @@ impl History {
                 health.observed_at = run.map(|_| now);
                 state.seen.clear();
                 state.marks.clear();
+                // What a burst grew them to is given back: a host at rest
+                // keeps no room for its busiest moment.
+                state.seen.shrink_to(KEPT_ROOM);
+                state.marks.shrink_to(KEPT_ROOM);
                 state.run = run;
                 if !health.ok {
                     tracing::info!("the history is written again");
