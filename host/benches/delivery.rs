@@ -18,7 +18,11 @@
 //!   hanging.
 //!
 //! Run with `cargo xtask bench --delivery` (release; `--quick` in the dev
-//! profile).
+//! profile). To see where the host's memory goes, build it with the
+//! system allocator and name a heap profiler to run it under:
+//! `VERDICT_BENCH_PROFILER="heaptrack -o target/bench-delivery/heap"
+//! cargo bench -p verdict --bench delivery --no-default-features --features
+//! demo -- --sets 200` (its memory figures are then the profiler's).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -338,19 +342,31 @@ fn main() {
         .collect();
     std::fs::write(&config, hooks).unwrap();
     let kubeconfig = cluster.kubeconfig();
-    let (child, base) = support::spawn_verdict(
-        &workspace.join("target/plugins"),
-        data.path(),
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--vm-delivery",
-            "--no-kube-events",
-        ],
-        "error",
-    );
+    let flags = [
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--vm-delivery",
+        "--no-kube-events",
+    ];
+    let plugins = workspace.join("target/plugins");
+    let (child, base) = match std::env::var("VERDICT_BENCH_PROFILER") {
+        Ok(profiler) => {
+            let mut words = profiler.split_whitespace();
+            let mut command = std::process::Command::new(words.next().expect("a profiler"));
+            command
+                .args(words)
+                .arg(env!("CARGO_BIN_EXE_verdict"))
+                .args(["serve", "--listen", "127.0.0.1:0", "--plugins"])
+                .arg(&plugins)
+                .arg("--data-dir")
+                .arg(data.path())
+                .args(flags);
+            support::spawn_serving(command, "error")
+        }
+        Err(_) => support::spawn_verdict(&plugins, data.path(), &flags, "error"),
+    };
     let host = support::KillOnDrop(child);
     let pid = host.0.id();
 

@@ -241,8 +241,17 @@ pub fn spawn_serving_to(mut command: Command, log: &str, stderr: Stdio) -> (Chil
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // The first line verdict writes; a wrapper's (a profiler's) before
+        // it are passed over.
+        let mut reader = BufReader::new(stdout);
         let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0)
+            && !line.starts_with("verdict listening on ")
+            && !line.trim().is_empty()
+            && std::env::var_os("VERDICT_BENCH_PROFILER").is_some()
+        {
+            line.clear();
+        }
         let _ = tx.send(line);
     });
     let line = rx
