@@ -4,11 +4,14 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::crd::{self, DeploymentInstance, SetInstance};
+use super::crd::{
+    self, ActionName, Condition, ConditionType, DeploymentInstance, Released, RolloutPhase,
+    SetInstance, VmDeploymentStatus,
+};
 use super::requests::{self, Request};
-use super::resources::{condition, identity, text, typed};
+use super::resources::{identity, typed, typed_field};
 use super::rollout::{DeploymentSpec, Phase, Plan, Progress, Share, Step};
 use crate::time::{Timestamp, parse_time, rfc3339};
 
@@ -66,14 +69,14 @@ pub struct VmDeployment {
     pub status_code: Option<String>,
     /// The revision its status is about (a new one starts a new rollout).
     pub status_revision: Option<String>,
-    pub status_phase: Option<String>,
+    pub status_phase: Option<RolloutPhase>,
     /// What people asked of it (approve, promote, abort).
     pub requests: DeploymentRequests,
     /// The people's actions its status keeps, newest last.
-    pub actions: Vec<Value>,
+    pub actions: Vec<crd::Action>,
     /// The revisions released in full, oldest first, the last
     /// [`KEPT_RELEASES`] (`status.history`).
-    pub history: Vec<Value>,
+    pub history: Vec<Released>,
 }
 
 /// What people asked of a deployment, from its annotations.
@@ -162,24 +165,22 @@ impl VmDeployment {
         }
         let deadline = spec.progress_deadline_seconds;
         let revision = revision(&code, &artifact, &steps);
-        let status = &object["status"];
-        let history = status["history"].as_array().cloned().unwrap_or_default();
+        // Its status, the rollout's memory, read into its type: one that
+        // does not read holds the set and says which field.
+        let status: VmDeploymentStatus = typed_field(object, "status")?;
+        let time = |t: &Option<String>| t.as_deref().and_then(|t| parse_time(t).ok());
+        let step = status.step_index.unwrap_or(0);
         let progress = Progress {
-            step: status["stepIndex"].as_u64().unwrap_or(0) as usize,
-            since: text(status, "/stepStartedAt")
-                .and_then(|t| parse_time(t).ok())
-                .unwrap_or(0),
-            started: text(status, "/startedAt")
-                .and_then(|t| parse_time(t).ok())
-                .unwrap_or(0),
+            step: step as usize,
+            since: time(&status.step_started_at).unwrap_or(0),
+            started: time(&status.started_at).unwrap_or(0),
             // An approval is of one step of one revision: kept for a later
             // revision (or, from before revisions were kept, for none), it
             // approves nothing.
-            approved: status["approvedStep"].as_u64().is_some()
-                && status["approvedStep"].as_u64() == status["stepIndex"].as_u64()
-                && text(status, "/approvedRevision") == Some(revision.as_str()),
-            promoted: status["promoted"].as_bool().unwrap_or(false),
-            aborted: status["aborted"].as_bool().unwrap_or(false),
+            approved: status.approved_step == Some(i64::from(step))
+                && status.approved_revision.as_deref() == Some(revision.as_str()),
+            promoted: status.promoted.unwrap_or(false),
+            aborted: status.aborted.unwrap_or(false),
         };
         Ok(Self {
             namespace,
@@ -191,13 +192,14 @@ impl VmDeployment {
                 // What an abort goes back to: the newest revision released
                 // in full with other code (the history), else the status's
                 // stable code.
-                previous: history
+                previous: status
+                    .history
                     .iter()
                     .rev()
-                    .filter_map(|r| r["code"].as_str())
+                    .filter_map(|r| r.code.as_deref())
                     .find(|c| *c != code)
-                    .or_else(|| text(status, "/stableCode"))
-                    .map(String::from),
+                    .map(String::from)
+                    .or_else(|| status.stable_code.clone()),
                 code,
                 steps,
                 paused: spec.paused,
@@ -205,12 +207,12 @@ impl VmDeployment {
             },
             revision,
             progress,
-            status_code: text(status, "/code").map(String::from),
-            status_revision: text(status, "/revision").map(String::from),
-            status_phase: text(status, "/phase").map(String::from),
+            status_code: status.code,
+            status_revision: status.revision,
+            status_phase: status.phase,
             requests: DeploymentRequests::read(object)?,
-            actions: status["actions"].as_array().cloned().unwrap_or_default(),
-            history,
+            actions: status.actions,
+            history: status.history,
         })
     }
 
@@ -248,7 +250,7 @@ impl VmDeployment {
             previous => {
                 // The code of a completed rollout is what was released; an
                 // unfinished one leaves the one released before it.
-                if self.status_phase.as_deref() == Some("Completed") {
+                if self.status_phase == Some(RolloutPhase::Completed) {
                     spec.previous = previous.clone().or(spec.previous);
                 }
                 let progress = Progress {
@@ -270,21 +272,22 @@ impl VmDeployment {
         updated: usize,
         rows: &[SetInstance],
         now: Timestamp,
-    ) -> Value {
+    ) -> VmDeploymentStatus {
         let steps = spec.steps.len().max(1);
         let degraded = plan.phase == Phase::Degraded;
         let waiting_on_person = plan.waiting.contains("approve");
+        let condition = |kind, on, reason, message: &str| {
+            Condition::new(kind, on, reason, message, self.generation, now)
+        };
         let conditions = vec![
             condition(
-                "Ready",
+                ConditionType::Ready,
                 plan.phase == Phase::Completed,
                 phase_reason(plan.phase),
                 &plan.waiting,
-                self.generation,
-                now,
             ),
             condition(
-                "Progressing",
+                ConditionType::Progressing,
                 plan.phase == Phase::Progressing && !plan.past_deadline,
                 match plan.past_deadline {
                     true => "ProgressDeadlineExceeded",
@@ -298,71 +301,71 @@ impl VmDeployment {
                     ),
                     false => plan.waiting.clone(),
                 },
-                self.generation,
-                now,
             ),
             condition(
-                "Paused",
+                ConditionType::Paused,
                 plan.phase == Phase::Paused || waiting_on_person,
                 match waiting_on_person {
                     true => "WaitingForApproval",
                     false => phase_reason(plan.phase),
                 },
                 &plan.waiting,
-                self.generation,
-                now,
             ),
             condition(
-                "Degraded",
+                ConditionType::Degraded,
                 degraded,
                 phase_reason(plan.phase),
                 &plan.waiting,
-                self.generation,
-                now,
             ),
         ];
-        let mut status = json!({
-            "observedGeneration": self.generation,
-            "phase": format!("{:?}", plan.phase),
-            "step": format!("{}/{steps}", (plan.progress.step + 1).min(steps)),
-            "waiting": plan.waiting,
-            "updatedInstances": updated,
-            "readyInstances": plan.ready,
-            "code": spec.code,
-            "revision": self.revision,
-            "stableCode": match plan.phase {
+        let count = |n: usize| Some(u32::try_from(n).unwrap_or(u32::MAX));
+        let approval = self.requests.approve.as_ref().filter(|r| {
+            DeploymentRequests::is_about(r, &spec.code, &self.revision, plan.progress.started)
+        });
+        VmDeploymentStatus {
+            observed_generation: Some(self.generation),
+            phase: Some(match plan.phase {
+                Phase::Progressing => RolloutPhase::Progressing,
+                Phase::Paused => RolloutPhase::Paused,
+                Phase::Completed => RolloutPhase::Completed,
+                Phase::Degraded => RolloutPhase::Degraded,
+                Phase::Aborted => RolloutPhase::Aborted,
+            }),
+            step: Some(format!("{}/{steps}", (plan.progress.step + 1).min(steps))),
+            waiting: Some(plan.waiting.clone()),
+            updated_instances: count(updated),
+            ready_instances: count(plan.ready),
+            code: Some(spec.code.clone()),
+            revision: Some(self.revision.clone()),
+            // No code released before: no field.
+            stable_code: match plan.phase {
                 Phase::Completed => Some(spec.code.clone()),
                 _ => spec.previous.clone(),
             },
-            "stepIndex": plan.progress.step,
-            "stepStartedAt": rfc3339(plan.progress.since),
-            "startedAt": rfc3339(plan.progress.started),
-            "promoted": plan.progress.promoted,
-            "aborted": plan.progress.aborted,
-            "actions": self.actions_kept(&spec.code, plan.progress.started),
-            "history": self.history_kept(spec, plan.phase, now),
-            "instances": rows.iter().map(|r| DeploymentInstance {
-                name: r.name.clone(),
-                stage: r.stage.clone(),
-                code: r.code.clone(),
-                task: r.task.clone(),
-            }).collect::<Vec<_>>(),
-            "conditions": conditions,
-        });
-        if let Some(approval) = self.requests.approve.as_ref().filter(|r| {
-            DeploymentRequests::is_about(r, &spec.code, &self.revision, plan.progress.started)
-        }) {
-            status["approvedStep"] = json!(approval.step);
-            status["approvedRevision"] = json!(self.revision);
-            status["approvedBy"] = json!(approval.by);
-            status["approvedReason"] = json!(approval.why);
+            step_index: u32::try_from(plan.progress.step).ok(),
+            step_started_at: Some(rfc3339(plan.progress.since)),
+            started_at: Some(rfc3339(plan.progress.started)),
+            promoted: Some(plan.progress.promoted),
+            aborted: Some(plan.progress.aborted),
+            approved_step: approval
+                .and_then(|a| a.step)
+                .and_then(|s| i64::try_from(s).ok()),
+            approved_revision: approval.map(|_| self.revision.clone()),
+            approved_by: approval.map(|a| a.by.clone()),
+            approved_reason: approval.map(|a| a.why.clone()),
+            actions: self.actions_kept(&spec.code, plan.progress.started),
+            history: self.history_kept(spec, plan.phase, now),
+            instances: rows
+                .iter()
+                .map(|r| DeploymentInstance {
+                    name: r.name.clone(),
+                    stage: r.stage.clone(),
+                    code: r.code.clone(),
+                    task: r.task.clone(),
+                })
+                .collect(),
+            conditions,
         }
-        // No code released before: no field (a null in a merge patch
-        // deletes, and the server keeps no nulls).
-        if let Some(fields) = status.as_object_mut() {
-            fields.retain(|_, value| !value.is_null());
-        }
-        status
     }
 }
 
@@ -370,15 +373,17 @@ impl VmDeployment {
     /// The released revisions the status keeps: those it kept, and this
     /// one once its rollout completed (a revision released again moves to
     /// the end).
-    fn history_kept(&self, spec: &DeploymentSpec, phase: Phase, now: Timestamp) -> Vec<Value> {
+    fn history_kept(&self, spec: &DeploymentSpec, phase: Phase, now: Timestamp) -> Vec<Released> {
         let mut history = self.history.clone();
-        let last = history.last().and_then(|r| r["revision"].as_str());
+        let last = history.last().and_then(|r| r.revision.as_deref());
         if phase == Phase::Completed && last != Some(self.revision.as_str()) {
-            history.retain(|r| r["revision"] != self.revision.as_str());
-            history.push(json!({
-                "revision": self.revision, "code": spec.code, "artifact": self.artifact,
-                "releasedAt": rfc3339(now),
-            }));
+            history.retain(|r| r.revision.as_deref() != Some(self.revision.as_str()));
+            history.push(Released {
+                revision: Some(self.revision.clone()),
+                code: Some(spec.code.clone()),
+                artifact: Some(self.artifact.clone()),
+                released_at: Some(rfc3339(now)),
+            });
         }
         let excess = history.len().saturating_sub(KEPT_RELEASES);
         history.drain(..excess);
@@ -388,18 +393,27 @@ impl VmDeployment {
     /// The actions the status keeps: those it kept, and each request about
     /// this rollout not among them yet (the audit of who approved,
     /// promoted or aborted, when and why).
-    fn actions_kept(&self, code: &str, started: Timestamp) -> Vec<Value> {
+    fn actions_kept(&self, code: &str, started: Timestamp) -> Vec<crd::Action> {
         let mut actions = self.actions.clone();
         for (action, request) in self.requests.about(code, &self.revision, started) {
             let at = rfc3339(request.at);
+            let name = match action {
+                "approve" => ActionName::Approve,
+                "promote" => ActionName::Promote,
+                _ => ActionName::Abort,
+            };
             let kept = actions
                 .iter()
-                .any(|a| a["action"] == action && a["at"] == at.as_str());
+                .any(|a| a.action == Some(name) && a.at.as_deref() == Some(at.as_str()));
             if !kept {
-                actions.push(json!({
-                    "action": action, "code": code, "step": request.step,
-                    "by": request.by, "why": request.why, "at": at,
-                }));
+                actions.push(crd::Action {
+                    action: Some(name),
+                    code: Some(code.to_string()),
+                    step: request.step.and_then(|s| i64::try_from(s).ok()),
+                    by: Some(request.by.clone()),
+                    why: Some(request.why.clone()),
+                    at: Some(at),
+                });
             }
         }
         let excess = actions.len().saturating_sub(KEPT_ACTIONS);
@@ -423,6 +437,7 @@ mod tests {
     use super::*;
     use crate::lifecycle::resources::tests::{set_object, template};
     use crate::lifecycle::resources::{API_VERSION, VmReplicaSet, keep_transitions};
+    use serde_json::json;
     use std::collections::BTreeMap;
 
     fn deployment(status: Value) -> Value {
@@ -579,7 +594,9 @@ mod tests {
             available: 1,
             past_deadline: false,
         };
-        let status = read.status(&read.spec, &plan, 1, &[], started + 800_000);
+        let status =
+            serde_json::to_value(read.status(&read.spec, &plan, 1, &[], started + 800_000))
+                .unwrap();
         assert_eq!(
             (
                 &status["approvedStep"],
@@ -595,7 +612,7 @@ mod tests {
         again["metadata"]["annotations"] = json!({ requests::APPROVE: approval.write() });
         let again = VmDeployment::read(&again).unwrap();
         let status = again.status(&again.spec, &plan, 1, &[], started + 900_000);
-        assert_eq!(status["actions"].as_array().unwrap().len(), 1);
+        assert_eq!(status.actions.len(), 1);
 
         // An approval of another step, another code, or made before this
         // rollout started, approves nothing.
@@ -666,7 +683,7 @@ mod tests {
             available: 1,
             past_deadline: false,
         };
-        let status = read.status(&spec, &plan, 1, &[], 2_000);
+        let status = serde_json::to_value(read.status(&spec, &plan, 1, &[], 2_000)).unwrap();
         assert_eq!(status["step"], "2/4");
         assert_eq!(status["phase"], "Progressing");
         assert_eq!(status["code"], "1.1");
@@ -682,7 +699,7 @@ mod tests {
             (Some("Paused"), Some("True"), Some("WaitingForApproval"))
         );
 
-        let mut later = read.status(&spec, &plan, 1, &[], 9_000);
+        let mut later = serde_json::to_value(read.status(&spec, &plan, 1, &[], 9_000)).unwrap();
         keep_transitions(&status, &mut later);
         assert_eq!(
             later["conditions"][2]["lastTransitionTime"],

@@ -99,13 +99,22 @@ pub(super) fn identity(object: &Value) -> (String, String, String, i64) {
 /// An object's spec read through its type; what does not read is named by
 /// its path (`spec.rollout.order: unknown variant …`).
 pub(super) fn typed<T: serde::de::DeserializeOwned>(object: &Value) -> Result<T, String> {
-    let spec = match &object["spec"] {
+    typed_field(object, "spec")
+}
+
+/// An object's `field` (`spec`, `status`) read into its type (none read as
+/// empty), or the field that does not read and why.
+pub(super) fn typed_field<T: serde::de::DeserializeOwned>(
+    object: &Value,
+    field: &str,
+) -> Result<T, String> {
+    let value = match &object[field] {
         Value::Null => &Value::Object(Default::default()),
-        spec => spec,
+        value => value,
     };
-    serde_path_to_error::deserialize(spec).map_err(|e| match e.path().to_string().as_str() {
-        "." => format!("spec: {}", e.inner()),
-        path => format!("spec.{path}: {}", e.inner()),
+    serde_path_to_error::deserialize(value).map_err(|e| match e.path().to_string().as_str() {
+        "." => format!("{field}: {}", e.inner()),
+        path => format!("{field}.{path}: {}", e.inner()),
     })
 }
 

@@ -214,7 +214,8 @@ fn the_vm_delivery_crds_are_served_and_validated_by_the_real_api_server() {
         since: Some("2026-01-01T00:00:00Z".into()),
         ..Default::default()
     }];
-    let status = read.status(&spec, &plan, 1, &rows, 1_767_225_600_000);
+    let status =
+        serde_json::to_value(read.status(&spec, &plan, 1, &rows, 1_767_225_600_000)).unwrap();
     let kept = status_written(cluster, ns, "vmdeploy", &status);
     assert_eq!(kept["status"], status, "the server changed the status");
     let again = verdict::lifecycle::deployment::VmDeployment::read(&kept).unwrap();

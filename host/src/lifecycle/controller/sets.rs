@@ -532,13 +532,11 @@ impl Controller {
         // A person's action the status keeps for the first time is an
         // Event on the deployment.
         if let Some(announcer) = &self.announcer {
-            for action in status["actions"].as_array().into_iter().flatten() {
-                if !d.actions.contains(action) {
-                    announcer.announce_rollout(namespace, &d.name, action);
-                }
+            for action in status.actions.iter().filter(|a| !d.actions.contains(a)) {
+                announcer.announce_rollout(namespace, &d.name, &typed(action));
             }
         }
-        self.write_status(&deployments(), namespace, &d.name, object, status)
+        self.write_status(&deployments(), namespace, &d.name, object, typed(&status))
             .await
     }
 
