@@ -258,6 +258,15 @@ impl Failover {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = counts;
         inner.memory.previous = decided.into_iter().map(|d| (d.node.clone(), d)).collect();
+        *self
+            .health
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(
+            reports
+                .iter()
+                .map(|(node, report)| (node.clone(), report.health))
+                .collect(),
+        );
         inner.latest.reports = reports;
         inner.latest.at = Some(at);
         inner.latest.gauges = gauges;

@@ -112,6 +112,10 @@ pub struct Failover {
     wake: Notify,
     /// The latest evaluation's counts, for `/metrics`.
     counts: std::sync::Mutex<Counts>,
+    /// Each node's health as the latest evaluation judged it, read without
+    /// waiting for an evaluation under way (the delivery asks it on every
+    /// reconcile of every instance).
+    health: std::sync::RwLock<Arc<BTreeMap<String, Health>>>,
     /// How long each judgement of every node took, for `/metrics`.
     evaluations: Histogram,
 }
@@ -164,6 +168,7 @@ impl Failover {
             }),
             wake: Notify::new(),
             counts: std::sync::Mutex::default(),
+            health: std::sync::RwLock::default(),
             // 50 ms, the budget of a judgement of 5 000 nodes, is a bound.
             evaluations: Histogram::new(crate::verdicts::live::WORK_BUCKETS),
         })

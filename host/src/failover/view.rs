@@ -1,6 +1,8 @@
 //! Failover as served: the decisions with their actions, the brakes in
 //! force and the overrides; counts for `/metrics`; the audit history.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use super::model::Health;
@@ -93,14 +95,13 @@ impl Failover {
     }
 
     /// Each node's health, as the latest evaluation judged it.
-    pub async fn health(&self) -> BTreeMap<String, Health> {
-        let inner = self.inner.lock().await;
-        inner
-            .latest
-            .reports
-            .iter()
-            .map(|(node, report)| (node.clone(), report.health))
-            .collect()
+    pub fn health(&self) -> Arc<BTreeMap<String, Health>> {
+        Arc::clone(
+            &self
+                .health
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// The current decisions, the brakes in force and the overrides.
