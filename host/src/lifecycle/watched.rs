@@ -105,6 +105,8 @@ where
     pub resource: K::DynamicType,
     what: &'static str,
     reading: Arc<Mutex<Reading>>,
+    /// Its objects' names by the set they are labelled with.
+    by_set: BySet,
     /// The watch: it ends when the last copy of this is dropped.
     _watching: Arc<AbortOnDropHandle<()>>,
 }
@@ -127,11 +129,22 @@ where
         let reading = Arc::new(Mutex::new(Reading::Starting));
         let retry = Retry::new();
         let succeeded = retry.clone();
+        let by_set = BySet::default();
+        let indexing = by_set.clone();
         let events = reflector::reflector(
             writer,
             watcher::watcher(api, watcher::Config::default())
                 .backoff(retry.clone())
-                .modify(move |object| object.keep(keep)),
+                .modify(move |object| object.keep(keep))
+                // Indexed before the store has it: a name the store does
+                // not have yet is passed over, never an object it has
+                // missed.
+                .map(move |event| {
+                    if let Ok(event) = &event {
+                        indexing.index(event);
+                    }
+                    event
+                }),
         );
         let told = Arc::clone(&reading);
         let watching = tokio::spawn(async move {
@@ -174,8 +187,22 @@ where
             resource: resource.clone(),
             what,
             reading,
+            by_set,
             _watching: Arc::new(AbortOnDropHandle::new(watching)),
         }
+    }
+
+    /// The objects of `namespace` labelled as the set `set`'s, when the
+    /// store can be trusted: looked up by name, not found by going through
+    /// every object (a set's reconcile reads its own among 10 000).
+    pub fn of_set(&self, namespace: &str, set: &str) -> Result<Vec<Arc<K>>, Unread> {
+        self.check()?;
+        let names = self.by_set.names(namespace, set);
+        Ok(names
+            .iter()
+            .filter_map(|name| self.store.get(&self.reference(namespace, name)))
+            .filter(|object| label_of(&**object) == Some(set))
+            .collect())
     }
 
     /// Whether the store can be trusted, and why not.
@@ -220,6 +247,63 @@ where
     /// A reference to the object named `name` in `namespace`.
     pub fn reference(&self, namespace: &str, name: &str) -> reflector::ObjectRef<K> {
         reflector::ObjectRef::new_with(name, self.resource.clone()).within(namespace)
+    }
+}
+
+/// The set an object is labelled with.
+fn label_of<K: Resource>(object: &K) -> Option<&str> {
+    object
+        .meta()
+        .labels
+        .as_ref()?
+        .get(super::instance::SET_LABEL)
+        .map(String::as_str)
+}
+
+/// The names of a store's objects by the namespace and set they are
+/// labelled with. A name is added when its object is listed or applied and
+/// taken away when it is deleted; one whose object moved to another set
+/// stays, and is passed over by what reads it (each object read is checked
+/// against its label).
+#[derive(Clone, Default)]
+struct BySet(
+    Arc<Mutex<std::collections::HashMap<(String, String), std::collections::BTreeSet<String>>>>,
+);
+
+impl BySet {
+    fn index<K: Resource>(&self, event: &Event<K>) {
+        let (object, deleted) = match event {
+            Event::Apply(object) | Event::InitApply(object) => (object, false),
+            Event::Delete(object) => (object, true),
+            Event::Init | Event::InitDone => return,
+        };
+        let Some(set) = label_of(object) else { return };
+        let meta = object.meta();
+        let key = (meta.namespace.clone().unwrap_or_default(), set.to_string());
+        let name = meta.name.clone().unwrap_or_default();
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match deleted {
+            false => {
+                all.entry(key).or_default().insert(name);
+            }
+            true => {
+                if let Some(names) = all.get_mut(&key) {
+                    names.remove(&name);
+                    if names.is_empty() {
+                        all.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    fn names(&self, namespace: &str, set: &str) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(namespace.to_string(), set.to_string()))
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -324,6 +408,40 @@ impl Backoff for Retry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sets_objects_are_indexed_by_name_as_they_are_listed_applied_and_deleted() {
+        let object = |name: &str, set: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": name, "namespace": "shop",
+                    "labels": {super::super::instance::SET_LABEL: set}},
+            }))
+            .unwrap()
+        };
+        let index = BySet::default();
+        index.index(&Event::InitApply(object("web-0", "web")));
+        index.index(&Event::Apply(object("web-1", "web")));
+        index.index(&Event::Apply(object("api-0", "api")));
+        assert_eq!(index.names("shop", "web"), ["web-0", "web-1"]);
+        assert_eq!(index.names("other", "web"), Vec::<String>::new());
+        index.index(&Event::Delete(object("web-0", "web")));
+        assert_eq!(index.names("shop", "web"), ["web-1"]);
+        // Relabelled to another set: found there, and passed over by what
+        // reads the old one (each object is checked against its label).
+        index.index(&Event::Apply(object("web-1", "api")));
+        assert_eq!(index.names("shop", "api"), ["api-0", "web-1"]);
+        index.index(&Event::Delete(object("web-1", "api")));
+        index.index(&Event::Delete(object("api-0", "api")));
+        assert!(
+            index
+                .0
+                .lock()
+                .unwrap()
+                .get(&("shop".into(), "api".into()))
+                .is_none()
+        );
+    }
 
     #[test]
     fn a_store_keeps_of_the_field_managers_only_the_last_other_status_writer() {

@@ -131,19 +131,17 @@ impl Controller {
     /// too, so that its clean-up runs. A VM whose annotations do not read is
     /// left as it is, and said once.
     pub(super) async fn take_over(&self, set: &VmReplicaSet, scope: &Scope) -> Result<(), Failed> {
-        let legacy = |vm: &DynamicObject| {
-            vm.metadata.namespace.as_deref() == Some(set.namespace.as_str())
-                && set_of(vm) == Some(set.name.as_str())
-                && vm
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true) && o.kind == "VMReplicaSet")
+        let legacy = |vm: &Arc<DynamicObject>| {
+            vm.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.kind == "VMReplicaSet")
         };
         let servers_api =
             Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers());
-        for vm in scope.machines.filtered(legacy)? {
+        let of_set = scope.machines.of_set(&set.namespace, &set.name)?;
+        for vm in of_set.into_iter().filter(legacy) {
             let name = vm.metadata.name.clone().unwrap_or_default();
             let annotations = vm.metadata.annotations.clone().unwrap_or_default();
             let status = match instance::legacy_status(&annotations) {

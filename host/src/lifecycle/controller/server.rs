@@ -122,10 +122,10 @@ impl Controller {
     }
 
     /// The nodes' health, as failover judges them.
-    pub(super) async fn health(&self) -> BTreeMap<String, Health> {
+    pub(super) fn health(&self) -> Arc<BTreeMap<String, Health>> {
         match &self.failover {
-            Some(failover) => failover.health().await,
-            None => BTreeMap::new(),
+            Some(failover) => failover.health(),
+            None => Arc::default(),
         }
     }
 
@@ -147,7 +147,7 @@ impl Controller {
                 _ => Reconciled::Wait(Action::await_change()),
             });
         };
-        let health = self.health().await;
+        let health = self.health();
         let read = self.read_server(&set, scope, server, &health)?;
         // Shown as it was before this controller's last write: the store
         // brings the write, and with it the next reconcile.

@@ -250,10 +250,7 @@ impl Controller {
         scope: &Scope,
         health: &BTreeMap<String, Health>,
     ) -> Result<Vec<Read>, Unread> {
-        let listed = scope.servers.filtered(|server| {
-            server.metadata.namespace.as_deref() == Some(set.namespace.as_str())
-                && set_of(server) == Some(set.name.as_str())
-        })?;
+        let listed = scope.servers.of_set(&set.namespace, &set.name)?;
         listed
             .iter()
             .map(|server| self.read_server(set, scope, server, health))

@@ -366,10 +366,7 @@ impl Controller {
         let namespace = set.namespace.as_str();
         // No name of an instance, of a machine of the set's, or of one
         // named offline.
-        let machines = scope.machines.filtered(|vm| {
-            vm.metadata.namespace.as_deref() == Some(namespace)
-                && set_of(vm) == Some(set.name.as_str())
-        })?;
+        let machines = scope.machines.of_set(namespace, &set.name)?;
         let names: Vec<String> = read
             .iter()
             .map(|m| m.name.clone())
@@ -611,11 +608,8 @@ impl Controller {
         let targeting = scope.deployments_of(namespace, name)?;
         let deployment = targeting.first();
         // The nodes' health, as failover judges them.
-        let health = match &self.failover {
-            Some(failover) => failover.health().await,
-            None => BTreeMap::new(),
-        };
-        let health = &health;
+        let health = self.health();
+        let health = &*health;
         let finalizers: Vec<String> = object["metadata"]["finalizers"]
             .as_array()
             .into_iter()

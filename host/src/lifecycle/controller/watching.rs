@@ -130,9 +130,7 @@ impl Route {
             Which::Set => {
                 self.set(scope, namespace, name);
                 // Its Servers, which may have lost their set.
-                for server in scope.servers.store.state_filter(|m| {
-                    m.metadata.namespace.as_deref() == Some(namespace) && set_of(m) == Some(name)
-                }) {
+                for server in scope.servers.of_set(namespace, name).unwrap_or_default() {
                     let _ = self.servers.send(reference_of(&scope.servers, &server));
                 }
             }
