@@ -266,9 +266,10 @@ fn label_of<K: Resource>(object: &K) -> Option<&str> {
 /// stays, and is passed over by what reads it (each object read is checked
 /// against its label).
 #[derive(Clone, Default)]
-struct BySet(
-    Arc<Mutex<std::collections::HashMap<(String, String), std::collections::BTreeSet<String>>>>,
-);
+struct BySet(Arc<Mutex<Names>>);
+
+/// Names by namespace and set.
+type Names = std::collections::HashMap<(String, String), std::collections::BTreeSet<String>>;
 
 impl BySet {
     fn index<K: Resource>(&self, event: &Event<K>) {
