@@ -414,8 +414,8 @@ impl Controller {
     /// whether it may leave service for it now — for its own controller to
     /// move it on (on the version read: a compare-and-swap). Each Server
     /// whose spec holds the plan is kept as planned at its generation; the
-    /// Servers planned anew without a write (a new leader's first plan),
-    /// whose own controllers are to look again.
+    /// Servers planned anew (written, or found holding the plan by a new
+    /// leader), whose own controllers are to look again.
     async fn write_targets(
         &self,
         set: &VmReplicaSet,
@@ -472,7 +472,10 @@ impl Controller {
                 .clone()
                 .unwrap_or_default();
             machine.generation = patched.metadata.generation;
+            // Its controller may have looked at the write before it was
+            // kept as planned: it looks again.
             self.planned(namespace, &machine.name, machine.generation);
+            planned_anew.push(machine.name.clone());
             machine.server = Arc::new(patched);
         }
         Ok(planned_anew)

@@ -28,6 +28,9 @@ pub(super) struct Touched {
     namespace: String,
     name: String,
     set: Option<String>,
+    /// What its Servers read of a set: its spec's generation, and whether
+    /// it is being deleted.
+    spec: (Option<i64>, bool),
 }
 
 impl Touched {
@@ -38,6 +41,7 @@ impl Touched {
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
             set: set_of(object).map(String::from),
+            spec: (meta.generation, meta.deletion_timestamp.is_some()),
         }
     }
 
@@ -105,6 +109,9 @@ pub(super) struct Route {
     pub(super) deployments: Sender<ObjectRef<DynamicObject>>,
     pub(super) servers: Sender<ObjectRef<ServerResource>>,
     pub(super) machines: Sender<ObjectRef<DynamicObject>>,
+    /// Each set's spec as its Servers were last told of it (`namespace/name`):
+    /// a set's status written wakes none of them.
+    pub(super) told: std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, bool)>>,
 }
 
 impl Route {
@@ -129,9 +136,13 @@ impl Route {
         match which {
             Which::Set => {
                 self.set(scope, namespace, name);
-                // Its Servers, which may have lost their set.
-                for server in scope.servers.of_set(namespace, name).unwrap_or_default() {
-                    let _ = self.servers.send(reference_of(&scope.servers, &server));
+                // Its Servers, when what they read of it changed (its
+                // spec, its deletion) — not when its status was written.
+                let told = lock(&self.told).insert(format!("{namespace}/{name}"), object.spec);
+                if told != Some(object.spec) {
+                    for server in scope.servers.of_set(namespace, name).unwrap_or_default() {
+                        let _ = self.servers.send(reference_of(&scope.servers, &server));
+                    }
                 }
             }
             // Its set, and every deployment that targets it (itself among
@@ -595,6 +606,7 @@ impl Controller {
             deployments: to_deployments,
             servers: to_servers.clone(),
             machines: to_machines,
+            told: std::sync::Mutex::default(),
         };
         // Both helpers end with this scope (they hold its watches).
         let mut helpers = tokio::task::JoinSet::new();
