@@ -565,11 +565,14 @@ impl Controller {
                 .await;
         }
         // None in the store: one made that the store has not shown yet is
-        // looked up, and let go when it is this Server's — never left
-        // behind, held by its finalizer, when its Server goes.
+        // looked up (listed by name: what the delivery may read), and let
+        // go when it is this Server's — never left behind, held by its
+        // finalizer, when its Server goes.
         let api =
             Api::<DynamicObject>::namespaced_with(self.reader.clone(), &set.namespace, &machines());
-        let Some(vm) = api.get_opt(&machine.name).await? else {
+        let named =
+            kube::api::ListParams::default().fields(&format!("metadata.name={}", machine.name));
+        let Some(vm) = api.list(&named).await?.items.into_iter().next() else {
             return Ok(());
         };
         let ours = vm
