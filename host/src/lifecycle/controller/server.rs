@@ -166,8 +166,11 @@ impl Controller {
         let (Ok(recorded), Some(target)) = (read.recorded.clone(), read.target()) else {
             return Ok(Reconciled::Wait(Action::await_change()));
         };
+        // The set's controller wakes it once it keeps the write as
+        // planned; looked at again soon all the same, should that wake be
+        // lost with a reconcile of the set that failed after the write.
         if !rollout::leaving(&read.state) && !self.is_planned(&read) {
-            return Ok(Reconciled::Wait(Action::await_change()));
+            return Ok(Reconciled::Wait(Action::requeue(self.every)));
         }
         // A clean-up that ran to its end lets the machine go; the Server
         // goes next.
