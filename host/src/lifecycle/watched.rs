@@ -201,7 +201,7 @@ where
         Ok(names
             .iter()
             .filter_map(|name| self.store.get(&self.reference(namespace, name)))
-            .filter(|object| label_of(&**object) == Some(set))
+            .filter(|object| set_of(&**object) == Some(set))
             .collect())
     }
 
@@ -250,8 +250,8 @@ where
     }
 }
 
-/// The set an object is labelled with.
-fn label_of<K: Resource>(object: &K) -> Option<&str> {
+/// The set a machine or Server belongs to, by its label.
+pub fn set_of<K: Resource>(object: &K) -> Option<&str> {
     object
         .meta()
         .labels
@@ -278,7 +278,7 @@ impl BySet {
             Event::Delete(object) => (object, true),
             Event::Init | Event::InitDone => return,
         };
-        let Some(set) = label_of(object) else { return };
+        let Some(set) = set_of(object) else { return };
         let meta = object.meta();
         let key = (meta.namespace.clone().unwrap_or_default(), set.to_string());
         let name = meta.name.clone().unwrap_or_default();

@@ -48,7 +48,7 @@ use super::resources::{
     VmReplicaSet, deployments, instance_name, instances, machines, servers, sets,
 };
 use super::rollout::{self, Member};
-use super::watched::{Keep, Kept, STATUS_MANAGER, Unread, Watched};
+use super::watched::{Keep, Kept, STATUS_MANAGER, Unread, Watched, set_of};
 use crate::events::{Events, Kind};
 use crate::failover::Failover;
 use crate::failover::model::Health;

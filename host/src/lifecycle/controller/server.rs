@@ -47,21 +47,17 @@ pub(super) async fn reconcile_server(
         object.metadata.namespace.as_deref().unwrap_or_default(),
     );
     let reconciled = finalizer(&api, instance::FINALIZER, object, |event| async {
-        match event {
-            Event::Apply(server) => match controller
-                .reconcile_instance(&server, &context, &term)
-                .await?
-            {
-                Reconciled::Wait(action) => Ok(action),
-                Reconciled::CleanedUp => Ok(Action::await_change()),
-            },
-            Event::Cleanup(server) => match controller
-                .reconcile_instance(&server, &context, &term)
-                .await?
-            {
-                Reconciled::CleanedUp => Ok(Action::await_change()),
-                Reconciled::Wait(_) => Err(Failed::CleaningUp),
-            },
+        let (server, cleaning) = match event {
+            Event::Apply(server) => (server, false),
+            Event::Cleanup(server) => (server, true),
+        };
+        match controller
+            .reconcile_instance(&server, &context, &term)
+            .await?
+        {
+            Reconciled::CleanedUp => Ok(Action::await_change()),
+            Reconciled::Wait(action) if !cleaning => Ok(action),
+            Reconciled::Wait(_) => Err(Failed::CleaningUp),
         }
     })
     .await;
@@ -73,7 +69,7 @@ pub(super) async fn reconcile_server(
 }
 
 /// Whether a Server is being deleted and holds its clean-up.
-pub(super) fn cleaning_up(server: &ServerResource) -> bool {
+fn cleaning_up(server: &ServerResource) -> bool {
     server.metadata.deletion_timestamp.is_some()
         && server
             .metadata

@@ -9,7 +9,7 @@ use super::*;
 use crate::lifecycle::crd::SetInstance;
 
 /// A typed status as the JSON a status write takes.
-fn typed(status: &impl serde::Serialize) -> Value {
+fn as_json(status: &impl serde::Serialize) -> Value {
     serde_json::to_value(status).unwrap_or_default()
 }
 
@@ -166,7 +166,7 @@ impl Controller {
         // What the status said before, as far as it reads.
         let previous = serde_json::from_value(object["status"].clone()).unwrap_or_default();
         let status = set.deleting_status(previous, rows, at);
-        self.write_status(&sets(), namespace, name, object, typed(&status))
+        self.write_status(&sets(), namespace, name, object, as_json(&status))
             .await?;
         Ok(found)
     }
@@ -222,20 +222,8 @@ impl Controller {
                     instance = server.name,
                     "VM delivery: the instance's machine is gone; its Server goes through its clean-up"
                 );
-                gone_is_done(
-                    Api::<DynamicObject>::namespaced_with(
-                        self.writer.clone(),
-                        namespace,
-                        &servers(),
-                    )
-                    .delete(&server.name, &DeleteParams::default())
-                    .await
-                    .map(drop),
-                )?;
-                self.tell(
-                    set,
-                    json!({"instance": server.name, "event": "removed", "reason": "its machine is gone"}),
-                );
+                self.remove(set, &server.name, "its machine is gone")
+                    .await?;
             }
             machines_made = true;
         }
@@ -533,10 +521,10 @@ impl Controller {
         // Event on the deployment.
         if let Some(announcer) = &self.announcer {
             for action in status.actions.iter().filter(|a| !d.actions.contains(a)) {
-                announcer.announce_rollout(namespace, &d.name, &typed(action));
+                announcer.announce_rollout(namespace, &d.name, &as_json(action));
             }
         }
-        self.write_status(&deployments(), namespace, &d.name, object, typed(&status))
+        self.write_status(&deployments(), namespace, &d.name, object, as_json(&status))
             .await
     }
 
@@ -698,7 +686,7 @@ impl Controller {
         let deployment_rows = rows.clone();
         let (problem, cleaning) = self.problems(&read, refused);
         let status = set.status(&plan, rows, (problem.as_deref(), &cleaning), at);
-        self.write_status(&sets(), namespace, name, object, typed(&status))
+        self.write_status(&sets(), namespace, name, object, as_json(&status))
             .await?;
         // Looked at again soon while a list runs or the rollout moves.
         let moving = read.iter().any(|m| {
@@ -727,6 +715,22 @@ impl Controller {
         Ok(found)
     }
 
+    /// Delete an instance's Server (one gone already is done), saying why:
+    /// its clean-up holds it.
+    async fn remove(&self, set: &VmReplicaSet, name: &str, why: &str) -> Result<(), kube::Error> {
+        gone_is_done(
+            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers())
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(drop),
+        )?;
+        self.tell(
+            set,
+            json!({"instance": name, "event": "removed", "reason": why}),
+        );
+        Ok(())
+    }
+
     /// Let go of the instances of a set that is going: each not deleted
     /// yet is deleted, and each moves on through its clean-up (which its
     /// finalizer holds) on its own Server's reconcile.
@@ -735,18 +739,9 @@ impl Controller {
         set: &VmReplicaSet,
         read: Vec<Read>,
     ) -> Result<Found, kube::Error> {
-        let api =
-            Api::<DynamicObject>::namespaced_with(self.writer.clone(), &set.namespace, &servers());
         for machine in read.iter().filter(|m| !m.state.deleting) {
-            gone_is_done(
-                api.delete(&machine.name, &DeleteParams::default())
-                    .await
-                    .map(drop),
-            )?;
-            self.tell(
-                set,
-                json!({"instance": machine.name, "event": "removed", "reason": "its set is deleted"}),
-            );
+            self.remove(set, &machine.name, "its set is deleted")
+                .await?;
         }
         Ok(Found {
             stages: stages(&read),

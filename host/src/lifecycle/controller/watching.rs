@@ -214,16 +214,6 @@ impl Route {
 
 pub(super) type Sender<T> = tokio::sync::mpsc::UnboundedSender<T>;
 
-/// The set a machine or Server belongs to, by its label.
-pub(super) fn set_of<K: kube::Resource>(object: &K) -> Option<&str> {
-    object
-        .meta()
-        .labels
-        .as_ref()?
-        .get(instance::SET_LABEL)
-        .map(String::as_str)
-}
-
 /// A reference to a watched object.
 pub(super) fn reference_of<K: Kept>(watched: &Watched<K>, object: &K) -> ObjectRef<K>
 where
